@@ -1,0 +1,61 @@
+"""The whole Redis key layout, in one place.
+
+Every key starts with the namespace and a colon. Keys that a future Redis Cluster deployment must
+keep together (a site's dedup set and its quota, for instance) will carry a hash tag right after
+the namespace: ``<ns>:{site}:...``.
+
+==================================  ======  ===================================================
+key                                 type    holds
+==================================  ======  ===================================================
+``<ns>:tasks``                      stream  exec tasks (fields ``v``, ``t``); consumer group
+                                            ``workers``. An entry is XDEL'd only after XACK, so
+                                            XLEN = tasks waiting + tasks pending.
+``<ns>:dead``                       stream  dead letters: ``t`` (original message or raw fields),
+                                            ``reason``, ``source_id``, ``consumer``, ``at``,
+                                            ``deliveries``
+``<ns>:seen:{<site_id>}``           set     URL fingerprints already enqueued for the site
+                                            (fleet-wide dedup; a dead-lettered URL is removed)
+``<ns>:done:<task_id>``             string  completion record (JSON: items, digest, at) written
+                                            when a task's items are committed; lets a task that
+                                            is redelivered after commit be acked without a
+                                            refetch. Expires after ``METEORSEED_DONE_TTL``.
+==================================  ======  ===================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GROUP = "workers"
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    namespace: str = "meteorseed"
+
+    def __post_init__(self) -> None:
+        if not self.namespace or any(c in self.namespace for c in " {}\n"):
+            raise ValueError(f"METEORSEED_NAMESPACE: invalid namespace {self.namespace!r}")
+
+    @property
+    def group(self) -> str:
+        return GROUP
+
+    @property
+    def stream(self) -> str:
+        return f"{self.namespace}:tasks"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.namespace}:dead"
+
+    def seen(self, site_id: str) -> str:
+        return f"{self.namespace}:seen:{{{site_id}}}"
+
+    def done(self, task_id: str) -> str:
+        return f"{self.namespace}:done:{task_id}"
+
+    @property
+    def pattern(self) -> str:
+        """Glob matching every key of the namespace (for ``reset`` and tests)."""
+        return f"{self.namespace}:*"

@@ -1,0 +1,95 @@
+"""Every ``METEORSEED_*`` default, read once into a small validated config object."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy.exceptions import NotConfigured
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_STORE_URI = "sqlite:///meteorseed.db"
+
+#: Defaults of the settings this package adds (all prefixed, never Scrapy's own names).
+DEFAULTS: dict[str, Any] = {
+    "METEORSEED_NAMESPACE": "meteorseed",
+    "METEORSEED_IDLE_CLOSE": 0,
+    "METEORSEED_CLAIM_IDLE": 30,
+    "METEORSEED_MAX_DELIVERIES": 5,
+    "METEORSEED_MAX_BACKLOG": 1_000_000,
+    "METEORSEED_CONSUMER": "",
+    "METEORSEED_DONE_TTL": 7 * 24 * 3600,
+    "METEORSEED_STORE_BATCH_SIZE": 100,
+    "METEORSEED_STORE_BATCH_WAIT": 0.05,
+    "METEORSEED_STORE_RETRY_MAX": 30.0,
+    "METEORSEED_FREEZE_GC": True,
+}
+
+
+def redis_url_from(settings: Any) -> str:
+    return settings.get("METEORSEED_REDIS_URL") or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+
+
+def store_uri_from(settings: Any) -> str:
+    return settings.get("METEORSEED_STORE_URI") or os.environ.get("MONGO_URL") or DEFAULT_STORE_URI
+
+
+def _get(settings: Any, name: str) -> Any:
+    value = settings.get(name)
+    return DEFAULTS[name] if value is None or value == "" else value
+
+
+def _number(settings: Any, name: str, kind: type, minimum: float) -> Any:
+    raw = _get(settings, name)
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        raise NotConfigured(f"{name}: expected a number, got {raw!r}") from None
+    if value < minimum:
+        raise NotConfigured(f"{name}: must be >= {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    redis_url: str
+    namespace: str
+    consumer: str
+    idle_close: float
+    claim_idle: float
+    max_deliveries: int
+    done_ttl: int
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> WorkerConfig:
+        consumer = str(_get(settings, "METEORSEED_CONSUMER")) or (
+            f"{socket.gethostname()}:{os.getpid()}"
+        )
+        return cls(
+            redis_url=redis_url_from(settings),
+            namespace=str(_get(settings, "METEORSEED_NAMESPACE")),
+            consumer=consumer,
+            idle_close=_number(settings, "METEORSEED_IDLE_CLOSE", float, 0),
+            claim_idle=_number(settings, "METEORSEED_CLAIM_IDLE", float, 0.1),
+            max_deliveries=_number(settings, "METEORSEED_MAX_DELIVERIES", int, 1),
+            done_ttl=_number(settings, "METEORSEED_DONE_TTL", int, 1),
+        )
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    uri: str
+    batch_size: int
+    batch_wait: float
+    retry_max: float
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> StoreConfig:
+        return cls(
+            uri=store_uri_from(settings),
+            batch_size=_number(settings, "METEORSEED_STORE_BATCH_SIZE", int, 1),
+            batch_wait=_number(settings, "METEORSEED_STORE_BATCH_WAIT", float, 0),
+            retry_max=_number(settings, "METEORSEED_STORE_RETRY_MAX", float, 0.1),
+        )

@@ -1,0 +1,268 @@
+"""Seed tasks and exec tasks: small validated value objects and their JSON message format.
+
+An exec task travels through a Redis Stream as two fields: ``v`` (the format version) and
+``t`` (the task as compact JSON). Never pickle: a message must be readable by any worker,
+any version, any language, and must not be able to run code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from w3lib.url import canonicalize_url
+
+MESSAGE_VERSION = "1"
+#: Upper bound of one encoded exec task; messages stay small (no HTML ever goes through Redis).
+MAX_MESSAGE_BYTES = 64 * 1024
+TASK_TYPES = frozenset({"url_list", "url_template", "sitemap", "keywords"})
+_ID_MAX = 200
+
+
+class TaskError(ValueError):
+    """A task or seed failed validation; ``field`` names the offending field."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def _check_id(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise TaskError(name, f"must be a non-empty string, got {value!r}"[:300])
+    if len(value) > _ID_MAX or any(c.isspace() for c in value):
+        raise TaskError(name, f"must be at most {_ID_MAX} characters without spaces")
+    return value
+
+
+def check_url(value: Any, name: str = "url") -> str:
+    """Return ``value`` if it is an absolute http(s) URL, else raise :class:`TaskError`."""
+    if not isinstance(value, str) or not value:
+        raise TaskError(name, f"must be a non-empty string, got {value!r}"[:300])
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        raise TaskError(name, f"must be an http(s) URL, got {value[:200]!r}")
+    host = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    if not host or any(c.isspace() for c in value):
+        raise TaskError(name, f"is not a valid URL: {value[:200]!r}")
+    return value
+
+
+def _check_json_safe(name: str, value: Any) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TaskError(name, f"must be JSON-serialisable ({exc})") from None
+
+
+def canonical_url(url: str) -> str:
+    """The URL form used for dedup and for default document keys."""
+    return canonicalize_url(url, keep_fragments=False)
+
+
+def url_fingerprint(url: str) -> str:
+    """Hex SHA-256 of the canonical URL (the default ``unique_key`` of stored documents)."""
+    return hashlib.sha256(canonical_url(url).encode("utf-8")).hexdigest()
+
+
+def new_task_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class ExecTask:
+    """One URL to fetch: the unit that is read, acked, reclaimed and dead-lettered."""
+
+    task_id: str
+    seed_id: str
+    site_id: str
+    url: str
+    method: str = "GET"
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    body: str = ""
+    callback: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    cb_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    retry_count: int = 0
+    created_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_id("task_id", self.task_id)
+        _check_id("seed_id", self.seed_id)
+        _check_id("site_id", self.site_id)
+        check_url(self.url)
+        if not isinstance(self.method, str) or not self.method.isalpha():
+            raise TaskError("method", f"must be an HTTP method, got {self.method!r}")
+        if not isinstance(self.headers, Mapping):
+            raise TaskError("headers", "must be an object")
+        for key, value in self.headers.items():
+            ok = isinstance(value, str) or (
+                isinstance(value, list) and all(isinstance(v, str) for v in value)
+            )
+            if not isinstance(key, str) or not ok:
+                raise TaskError(f"headers.{key}", "must map a name to a string or list of strings")
+        if not isinstance(self.body, str):
+            raise TaskError("body", "must be a string")
+        if self.callback is not None and (
+            not isinstance(self.callback, str) or not self.callback.isidentifier()
+        ):
+            raise TaskError("callback", f"must be a method name, got {self.callback!r}")
+        for name in ("meta", "cb_kwargs"):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping):
+                raise TaskError(name, "must be an object")
+            for key, item in value.items():
+                _check_json_safe(f"{name}.{key}", item)
+        for name in ("priority", "retry_count"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TaskError(name, f"must be an integer, got {value!r}")
+        if self.retry_count < 0:
+            raise TaskError("retry_count", "must not be negative")
+        if not isinstance(self.created_at, (int, float)) or isinstance(self.created_at, bool):
+            raise TaskError("created_at", "must be a number (epoch seconds)")
+
+    @classmethod
+    def create(cls, *, seed_id: str, site_id: str, url: str, **kwargs: Any) -> ExecTask:
+        kwargs.setdefault("created_at", round(time.time(), 3))
+        return cls(task_id=new_task_id(), seed_id=seed_id, site_id=site_id, url=url, **kwargs)
+
+    @property
+    def canonical_url(self) -> str:
+        return canonical_url(self.url)
+
+    def to_dict(self) -> dict[str, Any]:
+        # Defaults are left out: messages stay small.
+        out: dict[str, Any] = {
+            "task_id": self.task_id,
+            "seed_id": self.seed_id,
+            "site_id": self.site_id,
+            "url": self.url,
+        }
+        if self.method != "GET":
+            out["method"] = self.method
+        for name in ("headers", "meta", "cb_kwargs"):
+            if getattr(self, name):
+                out[name] = dict(getattr(self, name))
+        if self.body:
+            out["body"] = self.body
+        if self.callback:
+            out["callback"] = self.callback
+        if self.priority:
+            out["priority"] = self.priority
+        if self.retry_count:
+            out["retry_count"] = self.retry_count
+        out["created_at"] = self.created_at
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ExecTask:
+        if not isinstance(data, dict):
+            raise TaskError("task", "must be a JSON object")
+        missing = [name for name in ("task_id", "seed_id", "site_id", "url") if name not in data]
+        if missing:
+            raise TaskError(missing[0], "is missing")
+        known = cls.__dataclass_fields__
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise TaskError(unknown[0], "is not an exec task field")
+        return cls(**data)
+
+    def to_message(self) -> dict[str, str]:
+        """Stream fields for XADD; raises :class:`TaskError` when the task is too large."""
+        encoded = json.dumps(self.to_dict(), separators=(",", ":"), ensure_ascii=False)
+        if len(encoded.encode("utf-8")) > MAX_MESSAGE_BYTES:
+            raise TaskError("task", f"encodes to more than {MAX_MESSAGE_BYTES} bytes")
+        return {"v": MESSAGE_VERSION, "t": encoded}
+
+    @classmethod
+    def from_message(cls, fields: Mapping[Any, Any]) -> ExecTask:
+        """Decode stream fields (bytes or str); raises :class:`TaskError` naming the problem."""
+        decoded = {_text(k): _text(v) for k, v in fields.items()}
+        version = decoded.get("v")
+        if version != MESSAGE_VERSION:
+            raise TaskError("v", f"unsupported message version {version!r}")
+        raw = decoded.get("t")
+        if raw is None:
+            raise TaskError("t", "is missing")
+        if len(raw.encode("utf-8")) > MAX_MESSAGE_BYTES:
+            raise TaskError("task", f"is larger than {MAX_MESSAGE_BYTES} bytes")
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise TaskError("t", f"is not valid JSON ({exc})") from None
+        return cls.from_dict(data)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class SeedTask:
+    """Where data comes from and how often; ``seed-expand`` turns it into exec tasks."""
+
+    seed_id: str
+    site_id: str
+    task_type: str
+    payload: Mapping[str, Any]
+    priority: int = 0
+    schedule: Any = None
+    parse_rule: str | None = None
+    callback: str | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_id("seed_id", self.seed_id)
+        _check_id("site_id", self.site_id)
+        if self.task_type not in TASK_TYPES:
+            raise TaskError("task_type", f"must be one of {sorted(TASK_TYPES)}, got {self.task_type!r}")
+        if not isinstance(self.payload, Mapping):
+            raise TaskError("payload", "must be an object")
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise TaskError("priority", f"must be an integer, got {self.priority!r}")
+        if self.callback is not None and (
+            not isinstance(self.callback, str) or not self.callback.isidentifier()
+        ):
+            raise TaskError("callback", f"must be a method name, got {self.callback!r}")
+        if self.parse_rule is not None and not isinstance(self.parse_rule, str):
+            raise TaskError("parse_rule", "must be a string")
+        if not isinstance(self.meta, Mapping):
+            raise TaskError("meta", "must be an object")
+        _check_json_safe("meta", dict(self.meta))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SeedTask:
+        if not isinstance(data, dict):
+            raise TaskError("seed", "must be a JSON object")
+        for name in ("seed_id", "site_id", "task_type", "payload"):
+            if name not in data:
+                raise TaskError(name, "is missing")
+        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise TaskError(unknown[0], "is not a seed field")
+        return cls(**data)
+
+    def exec_task(self, url: str, **extra: Any) -> ExecTask:
+        """An exec task for one URL of this seed (``url`` must already be validated)."""
+        meta = dict(self.meta)
+        if self.parse_rule:
+            meta.setdefault("parse_rule", self.parse_rule)
+        return ExecTask.create(
+            seed_id=self.seed_id,
+            site_id=self.site_id,
+            url=url,
+            callback=self.callback,
+            priority=self.priority,
+            meta=meta,
+            **extra,
+        )

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from meteorseed_scrapy.testing.redis_server import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def namespace(redis_server: RedisServer) -> Iterator[str]:
+    """A fresh key namespace per test; its keys are removed afterwards."""
+    ns = f"t{uuid.uuid4().hex[:12]}"
+    yield ns
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        keys = list(client.scan_iter(f"{ns}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def sync_redis(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
