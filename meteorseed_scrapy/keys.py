@@ -19,6 +19,9 @@ key                                 type    holds
                                             when a task's items are committed; lets a task that
                                             is redelivered after commit be acked without a
                                             refetch. Expires after ``METEORSEED_DONE_TTL``.
+``<ns>:failed:<task_id>``           string  why the task's last delivery failed (callback or
+                                            store error); quoted in its dead letter when it
+                                            keeps failing. Expires after ``METEORSEED_DONE_TTL``.
 ==================================  ======  ===================================================
 """
 
@@ -54,6 +57,9 @@ class KeyLayout:
 
     def done(self, task_id: str) -> str:
         return f"{self.namespace}:done:{task_id}"
+
+    def failed(self, task_id: str) -> str:
+        return f"{self.namespace}:failed:{task_id}"
 
     @property
     def pattern(self) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 @cache
 def script_source(name: str) -> str:
-    return resources.files("meteorseed_scrapy").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return resources.files("meteorseed_scrapy").joinpath("lua").joinpath(f"{name}.lua").read_text("utf-8")
 
 
 def register(redis: Any, name: str) -> Any:

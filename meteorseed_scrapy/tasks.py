@@ -87,6 +87,7 @@ class ExecTask:
     headers: Mapping[str, Any] = field(default_factory=dict)
     body: str = ""
     callback: str | None = None
+    errback: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     cb_kwargs: Mapping[str, Any] = field(default_factory=dict)
     priority: int = 0
@@ -110,10 +111,10 @@ class ExecTask:
                 raise TaskError(f"headers.{key}", "must map a name to a string or list of strings")
         if not isinstance(self.body, str):
             raise TaskError("body", "must be a string")
-        if self.callback is not None and (
-            not isinstance(self.callback, str) or not self.callback.isidentifier()
-        ):
-            raise TaskError("callback", f"must be a method name, got {self.callback!r}")
+        for name in ("callback", "errback"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.isidentifier()):
+                raise TaskError(name, f"must be a method name, got {value!r}")
         for name in ("meta", "cb_kwargs"):
             value = getattr(self, name)
             if not isinstance(value, Mapping):
@@ -155,6 +156,8 @@ class ExecTask:
             out["body"] = self.body
         if self.callback:
             out["callback"] = self.callback
+        if self.errback:
+            out["errback"] = self.errback
         if self.priority:
             out["priority"] = self.priority
         if self.retry_count:

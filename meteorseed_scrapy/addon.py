@@ -1,0 +1,30 @@
+"""One line in ``ADDONS`` turns a Scrapy project into a MeteorSeed worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meteorseed_scrapy.settings import DEFAULTS
+
+SCHEDULER = "meteorseed_scrapy.scheduler.StreamScheduler"
+PIPELINE = "meteorseed_scrapy.pipelines.UpsertPipeline"
+SLOT_MIDDLEWARE = "meteorseed_scrapy.middlewares.SiteSlotMiddleware"
+
+
+class MeteorSeedAddon:
+    """``ADDONS = {"meteorseed_scrapy.addon.MeteorSeedAddon": 0}``.
+
+    Sets the scheduler, the upsert pipeline (last stage, 900) and the downloader middlewares,
+    and the ``METEORSEED_*`` defaults (project settings and ``-s`` still win).
+    """
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> MeteorSeedAddon:
+        return cls()
+
+    def update_settings(self, settings: Any) -> None:
+        settings.set("SCHEDULER", SCHEDULER, priority="addon")
+        settings["ITEM_PIPELINES"][PIPELINE] = 900
+        settings["DOWNLOADER_MIDDLEWARES"][SLOT_MIDDLEWARE] = 50
+        for name, value in DEFAULTS.items():
+            settings.set(name, value, priority="default")

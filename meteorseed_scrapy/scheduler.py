@@ -1,0 +1,255 @@
+"""StreamScheduler: Scrapy's scheduler slot, fed from a Redis Stream consumer group.
+
+``next_request()`` only pops a local buffer that :class:`~meteorseed_scrapy.streams.pump.StreamPump`
+fills in the background. A task is acked only after its final hop was scraped, every item it
+produced passed the store stage (which awaits its commit), and every request it yielded is
+durable in the stream.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import statistics
+import time
+from collections import deque
+from typing import Any
+
+import redis.asyncio as aioredis
+from scrapy import Request, Spider, signals
+from scrapy.exceptions import DontCloseSpider, IgnoreRequest
+from scrapy.http import Response
+from scrapy.utils.defer import deferred_from_coro
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from meteorseed_scrapy.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape, current_scrape, task_of
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
+from meteorseed_scrapy.requests import request_to_task, task_to_request
+from meteorseed_scrapy.settings import WorkerConfig
+from meteorseed_scrapy.streams.consumer import StreamConsumer
+from meteorseed_scrapy.streams.pump import StreamPump
+from meteorseed_scrapy.streams.writer import TaskWriter
+from meteorseed_scrapy.tasks import TaskError
+
+logger = logging.getLogger(__name__)
+
+
+class StreamScheduler:
+    def __init__(self, crawler: Any, config: WorkerConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.keys = KeyLayout(config.namespace)
+        self.stats = crawler.stats
+        settings = crawler.settings
+        self.capacity = settings.getint("CONCURRENT_REQUESTS")
+        self.prefetch = max(1, self.capacity // 2)
+        self.freeze_gc = settings.getbool("METEORSEED_FREEZE_GC", True)
+        self.ledger = TaskLedger()
+        self.hops: deque[Request] = deque()  # retries and redirects of tasks we hold
+        self.spider: Spider | None = None
+        self.redis: Any = None
+        self.pump: StreamPump | None = None
+        self._orig_enqueue_scrape: Any = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> StreamScheduler:
+        return cls(crawler, WorkerConfig.from_settings(crawler.settings))
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def open(self, spider: Spider) -> Deferred[None]:
+        return deferred_from_coro(self._open(spider))
+
+    async def _open(self, spider: Spider) -> None:
+        self.spider = spider
+        scraper = self.crawler.engine.scraper
+        if not callable(getattr(scraper, "enqueue_scrape", None)):
+            raise RuntimeError(
+                "StreamScheduler needs Scraper.enqueue_scrape (Scrapy 2.13-2.19); "
+                "this Scrapy version does not have it"
+            )
+        self._orig_enqueue_scrape = scraper.enqueue_scrape
+        scraper.enqueue_scrape = self._enqueue_scrape
+        self.redis = aioredis.Redis.from_url(
+            self.config.redis_url, decode_responses=True, socket_timeout=10,
+            socket_connect_timeout=5, health_check_interval=15,
+        )
+        consumer = StreamConsumer(self.redis, self.keys, self.config.consumer)
+        self.pump = StreamPump(
+            consumer, TaskWriter(self.redis, self.keys), self.ledger, self.config, self.stats,
+            want=self._want, on_change=self._wake,
+        )
+        sig = self.crawler.signals
+        sig.connect(self._on_idle, signals.spider_idle)
+        sig.connect(self._on_item_error, signals.item_error)
+        sig.connect(self._on_spider_error, signals.spider_error)
+        sig.connect(self._on_opened, signals.spider_opened)
+        logger.info(
+            "StreamScheduler reading %s as consumer %r of group %r (Redis %s)",
+            self.keys.stream, self.config.consumer, self.keys.group,
+            self.redis.connection_pool.connection_kwargs.get("host"),
+        )
+        self.pump.start()
+
+    def _on_opened(self, spider: Spider) -> None:
+        if self.freeze_gc:
+            # Long-lived start-up objects out of the collector's way: measured as the main
+            # cost of a busy worker (see the design notes).
+            gc.collect()
+            gc.freeze()
+
+    def close(self, reason: str) -> Deferred[None]:
+        return deferred_from_coro(self._close(reason))
+
+    async def _close(self, reason: str) -> None:
+        if self.pump is not None:
+            await self.pump.stop()
+            samples = list(self.pump.latencies_ms)
+            if samples:
+                cuts = statistics.quantiles(samples, n=20) if len(samples) > 1 else samples * 19
+                self.stats.set_value("meteorseed/ack_latency_ms/p50", round(statistics.median(samples), 1))
+                self.stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))
+        if self._orig_enqueue_scrape is not None:
+            self.crawler.engine.scraper.enqueue_scrape = self._orig_enqueue_scrape
+        if self.redis is not None:
+            await self.redis.aclose()
+        logger.info("StreamScheduler closed (%s)", reason)
+
+    # -- the engine's side -------------------------------------------------------------------
+    def has_pending_requests(self) -> bool:
+        pump = self.pump
+        return bool(self.hops or (pump and (pump.buffer or pump.outbox)))
+
+    def next_request(self) -> Request | None:
+        if self.hops:
+            return self.hops.popleft()
+        pump = self.pump
+        while pump is not None and pump.buffer and not pump.stopping:
+            entry = pump.buffer.popleft()
+            if self.ledger.get(entry.task.task_id) is not entry:
+                continue  # taken over by another worker meanwhile
+            try:
+                request = task_to_request(entry.task, self.spider)
+            except TaskError as exc:
+                self.ledger.finish_scrape(entry.task.task_id, Outcome.DEAD, f"bad task: {exc}")
+                pump.settle(entry)
+                continue
+            entry.started = True
+            pump.room()
+            self.stats.inc_value("meteorseed/started")
+            return request
+        return None
+
+    def enqueue_request(self, request: Request) -> bool:
+        task = task_of(request)
+        scrape = current_scrape()
+        if task is not None and task.task_id in self.ledger and not (
+            scrape is not None and scrape.task.task_id == task.task_id
+        ):
+            # A retry or redirect of a task we hold: the same task, kept local.
+            self.hops.append(request)
+            return True
+        parent = scrape.task if scrape is not None else None
+        try:
+            child = request_to_task(request, self.spider, parent)
+            child.to_message()  # size check now, where the error can name the request
+        except TaskError as exc:
+            logger.error("Cannot make a task of %s: %s", request, exc)
+            self.stats.inc_value("meteorseed/children/rejected")
+            if scrape is not None:
+                scrape.fail(f"yielded request {request.url}: {exc}")
+            return False
+        assert self.pump is not None
+        if parent is not None:
+            self.ledger.child_added(parent.task_id)
+        self.pump.outbox.append((child, parent.task_id if parent else None, not request.dont_filter))
+        self.pump.kick()
+        return True
+
+    def _want(self) -> int:
+        engine = self.crawler.engine
+        active = len(engine.downloader.active) if engine and engine.downloader else 0
+        started = sum(1 for e in self.ledger.entries() if e.started)
+        return max(0, self.capacity + self.prefetch - max(active, started))
+
+    def _wake(self) -> None:
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None)
+        if slot is not None and getattr(engine.scraper, "slot", None) is not None:
+            slot.nextcall.schedule()
+
+    # -- knowing when a task is finished -----------------------------------------------------
+    def _enqueue_scrape(self, result: Response | Failure, request: Request) -> Deferred[Any]:
+        task = task_of(request)
+        entry = self.ledger.get(task.task_id) if task is not None else None
+        if entry is None:
+            return self._orig_enqueue_scrape(result, request)
+        entry.scrape = Scrape(entry.task)
+        entry.response_at = time.monotonic()
+        token = CURRENT_SCRAPE.set(entry.scrape)
+        try:
+            dfd = self._orig_enqueue_scrape(result, request)
+        finally:
+            CURRENT_SCRAPE.reset(token)
+        dfd.addBoth(self._scrape_finished, entry, result, request)
+        return dfd
+
+    def _scrape_finished(self, passthrough: Any, entry: Entry, result: Response | Failure,
+                         request: Request) -> Any:
+        outcome, reason = self._judge(entry, result, request)
+        settled = self.ledger.finish_scrape(entry.task.task_id, outcome, reason)
+        if settled is not None and self.pump is not None:
+            self.pump.settle(settled)
+        return passthrough
+
+    def _judge(self, entry: Entry, result: Response | Failure,
+               request: Request) -> tuple[Outcome, str]:
+        if isinstance(result, Failure):
+            if result.check(IgnoreRequest):
+                return Outcome.IGNORED, f"ignored: {result.getErrorMessage()}"
+            retries = request.meta.get("retry_times", 0)
+            return Outcome.DEAD, (f"download failed after {retries} retries: "
+                                  f"{result.type.__name__}: {result.getErrorMessage()}"[:2000])
+        entry.status = result.status
+        if result.status < 400 or self._allowed(result.status, request):
+            return Outcome.DONE, ""
+        if result.status in (404, 410):
+            self.stats.inc_value(f"meteorseed/gone/{result.status}")
+            return Outcome.GONE, f"HTTP {result.status}"
+        retries = request.meta.get("retry_times", 0)
+        return Outcome.DEAD, f"HTTP {result.status} after {retries} retries"
+
+    def _allowed(self, status: int, request: Request) -> bool:
+        meta, settings = request.meta, self.crawler.settings
+        if meta.get("handle_httpstatus_all") or settings.getbool("HTTPERROR_ALLOW_ALL"):
+            return True
+        allowed = meta.get("handle_httpstatus_list")
+        if allowed is None:
+            allowed = getattr(self.spider, "handle_httpstatus_list", None) or []
+            allowed = [*allowed, *settings.getlist("HTTPERROR_ALLOWED_CODES")]
+        return status in {int(s) for s in allowed}
+
+    def _on_item_error(self, item: Any, response: Any, spider: Spider, failure: Failure) -> None:
+        scrape = current_scrape()
+        if scrape is not None:
+            scrape.fail(f"item not committed: {failure.type.__name__}: {failure.getErrorMessage()}")
+
+    def _on_spider_error(self, failure: Failure, response: Any, spider: Spider) -> None:
+        scrape = current_scrape()
+        if scrape is not None:
+            scrape.fail(f"callback error: {failure.type.__name__}: {failure.getErrorMessage()}")
+
+    def _on_idle(self, spider: Spider) -> None:
+        pump = self.pump
+        idle_close = self.config.idle_close
+        if pump is not None and idle_close and pump.quiet_since is not None:
+            quiet_for = time.monotonic() - pump.quiet_since
+            if quiet_for >= idle_close:
+                logger.info("Nothing left in namespace %r for %.1fs: closing",
+                            self.keys.namespace, quiet_for)
+                return
+        raise DontCloseSpider
+
+
+__all__ = ["TASK_META_KEY", "StreamScheduler"]

@@ -1,0 +1,321 @@
+"""Background I/O of a worker, on the asyncio loop the reactor runs on.
+
+Three loops, so that the engine's synchronous ``next_request()`` never touches the network:
+
+* read: XREADGROUP into a small local buffer, sized by free download capacity;
+* maintain: XAUTOCLAIM of dead workers' tasks, keep-alive of our own, the namespace-quiet check;
+* flush: children to the stream, acks with completion records, dead letters, failure notes.
+
+Redis going away pauses the loops (with one log line per outage and backoff) and never drops
+what is queued: acks, children and dead letters stay queued until Redis takes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from meteorseed_scrapy.ledger import Entry, TaskLedger
+from meteorseed_scrapy.settings import WorkerConfig
+from meteorseed_scrapy.streams.consumer import Completion, Delivery, StreamConsumer
+from meteorseed_scrapy.streams.writer import TaskWriter, fingerprint
+from meteorseed_scrapy.tasks import ExecTask
+
+logger = logging.getLogger(__name__)
+
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+READ_BLOCK_MS = 500
+
+
+class Outage:
+    """Shared view of Redis availability: one warning per outage, exponential backoff."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.failures = 0
+
+    def failed(self, exc: BaseException, where: str) -> float:
+        self.failures += 1
+        delay = min(30.0, 0.25 * 2 ** min(self.failures, 8)) * random.uniform(0.8, 1.2)
+        if self.since is None:
+            self.since = time.monotonic()
+            logger.warning(
+                "Redis unavailable during %s (%s): worker paused, nothing is lost; retrying",
+                where, exc,
+            )
+        else:
+            logger.debug("Redis still unavailable during %s: %s", where, exc)
+        return delay
+
+    def ok(self) -> None:
+        if self.since is not None:
+            logger.warning(
+                "Redis is back after %.1fs: worker resumed", time.monotonic() - self.since
+            )
+        self.since = None
+        self.failures = 0
+
+
+class StreamPump:
+    def __init__(self, consumer: StreamConsumer, writer: TaskWriter, ledger: TaskLedger,
+                 config: WorkerConfig, stats: Any, *, want: Callable[[], int],
+                 on_change: Callable[[], None]) -> None:
+        self.consumer = consumer
+        self.writer = writer
+        self.ledger = ledger
+        self.config = config
+        self.stats = stats
+        self._want = want
+        self._on_change = on_change
+        self.buffer: deque[Entry] = deque()
+        self.outbox: list[tuple[ExecTask, str | None, bool]] = []
+        self.acks: list[tuple[Completion, float]] = []
+        self.dead: list[tuple[Delivery, str]] = []
+        self.failures: list[tuple[str, str]] = []
+        self.latencies_ms: deque[float] = deque(maxlen=20000)
+        self.outage = Outage()
+        self.ready = False
+        self.stopping = False
+        self.quiet_since: float | None = None
+        self._room = asyncio.Event()
+        self._flush_needed = asyncio.Event()
+        self._flushing = False
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- control ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.ensure_future(self._guard(self._read_once, "read")),
+            asyncio.ensure_future(self._guard(self._maintain_once, "reclaim")),
+            asyncio.ensure_future(self._guard(self._flush_once, "ack", self._flush_needed)),
+        ]
+
+    def room(self) -> None:
+        """The engine took a task: the read loop may fetch more."""
+        self._room.set()
+
+    def kick(self) -> None:
+        self._flush_needed.set()
+
+    @property
+    def local_quiet(self) -> bool:
+        return not (self.buffer or self.outbox or self.acks or self.dead or self.failures
+                    or len(self.ledger) or self._flushing)
+
+    async def stop(self, deadline_s: float = 15.0) -> None:
+        """Stop reading, flush what is queued (within a deadline), hand back the rest."""
+        self.stopping = True
+        self._room.set()
+        self._flush_needed.set()
+        await asyncio.wait(self._tasks[:2], timeout=READ_BLOCK_MS / 1000 + 2)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            try:
+                await self._flush_once()
+                unsettled = [d for e in self.ledger.entries() for d in e.deliveries]
+                n = await self.consumer.hand_back(unsettled, idle_s=self.config.claim_idle + 3600)
+                if n:
+                    logger.info("Handed %d unfinished task(s) back to the stream", n)
+                    self.stats.inc_value("meteorseed/handed_back", n)
+                if not (self.outbox or self.acks or self.dead or self.failures):
+                    return
+            except REDIS_DOWN as exc:
+                await asyncio.sleep(min(self.outage.failed(exc, "shutdown"), 1.0))
+        logger.error(
+            "Stopped with %d ack(s), %d child request(s) and %d dead letter(s) not written: "
+            "those tasks stay pending and will be redelivered",
+            len(self.acks), len(self.outbox), len(self.dead),
+        )
+
+    async def _guard(self, step: Callable[[], Any], where: str,
+                     event: asyncio.Event | None = None) -> None:
+        while not self.stopping:
+            try:
+                if not self.ready:
+                    await self._setup()
+                await step()
+                self.outage.ok()
+            except REDIS_DOWN as exc:
+                self.stats.inc_value("meteorseed/redis/errors")
+                await asyncio.sleep(self.outage.failed(exc, where))
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Unexpected error in the %s loop; continuing", where)
+                await asyncio.sleep(1.0)
+                continue
+            if event is not None:
+                try:
+                    await asyncio.wait_for(event.wait(), 0.05 if self._has_output() else 1.0)
+                except asyncio.TimeoutError:
+                    pass
+                event.clear()
+
+    async def _setup(self) -> None:
+        await self.consumer.ensure_group()
+        if not self.ready:
+            self.ready = True
+            for warning in await self.consumer.check_durability():
+                logger.warning("%s", warning)
+
+    # -- read --------------------------------------------------------------------------------
+    async def _read_once(self) -> None:
+        want = self._want() - len(self.buffer)
+        if want <= 0:
+            self._room.clear()
+            try:
+                await asyncio.wait_for(self._room.wait(), 0.5)
+            except asyncio.TimeoutError:
+                pass
+            return
+        deliveries = await self.consumer.read(want, READ_BLOCK_MS)
+        if self.stopping:
+            await self.consumer.hand_back(deliveries, idle_s=self.config.claim_idle + 3600)
+            return
+        if deliveries:
+            self.stats.inc_value("meteorseed/read", len(deliveries))
+            await self._accept(deliveries)
+
+    async def _accept(self, deliveries: Sequence[Delivery]) -> None:
+        redelivered = [d for d in deliveries if d.task is not None and d.deliveries > 1]
+        records = await self.consumer.completion_records(
+            [d.task.task_id for d in redelivered if d.task is not None]
+        )
+        done = {d.msg_id for d, r in zip(redelivered, records, strict=True) if r}
+        reasons = await self.consumer.failure_notes(
+            [d.task.task_id for d in redelivered if d.task is not None
+             and d.deliveries > self.config.max_deliveries]
+        )
+        for d in deliveries:
+            if d.task is None:
+                self.dead.append((d, d.error))
+            elif d.msg_id in done:
+                # Committed before its worker died, not yet acked: ack without a refetch.
+                self.acks.append((Completion(d.msg_id, d.task.task_id, ""), 0.0))
+                self.stats.inc_value("meteorseed/acked_without_refetch")
+            elif d.deliveries > self.config.max_deliveries:
+                last = reasons.get(d.task.task_id) or "no failure recorded (worker died?)"
+                self.dead.append((d, f"delivered {d.deliveries} times, more than "
+                                     f"METEORSEED_MAX_DELIVERIES={self.config.max_deliveries}; "
+                                     f"last failure: {last}"))
+            else:
+                entry = self.ledger.add(d)
+                if entry is not None:
+                    self.buffer.append(entry)
+        if self.dead or done:
+            self.kick()
+        self._on_change()
+
+    # -- maintain ----------------------------------------------------------------------------
+    async def _maintain_once(self) -> None:
+        claim_idle = self.config.claim_idle
+        tick = max(0.05, min(1.0, claim_idle / 4))
+        now = time.monotonic()
+        if now >= getattr(self, "_next_touch", 0.0):
+            self._next_touch = now + claim_idle / 3
+            lost = await self.consumer.touch(self.ledger.msg_ids())
+            for msg_id in lost:
+                logger.warning("Task message %s was taken over by another worker", msg_id)
+                self.ledger.forget_msg(msg_id)
+        want = self._want() - len(self.buffer)
+        if want > 0 and now >= getattr(self, "_next_reclaim", 0.0):
+            reclaimed = await self.consumer.reclaim(claim_idle, min(want, 100))
+            if reclaimed:
+                self.stats.inc_value("meteorseed/reclaimed", len(reclaimed))
+                logger.info("Reclaimed %d task(s) idle for over %.1fs", len(reclaimed), claim_idle)
+                await self._accept(reclaimed)
+            else:
+                self._next_reclaim = now + max(0.1, claim_idle / 2)
+        if self.config.idle_close:
+            quiet = self.local_quiet and await self.consumer.namespace_quiet()
+            if not quiet:
+                self.quiet_since = None
+            elif self.quiet_since is None:
+                self.quiet_since = time.monotonic()
+            self._on_change()
+        await asyncio.sleep(tick)
+
+    # -- flush -------------------------------------------------------------------------------
+    def _has_output(self) -> bool:
+        return bool(self.outbox or self.acks or self.dead or self.failures)
+
+    async def _flush_once(self) -> None:
+        self._flushing = True
+        try:
+            await self._flush_children()
+            if self.acks:
+                batch = self.acks[:500]
+                await self.consumer.ack([c for c, _ in batch], self.config.done_ttl)
+                del self.acks[: len(batch)]
+                now = time.monotonic()
+                self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
+                self.stats.inc_value("meteorseed/acked", len(batch))
+            while self.dead:
+                delivery, reason = self.dead[0]
+                fp = fingerprint(delivery.task) if delivery.task is not None else ""
+                await self.consumer.dead_letter(delivery, reason, fp)
+                self.dead.pop(0)
+                self.stats.inc_value("meteorseed/dead")
+                logger.error("Dead-lettered task message %s (%s): %s", delivery.msg_id,
+                             delivery.task.url if delivery.task else "undecodable", reason)
+            if self.failures:
+                batch_f = self.failures[:500]
+                await self.consumer.note_failures(batch_f, self.config.done_ttl)
+                del self.failures[: len(batch_f)]
+        finally:
+            self._flushing = False
+        if self._has_output():
+            self._flush_needed.set()
+
+    async def _flush_children(self) -> None:
+        while self.outbox:
+            batch = self.outbox[:500]
+            for dedup in (True, False):
+                tasks = [t for t, _, d in batch if d is dedup]
+                if tasks:
+                    result = await self.writer.add(tasks, dedup=dedup)
+                    self.stats.inc_value("meteorseed/children/enqueued", result.enqueued)
+                    self.stats.inc_value("meteorseed/children/duplicates", result.duplicates)
+            del self.outbox[: len(batch)]
+            for _, parent, _ in batch:
+                if parent is not None:
+                    settled = self.ledger.child_durable(parent)
+                    if settled is not None:
+                        self.settle(settled)
+
+    # -- outcomes ----------------------------------------------------------------------------
+    def settle(self, entry: Entry) -> None:
+        """Queue what a settled task needs: an ack, a dead letter or a failure note."""
+        from meteorseed_scrapy.ledger import Outcome
+
+        self.ledger.pop(entry.task.task_id)
+        outcome = entry.outcome
+        self.stats.inc_value(f"meteorseed/outcome/{outcome.value if outcome else 'none'}")
+        if outcome is Outcome.FAILED:
+            # Left pending: no keep-alive from now on, so it is reclaimed after CLAIM_IDLE.
+            self.failures.append((entry.task.task_id, entry.reason))
+            logger.warning("Task %s (%s) failed and will be redelivered: %s",
+                           entry.task.task_id, entry.task.url, entry.reason)
+        elif outcome is Outcome.DEAD:
+            first, *dups = entry.deliveries
+            self.dead.append((first, entry.reason))
+            self.acks.extend((Completion(d.msg_id, entry.task.task_id, ""), 0.0) for d in dups)
+        else:
+            record = entry.record()
+            self.acks.extend(
+                (Completion(d.msg_id, entry.task.task_id, record), entry.response_at)
+                for d in entry.deliveries
+            )
+        self.kick()
