@@ -1,0 +1,219 @@
+"""``python -m meteorseed_scrapy.testing.demo``: the whole flow on this machine, end to end.
+
+Starts a throwaway Redis and the demo site on free ports, writes a seeds file for three sites,
+runs ``scrapy seed-expand`` and then two ``scrapy crawl demo`` workers in parallel (in
+``example_project/``), waits for both to close when idle and prints a summary that ends with one
+line per site: ``site <site_id>: <n> items stored``. Exit code 1 when a worker failed or nothing
+was stored (with ``--strict``, also when the counts differ from what the demo site holds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import redis
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.testing.redis_server import RedisServer
+from meteorseed_scrapy.testing.sites import PER_PAGE, DemoSite
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_DIR = REPO_ROOT / "example_project"
+NAMESPACE = "demo"
+NEWS_PAGES, SHOP_CATEGORIES, JOBS_PAGES = 5, 3, 3
+#: items the demo site holds per site_id, when every page is fetched once
+EXPECTED = {"demo_news": NEWS_PAGES * PER_PAGE, "demo_shop": SHOP_CATEGORIES * PER_PAGE,
+            "demo_jobs": JOBS_PAGES * PER_PAGE}
+
+
+def demo_seeds(base_url: str) -> list[dict[str, Any]]:
+    """Seeds for the demo site at ``base_url``: one per site, in the contract's JSON Lines shape."""
+    base = base_url.rstrip("/")
+    return [
+        {"seed_id": "news-front-page", "site_id": "demo_news", "task_type": "url_list",
+         "payload": {"urls": [f"{base}/news/list/1"]}},
+        {"seed_id": "shop-categories", "site_id": "demo_shop", "task_type": "url_list",
+         "payload": {"urls": [f"{base}/shop/category/{n}"
+                              for n in range(1, SHOP_CATEGORIES + 1)]}, "priority": 1},
+        {"seed_id": "jobs-api", "site_id": "demo_jobs", "task_type": "url_list",
+         "payload": {"urls": [f"{base}/jobs/api?page=1"]}, "callback": "parse_jobs_api"},
+    ]
+
+
+def write_seeds(path: Path, base_url: str) -> list[str]:
+    """Write :func:`demo_seeds` to ``path``; return the site_ids in order."""
+    seeds = demo_seeds(base_url)
+    path.write_text("".join(json.dumps(seed) + "\n" for seed in seeds), encoding="utf-8")
+    return [seed["site_id"] for seed in seeds]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("SCRAPY_SETTINGS_MODULE", None)  # the project's scrapy.cfg decides
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _stat(log: str, name: str) -> int:
+    """Sum of a numeric stat over every stats dump in a worker's log."""
+    return sum(int(v) for v in re.findall(rf"'{re.escape(name)}': (\d+)", log))
+
+
+def _stored_per_site(db: Path) -> dict[str, int]:
+    if not db.exists():
+        return {}
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        rows = con.execute("SELECT json_extract(doc, '$.site_id'), COUNT(*) FROM items GROUP BY 1")
+        return {str(site): int(n) for site, n in rows}
+    except sqlite3.Error as exc:
+        print(f"could not read {db}: {exc}", file=sys.stderr)
+        return {}
+    finally:
+        con.close()
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def run(workers: int = 2, idle_close: float = 3, timeout: float = 600, strict: bool = False,
+        workdir: Path | None = None, project: Path = PROJECT_DIR) -> int:
+    if not (project / "scrapy.cfg").exists():
+        print(f"no Scrapy project at {project} (use --project)", file=sys.stderr)
+        return 2
+    work = workdir or Path(tempfile.mkdtemp(prefix="meteorseed-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    db, env, keys = work / "demo.db", _env(), KeyLayout(NAMESPACE)
+    scrapy_cmd = [sys.executable, "-m", "scrapy"]
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[IO[bytes]] = []
+    ok = False
+    try:
+        with RedisServer() as server, DemoSite(news_pages=NEWS_PAGES, jobs_pages=JOBS_PAGES,
+                                               shop_categories=SHOP_CATEGORIES) as site:
+            common = ["-s", f"METEORSEED_REDIS_URL={server.url}",
+                      "-s", f"METEORSEED_NAMESPACE={NAMESPACE}"]
+            seeds = work / "demo.jsonl"
+            site_ids = write_seeds(seeds, site.url)
+            print(f"redis {server.url}, demo site {site.url}, files in {work}")
+            expand = subprocess.run([*scrapy_cmd, "seed-expand", str(seeds), *common],
+                                    cwd=project, env=env, capture_output=True, text=True,
+                                    timeout=300)
+            print(f"seed-expand: {expand.stdout.strip() or '(no output)'}")
+            if expand.returncode != 0:
+                print(f"seed-expand failed (exit {expand.returncode}):\n{expand.stderr[-3000:]}",
+                      file=sys.stderr)
+                return 1
+            found = re.search(r"enqueued (\d+)", expand.stdout)
+            enqueued = int(found.group(1)) if found else None
+
+            started = time.monotonic()
+            for i in range(1, workers + 1):
+                logs.append(open(work / f"worker-{i}.log", "wb"))  # noqa: SIM115
+                procs.append(subprocess.Popen(
+                    [*scrapy_cmd, "crawl", "demo", *common,
+                     "-s", f"METEORSEED_STORE_URI=sqlite:///{db}",
+                     "-s", f"METEORSEED_IDLE_CLOSE={idle_close:g}",
+                     "-s", f"METEORSEED_CONSUMER=worker-{i}"],
+                    cwd=project, env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+            print(f"started {workers} workers (logs: {work}/worker-N.log); waiting for them")
+            deadline = started + timeout
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            elapsed = time.monotonic() - started
+            running = [p.poll() is None for p in procs]
+            timed_out = any(running)
+            _stop(procs)
+
+            failed = []
+            pages = errors = 0
+            for i, proc in enumerate(procs, 1):
+                text = (work / f"worker-{i}.log").read_text("utf-8", "replace")
+                pages += _stat(text, "downloader/response_count")
+                errors += _stat(text, "log_count/ERROR")
+                if running[i - 1] or proc.returncode != 0:
+                    failed.append(i)
+                    print(f"--- worker-{i} exit {proc.returncode}, last lines of its log:\n"
+                          + "\n".join(text.splitlines()[-25:]), file=sys.stderr)
+            client = redis.Redis.from_url(server.url)
+            dead, left = int(client.xlen(keys.dead)), int(client.xlen(keys.stream))
+            client.close()
+
+        stored = _stored_per_site(db)
+        busy = max(elapsed - idle_close, 0.001)
+        print(f"tasks enqueued from seeds: {enqueued if enqueued is not None else '?'}")
+        print(f"pages fetched: {pages} ({pages / busy:.1f} pages/s over {busy:.1f} s; "
+              f"{elapsed:.1f} s elapsed including the {idle_close:g} s idle close)")
+        print(f"items stored: {sum(stored.values())}")
+        print(f"dead letters: {dead}; tasks left in the stream: {left}; logged errors: {errors}")
+        if timed_out:
+            print(f"workers were still running after {timeout:g} s and were stopped")
+        mismatched = {s: n for s, n in EXPECTED.items() if stored.get(s, 0) != n}
+        if mismatched:
+            print("expected " + ", ".join(f"{s} {n}" for s, n in EXPECTED.items())
+                  + ": counts differ")
+        for site_id in [*site_ids, *sorted(set(stored) - set(site_ids))]:
+            print(f"site {site_id}: {stored.get(site_id, 0)} items stored")
+        ok = not failed and sum(stored.values()) > 0
+        if strict:
+            ok = ok and not mismatched and dead == 0 and left == 0
+        return 0 if ok else 1
+    finally:
+        _stop(procs)
+        for log in logs:
+            log.close()
+        if workdir is None and ok:
+            shutil.rmtree(work, ignore_errors=True)
+        elif not ok:
+            print(f"(files kept in {work})", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--idle-close", type=float, default=3, help="METEORSEED_IDLE_CLOSE")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for workers")
+    parser.add_argument("--strict", action="store_true",
+                        help="also fail when counts differ, or tasks are dead or left over")
+    parser.add_argument("--workdir", type=Path, help="keep seeds, logs and demo.db here")
+    parser.add_argument("--project", type=Path, default=PROJECT_DIR, help="the Scrapy project")
+    parser.add_argument("--print-seeds", metavar="BASE_URL",
+                        help="print the demo seeds for a demo site at BASE_URL and exit")
+    args = parser.parse_args(argv)
+    if args.print_seeds:
+        for seed in demo_seeds(args.print_seeds):
+            print(json.dumps(seed))
+        return
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        code = run(args.workers, args.idle_close, args.timeout, args.strict,
+                   args.workdir, args.project)
+    except KeyboardInterrupt:
+        print("interrupted; workers stopped", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
