@@ -7,6 +7,7 @@ import pytest
 import redis
 
 from meteorseed_scrapy.testing.redis_server import RedisServer
+from meteorseed_scrapy.testing.sites import DemoSite
 
 
 @pytest.fixture(scope="session")
@@ -39,3 +40,9 @@ def sync_redis(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def demo_site() -> Iterator[DemoSite]:
+    with DemoSite() as site:
+        yield site

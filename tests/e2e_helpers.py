@@ -1,0 +1,113 @@
+"""Real `scrapy crawl` worker processes for end-to-end tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.streams.writer import TaskWriter
+from meteorseed_scrapy.tasks import ExecTask
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = Path(__file__).resolve().parent / "e2e_project"
+
+
+@dataclass
+class Worker:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    stats_path: Path
+
+    def wait(self, timeout: float = 120) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"worker {self.name} did not finish:\n{self.log()[-4000:]}") from None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stats(self) -> dict[str, Any]:
+        return json.loads(self.stats_path.read_text()) if self.stats_path.exists() else {}
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def start_worker(tmp_path: Path, redis_url: str, namespace: str, *, name: str = "w1",
+                 store: Path | None = None, spider_args: dict[str, str] | None = None,
+                 **settings: Any) -> Worker:
+    store = store or tmp_path / "items.db"
+    log_path = tmp_path / f"{name}.log"
+    stats_path = tmp_path / f"{name}.stats.json"
+    base = {
+        "METEORSEED_REDIS_URL": redis_url,
+        "METEORSEED_NAMESPACE": namespace,
+        "METEORSEED_STORE_URI": f"sqlite:///{store}",
+        "METEORSEED_CONSUMER": name,
+        "METEORSEED_IDLE_CLOSE": 2,
+        "LOG_FILE": str(log_path),
+        "PROBE_STATS_FILE": str(stats_path),
+    }
+    base.update(settings)
+    args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "probe"]
+    for key, value in base.items():
+        args += ["-s", f"{key}={value}"]
+    for key, value in (spider_args or {}).items():
+        args += ["-a", f"{key}={value}"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(PROJECT)]))
+    proc = subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    return Worker(name, proc, log_path, stats_path)
+
+
+def enqueue(redis_url: str, namespace: str, urls: Iterable[str], *, site_id: str = "probe",
+            seed_id: str = "s1", dedup: bool = True) -> list[ExecTask]:
+    tasks = [ExecTask.create(seed_id=seed_id, site_id=site_id, url=u) for u in urls]
+
+    async def run() -> None:
+        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            await TaskWriter(client, KeyLayout(namespace)).add(tasks, dedup=dedup)
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+    return tasks
+
+
+def stored_docs(store: Path) -> dict[str, dict[str, Any]]:
+    if not store.exists():
+        return {}
+    with sqlite3.connect(store) as conn:
+        return {row[0]: json.loads(row[1]) for row in conn.execute("SELECT _id, doc FROM items")}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s: {predicate}")

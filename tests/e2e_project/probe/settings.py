@@ -1,0 +1,10 @@
+BOT_NAME = "probe"
+SPIDER_MODULES = ["probe.spiders"]
+ADDONS = {"meteorseed_scrapy.addon.MeteorSeedAddon": 0}
+EXTENSIONS = {"probe.stats_file.StatsFile": 0}
+ROBOTSTXT_OBEY = False
+TELNETCONSOLE_ENABLED = False
+LOG_LEVEL = "INFO"
+CONCURRENT_REQUESTS = 8
+RETRY_TIMES = 1
+DOWNLOAD_TIMEOUT = 20

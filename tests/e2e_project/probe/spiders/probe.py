@@ -1,0 +1,35 @@
+"""A spider whose behaviour the test URLs choose (see the path checks below)."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlparse
+
+import scrapy
+
+
+class ProbeSpider(scrapy.Spider):
+    name = "probe"
+
+    async def start(self) -> Any:
+        # Fed by the stream only; `start_urls` (spider argument) go through the stream too.
+        for url in (getattr(self, "start_urls_csv", "") or "").split(","):
+            if url:
+                yield scrapy.Request(url, meta={"site_id": "probe_start"})
+
+    def parse(self, response: Any) -> Any:
+        parsed = urlparse(response.url)
+        path = parsed.path + (f"?{parsed.query}" if parsed.query else "")
+        if "boom" in parsed.query:
+            raise ValueError(f"boom at {path}")
+        if "badchild" in parsed.query:
+            yield scrapy.Request(response.urljoin("/news/article/999"), meta={"obj": object()})
+            return
+        yield {
+            "unique_key": path,
+            "title": response.css("title::text").get(),
+            "status": response.status,
+        }
+        if getattr(self, "follow", "0") == "1":
+            for href in response.css("a::attr(href)").getall():
+                yield response.follow(href, callback=self.parse, meta={"from": path})
