@@ -182,3 +182,27 @@ def test_command_line_serves_on_the_given_port() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_demo_seeds_are_valid_seeds() -> None:
+    from meteorseed_scrapy.tasks import SeedTask
+    from meteorseed_scrapy.testing.demo import demo_seeds
+
+    seeds = [SeedTask.from_dict(seed) for seed in demo_seeds("http://127.0.0.1:1234/")]
+    assert [seed.site_id for seed in seeds] == ["demo_news", "demo_shop", "demo_jobs"]
+    assert all(url.startswith("http://127.0.0.1:1234/")
+               for seed in seeds for url in seed.payload["urls"])
+
+
+@pytest.mark.e2e
+def test_make_demo_flow_stores_every_item() -> None:
+    """``python -m meteorseed_scrapy.testing.demo --strict``: what ``make demo`` runs."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "meteorseed_scrapy.testing.demo", "--strict", "--timeout", "240"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-3:] == [
+        "site demo_news: 50 items stored",
+        "site demo_shop: 30 items stored",
+        "site demo_jobs: 30 items stored",
+    ]

@@ -15,7 +15,6 @@ ADDONS = {"meteorseed_scrapy.addon.MeteorSeedAddon": 0}
 
 LOG_LEVEL = "INFO"
 CONCURRENT_REQUESTS = 16
-CONCURRENT_REQUESTS_PER_DOMAIN = 16
 
 # The demo site runs on this machine: no robots.txt, and per-site limits well above the polite
 # defaults (2 requests/s, 4 in flight per site), which are meant for other people's servers.

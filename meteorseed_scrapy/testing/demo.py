@@ -85,6 +85,17 @@ def _stored_per_site(db: Path) -> dict[str, int]:
         con.close()
 
 
+def _stream_lengths(url: str, keys: KeyLayout) -> tuple[int | str, int | str]:
+    """XLEN of the dead-letter and task streams, or ``"?"`` when Redis is gone (Ctrl-C)."""
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    try:
+        return int(client.xlen(keys.dead)), int(client.xlen(keys.stream))
+    except redis.RedisError:
+        return "?", "?"
+    finally:
+        client.close()
+
+
 def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for proc in procs:
         if proc.poll() is None:
@@ -110,13 +121,15 @@ def run(workers: int = 2, idle_close: float = 3, timeout: float = 600, strict: b
     logs: list[IO[bytes]] = []
     ok = False
     try:
-        with RedisServer() as server, DemoSite(news_pages=NEWS_PAGES, jobs_pages=JOBS_PAGES,
-                                               shop_categories=SHOP_CATEGORIES) as site:
+        site = DemoSite(news_pages=NEWS_PAGES, shop_categories=SHOP_CATEGORIES,
+                        jobs_pages=JOBS_PAGES)
+        with RedisServer(appendonly=True) as server, site:
             common = ["-s", f"METEORSEED_REDIS_URL={server.url}",
                       "-s", f"METEORSEED_NAMESPACE={NAMESPACE}"]
             seeds = work / "demo.jsonl"
             site_ids = write_seeds(seeds, site.url)
-            print(f"redis {server.url}, demo site {site.url}, files in {work}")
+            kept = "" if workdir else " (removed at the end when all went well)"
+            print(f"redis {server.url}, demo site {site.url}, files in {work}{kept}")
             expand = subprocess.run([*scrapy_cmd, "seed-expand", str(seeds), *common],
                                     cwd=project, env=env, capture_output=True, text=True,
                                     timeout=300)
@@ -156,9 +169,7 @@ def run(workers: int = 2, idle_close: float = 3, timeout: float = 600, strict: b
                     failed.append(i)
                     print(f"--- worker-{i} exit {proc.returncode}, last lines of its log:\n"
                           + "\n".join(text.splitlines()[-25:]), file=sys.stderr)
-            client = redis.Redis.from_url(server.url)
-            dead, left = int(client.xlen(keys.dead)), int(client.xlen(keys.stream))
-            client.close()
+            dead, left = _stream_lengths(server.url, keys)
 
         stored = _stored_per_site(db)
         busy = max(elapsed - idle_close, 0.001)
@@ -177,7 +188,7 @@ def run(workers: int = 2, idle_close: float = 3, timeout: float = 600, strict: b
             print(f"site {site_id}: {stored.get(site_id, 0)} items stored")
         ok = not failed and sum(stored.values()) > 0
         if strict:
-            ok = ok and not mismatched and dead == 0 and left == 0
+            ok = ok and not mismatched and dead == left == 0
         return 0 if ok else 1
     finally:
         _stop(procs)
