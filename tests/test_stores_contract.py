@@ -1,0 +1,319 @@
+"""One contract, every store: SQLite, mongomock-ng, and a real MongoDB when
+``METEORSEED_TEST_MONGO_URL`` is set (e.g. ``mongodb://127.0.0.1:27017``)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from meteorseed_scrapy.stores import (
+    DocumentError,
+    Store,
+    StoreUnavailable,
+    build_document,
+    check_fields,
+    open_store,
+)
+from meteorseed_scrapy.stores import sqlite as sqlite_module
+from meteorseed_scrapy.stores.base import last_wins, utc_timestamp
+from meteorseed_scrapy.stores.mongo import MongoStore
+
+MONGO_ENV = "METEORSEED_TEST_MONGO_URL"
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+
+Opener = Callable[[], Store]
+
+
+def _real_mongo_uri() -> Iterator[str]:
+    base = os.environ.get(MONGO_ENV)
+    if not base:
+        pytest.skip(f"no real MongoDB: set {MONGO_ENV}=mongodb://host:port to run this back end")
+    parts = urlsplit(base)
+    database = f"meteorseed_test_{uuid.uuid4().hex[:10]}"
+    uri = urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, ""))
+    yield uri
+    from pymongo import MongoClient
+
+    client: MongoClient[dict[str, Any]] = MongoClient(base, serverSelectionTimeoutMS=5000)
+    client.drop_database(database)
+    client.close()
+
+
+@pytest.fixture(params=["sqlite", "mongomock", "mongodb"])
+def open_(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens a store (a new connection each call) on one fresh database for this test."""
+    if request.param == "sqlite":
+        uris: Iterator[str] = iter([f"sqlite:///{tmp_path}/items.db"])
+    elif request.param == "mongomock":
+        uris = iter([f"mongomock://{uuid.uuid4().hex}/testdb"])
+    else:
+        uris = _real_mongo_uri()
+    uri = next(uris)
+    opened: list[Store] = []
+
+    def opener() -> Store:
+        store = open_store(uri)
+        opened.append(store)
+        return store
+
+    yield opener
+    for store in opened:
+        store.close()
+    next(uris, None)  # runs the real-MongoDB clean-up
+
+
+@pytest.fixture
+def store(open_: Opener) -> Store:
+    return open_()
+
+
+def doc(key: str, site: str = "news", at: datetime = T0, task: str = "t1", **fields: Any) -> dict:
+    return build_document(
+        check_fields(fields),
+        site_id=site,
+        url=f"https://{site}.example/{key}",
+        seed_id="seed1",
+        task_id=task,
+        unique_key=key,
+        now=at,
+    )
+
+
+def test_insert_then_read(store: Store) -> None:
+    written = doc("a", title="Hello", tags=["x", "y"], nested={"n": 1.5, "big": 2**53 + 1})
+    store.upsert_many([written])
+    got = store.get("news:a")
+    assert got == written
+    assert got["site_id"] == "news" and got["seed_id"] == "seed1" and got["task_id"] == "t1"
+    assert got["url"] == "https://news.example/a"
+    assert got["updated_at"] == got["first_seen_at"] == "2024-01-01T00:00:00.000000Z"
+    assert store.count() == 1
+    assert store.all_ids() == {"news:a"}
+    assert store.get("news:missing") is None
+
+
+def test_values_round_trip_exactly(store: Store) -> None:
+    written = doc("u", text='héllo ✓ "quoted" \\', dollar="$not.a.path", empty={}, none=None)
+    store.upsert_many([written])
+    assert store.get("news:u") == written
+
+
+def test_upsert_replaces_fields_and_keeps_first_seen_at(store: Store) -> None:
+    store.upsert_many([doc("a", title="old", body="gone soon", at=T0, task="t1")])
+    later = T0 + timedelta(hours=1)
+    store.upsert_many([doc("a", title="new", at=later, task="t2")])
+    got = store.get("news:a")
+    assert got is not None
+    assert got["title"] == "new"
+    assert "body" not in got
+    assert got["first_seen_at"] == utc_timestamp(T0)
+    assert got["updated_at"] == utc_timestamp(later)
+    assert got["task_id"] == "t2"
+    assert store.count() == 1
+
+
+def test_batch_with_duplicates_last_wins(store: Store) -> None:
+    batch = [doc(f"k{i}", n=i, at=T0) for i in range(200)]
+    # 50 later versions of keys already in the same batch, each with fewer fields.
+    batch += [doc(f"k{i}", version=2, at=T0 + timedelta(seconds=i)) for i in range(0, 200, 4)]
+    assert len(batch) == 250
+    store.upsert_many(batch)
+    assert store.count() == 200
+    for i in range(200):
+        got = store.get(f"news:k{i}")
+        assert got is not None
+        if i % 4 == 0:
+            assert got.get("version") == 2 and "n" not in got
+            assert got["updated_at"] == utc_timestamp(T0 + timedelta(seconds=i))
+        else:
+            assert got["n"] == i
+        assert got["first_seen_at"] == utc_timestamp(T0)
+
+
+def test_large_batch_crosses_sqlite_chunks(store: Store) -> None:
+    count = sqlite_module.CHUNK_ROWS * 2 + 7
+    store.upsert_many([doc(f"k{i}", n=i) for i in range(count)])
+    assert store.count() == count
+    assert store.get(f"news:k{count - 1}") == doc(f"k{count - 1}", n=count - 1)
+
+
+def test_count_by_site(store: Store) -> None:
+    assert store.count_by_site() == {}
+    store.upsert_many([doc(f"a{i}", site="alpha") for i in range(3)])
+    store.upsert_many([doc(f"b{i}", site="beta") for i in range(5)] + [doc("a0", site="alpha")])
+    assert store.count_by_site() == {"alpha": 3, "beta": 5}
+
+
+def test_replay_is_idempotent_across_connections(open_: Opener) -> None:
+    batch = [doc(f"k{i}", n=i) for i in range(30)]
+    first = open_()
+    first.upsert_many(batch)
+    before = list(first.iter_docs())
+    first.close()
+    second = open_()
+    second.upsert_many(batch)
+    second.upsert_many(batch)
+    assert second.count() == 30
+    assert list(second.iter_docs()) == before
+
+
+def test_empty_batch_is_a_no_op(store: Store) -> None:
+    store.upsert_many([])
+    assert store.count() == 0
+
+
+# -- SQLite: several processes, one file --------------------------------------------------
+
+
+def _sqlite_writer(uri: str, worker: int, batches: int, size: int, barrier: Any) -> None:
+    store = open_store(uri)
+    barrier.wait()
+    for b in range(batches):
+        docs = [doc(f"w{worker}-{b}-{i}", worker=worker) for i in range(size)]
+        docs += [doc(f"shared-{i}", worker=worker, batch=b) for i in range(5)]
+        store.upsert_many(docs)
+    store.close()
+
+
+def test_sqlite_concurrent_processes_lose_nothing(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/shared.db"
+    workers, batches, size = 3, 25, 40
+    ctx = multiprocessing.get_context("spawn")  # no fork of a threaded test process
+    barrier = ctx.Barrier(workers)
+    procs = [
+        ctx.Process(target=_sqlite_writer, args=(uri, w, batches, size, barrier))
+        for w in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert [proc.exitcode for proc in procs] == [0] * workers
+    with open_store(uri) as store:
+        assert store.count() == workers * batches * size + 5
+        for w in range(workers):
+            assert store.get(f"news:w{w}-{batches - 1}-{size - 1}") is not None
+        shared = store.get("news:shared-0")
+        assert shared is not None and shared["batch"] == batches - 1
+    conn = sqlite3.connect(tmp_path / "shared.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+
+
+def test_sqlite_lock_held_too_long_is_store_unavailable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT", 0.05)
+    monkeypatch.setattr(sqlite_module, "LOCK_ATTEMPTS", 2)
+    path = tmp_path / "locked.db"
+    store = open_store(f"sqlite:///{path}")
+    store.upsert_many([doc("first")])
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process holding the write lock
+    with pytest.raises(StoreUnavailable, match="locked"):
+        store.upsert_many([doc("second")])
+    holder.execute("ROLLBACK")
+    holder.close()
+    store.upsert_many([doc("second")])  # the same store recovers once the lock is free
+    assert store.count() == 2
+    store.close()
+
+
+def test_sqlite_uri_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert sqlite_module.sqlite_path("sqlite:///rel/items.db") == "rel/items.db"
+    assert sqlite_module.sqlite_path("sqlite:////abs/items.db") == "/abs/items.db"
+    with open_store("sqlite:///sub/dir/items.db") as store:  # missing directories are created
+        store.upsert_many([doc("a")])
+    assert (tmp_path / "sub" / "dir" / "items.db").exists()
+
+
+# -- MongoDB specifics and shared helpers -------------------------------------------------
+
+
+def test_unreachable_mongodb_is_store_unavailable() -> None:
+    store = open_store("mongodb://127.0.0.1:1/db?serverSelectionTimeoutMS=200")
+    assert isinstance(store, MongoStore) and store.collection.database.name == "db"
+    with pytest.raises(StoreUnavailable):
+        store.upsert_many([doc("a")])
+    store.close()
+
+
+def test_mongo_database_defaults_to_meteorseed() -> None:
+    store = open_store("mongodb://127.0.0.1:1")
+    assert isinstance(store, MongoStore)
+    assert store.collection.full_name == "meteorseed.items"
+    store.close()
+
+
+@pytest.mark.parametrize("uri", ["redis://x", "postgres://db/x", "items.db", "sqlite://"])
+def test_unknown_store_uri_names_the_setting(uri: str) -> None:
+    with pytest.raises(ValueError, match="METEORSEED_STORE_URI"):
+        open_store(uri)
+
+
+def test_build_document_shape_and_reserved_fields() -> None:
+    built = build_document(
+        {"title": "x", "unique_key": "k"},
+        site_id="s",
+        url="https://s.example/",
+        seed_id="seed",
+        task_id="t",
+        unique_key="k",
+        now=T0,
+    )
+    assert next(iter(built)) == "_id" and built["_id"] == "s:k"
+    assert built["unique_key"] == "k"  # the item's own field is kept
+    item_url = build_document(
+        {"url": "https://s.example/final"},
+        site_id="s",
+        url="https://s.example/",
+        seed_id=None,
+        task_id=None,
+        unique_key="k",
+    )
+    assert item_url["url"] == "https://s.example/final"
+    with pytest.raises(DocumentError, match="updated_at"):
+        build_document(
+            {"updated_at": "yesterday"},
+            site_id="s",
+            url=None,
+            seed_id=None,
+            task_id=None,
+            unique_key="k",
+        )
+
+
+@pytest.mark.parametrize(
+    ("fields", "field_name"),
+    [
+        ({"when": datetime.now()}, "when"),
+        ({"deep": {"list": [1, {2}]}}, r"deep\.list\[1\]"),
+        ({"score": float("nan")}, "score"),
+        ({"$set": 1}, r"\$set"),
+        ({"m": {3: "int key"}}, "m.3"),
+    ],
+)
+def test_check_fields_names_the_bad_field(fields: dict, field_name: str) -> None:
+    with pytest.raises(DocumentError, match=field_name):
+        check_fields(fields)
+
+
+def test_check_fields_normalises_tuples() -> None:
+    assert check_fields({"t": (1, (2, 3))}) == {"t": [1, [2, 3]]}
+
+
+def test_last_wins_keeps_first_seen_of_the_first_occurrence() -> None:
+    a1 = {"_id": "a", "v": 1, "first_seen_at": "1"}
+    b = {"_id": "b", "v": 1, "first_seen_at": "1"}
+    a2 = {"_id": "a", "v": 2, "first_seen_at": "2"}
+    assert last_wins([a1, b, a2]) == [b, {"_id": "a", "v": 2, "first_seen_at": "1"}]
