@@ -100,7 +100,11 @@ def stored_docs(store: Path) -> dict[str, dict[str, Any]]:
     if not store.exists():
         return {}
     with sqlite3.connect(store) as conn:
-        return {row[0]: json.loads(row[1]) for row in conn.execute("SELECT _id, doc FROM items")}
+        try:
+            rows = conn.execute("SELECT _id, doc FROM items").fetchall()
+        except sqlite3.OperationalError:  # the worker has not created the table yet
+            return {}
+        return {row[0]: json.loads(row[1]) for row in rows}
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.1) -> Any:
