@@ -1,0 +1,1 @@
+"""Scrapy commands added by meteorseed_scrapy (registered via the scrapy.commands entry point)."""

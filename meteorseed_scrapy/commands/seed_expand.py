@@ -1,0 +1,199 @@
+"""``scrapy seed-expand FILE|-``: expand JSON Lines seeds into exec tasks in the Redis stream.
+
+Registered through the ``scrapy.commands`` entry point, so it works inside any Scrapy project
+(reading its settings) and outside one (Scrapy's defaults plus ``-s``). It needs no crawler and
+no reactor: its Redis work runs in a plain ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from contextlib import ExitStack
+from typing import IO, Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis.asyncio
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.seeding.expand import (
+    MAX_LINE_BYTES,
+    MAX_URLS_PER_LINE,
+    ExpandSummary,
+    Rejection,
+    expand_stream,
+    read_lines,
+)
+from meteorseed_scrapy.settings import DEFAULTS, redis_url_from
+from meteorseed_scrapy.streams.writer import TaskWriter
+
+__all__ = ["Command", "ExpandSummary", "expand_stream"]
+
+EXIT_REJECTED = 1
+EXIT_FAILED = 2
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, fit for an error message."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = f"{parts.username}:***@" if parts.username else "***@"
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+def _say(message: str) -> None:
+    print(f"seed-expand: {message}", file=sys.stderr, flush=True)
+
+
+class Command(ScrapyCommand):
+    requires_project = False
+    # No crawler, hence no reactor: the command only talks to Redis.
+    requires_crawler_process = False
+    default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "[options] FILE|-"
+
+    def short_desc(self) -> str:
+        return "Expand JSON Lines seeds into exec tasks in the Redis task stream"
+
+    def long_desc(self) -> str:
+        return (
+            "Read seeds, one JSON object per line, from FILE (or stdin for -), expand each into "
+            "exec tasks and enqueue them in the Redis task stream, skipping URLs the site has "
+            "already seen. A line may hold up to "
+            f"{MAX_LINE_BYTES // (1024 * 1024)} MiB and {MAX_URLS_PER_LINE} URLs. A bad line is "
+            "reported on stderr as 'line N: reason', a bad URL in a good line as "
+            "'line N, url M: reason', where N counts lines from 1 and M is the 0-based index of "
+            "the URL in payload.urls; everything else is still enqueued. The last stdout line "
+            "reads 'read N lines, enqueued E, duplicates D, rejected R'. Exit code: 0 when "
+            f"nothing was rejected, {EXIT_REJECTED} when something was, {EXIT_FAILED} when Redis "
+            "or the input failed. While more than METEORSEED_MAX_BACKLOG tasks wait in the "
+            "stream, the command pauses until workers catch up. Settings: METEORSEED_REDIS_URL, "
+            "METEORSEED_NAMESPACE, METEORSEED_MAX_BACKLOG (use -s NAME=VALUE)."
+        )
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        group = parser.add_argument_group(title="seed-expand options")
+        group.add_argument(
+            "--batch-size", type=int, default=500, metavar="N",
+            help="tasks per Redis round trip (default: 500)",
+        )
+        group.add_argument(
+            "--no-dedup", action="store_true",
+            help="enqueue every URL, even one its site has already seen",
+        )
+
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        super().process_options(args, opts)
+        if opts.batch_size < 1:
+            raise UsageError("--batch-size must be at least 1", print_help=False)
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        # Scrapy parses with parse_known_args: a mistyped option lands in args.
+        unknown = [arg for arg in args if arg.startswith("-") and arg != "-"]
+        if unknown:
+            raise UsageError(f"unknown option {unknown[0]}", print_help=False)
+        if len(args) != 1:
+            raise UsageError("expected exactly one FILE argument (- reads stdin)")
+        redis_url = redis_url_from(self.settings)
+        namespace = self.settings.get("METEORSEED_NAMESPACE") or DEFAULTS["METEORSEED_NAMESPACE"]
+        try:
+            keys = KeyLayout(str(namespace))
+        except ValueError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        max_backlog = self._max_backlog()
+
+        with ExitStack() as stack:
+            try:
+                source: IO[bytes] = (
+                    sys.stdin.buffer if args[0] == "-" else stack.enter_context(open(args[0], "rb"))
+                )
+            except OSError as exc:
+                _say(f"cannot read {args[0]}: {exc.strerror or exc}")
+                self.exitcode = EXIT_FAILED
+                return
+            summary = ExpandSummary()
+            code = EXIT_FAILED
+            try:
+                asyncio.run(self._expand(source, redis_url, keys, opts, max_backlog, summary))
+                failure = ""
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                failure = f"cannot reach Redis at {redact(redis_url)}: {exc}"
+            except RedisError as exc:
+                failure = f"Redis error at {redact(redis_url)}: {exc}"
+            except OSError as exc:
+                failure = f"cannot read {args[0]}: {exc.strerror or exc}"
+            except KeyboardInterrupt:
+                failure, code = "interrupted", 130
+            if failure:
+                # One line, no traceback: these are operating conditions, not bugs.
+                _say(failure + _progress(summary, not opts.no_dedup))
+                self.exitcode = code
+                return
+        print(summary, flush=True)
+        self.exitcode = EXIT_REJECTED if summary.rejected else 0
+
+    def _max_backlog(self) -> int:
+        assert self.settings is not None
+        raw = self.settings.get("METEORSEED_MAX_BACKLOG")
+        if raw is None or raw == "":
+            return int(DEFAULTS["METEORSEED_MAX_BACKLOG"])
+        try:
+            value = int(raw)
+        except (TypeError, ValueError):
+            raise UsageError(
+                f"METEORSEED_MAX_BACKLOG: expected an integer, got {raw!r}", print_help=False
+            ) from None
+        if value < 0:
+            raise UsageError("METEORSEED_MAX_BACKLOG: must be >= 0", print_help=False)
+        return value
+
+    async def _expand(
+        self, source: IO[bytes], redis_url: str, keys: KeyLayout, opts: argparse.Namespace,
+        max_backlog: int, summary: ExpandSummary,
+    ) -> None:
+        # A bounded connect timeout: an unreachable host must fail fast, not hang the command.
+        client = redis.asyncio.Redis.from_url(
+            redis_url, socket_connect_timeout=10, socket_timeout=60
+        )
+        try:
+            await client.ping()  # fail before reading any input when Redis is not there
+            await expand_stream(
+                read_lines(source),
+                TaskWriter(client, keys),
+                batch_size=opts.batch_size,
+                on_error=_report_rejection,
+                max_backlog=max_backlog,
+                dedup=not opts.no_dedup,
+                on_wait=lambda backlog: _say(
+                    f"{backlog} tasks waiting (more than {max_backlog}); "
+                    "pausing until workers catch up"
+                ),
+                summary=summary,
+            )
+        finally:
+            await client.aclose()
+
+
+def _report_rejection(rejection: Rejection) -> None:
+    print(rejection, file=sys.stderr, flush=True)
+
+
+def _progress(summary: ExpandSummary, dedup: bool) -> str:
+    if not summary.lines:
+        return ""
+    rerun = "; re-running skips the URLs already enqueued" if dedup else ""
+    return f" (stopped after: {summary}{rerun})"

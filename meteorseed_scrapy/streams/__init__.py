@@ -1,0 +1,1 @@
+"""Redis Streams plumbing: writing tasks, reading, acking and dead letters."""

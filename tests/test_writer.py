@@ -1,0 +1,278 @@
+"""TaskWriter and enqueue.lua on a real Redis: dedup, atomicity, release, backlog, backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.streams.writer import (
+    CHUNK_SIZE,
+    AddResult,
+    TaskWriter,
+    fingerprint,
+)
+from meteorseed_scrapy.tasks import MAX_MESSAGE_BYTES, ExecTask, TaskError
+
+T = TypeVar("T")
+
+
+def task(url: str, site: str = "site_a", **kwargs: Any) -> ExecTask:
+    return ExecTask.create(seed_id="seed1", site_id=site, url=url, **kwargs)
+
+
+def with_writer(redis_url: str, namespace: str,
+                body: Callable[[TaskWriter], Awaitable[T]]) -> T:
+    async def main() -> T:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            return await body(TaskWriter(client, KeyLayout(namespace)))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def stream_tasks(sync_redis: redis.Redis, namespace: str) -> list[ExecTask]:
+    entries: Any = sync_redis.xrange(KeyLayout(namespace).stream)  # redis-py's union type
+    return [ExecTask.from_message(fields) for _, fields in entries]
+
+
+def drain(sync_redis: redis.Redis, keys: KeyLayout, count: int | None = None) -> int:
+    """Act as a worker: read up to ``count`` entries, then XACK + XDEL them."""
+    try:
+        sync_redis.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+    reply: Any = sync_redis.xreadgroup(keys.group, "c1", {keys.stream: ">"}, count=count)
+    ids = [msg_id for _, messages in reply for msg_id, _ in messages]
+    if ids:
+        sync_redis.xack(keys.stream, keys.group, *ids)
+        sync_redis.xdel(keys.stream, *ids)
+    return len(ids)
+
+
+# -- fingerprint -----------------------------------------------------------------------------
+
+def test_fingerprint_uses_canonical_url_and_is_compact() -> None:
+    a = fingerprint(task("https://Example.com/p?b=2&a=1#frag"))
+    assert a == fingerprint(task("https://example.com/p?a=1&b=2"))
+    assert a != fingerprint(task("https://example.com/p?a=1&b=3"))
+    assert len(a) == 32 and int(a, 16) >= 0
+
+
+def test_fingerprint_includes_method_and_body_for_non_get() -> None:
+    url = "https://example.com/search"
+    get = fingerprint(task(url))
+    post_a = fingerprint(task(url, method="POST", body="q=a"))
+    post_b = fingerprint(task(url, method="POST", body="q=b"))
+    assert len({get, post_a, post_b}) == 3
+    assert fingerprint(task(url, method="post", body="q=a")) == post_a
+    assert fingerprint(task(url, method="HEAD")) != get
+
+
+# -- add ---------------------------------------------------------------------------------------
+
+def test_dedup_within_a_batch_and_across_batches(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    first = [
+        task("https://example.com/1"),
+        task("https://example.com/2"),
+        task("https://EXAMPLE.com/1#top"),  # same canonical URL as the first
+        task("https://example.com/1", site="site_b"),  # dedup is per site
+    ]
+    second = [task("https://example.com/2"), task("https://example.com/3")]
+
+    async def body(writer: TaskWriter) -> tuple[AddResult, AddResult]:
+        return await writer.add(first), await writer.add(second)
+
+    r1, r2 = with_writer(redis_url, namespace, body)
+    assert r1 == AddResult(enqueued=3, duplicates=1)
+    assert r2 == AddResult(enqueued=1, duplicates=1)
+    got = [(t.site_id, t.url) for t in stream_tasks(sync_redis, namespace)]
+    assert got == [
+        ("site_a", "https://example.com/1"),
+        ("site_a", "https://example.com/2"),
+        ("site_b", "https://example.com/1"),
+        ("site_a", "https://example.com/3"),
+    ]
+    keys = KeyLayout(namespace)
+    assert sync_redis.scard(keys.seen("site_a")) == 3
+    assert sync_redis.scard(keys.seen("site_b")) == 1
+    # the stream carries the tasks themselves, intact
+    assert stream_tasks(sync_redis, namespace)[0] == first[0]
+
+
+def test_no_dedup_enqueues_every_task_and_leaves_seen_sets_alone(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    tasks = [task("https://example.com/1"), task("https://example.com/1")]
+    result = with_writer(redis_url, namespace, lambda w: w.add(tasks, dedup=False))
+    assert result == AddResult(enqueued=2, duplicates=0)
+    assert sync_redis.xlen(KeyLayout(namespace).stream) == 2
+    assert not sync_redis.exists(KeyLayout(namespace).seen("site_a"))
+
+
+def test_add_sends_one_script_call_per_chunk_in_order(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    n = 2 * CHUNK_SIZE + 7
+    tasks = [task(f"https://example.com/{i}") for i in range(n)]
+
+    def evalsha_calls() -> int:
+        stats = sync_redis.info("commandstats").get("cmdstat_evalsha", {})
+        return int(stats.get("calls", 0))
+
+    async def body(writer: TaskWriter) -> AddResult:
+        await writer.add([task("https://example.com/warm-up")])  # loads the script
+        before = evalsha_calls()
+        result = await writer.add(tasks)
+        assert evalsha_calls() - before == 3
+        return result
+
+    assert with_writer(redis_url, namespace, body) == AddResult(enqueued=n, duplicates=0)
+    urls = [t.url for t in stream_tasks(sync_redis, namespace)][1:]
+    assert urls == [t.url for t in tasks]
+
+
+def test_too_large_task_fails_before_anything_is_sent(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    huge = task("https://example.com/big", meta={"blob": "x" * MAX_MESSAGE_BYTES})
+    tasks = [task(f"https://example.com/{i}") for i in range(CHUNK_SIZE + 1)] + [huge]
+    with pytest.raises(TaskError, match="bytes"):
+        with_writer(redis_url, namespace, lambda w: w.add(tasks))
+    keys = KeyLayout(namespace)
+    assert sync_redis.xlen(keys.stream) == 0
+    assert not sync_redis.exists(keys.seen("site_a"))
+
+
+def test_script_fails_as_a_whole_on_a_wrong_key_type(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    keys = KeyLayout(namespace)
+    sync_redis.set(keys.seen("site_b"), "not a set")
+    tasks = [task("https://example.com/1"), task("https://example.com/2", site="site_b")]
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        with_writer(redis_url, namespace, lambda w: w.add(tasks))
+    assert sync_redis.xlen(keys.stream) == 0
+    assert not sync_redis.exists(keys.seen("site_a"))
+
+
+def test_two_concurrent_writers_never_enqueue_a_url_twice(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    urls = [f"https://example.com/item/{i}" for i in range(5000)]
+
+    async def main() -> list[AddResult]:
+        clients = [aioredis.Redis.from_url(redis_url) for _ in range(2)]
+        try:
+            writers = [TaskWriter(c, KeyLayout(namespace)) for c in clients]
+            # each writer has its own task objects (own task ids), as two processes would
+            return await asyncio.gather(*(
+                w.add([task(u) for u in (urls if i == 0 else reversed(urls))])
+                for i, w in enumerate(writers)
+            ))
+        finally:
+            for c in clients:
+                await c.aclose()
+
+    results = asyncio.run(main())
+    assert sum(r.enqueued for r in results) == 5000
+    assert sum(r.duplicates for r in results) == 5000
+    assert sync_redis.xlen(KeyLayout(namespace).stream) == 5000
+    assert sorted(t.url for t in stream_tasks(sync_redis, namespace)) == sorted(urls)
+
+
+def test_release_makes_a_url_enqueuable_again(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    first = task("https://example.com/retry-me", method="POST", body="x=1")
+    again = task("https://example.com/retry-me", method="POST", body="x=1")
+
+    async def body(writer: TaskWriter) -> list[AddResult]:
+        out = [await writer.add([first]), await writer.add([again])]
+        await writer.release(first)
+        out.append(await writer.add([again]))
+        return out
+
+    assert with_writer(redis_url, namespace, body) == [
+        AddResult(1, 0), AddResult(0, 1), AddResult(1, 0)
+    ]
+    assert sync_redis.xlen(KeyLayout(namespace).stream) == 2
+
+
+# -- backlog and backpressure ------------------------------------------------------------------
+
+def test_backlog_counts_waiting_tasks_only(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    keys = KeyLayout(namespace)
+
+    async def body(writer: TaskWriter) -> list[int]:
+        seen = [await writer.backlog()]  # no stream at all
+        await writer.add([task(f"https://example.com/{i}") for i in range(10)])
+        seen.append(await writer.backlog())  # no consumer group yet: all waiting
+        sync_redis.xgroup_create(keys.stream, keys.group, id="0")
+        sync_redis.xreadgroup(keys.group, "c1", {keys.stream: ">"}, count=4)
+        seen.append(await writer.backlog())  # 4 delivered, pending
+        assert drain(sync_redis, keys, count=3) == 3  # 3 more delivered, acked and deleted
+        seen.append(await writer.backlog())
+        drain(sync_redis, keys)
+        seen.append(await writer.backlog())
+        return seen
+
+    assert with_writer(redis_url, namespace, body) == [0, 10, 6, 3, 0]
+    assert sync_redis.xlen(keys.stream) == 4  # the 4 never acked are still there
+
+
+def test_wait_for_room_returns_at_once_when_there_is_room(
+    redis_url: str, namespace: str
+) -> None:
+    calls: list[int] = []
+
+    async def body(writer: TaskWriter) -> None:
+        await writer.add([task(f"https://example.com/{i}") for i in range(3)])
+        await writer.wait_for_room(3, calls.append, poll=0.01)
+
+    with_writer(redis_url, namespace, body)
+    assert calls == []
+
+
+def test_wait_for_room_waits_until_workers_drain_the_backlog(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    keys = KeyLayout(namespace)
+
+    async def body(writer: TaskWriter) -> list[int]:
+        await writer.add([task(f"https://example.com/{i}") for i in range(5)])
+        calls: list[int] = []
+        reported = asyncio.Event()
+
+        def on_wait(backlog: int) -> None:
+            calls.append(backlog)
+            reported.set()
+
+        waiting = asyncio.create_task(writer.wait_for_room(2, on_wait, poll=0.01))
+        await asyncio.wait_for(reported.wait(), 30)
+        await asyncio.sleep(0.05)  # several more polls: still over the limit
+        assert not waiting.done()
+        assert drain(sync_redis, keys, count=3) == 3
+        await asyncio.wait_for(waiting, 30)
+        return calls
+
+    # reported once (not once per poll), with the backlog it saw
+    assert with_writer(redis_url, namespace, body) == [5]
+    assert sync_redis.xlen(keys.stream) == 2  # waiting never trims
+
+
+def test_wait_for_room_rejects_a_negative_limit(redis_url: str, namespace: str) -> None:
+    with pytest.raises(ValueError, match="max_backlog"):
+        with_writer(redis_url, namespace, lambda w: w.wait_for_room(-1, print))
