@@ -84,7 +84,8 @@ def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | 
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError):
-            raise TaskError(f"cb_kwargs.{key}", f"is not JSON-serialisable: {value!r}"[:300]) from None
+            problem = f"is not JSON-serialisable: {value!r}"[:300]
+            raise TaskError(f"cb_kwargs.{key}", problem) from None
     try:
         body = request.body.decode("utf-8")
     except UnicodeDecodeError:

@@ -108,7 +108,8 @@ class StreamScheduler:
             samples = list(self.pump.latencies_ms)
             if samples:
                 cuts = statistics.quantiles(samples, n=20) if len(samples) > 1 else samples * 19
-                self.stats.set_value("meteorseed/ack_latency_ms/p50", round(statistics.median(samples), 1))
+                p50 = round(statistics.median(samples), 1)
+                self.stats.set_value("meteorseed/ack_latency_ms/p50", p50)
                 self.stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))
         if self._orig_enqueue_scrape is not None:
             self.crawler.engine.scraper.enqueue_scrape = self._orig_enqueue_scrape
@@ -163,7 +164,8 @@ class StreamScheduler:
         assert self.pump is not None
         if parent is not None:
             self.ledger.child_added(parent.task_id)
-        self.pump.outbox.append((child, parent.task_id if parent else None, not request.dont_filter))
+        parent_id = parent.task_id if parent else None
+        self.pump.outbox.append((child, parent_id, not request.dont_filter))
         self.pump.kick()
         return True
 
@@ -209,8 +211,8 @@ class StreamScheduler:
             if result.check(IgnoreRequest):
                 return Outcome.IGNORED, f"ignored: {result.getErrorMessage()}"
             retries = request.meta.get("retry_times", 0)
-            return Outcome.DEAD, (f"download failed after {retries} retries: "
-                                  f"{result.type.__name__}: {result.getErrorMessage()}"[:2000])
+            error = f"{type(result.value).__name__}: {result.getErrorMessage()}"
+            return Outcome.DEAD, f"download failed after {retries} retries: {error}"[:2000]
         entry.status = result.status
         if result.status < 400 or self._allowed(result.status, request):
             return Outcome.DONE, ""
@@ -233,12 +235,14 @@ class StreamScheduler:
     def _on_item_error(self, item: Any, response: Any, spider: Spider, failure: Failure) -> None:
         scrape = current_scrape()
         if scrape is not None:
-            scrape.fail(f"item not committed: {failure.type.__name__}: {failure.getErrorMessage()}")
+            error = f"{type(failure.value).__name__}: {failure.getErrorMessage()}"
+            scrape.fail(f"item not committed: {error}")
 
     def _on_spider_error(self, failure: Failure, response: Any, spider: Spider) -> None:
         scrape = current_scrape()
         if scrape is not None:
-            scrape.fail(f"callback error: {failure.type.__name__}: {failure.getErrorMessage()}")
+            error = f"{type(failure.value).__name__}: {failure.getErrorMessage()}"
+            scrape.fail(f"callback error: {error}")
 
     def _on_idle(self, spider: Spider) -> None:
         pump = self.pump

@@ -13,7 +13,8 @@ from typing import Any
 
 @cache
 def script_source(name: str) -> str:
-    return resources.files("meteorseed_scrapy").joinpath("lua").joinpath(f"{name}.lua").read_text("utf-8")
+    lua = resources.files("meteorseed_scrapy").joinpath("lua")
+    return lua.joinpath(f"{name}.lua").read_text("utf-8")
 
 
 def register(redis: Any, name: str) -> Any:

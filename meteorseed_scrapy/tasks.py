@@ -228,7 +228,9 @@ class SeedTask:
         _check_id("seed_id", self.seed_id)
         _check_id("site_id", self.site_id)
         if self.task_type not in TASK_TYPES:
-            raise TaskError("task_type", f"must be one of {sorted(TASK_TYPES)}, got {self.task_type!r}")
+            raise TaskError(
+                "task_type", f"must be one of {sorted(TASK_TYPES)}, got {self.task_type!r}"
+            )
         if not isinstance(self.payload, Mapping):
             raise TaskError("payload", "must be an object")
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):

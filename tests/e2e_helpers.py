@@ -38,7 +38,8 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"worker {self.name} did not finish:\n{self.log()[-4000:]}") from None
+            tail = self.log()[-4000:]
+            raise AssertionError(f"worker {self.name} did not finish:\n{tail}") from None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

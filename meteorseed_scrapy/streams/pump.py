@@ -13,6 +13,7 @@ what is queued: acks, children and dead letters stay queued until Redis takes th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -157,10 +158,8 @@ class StreamPump:
                 await asyncio.sleep(1.0)
                 continue
             if event is not None:
-                try:
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(event.wait(), 0.05 if self._has_output() else 1.0)
-                except asyncio.TimeoutError:
-                    pass
                 event.clear()
 
     async def _setup(self) -> None:
@@ -175,10 +174,8 @@ class StreamPump:
         want = self._want() - len(self.buffer)
         if want <= 0:
             self._room.clear()
-            try:
+            with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._room.wait(), 0.5)
-            except asyncio.TimeoutError:
-                pass
             return
         deliveries = await self.consumer.read(want, READ_BLOCK_MS)
         if self.stopping:

