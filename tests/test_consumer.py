@@ -1,0 +1,598 @@
+"""StreamConsumer against a real redis-server (read, ack, reclaim, touch, hand back, dead letter).
+
+pytest-asyncio is not used: each test runs its coroutine with ``asyncio.run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import pytest
+import redis
+from redis.asyncio import Redis
+from redis.exceptions import ResponseError
+
+from meteorseed_scrapy.keys import GROUP, KeyLayout
+from meteorseed_scrapy.streams.consumer import Delivery, StreamConsumer
+from meteorseed_scrapy.streams.writer import TaskWriter, fingerprint
+from meteorseed_scrapy.tasks import ExecTask
+
+T = TypeVar("T")
+
+
+def arun(redis_url: str, body: Callable[[Any], Awaitable[T]]) -> T:
+    """Run ``body(client)`` on a fresh ``redis.asyncio`` client (decode_responses=True)."""
+
+    async def main() -> T:
+        client = Redis.from_url(redis_url, decode_responses=True)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def make_task(n: int = 0, site_id: str = "news") -> ExecTask:
+    return ExecTask.create(seed_id="s1", site_id=site_id, url=f"https://example.com/p/{n}")
+
+
+def add(sync_redis: redis.Redis, keys: KeyLayout, fields: dict[str, str]) -> str:
+    return str(sync_redis.xadd(keys.stream, fields))
+
+
+def pending(sync_redis: redis.Redis, keys: KeyLayout, idle_ms: int | None = None
+            ) -> dict[str, dict[str, Any]]:
+    """XPENDING extended form, keyed by message id."""
+    rows = sync_redis.xpending_range(keys.stream, GROUP, "-", "+", 1000, idle=idle_ms)
+    return {row["message_id"]: row for row in rows}
+
+
+def pending_count(sync_redis: redis.Redis, keys: KeyLayout) -> int:
+    return int(sync_redis.xpending(keys.stream, GROUP)["pending"])
+
+
+def set_idle(sync_redis: redis.Redis, keys: KeyLayout, owner: str, msg_id: str, ms: int) -> None:
+    """Test setup: make an entry look idle for ``ms`` (JUSTID keeps its delivery count)."""
+    sync_redis.xclaim(keys.stream, GROUP, owner, 0, [msg_id], idle=ms, justid=True)
+
+
+@pytest.fixture
+def keys(namespace: str) -> KeyLayout:
+    return KeyLayout(namespace)
+
+
+# -- group and read ------------------------------------------------------------------------
+
+
+def test_ensure_group_twice_and_reads_entries_added_before_it(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    task = make_task()
+    msg_id = add(sync_redis, keys, task.to_message())
+
+    async def body(client: Redis) -> list[Delivery]:
+        consumer = StreamConsumer(client, keys, "worker-a")
+        await consumer.ensure_group()
+        await consumer.ensure_group()
+        return await consumer.read(10, 100)
+
+    got = arun(redis_url, body)
+    groups = sync_redis.xinfo_groups(keys.stream)
+    assert [g["name"] for g in groups] == [GROUP]
+    assert [d.msg_id for d in got] == [msg_id]
+    assert got[0].task == task
+
+
+def test_ensure_group_creates_the_stream(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    arun(redis_url, lambda c: StreamConsumer(c, keys, "w").ensure_group())
+    assert sync_redis.exists(keys.stream) == 1
+    assert sync_redis.xlen(keys.stream) == 0
+
+
+def test_ensure_group_does_not_swallow_other_errors(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    sync_redis.set(keys.stream, "not a stream")
+    with pytest.raises(ResponseError):
+        arun(redis_url, lambda c: StreamConsumer(c, keys, "w").ensure_group())
+
+
+def test_read_decodes_tasks_and_flags_malformed_entries(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    task = make_task(1)
+    good = add(sync_redis, keys, task.to_message())
+    no_version = add(sync_redis, keys, {"junk": "1"})
+    bad_json = add(sync_redis, keys, {"v": "1", "t": "{oops"})
+    future = add(sync_redis, keys, {"v": "99", "t": task.to_message()["t"]})
+
+    async def body(client: Redis) -> tuple[list[Delivery], list[Delivery]]:
+        consumer = StreamConsumer(client, keys, "worker-a")
+        await consumer.ensure_group()
+        first = await consumer.read(10, 100)
+        again = await consumer.read(10, 50)
+        return first, again
+
+    first, again = arun(redis_url, body)
+    assert again == []
+    by_id = {d.msg_id: d for d in first}
+    assert [d.msg_id for d in first] == [good, no_version, bad_json, future]
+    assert all(d.deliveries == 1 for d in first)
+
+    assert by_id[good].task == task
+    assert by_id[good].error == ""
+    assert dict(by_id[good].fields) == task.to_message()
+
+    for msg_id in (no_version, bad_json, future):
+        assert by_id[msg_id].task is None
+        assert by_id[msg_id].error.startswith("malformed message: ")
+    assert "v:" in by_id[no_version].error
+    assert "t:" in by_id[bad_json].error and "JSON" in by_id[bad_json].error
+    assert "'99'" in by_id[future].error
+    assert dict(by_id[no_version].fields) == {"junk": "1"}
+
+    assert set(pending(sync_redis, keys)) == {good, no_version, bad_json, future}
+
+
+def test_read_respects_count(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis) -> None:
+    ids = [add(sync_redis, keys, make_task(n).to_message()) for n in range(3)]
+
+    async def body(client: Redis) -> tuple[list[Delivery], list[Delivery]]:
+        consumer = StreamConsumer(client, keys, "worker-a")
+        await consumer.ensure_group()
+        return await consumer.read(2, 100), await consumer.read(2, 100)
+
+    first, second = arun(redis_url, body)
+    assert [d.msg_id for d in first] == ids[:2]
+    assert [d.msg_id for d in second] == ids[2:]
+
+
+# -- completion records and ack ---------------------------------------------------------------
+
+
+def test_record_completions_writes_records_with_ttl(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    record = json.dumps({"outcome": "done", "items": 3})
+
+    async def body(client: Redis) -> list[str | None]:
+        consumer = StreamConsumer(client, keys, "worker-a")
+        await consumer.record_completions([("t1", record), ("t2", "{}")], 60)
+        await consumer.record_completions([], 60)
+        return await consumer.completion_records(["t1", "t2", "t3"])
+
+    assert arun(redis_url, body) == [record, "{}", None]
+    assert sync_redis.get(keys.done("t1")) == record
+    assert 0 < sync_redis.ttl(keys.done("t1")) <= 60
+    assert 0 < sync_redis.ttl(keys.done("t2")) <= 60
+    assert arun(redis_url, lambda c: StreamConsumer(c, keys, "w").completion_records([])) == []
+
+
+def test_ack_acks_and_deletes_entries(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    t1, t2 = make_task(1), make_task(2)
+    id1 = add(sync_redis, keys, t1.to_message())
+    id2 = add(sync_redis, keys, t2.to_message())
+
+    async def body(client: Redis) -> dict[str, Any]:
+        consumer = StreamConsumer(client, keys, "worker-a")
+        await consumer.ensure_group()
+        await consumer.read(10, 100)
+        out: dict[str, Any] = {"before": (sync_redis.xlen(keys.stream),
+                                          pending_count(sync_redis, keys))}
+        out["empty"] = await consumer.ack([])
+        out["first"] = await consumer.ack([id1])
+        out["after_first"] = (sync_redis.xlen(keys.stream), pending_count(sync_redis, keys))
+        out["again"] = await consumer.ack([id1])
+        out["second"] = await consumer.ack([id2])
+        return out
+
+    out = arun(redis_url, body)
+    assert out["before"] == (2, 2)
+    assert out["empty"] == 0
+    assert out["first"] == 1
+    assert out["after_first"] == (1, 1)
+    assert sync_redis.xrange(keys.stream, id1, id1) == []
+    assert out["again"] == 0
+    assert out["second"] == 1
+    assert sync_redis.xlen(keys.stream) == 0
+    assert pending_count(sync_redis, keys) == 0
+
+
+def test_ack_many_at_once(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis) -> None:
+    ids = [add(sync_redis, keys, make_task(n).to_message()) for n in range(3)]
+    waiting = add(sync_redis, keys, make_task(9).to_message())
+
+    async def body(client: Redis) -> int:
+        consumer = StreamConsumer(client, keys, "worker-a")
+        await consumer.ensure_group()
+        await consumer.read(3, 100)
+        return await consumer.ack(ids)
+
+    assert arun(redis_url, body) == 3
+    assert [entry_id for entry_id, _ in sync_redis.xrange(keys.stream)] == [waiting]
+    assert pending_count(sync_redis, keys) == 0
+
+
+# -- reclaim ---------------------------------------------------------------------------------
+
+
+def test_reclaim_takes_only_entries_idle_longer_than_min_idle(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    t1, t2 = make_task(1), make_task(2)
+    id1 = add(sync_redis, keys, t1.to_message())
+    id2 = add(sync_redis, keys, t2.to_message())
+
+    async def body(client: Redis) -> list[Delivery]:
+        a = StreamConsumer(client, keys, "worker-a")
+        b = StreamConsumer(client, keys, "worker-b")
+        await a.ensure_group()
+        await a.read(10, 100)
+        set_idle(sync_redis, keys, "worker-a", id1, 120_000)
+        return await b.reclaim(60, 10)
+
+    got = arun(redis_url, body)
+    assert [d.msg_id for d in got] == [id1]
+    assert got[0].task == t1
+    assert got[0].deliveries == 2
+    rows = pending(sync_redis, keys)
+    assert rows[id1]["consumer"] == "worker-b"
+    assert rows[id1]["times_delivered"] == 2
+    assert rows[id2]["consumer"] == "worker-a"
+    assert rows[id2]["times_delivered"] == 1
+
+
+def test_reclaim_after_min_idle_has_passed(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    task = make_task()
+    msg_id = add(sync_redis, keys, task.to_message())
+
+    async def body(client: Redis) -> tuple[list[Delivery], list[Delivery]]:
+        a = StreamConsumer(client, keys, "worker-a")
+        b = StreamConsumer(client, keys, "worker-b")
+        await a.ensure_group()
+        await a.read(10, 100)
+        too_soon = await b.reclaim(3600, 10)  # nothing has been idle for an hour
+        deadline = time.monotonic() + 20
+        got: list[Delivery] = []
+        while not got and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)  # just past the 200 ms min idle
+            got = await b.reclaim(0.2, 10)
+        return too_soon, got
+
+    too_soon, got = arun(redis_url, body)
+    assert too_soon == []
+    assert [d.msg_id for d in got] == [msg_id]
+    assert got[0].task == task
+    assert got[0].deliveries == 2
+    assert pending(sync_redis, keys)[msg_id]["consumer"] == "worker-b"
+
+
+def test_reclaim_counts_deliveries_and_reports_over_limit(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    max_deliveries = 3
+    task = make_task()
+    msg_id = add(sync_redis, keys, task.to_message())
+    bad_id = add(sync_redis, keys, {"junk": "x"})
+
+    async def body(client: Redis) -> list[list[Delivery]]:
+        a = StreamConsumer(client, keys, "worker-a")
+        b = StreamConsumer(client, keys, "worker-b")
+        await a.ensure_group()
+        await a.read(10, 100)
+        # min idle 0: every pending entry is claimable, each claim is one more delivery
+        return [await b.reclaim(0, 10), await a.reclaim(0, 10), await b.reclaim(0, 10)]
+
+    rounds = arun(redis_url, body)
+    counts = [{d.msg_id: d.deliveries for d in r} for r in rounds]
+    assert counts == [{msg_id: 2, bad_id: 2}, {msg_id: 3, bad_id: 3}, {msg_id: 4, bad_id: 4}]
+    last = {d.msg_id: d for d in rounds[-1]}
+    assert last[msg_id].deliveries > max_deliveries
+    assert last[msg_id].task == task
+    assert last[bad_id].task is None and "malformed" in last[bad_id].error
+    assert pending(sync_redis, keys)[msg_id]["times_delivered"] == 4
+
+
+def test_reclaim_resumes_the_scan_where_it_stopped(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    ids = [add(sync_redis, keys, make_task(n).to_message()) for n in range(3)]
+
+    async def body(client: Redis) -> list[list[str]]:
+        a = StreamConsumer(client, keys, "worker-a")
+        b = StreamConsumer(client, keys, "worker-b")
+        await a.ensure_group()
+        await a.read(10, 100)
+        for msg_id in ids:
+            set_idle(sync_redis, keys, "worker-a", msg_id, 120_000)
+        first = await b.reclaim(60, 2)
+        second = await b.reclaim(60, 2)
+        return [[d.msg_id for d in first], [d.msg_id for d in second]]
+
+    first, second = arun(redis_url, body)
+    assert len(first) == 2
+    assert sorted(first + second) == sorted(ids)
+    assert {row["consumer"] for row in pending(sync_redis, keys).values()} == {"worker-b"}
+
+
+# -- touch -----------------------------------------------------------------------------------
+
+
+def test_touch_resets_idle_time_without_counting_a_delivery(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    id1 = add(sync_redis, keys, make_task(1).to_message())
+    id2 = add(sync_redis, keys, make_task(2).to_message())
+
+    async def body(client: Redis) -> tuple[set[str], list[str]]:
+        a = StreamConsumer(client, keys, "worker-a")
+        await a.ensure_group()
+        await a.read(10, 100)
+        for msg_id in (id1, id2):
+            set_idle(sync_redis, keys, "worker-a", msg_id, 120_000)
+        idle_before = set(pending(sync_redis, keys, idle_ms=60_000))
+        return idle_before, await a.touch([id1])
+
+    idle_before, lost = arun(redis_url, body)
+    assert idle_before == {id1, id2}
+    assert lost == []
+    assert set(pending(sync_redis, keys, idle_ms=60_000)) == {id2}  # id1 is fresh again
+    rows = pending(sync_redis, keys)
+    assert rows[id1]["times_delivered"] == 1
+    assert rows[id1]["consumer"] == "worker-a"
+    assert rows[id1]["time_since_delivered"] < rows[id2]["time_since_delivered"]
+
+
+def test_touch_reports_entries_no_longer_ours(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    t3 = make_task(3)
+    id1 = add(sync_redis, keys, make_task(1).to_message())
+    id2 = add(sync_redis, keys, make_task(2).to_message())
+    id3 = add(sync_redis, keys, t3.to_message())
+
+    async def body(client: Redis) -> tuple[list[str], list[str]]:
+        a = StreamConsumer(client, keys, "worker-a")
+        b = StreamConsumer(client, keys, "worker-b")
+        await a.ensure_group()
+        await a.read(10, 100)
+        set_idle(sync_redis, keys, "worker-a", id2, 120_000)
+        taken = await b.reclaim(60, 10)
+        assert [d.msg_id for d in taken] == [id2]
+        await a.ack([id3])
+        set_idle(sync_redis, keys, "worker-b", id2, 120_000)
+        return await a.touch([id1, id2, id3]), await a.touch([])
+
+    lost, none = arun(redis_url, body)
+    assert sorted(lost) == sorted([id2, id3])
+    assert none == []
+    rows = pending(sync_redis, keys)
+    assert rows[id2]["consumer"] == "worker-b"  # touch did not take it back
+    assert rows[id2]["time_since_delivered"] >= 120_000  # nor refresh it for its new owner
+    assert rows[id1]["consumer"] == "worker-a"
+
+
+# -- hand back -------------------------------------------------------------------------------
+
+
+def test_hand_back_makes_entries_reclaimable_at_once_with_count_restored(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    t1, t2 = make_task(1), make_task(2)
+    id1 = add(sync_redis, keys, t1.to_message())
+    id2 = add(sync_redis, keys, t2.to_message())
+
+    async def body(client: Redis) -> dict[str, Any]:
+        a = StreamConsumer(client, keys, "worker-a")
+        b = StreamConsumer(client, keys, "worker-b")
+        await a.ensure_group()
+        read = {d.msg_id: d for d in await a.read(10, 100)}
+        out: dict[str, Any] = {"empty": await a.hand_back([], 3600)}
+        out["handed"] = await a.hand_back([read[id1]], 3600)
+        out["rows"] = pending(sync_redis, keys)
+        out["reclaimed"] = await b.reclaim(30, 10)
+        return out
+
+    out = arun(redis_url, body)
+    assert out["empty"] == 0
+    assert out["handed"] == 1
+    row = out["rows"][id1]
+    assert row["consumer"] == "worker-a"
+    assert row["time_since_delivered"] >= 3_600_000
+    assert row["times_delivered"] == 0
+    assert out["rows"][id2]["time_since_delivered"] < 30_000  # not handed back
+    got = out["reclaimed"]
+    assert [d.msg_id for d in got] == [id1]
+    assert got[0].deliveries == 1  # as before the hand-back: it used up no delivery
+    assert got[0].task == t1
+    assert pending(sync_redis, keys)[id1]["consumer"] == "worker-b"
+
+
+def test_hand_back_of_a_reclaimed_delivery_keeps_its_count(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    msg_id = add(sync_redis, keys, make_task().to_message())
+
+    async def body(client: Redis) -> tuple[int, list[Delivery]]:
+        a = StreamConsumer(client, keys, "worker-a")
+        b = StreamConsumer(client, keys, "worker-b")
+        c = StreamConsumer(client, keys, "worker-c")
+        await a.ensure_group()
+        await a.read(10, 100)
+        [reclaimed] = await b.reclaim(0, 10)
+        assert reclaimed.deliveries == 2
+        handed = await b.hand_back([reclaimed], 3600)
+        return handed, await c.reclaim(30, 10)
+
+    handed, got = arun(redis_url, body)
+    assert handed == 1
+    assert [(d.msg_id, d.deliveries) for d in got] == [(msg_id, 2)]
+
+
+def test_hand_back_skips_entries_not_pending_on_this_consumer(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    msg_id = add(sync_redis, keys, make_task().to_message())
+
+    async def body(client: Redis) -> int:
+        a = StreamConsumer(client, keys, "worker-a")
+        b = StreamConsumer(client, keys, "worker-b")
+        await a.ensure_group()
+        [delivery] = await a.read(10, 100)
+        set_idle(sync_redis, keys, "worker-a", msg_id, 120_000)
+        assert len(await b.reclaim(60, 10)) == 1
+        return await a.hand_back([delivery], 3600)
+
+    assert arun(redis_url, body) == 0
+    row = pending(sync_redis, keys)[msg_id]
+    assert row["consumer"] == "worker-b"
+    assert row["times_delivered"] == 2
+    assert row["time_since_delivered"] < 3_600_000
+
+
+# -- dead letters ----------------------------------------------------------------------------
+
+
+def test_dead_letter_moves_task_acks_it_and_releases_its_url(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    t1, t2 = make_task(1), make_task(2)
+
+    async def body(client: Redis) -> dict[str, Any]:
+        writer = TaskWriter(client, keys)
+        result = await writer.add([t1, t2])
+        assert result.enqueued == 2
+        seen_before = await client.smembers(keys.seen("news"))
+        a = StreamConsumer(client, keys, "worker-a")
+        await a.ensure_group()
+        got = {d.task.task_id: d for d in await a.read(10, 100) if d.task is not None}
+        before = time.time()
+        dead_id = await a.dead_letter(got[t1.task_id], "HTTP 500, 5 times", fingerprint(t1))
+        return {"seen_before": seen_before, "delivery": got[t1.task_id], "dead_id": dead_id,
+                "before": before, "after": time.time()}
+
+    out = arun(redis_url, body)
+    assert out["seen_before"] == {fingerprint(t1), fingerprint(t2)}
+    delivery = out["delivery"]
+
+    [(dead_id, fields)] = sync_redis.xrange(keys.dead)
+    assert dead_id == out["dead_id"]
+    assert fields["t"] == delivery.fields["t"]
+    assert ExecTask.from_message({"v": "1", "t": fields["t"]}) == t1
+    assert fields["reason"] == "HTTP 500, 5 times"
+    assert fields["source_id"] == delivery.msg_id
+    assert fields["consumer"] == "worker-a"
+    assert fields["deliveries"] == "1"
+    assert out["before"] - 1 <= float(fields["at"]) <= out["after"] + 1
+
+    assert sync_redis.xlen(keys.stream) == 1  # only t2 is left
+    assert delivery.msg_id not in pending(sync_redis, keys)
+    assert pending_count(sync_redis, keys) == 1
+    assert sync_redis.xrange(keys.stream, delivery.msg_id, delivery.msg_id) == []
+    assert sync_redis.smembers(keys.seen("news")) == {fingerprint(t2)}
+
+
+def test_dead_letter_of_a_malformed_message_keeps_raw_fields(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    msg_id = add(sync_redis, keys, {"junk": "é", "v": "7"})
+    sync_redis.sadd(keys.seen("news"), "keep-me")
+
+    async def body(client: Redis) -> Delivery:
+        a = StreamConsumer(client, keys, "worker-a")
+        await a.ensure_group()
+        [delivery] = await a.read(10, 100)
+        await a.dead_letter(delivery, delivery.error, "keep-me")
+        return delivery
+
+    delivery = arun(redis_url, body)
+    assert delivery.task is None
+    [(_, fields)] = sync_redis.xrange(keys.dead)
+    assert json.loads(fields["t"]) == {"junk": "é", "v": "7"}
+    assert fields["reason"] == delivery.error
+    assert fields["source_id"] == msg_id
+    assert sync_redis.xlen(keys.stream) == 0
+    assert pending_count(sync_redis, keys) == 0
+    assert sync_redis.smembers(keys.seen("news")) == {"keep-me"}
+
+
+# -- failure notes, quiet, durability ---------------------------------------------------------
+
+
+def test_note_failures_and_failure_notes_round_trip(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    async def body(client: Redis) -> tuple[dict[str, str], dict[str, str]]:
+        a = StreamConsumer(client, keys, "worker-a")
+        await a.note_failures([("t1", "callback raised KeyError"), ("t2", "x" * 5000)], 120)
+        await a.note_failures([], 120)
+        return await a.failure_notes(["t1", "t2", "t3"]), await a.failure_notes([])
+
+    notes, empty = arun(redis_url, body)
+    assert notes == {"t1": "callback raised KeyError", "t2": "x" * 2000}
+    assert empty == {}
+    assert 0 < sync_redis.ttl(keys.failed("t1")) <= 120
+
+
+def test_namespace_quiet(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis) -> None:
+    task = make_task()
+
+    async def body(client: Redis) -> list[bool]:
+        a = StreamConsumer(client, keys, "worker-a")
+        states = [await a.namespace_quiet()]  # no stream at all
+        await a.ensure_group()
+        states.append(await a.namespace_quiet())  # empty stream
+        msg_id = add(sync_redis, keys, task.to_message())
+        states.append(await a.namespace_quiet())  # waiting
+        await a.read(10, 100)
+        states.append(await a.namespace_quiet())  # pending
+        await a.ack([msg_id])
+        states.append(await a.namespace_quiet())  # acked and deleted
+        return states
+
+    assert arun(redis_url, body) == [True, True, False, False, True]
+
+
+def test_check_durability_warnings(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    # The test server runs with --save "" and appendonly no: persistence is off.
+    assert sync_redis.config_get("appendonly")["appendonly"] == "no"
+    original_save = sync_redis.config_get("save")["save"]
+    assert original_save == ""
+
+    def check() -> list[str]:
+        return arun(redis_url, lambda c: StreamConsumer(c, keys, "w").check_durability())
+
+    try:
+        sync_redis.config_set("maxmemory-policy", "noeviction")
+        warnings = check()
+        assert len(warnings) == 1
+        assert "persistence is off" in warnings[0]
+
+        sync_redis.config_set("maxmemory-policy", "allkeys-lru")
+        warnings = check()
+        assert len(warnings) == 2
+        assert any("allkeys-lru" in w and "noeviction" in w for w in warnings)
+
+        sync_redis.config_set("save", "3600 1")  # RDB save points: persistence is on
+        warnings = check()
+        assert len(warnings) == 1
+        assert "allkeys-lru" in warnings[0]
+
+        sync_redis.config_set("maxmemory-policy", "noeviction")
+        assert check() == []
+    finally:
+        sync_redis.config_set("maxmemory-policy", "noeviction")
+        sync_redis.config_set("save", original_save)

@@ -1,0 +1,243 @@
+"""TaskLedger: when a task is settled (and may be acked), and what its completion record says."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from meteorseed_scrapy.context import Scrape
+from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
+from meteorseed_scrapy.streams.consumer import Delivery
+from meteorseed_scrapy.tasks import ExecTask
+
+
+def make_task(url: str = "https://example.com/a") -> ExecTask:
+    return ExecTask.create(seed_id="s1", site_id="news", url=url)
+
+
+def delivery(task: ExecTask, msg_id: str, deliveries: int = 1) -> Delivery:
+    return Delivery(msg_id, task.to_message(), deliveries, task)
+
+
+def booked(ledger: TaskLedger, task: ExecTask, msg_id: str = "1-0") -> Entry:
+    entry = ledger.add(delivery(task, msg_id))
+    assert entry is not None
+    return entry
+
+
+def test_add_books_a_new_task() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    assert entry.task is task
+    assert entry.msg_ids == ["1-0"]
+    assert len(ledger) == 1
+    assert task.task_id in ledger
+    assert ledger.get(task.task_id) is entry
+    assert list(ledger.entries()) == [entry]
+
+
+def test_duplicate_delivery_is_absorbed() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task, "1-0")
+    assert ledger.add(delivery(task, "2-0", 2)) is None
+    assert len(ledger) == 1
+    assert entry.msg_ids == ["1-0", "2-0"]
+    assert sorted(ledger.msg_ids()) == ["1-0", "2-0"]
+
+
+def test_distinct_tasks_get_distinct_entries() -> None:
+    ledger = TaskLedger()
+    a, b = make_task("https://example.com/a"), make_task("https://example.com/b")
+    booked(ledger, a, "1-0")
+    booked(ledger, b, "2-0")
+    assert len(ledger) == 2
+    assert sorted(ledger.msg_ids()) == ["1-0", "2-0"]
+
+
+def test_done_without_children_settles_at_once() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is entry
+    assert entry.outcome is Outcome.DONE
+
+
+def test_done_waits_for_children_to_be_durable() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    ledger.child_added(task.task_id)
+    ledger.child_added(task.task_id)
+    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is None
+    assert entry.outcome is Outcome.DONE
+    assert ledger.child_durable(task.task_id) is None
+    assert ledger.child_durable(task.task_id) is entry
+
+
+def test_children_durable_before_scrape_finishes() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    ledger.child_added(task.task_id)
+    assert ledger.child_durable(task.task_id) is None  # the scrape has not finished yet
+    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is entry
+
+
+@pytest.mark.parametrize("outcome", [Outcome.GONE, Outcome.IGNORED, Outcome.DEAD])
+def test_terminal_outcomes_also_wait_for_children(outcome: Outcome) -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    ledger.child_added(task.task_id)
+    assert ledger.finish_scrape(task.task_id, outcome, "why") is None
+    assert ledger.child_durable(task.task_id) is entry
+    assert entry.reason == "why"
+
+
+def test_failed_settles_at_once_even_with_children_pending() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    ledger.child_added(task.task_id)
+    ledger.child_added(task.task_id)
+    assert ledger.finish_scrape(task.task_id, Outcome.FAILED, "callback raised") is entry
+    assert entry.outcome is Outcome.FAILED
+    assert entry.reason == "callback raised"
+
+
+def test_scrape_errors_turn_done_into_failed() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    entry.scrape = Scrape(task)
+    entry.scrape.fail("store down")
+    entry.scrape.fail("unique_key missing")
+    ledger.child_added(task.task_id)
+    settled = ledger.finish_scrape(task.task_id, Outcome.DONE)
+    assert settled is entry  # FAILED: settled even though a child is pending
+    assert entry.outcome is Outcome.FAILED
+    assert "store down" in entry.reason
+    assert "unique_key missing" in entry.reason
+
+
+def test_scrape_errors_do_not_hide_a_dead_outcome() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    entry.scrape = Scrape(task)
+    entry.scrape.fail("store down")
+    assert ledger.finish_scrape(task.task_id, Outcome.DEAD, "HTTP 500 x5") is entry
+    assert entry.outcome is Outcome.DEAD
+    assert entry.reason == "HTTP 500 x5"
+
+
+def test_scrape_without_errors_stays_done() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    entry.scrape = Scrape(task)
+    entry.scrape.record_commit("news:1", "{}")
+    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is entry
+    assert entry.outcome is Outcome.DONE
+
+
+def test_finish_scrape_twice_or_unknown_returns_none() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is entry
+    assert ledger.finish_scrape(task.task_id, Outcome.FAILED, "late") is None
+    assert entry.outcome is Outcome.DONE  # the first outcome stands
+    assert ledger.finish_scrape("no-such-task", Outcome.DONE) is None
+    assert ledger.child_durable("no-such-task") is None
+    ledger.child_added("no-such-task")  # ignored, no error
+
+
+def test_pop_removes_entry() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    assert ledger.pop(task.task_id) is entry
+    assert ledger.pop(task.task_id) is None
+    assert len(ledger) == 0
+    assert task.task_id not in ledger
+
+
+def test_forget_msg_drops_unstarted_entry_with_no_delivery_left() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    booked(ledger, task, "1-0")
+    ledger.forget_msg("1-0")
+    assert task.task_id not in ledger
+    assert ledger.msg_ids() == []
+
+
+def test_forget_msg_keeps_started_entry() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task, "1-0")
+    entry.started = True
+    ledger.forget_msg("1-0")
+    assert ledger.get(task.task_id) is entry
+    assert entry.deliveries == []
+
+
+def test_forget_msg_keeps_other_deliveries() -> None:
+    ledger = TaskLedger()
+    task, other = make_task("https://example.com/a"), make_task("https://example.com/b")
+    entry = booked(ledger, task, "1-0")
+    ledger.add(delivery(task, "3-0", 2))
+    booked(ledger, other, "2-0")
+    ledger.forget_msg("1-0")
+    assert entry.msg_ids == ["3-0"]
+    assert sorted(ledger.msg_ids()) == ["2-0", "3-0"]
+    ledger.forget_msg("9-9")  # unknown id: nothing changes
+    assert len(ledger) == 2
+
+
+def test_record_fields_with_scrape() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    scrape = Scrape(task)
+    scrape.record_commit("news:a", '{"title":"A"}')
+    scrape.record_commit("news:b", '{"title":"B"}')
+    entry.scrape = scrape
+    entry.status = 200
+    ledger.finish_scrape(task.task_id, Outcome.DONE)
+    before = time.time()
+    record = json.loads(entry.record())
+    assert set(record) == {"outcome", "items", "digest", "status", "at"}
+    assert record["outcome"] == "done"
+    assert record["items"] == 2
+    assert record["digest"] == scrape.digest
+    assert len(record["digest"]) == 64
+    assert record["status"] == 200
+    assert before - 1 <= record["at"] <= time.time() + 1
+
+
+def test_record_digest_depends_on_committed_content() -> None:
+    task = make_task()
+    a, b, c = Scrape(task), Scrape(task), Scrape(task)
+    a.record_commit("news:a", '{"v":1}')
+    b.record_commit("news:a", '{"v":1}')
+    c.record_commit("news:a", '{"v":2}')
+    assert a.digest == b.digest
+    assert a.digest != c.digest
+
+
+def test_record_without_scrape() -> None:
+    ledger = TaskLedger()
+    task = make_task()
+    entry = booked(ledger, task)
+    entry.status = 404
+    ledger.finish_scrape(task.task_id, Outcome.GONE)
+    record = json.loads(entry.record())
+    assert record["outcome"] == "gone"
+    assert record["items"] == 0
+    assert record["digest"] == ""
+    assert record["status"] == 404
