@@ -15,9 +15,10 @@ key                                 type    holds
                                             ``deliveries``
 ``<ns>:seen:{<site_id>}``           set     URL fingerprints already enqueued for the site
                                             (fleet-wide dedup; a dead-lettered URL is removed)
-``<ns>:done:<task_id>``             string  completion record (JSON: items, digest, at) written
-                                            when a task's items are committed; lets a task that
-                                            is redelivered after commit be acked without a
+``<ns>:done:<task_id>``             string  completion record (JSON: outcome, items, digest,
+                                            status, at), written once a task's items are
+                                            committed and its children durable, just before
+                                            its ack; a redelivery of it is acked without a
                                             refetch. Expires after ``METEORSEED_DONE_TTL``.
 ``<ns>:failed:<task_id>``           string  why the task's last delivery failed (callback or
                                             store error); quoted in its dead letter when it

@@ -20,7 +20,8 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_MAX_DELIVERIES": 5,
     "METEORSEED_MAX_BACKLOG": 1_000_000,
     "METEORSEED_CONSUMER": "",
-    "METEORSEED_DONE_TTL": 7 * 24 * 3600,
+    # Completion records and failure notes matter only while a task can still be redelivered.
+    "METEORSEED_DONE_TTL": 3600,
     "METEORSEED_STORE_BATCH_SIZE": 100,
     "METEORSEED_STORE_BATCH_WAIT": 0.05,
     "METEORSEED_STORE_RETRY_MAX": 30.0,

@@ -41,13 +41,6 @@ class Delivery:
             return cls(msg_id, fields, deliveries, None, f"malformed message: {exc}")
 
 
-@dataclass(frozen=True)
-class Completion:
-    msg_id: str
-    task_id: str
-    record: str  # completion record JSON, '' for none
-
-
 class StreamConsumer:
     def __init__(self, redis: Any, keys: KeyLayout, consumer: str) -> None:
         self.redis = redis
@@ -109,14 +102,21 @@ class StreamConsumer:
             args += [d.msg_id, max(0, d.deliveries - 1)]
         return int(await self._handback(keys=[self.keys.stream], args=args))
 
-    async def ack(self, completions: Sequence[Completion], record_ttl: int) -> int:
-        if not completions:
+    async def record_completions(self, records: Sequence[tuple[str, str]], ttl: int) -> None:
+        """Write ``(task_id, record JSON)`` completion records, before the tasks are acked.
+
+        A task redelivered after a crash between this write and its ack is then acked
+        without a refetch (and so is a duplicate message of a task that is already done).
+        """
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task_id, record in records:
+                pipe.set(self.keys.done(task_id), record, ex=ttl)
+            await pipe.execute()
+
+    async def ack(self, msg_ids: Sequence[str]) -> int:
+        if not msg_ids:
             return 0
-        keys = [self.keys.stream] + [self.keys.done(c.task_id) for c in completions]
-        args: list[Any] = [self.keys.group, record_ttl]
-        for c in completions:
-            args += [c.msg_id, c.record]
-        return int(await self._ack(keys=keys, args=args))
+        return int(await self._ack(keys=[self.keys.stream], args=[self.keys.group, *msg_ids]))
 
     async def completion_records(self, task_ids: Sequence[str]) -> list[str | None]:
         if not task_ids:

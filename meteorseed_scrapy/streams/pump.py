@@ -26,7 +26,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.ledger import Entry, TaskLedger
 from meteorseed_scrapy.settings import WorkerConfig
-from meteorseed_scrapy.streams.consumer import Completion, Delivery, StreamConsumer
+from meteorseed_scrapy.streams.consumer import Delivery, StreamConsumer
 from meteorseed_scrapy.streams.writer import TaskWriter, fingerprint
 from meteorseed_scrapy.tasks import ExecTask
 
@@ -78,7 +78,8 @@ class StreamPump:
         self._on_change = on_change
         self.buffer: deque[Entry] = deque()
         self.outbox: list[tuple[ExecTask, str | None, bool]] = []
-        self.acks: list[tuple[Completion, float]] = []
+        self.records: list[tuple[str, str]] = []  # (task_id, completion record)
+        self.acks: list[tuple[str, float]] = []  # (message id, response time or 0)
         self.dead: list[tuple[Delivery, str]] = []
         self.failures: list[tuple[str, str]] = []
         self.latencies_ms: deque[float] = deque(maxlen=20000)
@@ -108,8 +109,7 @@ class StreamPump:
 
     @property
     def local_quiet(self) -> bool:
-        return not (self.buffer or self.outbox or self.acks or self.dead or self.failures
-                    or len(self.ledger) or self._flushing)
+        return not (self._has_output() or self.buffer or len(self.ledger) or self._flushing)
 
     async def stop(self, deadline_s: float = 15.0) -> None:
         """Stop reading, flush what is queued (within a deadline), hand back the rest."""
@@ -129,7 +129,7 @@ class StreamPump:
                 if n:
                     logger.info("Handed %d unfinished task(s) back to the stream", n)
                     self.stats.inc_value("meteorseed/handed_back", n)
-                if not (self.outbox or self.acks or self.dead or self.failures):
+                if not self._has_output():
                     return
             except REDIS_DOWN as exc:
                 await asyncio.sleep(min(self.outage.failed(exc, "shutdown"), 1.0))
@@ -200,7 +200,7 @@ class StreamPump:
                 self.dead.append((d, d.error))
             elif d.msg_id in done:
                 # Committed before its worker died, not yet acked: ack without a refetch.
-                self.acks.append((Completion(d.msg_id, d.task.task_id, ""), 0.0))
+                self.acks.append((d.msg_id, 0.0))
                 self.stats.inc_value("meteorseed/acked_without_refetch")
             elif d.deliveries > self.config.max_deliveries:
                 last = reasons.get(d.task.task_id) or "no failure recorded (worker died?)"
@@ -246,15 +246,19 @@ class StreamPump:
 
     # -- flush -------------------------------------------------------------------------------
     def _has_output(self) -> bool:
-        return bool(self.outbox or self.acks or self.dead or self.failures)
+        return bool(self.outbox or self.records or self.acks or self.dead or self.failures)
 
     async def _flush_once(self) -> None:
         self._flushing = True
         try:
             await self._flush_children()
-            if self.acks:
+            if self.records:
+                records = self.records[:500]
+                await self.consumer.record_completions(records, self.config.done_ttl)
+                del self.records[: len(records)]
+            if self.acks and not self.records:
                 batch = self.acks[:500]
-                await self.consumer.ack([c for c, _ in batch], self.config.done_ttl)
+                await self.consumer.ack([msg_id for msg_id, _ in batch])
                 del self.acks[: len(batch)]
                 now = time.monotonic()
                 self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
@@ -308,11 +312,8 @@ class StreamPump:
         elif outcome is Outcome.DEAD:
             first, *dups = entry.deliveries
             self.dead.append((first, entry.reason))
-            self.acks.extend((Completion(d.msg_id, entry.task.task_id, ""), 0.0) for d in dups)
+            self.acks.extend((d.msg_id, 0.0) for d in dups)
         else:
-            record = entry.record()
-            self.acks.extend(
-                (Completion(d.msg_id, entry.task.task_id, record), entry.response_at)
-                for d in entry.deliveries
-            )
+            self.records.append((entry.task.task_id, entry.record()))
+            self.acks.extend((d.msg_id, entry.response_at) for d in entry.deliveries)
         self.kick()
