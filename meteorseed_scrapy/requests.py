@@ -17,9 +17,9 @@ from meteorseed_scrapy.tasks import ExecTask, TaskError
 
 #: Per-download meta keys that Scrapy's own middlewares set; a new task starts without them.
 _DOWNLOAD_META = frozenset({
-    TASK_META_KEY, "download_latency", "download_slot", "download_timeout", "retry_times",
-    "redirect_times", "redirect_ttl", "redirect_urls", "redirect_reasons", "_scheme_proxy",
-    "depth_stats", "robotstxt_checked",
+    TASK_META_KEY, "download_latency", "download_slot", "retry_times", "redirect_times",
+    "redirect_ttl", "redirect_urls", "redirect_reasons", "_scheme_proxy", "depth_stats",
+    "robotstxt_checked", "cached_response",
 })
 START_SEED_ID = "start"
 
@@ -75,17 +75,13 @@ def _headers(request: Request) -> dict[str, list[str]]:
 def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | None) -> ExecTask:
     """A new exec task for a request yielded by ``parent``'s callback (or by ``start()``)."""
     meta = {k: v for k, v in request.meta.items() if k not in _DOWNLOAD_META}
-    for key, value in meta.items():
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            raise TaskError(f"meta.{key}", f"is not JSON-serialisable: {value!r}"[:300]) from None
-    for key, value in request.cb_kwargs.items():
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            problem = f"is not JSON-serialisable: {value!r}"[:300]
-            raise TaskError(f"cb_kwargs.{key}", problem) from None
+    for name, mapping in (("meta", meta), ("cb_kwargs", request.cb_kwargs)):
+        for key, value in mapping.items():
+            try:
+                json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+            except (TypeError, ValueError):
+                problem = f"is not JSON-serialisable: {value!r}"[:300]
+                raise TaskError(f"{name}.{key}", problem) from None
     try:
         body = request.body.decode("utf-8")
     except UnicodeDecodeError:

@@ -56,7 +56,8 @@ def check_url(value: Any, name: str = "url") -> str:
 
 def _check_json_safe(name: str, value: Any) -> None:
     try:
-        json.dumps(value, allow_nan=False)
+        # ensure_ascii=False + encode: a lone surrogate fails here, not later in to_message().
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise TaskError(name, f"must be JSON-serialisable ({exc})") from None
 
@@ -120,6 +121,8 @@ class ExecTask:
             if not isinstance(value, Mapping):
                 raise TaskError(name, "must be an object")
             for key, item in value.items():
+                if not isinstance(key, str):
+                    raise TaskError(f"{name}.{key!r}", "keys must be strings")
                 _check_json_safe(f"{name}.{key}", item)
         for name in ("priority", "retry_count"):
             value = getattr(self, name)

@@ -12,6 +12,7 @@ import redis
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.streams.writer import fingerprint
 from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import enqueue, start_worker, stored_docs, wait_for
 
@@ -192,3 +193,61 @@ def test_exec_task_fields_reach_the_request(
     (doc,) = stored_docs(tmp_path / "items.db").values()
     assert doc["_id"] == "shop:/shop/product/5"
     assert (doc["seed_id"], doc["task_id"], doc["site_id"]) == ("s9", task.task_id, "shop")
+
+
+def test_retries_and_redirects_belong_to_the_task_and_refused_connections_are_dead_lettered(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    keys = KeyLayout(namespace)
+    flaky = f"{demo_site.url}/flaky/e2e-{namespace}/1"  # one 503, then 200
+    moved = f"{demo_site.url}/redirect?to=/news/article/31"
+    refused = f"http://127.0.0.1:{free_port()}/nothing-listens-here"
+    enqueue(redis_url, namespace, [flaky, moved, refused])
+    worker = start_worker(tmp_path, redis_url, namespace, RETRY_TIMES=1)
+    assert worker.wait() == 0
+    docs = stored_docs(tmp_path / "items.db")
+    assert set(docs) == {f"probe:/flaky/e2e-{namespace}/1", "probe:/news/article/31"}
+    stats = worker.stats()
+    assert stats["meteorseed/acked"] == 2
+    assert "meteorseed/children/enqueued" not in stats  # hops are not new tasks
+    (dead,) = sync_redis.xrange(keys.dead)
+    assert dead[1]["reason"].startswith(
+        "download failed after 1 retries: DownloadConnectionRefusedError"
+    )
+    _assert_drained(sync_redis, namespace)
+
+
+def test_a_live_workers_slow_task_is_not_reclaimed(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    path = f"/slow/4000?live={namespace}"
+    enqueue(redis_url, namespace, [demo_site.url + path])
+    settings = {"METEORSEED_CLAIM_IDLE": 1, "METEORSEED_IDLE_CLOSE": 2}
+    first = start_worker(tmp_path, redis_url, namespace, name="w1", **settings)
+    wait_for(lambda: demo_site.hits(path) == 1, 30, 0.05)
+    second = start_worker(tmp_path, redis_url, namespace, name="w2", **settings)
+    assert first.wait() == 0 and second.wait() == 0
+    # Four claim times passed while the page was slow: the keep-alive kept it with its worker.
+    assert demo_site.hits(path) == 1
+    assert "meteorseed/reclaimed" not in second.stats()
+    assert len(stored_docs(tmp_path / "items.db")) == 1
+    _assert_drained(sync_redis, namespace)
+
+
+def test_start_requests_of_several_workers_are_enqueued_once(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    demo_site.reset()
+    urls = [f"{demo_site.url}/news/article/{i}" for i in range(40, 50)]
+    args = {"start_urls_csv": ",".join(urls)}
+    workers = [
+        start_worker(tmp_path, redis_url, namespace, name=f"w{i}", spider_args=args)
+        for i in (1, 2, 3)
+    ]
+    for worker in workers:
+        assert worker.wait() == 0
+    docs = stored_docs(tmp_path / "items.db")
+    assert len(docs) == 10
+    assert {d["site_id"] for d in docs.values()} == {"probe_start"}
+    assert all(demo_site.hits(f"/news/article/{i}") == 1 for i in range(40, 50))
+    _assert_drained(sync_redis, namespace)

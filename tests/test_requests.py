@@ -188,12 +188,6 @@ def test_non_json_cb_kwargs_names_the_key(spider: ShopSpider, parent: ExecTask) 
     assert info.value.field == "cb_kwargs.when"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="request_to_task / ExecTask validate meta values only; a non-string meta key makes a "
-    "task that to_message() cannot encode (TypeError, not TaskError)",
-)
 def test_meta_with_non_string_key_is_rejected(spider: ShopSpider, parent: ExecTask) -> None:
     meta: dict[Any, Any] = {("a", "b"): 1}
     request = Request("https://example.com/x", meta=meta)
