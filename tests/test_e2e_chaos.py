@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -119,3 +120,21 @@ def test_store_outage_acks_nothing_until_items_are_committed(
     assert len(stored_docs(store)) == 10
     assert sync_redis.xlen(keys.stream) == 0
     assert sync_redis.xlen(keys.dead) == 0
+
+
+def test_a_vanished_stream_and_group_are_created_again(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    keys = KeyLayout(namespace)
+    enqueue(redis_url, namespace, [f"{demo_site.url}/shop/product/{i}" for i in range(1, 6)])
+    worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_IDLE_CLOSE=0)
+    wait_for(lambda: len(stored_docs(tmp_path / "items.db")) == 5, 60)
+    wait_for(lambda: sync_redis.xlen(keys.stream) == 0, 30)
+    sync_redis.delete(keys.stream)  # e.g. a Redis restarted without persistence
+    time.sleep(1.5)
+    enqueue(redis_url, namespace, [f"{demo_site.url}/shop/product/{i}" for i in range(6, 11)])
+    wait_for(lambda: len(stored_docs(tmp_path / "items.db")) == 10, 60)
+    worker.signal(signal.SIGINT)
+    assert worker.wait(60) == 0
+    assert "is gone" in worker.log()
+    assert sync_redis.xlen(keys.stream) == 0

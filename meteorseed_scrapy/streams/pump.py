@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.ledger import Entry, TaskLedger
@@ -85,6 +86,7 @@ class StreamPump:
         self.latencies_ms: deque[float] = deque(maxlen=20000)
         self.outage = Outage()
         self.ready = False
+        self._checked = False
         self.stopping = False
         self.quiet_since: float | None = None
         self._room = asyncio.Event()
@@ -151,6 +153,18 @@ class StreamPump:
                 self.stats.inc_value("meteorseed/redis/errors")
                 await asyncio.sleep(self.outage.failed(exc, where))
                 continue
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    logger.exception("Redis refused a command in the %s loop; continuing", where)
+                    await asyncio.sleep(1.0)
+                    continue
+                # The stream or group vanished (a Redis restart without persistence, a reset):
+                # create it again rather than spin on the error.
+                logger.warning("Consumer group %r is gone (%s): creating it again",
+                               self.consumer.keys.group, exc)
+                self.ready = False
+                await asyncio.sleep(0.5)
+                continue
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -164,10 +178,11 @@ class StreamPump:
 
     async def _setup(self) -> None:
         await self.consumer.ensure_group()
-        if not self.ready:
-            self.ready = True
+        if not self._checked:
             for warning in await self.consumer.check_durability():
                 logger.warning("%s", warning)
+            self._checked = True
+        self.ready = True
 
     # -- read --------------------------------------------------------------------------------
     async def _read_once(self) -> None:
