@@ -9,6 +9,8 @@ from typing import Any
 
 from scrapy.exceptions import NotConfigured
 
+from meteorseed_scrapy.migrate.redis_settings import redis_url_and_source as resolve_redis_url
+
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_STORE_URI = "sqlite:///meteorseed.db"
 
@@ -29,8 +31,15 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+def redis_url_and_source(settings: Any) -> tuple[str, str]:
+    """``(url, source)``: ``METEORSEED_REDIS_URL``, else scrapy-redis's ``REDIS_URL`` /
+    ``REDIS_HOST`` / ``REDIS_PORT`` / ``REDIS_PARAMS``, else env ``REDIS_URL``, else the default
+    (see :mod:`meteorseed_scrapy.migrate.redis_settings`). Logs the source once at INFO."""
+    return resolve_redis_url(settings, DEFAULT_REDIS_URL)
+
+
 def redis_url_from(settings: Any) -> str:
-    return settings.get("METEORSEED_REDIS_URL") or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+    return redis_url_and_source(settings)[0]
 
 
 def store_uri_from(settings: Any) -> str:
