@@ -1,0 +1,68 @@
+"""The ``meteorseed`` console script for operators: ``status``, ``dead ...``, ``reset``.
+
+Each subcommand module has ``register(subparsers)``, which adds its parser and sets
+``run(args, ctx) -> exit code`` as its default; new subcommands (``serve``) plug in the same
+way through :data:`SUBCOMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import IO
+
+import redis
+from redis.exceptions import RedisError
+
+from meteorseed_scrapy.cli import dead, reset, status
+from meteorseed_scrapy.cli.common import (
+    EXIT_ERROR,
+    CliError,
+    Context,
+    connect,
+    redact,
+    resolve_target,
+)
+from meteorseed_scrapy.keys import KeyLayout
+
+SUBCOMMANDS = (status, dead, reset)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="meteorseed",
+        description="Look at and operate a MeteorSeed namespace in Redis.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in SUBCOMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, *, stdin: IO[str] | None = None,
+         stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
+    """Run one command; returns the exit code (the console script exits with it)."""
+    out, err = stdout or sys.stdout, stderr or sys.stderr
+    args = build_parser().parse_args(argv)
+    url, namespace = resolve_target(args.redis_url, args.namespace)
+    client: redis.Redis | None = None
+    try:
+        keys = KeyLayout(namespace)
+        client = connect(url)
+        ctx = Context(client, keys, redact(url), args.json, out, err, stdin or sys.stdin)
+        code: int = args.run(args, ctx)
+        return code
+    except CliError as exc:
+        print(f"meteorseed: {exc}", file=err)
+        return exc.code
+    except ValueError as exc:  # an invalid namespace
+        print(f"meteorseed: {exc}", file=err)
+        return EXIT_ERROR
+    except (RedisError, OSError) as exc:
+        # Connection refused, DNS, auth, timeouts: one line, no traceback.
+        print(f"meteorseed: Redis at {redact(url)}: {exc}", file=err)
+        return EXIT_ERROR
+    finally:
+        if client is not None:
+            client.close()

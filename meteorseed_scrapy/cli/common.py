@@ -1,0 +1,182 @@
+"""What every ``meteorseed`` subcommand shares: where Redis is, output, confirmation, errors.
+
+The CLI is a short-lived process that is not on a reactor, so it uses the synchronous redis-py
+client. Errors that an operator can fix (Redis unreachable, a refused confirmation) end in one
+line on stderr and a non-zero exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+import redis
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.settings import DEFAULT_REDIS_URL, DEFAULTS
+
+EXIT_OK = 0
+#: Something asked for was not done (an unknown id, a dead letter that cannot be requeued, an
+#: operator who answered "no").
+EXIT_INCOMPLETE = 1
+#: The command could not run at all (Redis unreachable, refused without ``--yes``).
+EXIT_ERROR = 2
+
+
+class CliError(Exception):
+    """An error reported as one line on stderr; ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _project_settings() -> Any | None:
+    """The Scrapy project's settings when run inside one (a scrapy.cfg up the tree), else None."""
+    from scrapy.utils.conf import closest_scrapy_cfg
+
+    if not closest_scrapy_cfg():
+        return None
+    from scrapy.utils.project import get_project_settings
+
+    try:
+        return get_project_settings()
+    except Exception:  # a broken project must not keep an operator from looking at Redis
+        return None
+
+
+def resolve_target(redis_url: str | None, namespace: str | None) -> tuple[str, str]:
+    """The Redis URL and namespace: flag, then ``METEORSEED_*`` env, then the project's
+    settings, then ``REDIS_URL``, then the defaults (the same order a worker would see them,
+    with the operator's explicit choices first)."""
+    env = os.environ
+    settings = None
+    url_given = bool(redis_url or env.get("METEORSEED_REDIS_URL"))
+    ns_given = bool(namespace or env.get("METEORSEED_NAMESPACE"))
+    if not (url_given and ns_given):
+        settings = _project_settings()
+    url = (
+        redis_url
+        or env.get("METEORSEED_REDIS_URL")
+        or (settings.get("METEORSEED_REDIS_URL") if settings is not None else None)
+        or env.get("REDIS_URL")
+        or DEFAULT_REDIS_URL
+    )
+    ns = (
+        namespace
+        or env.get("METEORSEED_NAMESPACE")
+        or (settings.get("METEORSEED_NAMESPACE") if settings is not None else None)
+        or DEFAULTS["METEORSEED_NAMESPACE"]
+    )
+    return str(url), str(ns)
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, fit for an error message."""
+    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
+
+
+@dataclass
+class Context:
+    """What a subcommand runs with: a client, the key layout, how to print."""
+
+    client: redis.Redis
+    keys: KeyLayout
+    url: str
+    json: bool
+    out: IO[str]
+    err: IO[str]
+    stdin: IO[str]
+
+    def emit_json(self, value: Any) -> None:
+        json.dump(value, self.out, ensure_ascii=False, indent=2, sort_keys=False)
+        self.out.write("\n")
+
+    def say(self, line: str = "") -> None:
+        print(line, file=self.out)
+
+    def warn(self, line: str) -> None:
+        print(f"meteorseed: {line}", file=self.err)
+
+    def confirm(self, question: str, yes: bool) -> bool:
+        """True when ``--yes`` was given or the operator answers y on a terminal.
+
+        Raises :class:`CliError` when there is no terminal to ask on: a script must say
+        ``--yes`` explicitly before it destroys anything.
+        """
+        if yes:
+            return True
+        if not self.stdin.isatty():
+            raise CliError(f"{question} refused: not a terminal; pass --yes to confirm")
+        self.err.write(f"{question} [y/N] ")
+        self.err.flush()
+        answer = self.stdin.readline().strip().lower()
+        return answer in ("y", "yes")
+
+
+def connect(url: str) -> redis.Redis:
+    """A client whose first command fails fast (5 s) instead of hanging on a dead host."""
+    try:
+        client = redis.Redis.from_url(
+            url, decode_responses=True, socket_connect_timeout=5, socket_timeout=30
+        )
+    except ValueError as exc:  # a malformed URL
+        raise CliError(f"invalid Redis URL {redact(url)!r}: {exc}") from None
+    return client
+
+
+def add_target_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--redis-url",
+        help="Redis URL (default: env METEORSEED_REDIS_URL, the Scrapy project's "
+        f"METEORSEED_REDIS_URL, env REDIS_URL, else {DEFAULT_REDIS_URL})",
+    )
+    parser.add_argument(
+        "--namespace",
+        help="key namespace (default: env METEORSEED_NAMESPACE, the project's setting, "
+        f"else {DEFAULTS['METEORSEED_NAMESPACE']})",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with SCAN glob characters escaped, so that a namespace such as ``a*`` can
+    never match (and ``reset`` never delete) another namespace's keys."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+def scan_namespace(client: redis.Redis, keys: KeyLayout, suffix: str = "*",
+                   count: int = 1000) -> Iterator[str]:
+    """Every key ``<ns>:<suffix>`` (``suffix`` is a glob); checks the prefix of each one too."""
+    prefix = f"{keys.namespace}:"
+    for key in client.scan_iter(match=glob_escape(prefix) + suffix, count=count):
+        if key.startswith(prefix):
+            yield key
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
+          formats: Mapping[str, Callable[[Any], str]] | None = None) -> list[str]:
+    """Rows as aligned text lines, a header first; numbers right-aligned."""
+    formats = formats or {}
+    cells = [[formats.get(c, _cell)(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+    numeric = [all(isinstance(row.get(c), (int, float)) for row in rows) and bool(rows)
+               for c in columns]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()]
+    for r in cells:
+        parts = [v.rjust(w) if num else v.ljust(w)
+                 for v, w, num in zip(r, widths, numeric, strict=True)]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = str(value).replace("\n", " ")
+    return text if len(text) <= 60 else text[:57] + "..."

@@ -1,0 +1,158 @@
+"""``meteorseed dead list|show|requeue|purge``: inspect and act on the dead-letter stream."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any
+
+from meteorseed_scrapy.cli import deadletters
+from meteorseed_scrapy.cli.common import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    CliError,
+    Context,
+    add_target_options,
+    table,
+)
+
+_STREAM_ID = re.compile(r"^\d+-\d+$")
+
+
+def register(sub: Any) -> None:
+    dead = sub.add_parser("dead", help="dead letters: list, show, requeue, purge")
+    actions = dead.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    p = actions.add_parser("list", help="list dead letters, oldest first")
+    add_target_options(p)
+    p.add_argument("--limit", type=int, default=50, help="at most N entries (default 50)")
+    p.add_argument("--site", help="only dead letters of this site_id")
+    p.set_defaults(run=run_list)
+
+    p = actions.add_parser("show", help="one dead letter in full")
+    add_target_options(p)
+    p.add_argument("id", help="dead-letter id (from `dead list`)")
+    p.set_defaults(run=run_show)
+
+    p = actions.add_parser(
+        "requeue", help="put tasks back on the task stream, bypassing dedup, and drop their "
+        "dead letters")
+    add_target_options(p)
+    _add_selection(p)
+    p.add_argument("--site", help="with --all: only dead letters of this site_id")
+    p.set_defaults(run=run_requeue)
+
+    p = actions.add_parser("purge", help="delete dead letters for good")
+    add_target_options(p)
+    _add_selection(p)
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    p.set_defaults(run=run_purge)
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("ids", nargs="*", metavar="ID", help="dead-letter ids")
+    parser.add_argument("--all", action="store_true", help="every dead letter")
+
+
+def _selection(args: argparse.Namespace) -> list[str]:
+    if bool(args.ids) == bool(args.all):
+        raise CliError("give dead-letter IDs or --all (not both)")
+    bad = [i for i in args.ids if not _STREAM_ID.match(i)]
+    if bad:
+        raise CliError(f"not a dead-letter id: {bad[0]!r} (expected <ms>-<seq>)")
+    return list(dict.fromkeys(args.ids))
+
+
+def run_list(args: argparse.Namespace, ctx: Context) -> int:
+    if args.limit < 1:
+        raise CliError("--limit must be at least 1")
+    rows = []
+    for letter in deadletters.iter_dead(ctx.client, ctx.keys, site=args.site):
+        rows.append(letter.summary())
+        if len(rows) == args.limit:
+            break
+    if ctx.json:
+        ctx.emit_json(rows)
+    elif rows:
+        columns = ("id", "site_id", "url", "deliveries", "at", "reason")
+        ctx.say("\n".join(table(rows, columns)))
+    else:
+        ctx.say("no dead letters" + (f" for site {args.site}" if args.site else ""))
+    return EXIT_OK
+
+
+def run_show(args: argparse.Namespace, ctx: Context) -> int:
+    if not _STREAM_ID.match(args.id):
+        raise CliError(f"not a dead-letter id: {args.id!r} (expected <ms>-<seq>)")
+    found, _missing = deadletters.fetch(ctx.client, ctx.keys, [args.id])
+    if not found:
+        raise CliError(f"no dead letter {args.id} in {ctx.keys.dead}", EXIT_INCOMPLETE)
+    letter = found[0]
+    shown = letter.summary()
+    shown["task"] = letter.task.to_dict() if letter.task else None
+    shown["payload"] = letter.fields.get("t", "")
+    if ctx.json:
+        ctx.emit_json(shown)
+        return EXIT_OK
+    for name in ("id", "site_id", "task_id", "seed_id", "url", "consumer", "deliveries", "at",
+                 "source_id", "requeueable", "error"):
+        if shown.get(name) is not None:
+            ctx.say(f"{name + ':':<13}{shown[name]}")
+    ctx.say("reason:")
+    ctx.say("  " + shown["reason"].replace("\n", "\n  "))
+    ctx.say("task:" if letter.task else "payload:")
+    body = shown["task"] if letter.task else shown["payload"]
+    ctx.say(json.dumps(body, indent=2, ensure_ascii=False) if letter.task else str(body))
+    return EXIT_OK
+
+
+def run_requeue(args: argparse.Namespace, ctx: Context) -> int:
+    ids = _selection(args)
+    result = deadletters.RequeueResult()
+    if args.all:
+        upto = deadletters.last_id(ctx.client, ctx.keys) or "0-0"
+        batch: list[deadletters.DeadLetter] = []
+        for letter in deadletters.iter_dead(ctx.client, ctx.keys, upto=upto, site=args.site):
+            batch.append(letter)
+            if len(batch) == deadletters.BATCH:
+                deadletters.requeue(ctx.client, ctx.keys, batch, result)
+                batch = []
+        deadletters.requeue(ctx.client, ctx.keys, batch, result)
+    else:
+        if args.site:
+            raise CliError("--site goes with --all")
+        found, result.missing = deadletters.fetch(ctx.client, ctx.keys, ids)
+        deadletters.requeue(ctx.client, ctx.keys, found, result)
+    if ctx.json:
+        ctx.emit_json({"requeued": result.requeued, "kept": result.kept,
+                       "missing": result.missing})
+    else:
+        for kept in result.kept:
+            ctx.warn(f"cannot requeue {kept['id']}: {kept['error']}; kept in {ctx.keys.dead}")
+        for missing in result.missing:
+            ctx.warn(f"no dead letter {missing}")
+        ctx.say(f"requeued {len(result.requeued)} tasks onto {ctx.keys.stream}"
+                f"; kept {len(result.kept)}; not found {len(result.missing)}")
+    return EXIT_INCOMPLETE if result.kept or result.missing else EXIT_OK
+
+
+def run_purge(args: argparse.Namespace, ctx: Context) -> int:
+    ids = _selection(args)
+    if args.all:
+        upto = deadletters.last_id(ctx.client, ctx.keys)
+        ids = [d.id for d in deadletters.iter_dead(ctx.client, ctx.keys, upto=upto)] if upto \
+            else []
+    if not ids:
+        deleted = 0
+    elif ctx.confirm(f"delete {len(ids)} dead letters from {ctx.keys.dead}?", args.yes):
+        deleted = deadletters.purge(ctx.client, ctx.keys, ids)
+    else:
+        ctx.warn("nothing deleted")
+        return EXIT_INCOMPLETE
+    if ctx.json:
+        ctx.emit_json({"purged": deleted, "not_found": len(ids) - deleted})
+    else:
+        ctx.say(f"purged {deleted} dead letters" +
+                (f"; {len(ids) - deleted} not found" if len(ids) > deleted else ""))
+    return EXIT_OK if deleted == len(ids) else EXIT_INCOMPLETE
