@@ -18,7 +18,7 @@ from typing import IO, Any
 import redis
 
 from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.settings import DEFAULT_REDIS_URL, DEFAULTS
+from meteorseed_scrapy.settings import DEFAULT_REDIS_URL, DEFAULTS, redis_url_from
 
 EXIT_OK = 0
 #: Something asked for was not done (an unknown id, a dead letter that cannot be requeued, an
@@ -51,26 +51,25 @@ def _project_settings() -> Any | None:
 
 
 def resolve_target(redis_url: str | None, namespace: str | None) -> tuple[str, str]:
-    """The Redis URL and namespace: flag, then ``METEORSEED_*`` env, then the project's
-    settings, then ``REDIS_URL``, then the defaults (the same order a worker would see them,
-    with the operator's explicit choices first)."""
+    """The Redis URL and namespace: flag, then ``METEORSEED_*`` env, then the Scrapy project's
+    settings (read as a worker reads them), then env ``REDIS_URL``, then the defaults."""
     env = os.environ
     settings = None
     url_given = bool(redis_url or env.get("METEORSEED_REDIS_URL"))
     ns_given = bool(namespace or env.get("METEORSEED_NAMESPACE"))
     if not (url_given and ns_given):
         settings = _project_settings()
-    url = (
-        redis_url
-        or env.get("METEORSEED_REDIS_URL")
-        or (settings.get("METEORSEED_REDIS_URL") if settings is not None else None)
-        or env.get("REDIS_URL")
-        or DEFAULT_REDIS_URL
-    )
+    if settings is None:
+        from scrapy.settings import Settings
+
+        settings = Settings()
+    # redis_url_from is what a worker uses: METEORSEED_REDIS_URL, scrapy-redis's settings,
+    # env REDIS_URL, the default.
+    url = redis_url or env.get("METEORSEED_REDIS_URL") or redis_url_from(settings)
     ns = (
         namespace
         or env.get("METEORSEED_NAMESPACE")
-        or (settings.get("METEORSEED_NAMESPACE") if settings is not None else None)
+        or settings.get("METEORSEED_NAMESPACE")
         or DEFAULTS["METEORSEED_NAMESPACE"]
     )
     return str(url), str(ns)
