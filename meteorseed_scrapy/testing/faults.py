@@ -1,0 +1,367 @@
+"""A loopback site that misbehaves on demand and records what it received, for politeness tests.
+
+``with FaultSite() as site: site.url`` serves it from daemon threads (one per connection, so
+many slow requests run at once); ``python -m meteorseed_scrapy.testing.faults --port N`` serves
+it in the foreground. The first path segment names the "site": ``/a/page/1`` belongs to ``a``.
+
+Each site has a mode, switched at run time with :meth:`FaultSite.set_mode` (or
+``GET /_mode?site=a&mode=429&retry_after=3&times=1`` from outside):
+
+* ``"ok"``: a fast page; ``"slow"``: the same page after ``delay`` seconds (default 1);
+* a status code (``429``, ``403``, ``503``, …; ``retry_after=S`` adds ``Retry-After: S``);
+* ``"reset"``: the connection is closed without a response (an RST: SO_LINGER 0).
+
+``delay`` applies to every mode. With ``times=n`` and/or ``duration=s`` the mode is temporary:
+it answers the next n requests (within s seconds from now) and then the site falls back to its
+lasting mode (the last one set without ``times``/``duration``). Every page is a small
+deterministic HTML document whose title names its path and query.
+
+Every request (except the ``/_…`` control paths) is recorded as a :class:`Hit`: arrival and
+finish times (``time.monotonic`` and wall clock), the site's in-flight count at arrival (itself
+included) and the status sent (0 for a reset). A request stops counting as in flight just
+before its response is written, so a client that sends its next request after reading a
+response never makes the count overshoot. ``GET /_stats[?site=a][&hits=0]`` returns it as JSON;
+``GET /_reset`` forgets everything recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import ipaddress
+import json
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+RESET = 0  #: the status recorded for a connection closed without a response
+MAX_DELAY = 600.0
+
+
+@dataclass(frozen=True)
+class Mode:
+    status: int = 200  #: RESET for a connection reset
+    delay: float = 0.0
+    retry_after: str | None = None
+
+
+@dataclass
+class Hit:
+    site: str
+    target: str  #: path and query
+    arrival: float  #: time.monotonic()
+    arrival_wall: float  #: time.time()
+    in_flight: int  #: requests to the site in flight at arrival, this one included
+    finish: float | None = None
+    finish_wall: float | None = None
+    status: int | None = None  #: sent status, RESET (0) for a reset, None while in flight
+
+
+@dataclass
+class _Temporary:
+    mode: Mode
+    remaining: int | None
+    until: float | None
+
+
+def parse_mode(mode: str | int = "ok", *, delay: float | None = None,
+               retry_after: float | str | None = None) -> Mode:
+    """``"ok"``, ``"slow"``, ``"reset"`` or a status code (``429``, ``"503"``) → :class:`Mode`."""
+    text = str(mode).strip().lower()
+    if text == "slow":
+        status, delay = 200, 1.0 if delay is None else delay
+    elif text in ("ok", "reset"):
+        status = 200 if text == "ok" else RESET
+    elif text.isdigit() and 200 <= int(text) <= 599:
+        status = int(text)
+    else:
+        raise ValueError(f"unknown mode {mode!r}: ok, slow, reset or a status code 200-599")
+    delay = 0.0 if delay is None else float(delay)
+    if not 0 <= delay <= MAX_DELAY:
+        raise ValueError(f"delay must be within 0-{MAX_DELAY:g} s, not {delay}")
+    if retry_after is not None and status in (200, RESET):
+        raise ValueError("retry_after goes with an error status")
+    if isinstance(retry_after, float) and retry_after.is_integer():
+        retry_after = int(retry_after)
+    return Mode(status, delay, None if retry_after is None else str(retry_after))
+
+
+def site_of(path: str) -> str:
+    return path.strip("/").split("/", 1)[0]
+
+
+class FaultSite:
+    """The fault site, served from daemon threads while in a ``with`` block (or start/stop)."""
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        if not ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
+            raise ValueError(f"FaultSite serves loopback only, not {host!r}")
+        self.host, self.port = host, port
+        self._lock = threading.Lock()
+        self._hits: dict[str, list[Hit]] = {}
+        self._in_flight: Counter[str] = Counter()
+        self._modes: dict[str, Mode] = {}
+        self._temporary: dict[str, _Temporary] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> FaultSite:
+        self._server = _Server((self.host, self.port), type("Handler", (_Handler,), {"site": self}))
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fault-site",
+                                        kwargs={"poll_interval": 0.1}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def __enter__(self) -> FaultSite:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- modes ---------------------------------------------------------------------------------
+    def set_mode(self, site: str, mode: str | int = "ok", *, delay: float | None = None,
+                 retry_after: float | str | None = None, times: int | None = None,
+                 duration: float | None = None) -> None:
+        """Switch ``site``'s behaviour now; with ``times``/``duration`` only for a while."""
+        parsed = parse_mode(mode, delay=delay, retry_after=retry_after)
+        if times is not None and times < 1:
+            raise ValueError("times must be at least 1")
+        if duration is not None and duration <= 0:
+            raise ValueError("duration must be positive")
+        site = site_of(site)
+        with self._lock:
+            if times is None and duration is None:
+                self._modes[site] = parsed
+                self._temporary.pop(site, None)
+            else:
+                until = None if duration is None else time.monotonic() + duration
+                self._temporary[site] = _Temporary(parsed, times, until)
+
+    def mode(self, site: str) -> Mode:
+        """The mode the next request to ``site`` would get (without using up a temporary one)."""
+        site = site_of(site)
+        with self._lock:
+            temporary = self._temporary.get(site)
+            if temporary is not None and (temporary.until is None
+                                          or time.monotonic() < temporary.until):
+                return temporary.mode
+            return self._modes.get(site, Mode())
+
+    def _take_mode(self, site: str, now: float) -> Mode:
+        temporary = self._temporary.get(site)
+        if temporary is not None:
+            if temporary.until is not None and now >= temporary.until:
+                del self._temporary[site]
+            else:
+                if temporary.remaining is not None:
+                    temporary.remaining -= 1
+                    if temporary.remaining <= 0:
+                        del self._temporary[site]
+                return temporary.mode
+        return self._modes.get(site, Mode())
+
+    # -- recording -----------------------------------------------------------------------------
+    def arrive(self, target: str) -> tuple[Hit, Mode]:
+        site = site_of(urlsplit(target).path)
+        with self._lock:
+            now = time.monotonic()
+            self._in_flight[site] += 1
+            hit = Hit(site, target, now, time.time(), self._in_flight[site])
+            self._hits.setdefault(site, []).append(hit)
+            return hit, self._take_mode(site, now)
+
+    def leave(self, hit: Hit, status: int) -> None:
+        """``hit`` is no longer in flight (called just before its response goes out)."""
+        with self._lock:
+            if hit.status is None:
+                hit.status = status
+                self._in_flight[hit.site] -= 1
+
+    def done(self, hit: Hit) -> None:
+        with self._lock:
+            hit.finish, hit.finish_wall = time.monotonic(), time.time()
+
+    def hits(self, site: str) -> list[Hit]:
+        with self._lock:
+            return [Hit(**asdict(h)) for h in self._hits.get(site_of(site), [])]
+
+    def arrivals(self, site: str) -> list[float]:
+        """Arrival times (``time.monotonic``) of the requests to ``site``, in order."""
+        with self._lock:
+            return [h.arrival for h in self._hits.get(site_of(site), [])]
+
+    def max_in_flight(self, site: str) -> int:
+        with self._lock:
+            return max((h.in_flight for h in self._hits.get(site_of(site), [])), default=0)
+
+    def in_flight(self, site: str) -> int:
+        with self._lock:
+            return self._in_flight[site_of(site)]
+
+    def rate(self, site: str, start: float | None = None, end: float | None = None) -> float:
+        """Arrivals per second in ``[start, end)`` (monotonic); by default from the first
+        arrival to the last, i.e. ``(n - 1) / span``. 0.0 when the span is empty."""
+        times = self.arrivals(site)
+        if not times:
+            return 0.0
+        start = times[0] if start is None else start
+        end = times[-1] if end is None else end
+        if end <= start:
+            return 0.0
+        return sum(start <= t < end for t in times) / (end - start)
+
+    def sites(self) -> list[str]:
+        with self._lock:
+            return sorted(self._hits)
+
+    def reset(self) -> None:
+        """Forget every recorded request (modes and in-flight counts stay)."""
+        with self._lock:
+            self._hits.clear()
+
+    def stats(self, site: str | None = None, with_hits: bool = True) -> dict[str, Any]:
+        names = [site_of(site)] if site is not None else self.sites()
+        out: dict[str, Any] = {}
+        for name in names:
+            hits = self.hits(name)
+            out[name] = {"requests": len(hits), "max_in_flight": self.max_in_flight(name),
+                         "in_flight": self.in_flight(name),
+                         "statuses": dict(Counter(str(h.status) for h in hits))}
+            if with_hits:
+                out[name]["hits"] = [asdict(h) for h in hits]
+        return {"now": time.monotonic(), "now_wall": time.time(), "sites": out}
+
+    def control(self, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        """The ``/_stats``, ``/_mode`` and ``/_reset`` endpoints."""
+        one = {k: v[0] for k, v in query.items()}
+        try:
+            if path == "/_stats":
+                return 200, self.stats(one.get("site"), one.get("hits", "1") != "0")
+            if path == "/_reset":
+                self.reset()
+                return 200, {"reset": True}
+            if path == "/_mode" and "site" in one:
+                self.set_mode(
+                    one["site"], one.get("mode", "ok"),
+                    delay=float(one["delay"]) if "delay" in one else None,
+                    retry_after=one.get("retry_after"),
+                    times=int(one["times"]) if "times" in one else None,
+                    duration=float(one["duration"]) if "duration" in one else None)
+                return 200, {"site": site_of(one["site"]), "mode": asdict(self.mode(one["site"]))}
+        except ValueError as exc:
+            return 400, {"error": str(exc)}
+        return 404, {"error": "control paths: /_stats, /_mode?site=..&mode=.., /_reset"}
+
+
+def page(target: str, status: int) -> bytes:
+    title = html.escape(f"Fault site {target}" if status == 200 else f"{status} {target}")
+    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
+            f"<body><h1>{title}</h1></body></html>\n").encode()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 512
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+    server_version = "MeteorSeedFaults/1.0"
+    disable_nagle_algorithm = True
+    timeout = 60
+    site: FaultSite
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def do_HEAD(self) -> None:
+        self._serve(head=True)
+
+    def _serve(self, head: bool = False) -> None:
+        parts = urlsplit(self.path)
+        if parts.path.startswith("/_"):
+            status, data = self.site.control(parts.path, parse_qs(parts.query))
+            self._send(status, "application/json", json.dumps(data).encode(), {}, head)
+            return
+        hit, mode = self.site.arrive(self.path)
+        try:
+            if mode.delay:
+                time.sleep(mode.delay)
+            self.site.leave(hit, mode.status)
+            if mode.status == RESET:
+                self._reset()
+                return
+            headers = {"Retry-After": mode.retry_after} if mode.retry_after is not None else {}
+            self._send(mode.status, "text/html; charset=utf-8", page(self.path, mode.status),
+                       headers, head)
+        except OSError:  # the client went away
+            self.close_connection = True
+        finally:
+            self.site.leave(hit, mode.status)  # no-op unless something above failed first
+            self.site.done(hit)
+
+    def _send(self, status: int, ctype: str, payload: bytes, headers: dict[str, str],
+              head: bool) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if not head:
+            self.wfile.write(payload)
+        self.wfile.flush()
+
+    def _reset(self) -> None:
+        self.close_connection = True
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Serve the MeteorSeed fault site on loopback.")
+    parser.add_argument("--port", type=int, default=8001, help="0 picks a free port")
+    parser.add_argument("--host", default="127.0.0.1", help="a loopback address")
+    args = parser.parse_args(argv)
+    try:
+        site = FaultSite(args.port, args.host)
+    except ValueError as exc:
+        parser.error(str(exc))
+    with site:
+        print(site.url, flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
