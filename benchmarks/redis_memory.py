@@ -26,11 +26,11 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from meteorseed_scrapy.keys import GROUP, KeyLayout  # noqa: E402
-from meteorseed_scrapy.settings import DEFAULTS  # noqa: E402
-from meteorseed_scrapy.streams.writer import TaskWriter, fingerprint  # noqa: E402
-from meteorseed_scrapy.tasks import ExecTask  # noqa: E402
-from meteorseed_scrapy.testing.redis_server import RedisServer  # noqa: E402
+from meteorseed_scrapy.keys import GROUP, KeyLayout
+from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.streams.writer import TaskWriter, fingerprint
+from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.testing.redis_server import RedisServer
 
 KEYS = KeyLayout("mem")
 
@@ -86,7 +86,7 @@ def main() -> int:
             enqueue(server.url, tasks, dedup=False)
             client.xgroup_create(KEYS.stream, GROUP, id="0")
             base = used(client)
-            for i in range(0, n, 1000):
+            for _ in range(0, n, 1000):
                 client.xreadgroup(GROUP, "w1", {KEYS.stream: ">"}, count=1000)
             print(f"{'  of which the pending entry (PEL)':<48}{(used(client) - base) / n:8.1f}"
                   " bytes")
