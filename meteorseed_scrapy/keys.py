@@ -23,6 +23,11 @@ key                                 type    holds
 ``<ns>:failed:<task_id>``           string  why the task's last delivery failed (callback or
                                             store error); quoted in its dead letter when it
                                             keeps failing. Expires after ``METEORSEED_DONE_TTL``.
+``<ns>:{<site>}:fp:<sha1>``         string  content fingerprint of an article (title + start of
+                                            content, :mod:`meteorseed_scrapy.sites.fingerprint`)
+                                            -> id of the first document seen with it; reposts
+                                            under other URLs get ``duplicate_of`` it. Expires
+                                            after the site's dedup window (default 30 days).
 ==================================  ======  ===================================================
 """
 
@@ -61,6 +66,9 @@ class KeyLayout:
 
     def failed(self, task_id: str) -> str:
         return f"{self.namespace}:failed:{task_id}"
+
+    def fingerprint(self, site_id: str, fp: str) -> str:
+        return f"{self.namespace}:{{{site_id}}}:fp:{fp}"
 
     @property
     def pattern(self) -> str:

@@ -317,3 +317,38 @@ def test_last_wins_keeps_first_seen_of_the_first_occurrence() -> None:
     b = {"_id": "b", "v": 1, "first_seen_at": "1"}
     a2 = {"_id": "a", "v": 2, "first_seen_at": "2"}
     assert last_wins([a1, b, a2]) == [b, {"_id": "a", "v": 2, "first_seen_at": "1"}]
+
+
+# -- anomalies: items that failed validation, kept apart from the items ---------------------
+
+
+def test_anomalies_are_kept_apart_from_items(store: Store) -> None:
+    bad = {**doc("a", title=""), "reasons": ["title: required but empty"]}
+    store.upsert_anomalies([bad])
+    assert store.count() == 0 and store.get("news:a") is None
+    assert list(store.iter_anomalies()) == [bad]
+    store.upsert_many([doc("a", title="fine")])
+    assert [d["_id"] for d in store.iter_anomalies()] == ["news:a"]
+    assert store.count() == 1
+
+
+def test_anomaly_upsert_replaces_reasons_and_keeps_first_seen_at(open_: Opener) -> None:
+    first = {**doc("a", at=T0), "reasons": ["price: not a number"]}
+    later = {**doc("a", at=T0 + timedelta(hours=1)), "reasons": ["title: required but empty"]}
+    open_().upsert_anomalies([first])
+    open_().upsert_anomalies([later])  # another connection, as another worker would
+    (got,) = list(open_().iter_anomalies())
+    assert got["reasons"] == ["title: required but empty"]
+    assert got["first_seen_at"] == utc_timestamp(T0)
+    assert got["updated_at"] == utc_timestamp(T0 + timedelta(hours=1))
+
+
+def test_sqlite_anomalies_table_shape(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/a.db")
+    store.upsert_anomalies([{**doc("x"), "reasons": ["r"]}])
+    store.close()
+    with sqlite3.connect(tmp_path / "a.db") as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(anomalies)")]
+        (raw,) = conn.execute("SELECT doc FROM anomalies WHERE _id = 'news:x'").fetchone()
+    assert columns == ["_id", "doc"]
+    assert '"reasons":["r"]' in raw

@@ -67,6 +67,15 @@ class Store(ABC):
     def all_ids(self) -> set[str]:
         return {doc["_id"] for doc in self.iter_docs()}
 
+    # Anomalies: items that failed their site's validation, kept apart from ``items`` with
+    # their reasons (same upsert rules: last wins, first_seen_at kept). Concrete here, not
+    # abstract, so stores that keep no anomalies (test doubles) need not implement them.
+    def upsert_anomalies(self, docs: list[dict[str, Any]]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} keeps no anomalies")
+
+    def iter_anomalies(self) -> Iterator[dict[str, Any]]:
+        raise NotImplementedError(f"{type(self).__name__} keeps no anomalies")
+
     def __enter__(self) -> Store:
         return self
 

@@ -32,6 +32,7 @@ from meteorseed_scrapy.stores.base import Store, StoreUnavailable, last_wins
 
 DEFAULT_DATABASE = "meteorseed"
 COLLECTION = "items"
+ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
 #: pymongo waits 30 s for a server by default; fail faster so the pipeline's own retry loop
 #: (which logs and counts) decides how long to keep trying.
 SERVER_SELECTION_TIMEOUT_MS = 5000
@@ -77,6 +78,7 @@ class MongoStore(Store):
         self._client = client
         self._owns_client = owns_client
         self.collection = client[database][COLLECTION]
+        self.anomalies = client[database][ANOMALIES]
 
     @classmethod
     def from_uri(cls, uri: str) -> MongoStore:
@@ -91,11 +93,17 @@ class MongoStore(Store):
         return cls(MongoClient(uri, **kwargs), database)
 
     def upsert_many(self, docs: list[dict[str, Any]]) -> None:
+        self._upsert(self.collection, docs)
+
+    def upsert_anomalies(self, docs: list[dict[str, Any]]) -> None:
+        self._upsert(self.anomalies, docs)
+
+    def _upsert(self, collection: Any, docs: list[dict[str, Any]]) -> None:
         operations = [upsert_operation(doc) for doc in last_wins(docs)]
         if not operations:
             return
         try:
-            self.collection.bulk_write(operations, ordered=False)
+            collection.bulk_write(operations, ordered=False)
         except ConnectionFailure as exc:  # AutoReconnect, NotPrimary, ServerSelectionTimeout...
             raise StoreUnavailable(f"MongoDB: {exc}") from exc
         except BulkWriteError as exc:
@@ -116,6 +124,10 @@ class MongoStore(Store):
 
     def iter_docs(self) -> Iterator[dict[str, Any]]:
         for doc in self.collection.find({}).sort("_id", 1):
+            yield dict(doc)
+
+    def iter_anomalies(self) -> Iterator[dict[str, Any]]:
+        for doc in self.anomalies.find({}).sort("_id", 1):
             yield dict(doc)
 
     def count_by_site(self) -> dict[str, int]:

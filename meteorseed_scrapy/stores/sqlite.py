@@ -45,10 +45,12 @@ LOCK_ATTEMPTS = 4
 CHUNK_ROWS = 400
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS items (_id TEXT PRIMARY KEY, doc TEXT NOT NULL)"
+ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
+_ANOMALY_SCHEMA = _SCHEMA.replace("items", ANOMALIES)
 # COALESCE: a row written without first_seen_at (by hand, by an old version) adopts the new one.
 _UPSERT_TAIL = (
     " ON CONFLICT(_id) DO UPDATE SET doc = json_set(excluded.doc, '$.first_seen_at',"
-    " COALESCE(json_extract(items.doc, '$.first_seen_at'),"
+    " COALESCE(json_extract({table}.doc, '$.first_seen_at'),"
     " json_extract(excluded.doc, '$.first_seen_at')))"
 )
 # Errors worth retrying: another process holds the lock, or the file/disk hiccuped.
@@ -94,6 +96,7 @@ class SQLiteStore(Store):
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute(_SCHEMA)
+            conn.execute(_ANOMALY_SCHEMA)
         except BaseException:
             conn.close()
             raise
@@ -130,6 +133,12 @@ class SQLiteStore(Store):
     # -- writes -------------------------------------------------------------------------
 
     def upsert_many(self, docs: list[dict[str, Any]]) -> None:
+        self._upsert("items", docs)
+
+    def upsert_anomalies(self, docs: list[dict[str, Any]]) -> None:
+        self._upsert(ANOMALIES, docs)
+
+    def _upsert(self, table: str, docs: list[dict[str, Any]]) -> None:
         rows = [
             (doc["_id"], json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
             for doc in last_wins(docs)
@@ -144,7 +153,8 @@ class SQLiteStore(Store):
                     chunk = rows[start : start + CHUNK_ROWS]
                     values = ",".join(["(?, ?)"] * len(chunk))
                     params = [value for row in chunk for value in row]
-                    sql = f"INSERT INTO items (_id, doc) VALUES {values}{_UPSERT_TAIL}"
+                    tail = _UPSERT_TAIL.format(table=table)
+                    sql = f"INSERT INTO {table} (_id, doc) VALUES {values}{tail}"
                     conn.execute(sql, params)
                 conn.execute("COMMIT")
             except BaseException:
@@ -167,6 +177,13 @@ class SQLiteStore(Store):
 
     def iter_docs(self) -> Iterator[dict[str, Any]]:
         rows = self._run(lambda conn: conn.execute("SELECT doc FROM items ORDER BY _id").fetchall())
+        for (doc,) in rows:
+            yield json.loads(doc)
+
+    def iter_anomalies(self) -> Iterator[dict[str, Any]]:
+        rows = self._run(
+            lambda conn: conn.execute(f"SELECT doc FROM {ANOMALIES} ORDER BY _id").fetchall()
+        )
         for (doc,) in rows:
             yield json.loads(doc)
 
