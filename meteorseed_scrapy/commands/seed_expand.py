@@ -22,6 +22,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.migrate import command as migration
 from meteorseed_scrapy.seeding.expand import (
     MAX_LINE_BYTES,
     MAX_URLS_PER_LINE,
@@ -94,11 +95,15 @@ class Command(ScrapyCommand):
             "--no-dedup", action="store_true",
             help="enqueue every URL, even one its site has already seen",
         )
+        migration.add_options(group)
 
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
         super().process_options(args, opts)
         if opts.batch_size < 1:
             raise UsageError("--batch-size must be at least 1", print_help=False)
+        problem = migration.check_options(args, opts)
+        if problem:
+            raise UsageError(problem, print_help=False)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         assert self.settings is not None
@@ -106,6 +111,9 @@ class Command(ScrapyCommand):
         unknown = [arg for arg in args if arg.startswith("-") and arg != "-"]
         if unknown:
             raise UsageError(f"unknown option {unknown[0]}", print_help=False)
+        if opts.from_scrapy_redis:
+            self._migrate(opts)
+            return
         if len(args) != 1:
             raise UsageError("expected exactly one FILE argument (- reads stdin)")
         redis_url = redis_url_from(self.settings)
@@ -145,6 +153,17 @@ class Command(ScrapyCommand):
                 return
         print(summary, flush=True)
         self.exitcode = EXIT_REJECTED if summary.rejected else 0
+
+    def _migrate(self, opts: argparse.Namespace) -> None:
+        assert self.settings is not None
+        namespace = self.settings.get("METEORSEED_NAMESPACE") or DEFAULTS["METEORSEED_NAMESPACE"]
+        try:
+            keys = KeyLayout(str(namespace))
+        except ValueError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        self.exitcode = migration.run_migration(
+            self.settings, redis_url_from(self.settings), keys, opts, self._max_backlog(), redact
+        )
 
     def _max_backlog(self) -> int:
         assert self.settings is not None

@@ -1,0 +1,146 @@
+"""scrapy-redis entries (request dicts, start-URL payloads) to exec tasks.
+
+A queued request is the dict of ``Request.to_dict()``; a start URL is a plain URL or the JSON
+object scrapy-redis 0.9 turns into ``FormRequest(url, method=..., formdata=<other keys>,
+meta=...)``. Start URLs are built with that same FormRequest call, so a migrated task carries
+the exact URL, body and headers scrapy-redis would have sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy import FormRequest
+
+from meteorseed_scrapy.migrate.unpickle import RejectedPayload
+from meteorseed_scrapy.requests import _DOWNLOAD_META
+from meteorseed_scrapy.tasks import ExecTask, TaskError
+
+#: Request classes whose whole state is in url/method/headers/body: safe to send as a task.
+PLAIN_CLASSES = frozenset({
+    "scrapy.http.request.Request", "scrapy.http.request.form.FormRequest",
+    "scrapy.http.request.json_request.JsonRequest", "scrapy.http.request.rpc.XmlRpcRequest",
+    "scrapy.Request", "scrapy.FormRequest", "scrapy.http.Request", "scrapy.http.FormRequest",
+    "scrapy.http.JsonRequest",
+})
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where migrated tasks say they come from."""
+
+    site_id: str
+    seed_id: str
+
+
+@dataclass(frozen=True)
+class Converted:
+    task: ExecTask
+    #: meta keys left out because their values are not JSON (reported, not fatal).
+    dropped_meta: tuple[str, ...] = ()
+
+
+def _text(value: Any, field: str, encoding: str = "latin-1") -> str:
+    if isinstance(value, bytes):
+        try:
+            return value.decode(encoding)
+        except UnicodeDecodeError:
+            raise RejectedPayload(f"{field}: is not {encoding} text") from None
+    if isinstance(value, str):
+        return value
+    raise RejectedPayload(f"{field}: expected text, got {type(value).__name__}")
+
+
+def _headers(raw: Any) -> dict[str, list[str]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise RejectedPayload("headers: expected a mapping")
+    out: dict[str, list[str]] = {}
+    for key, values in raw.items():
+        name = _text(key, "headers")
+        items = values if isinstance(values, (list, tuple)) else [values]
+        out[name] = [_text(v, f"headers.{name}") for v in items]
+    return out
+
+
+def _json_safe(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
+    """An exec task from a ``Request.to_dict()``; raises :class:`RejectedPayload` when the
+    request cannot be carried by a JSON task without losing what it means."""
+    cls = data.get("_class")
+    if cls is not None and cls not in PLAIN_CLASSES:
+        raise RejectedPayload(f"_class: {cls!r} is not a plain Scrapy request class")
+    if data.get("cookies"):
+        # Exec tasks have no cookies field; dropping them would change what the site returns.
+        raise RejectedPayload("cookies: requests with their own cookies cannot be migrated")
+    cb_kwargs = data.get("cb_kwargs") or {}
+    if not isinstance(cb_kwargs, Mapping) or not _json_safe(dict(cb_kwargs)):
+        # The callback needs these arguments: a task without them would fail in the spider.
+        raise RejectedPayload("cb_kwargs: not JSON-serialisable")
+    meta_in = data.get("meta") or {}
+    if not isinstance(meta_in, Mapping):
+        raise RejectedPayload("meta: expected a mapping")
+    meta: dict[str, Any] = {}
+    dropped: list[str] = []
+    for key, value in meta_in.items():
+        if not isinstance(key, str) or key in _DOWNLOAD_META:
+            continue
+        if _json_safe(value):
+            meta[key] = value
+        else:
+            dropped.append(key)
+    body = data.get("body") or b""
+    try:
+        task = ExecTask.create(
+            seed_id=origin.seed_id,
+            site_id=origin.site_id,
+            url=_text(data.get("url"), "url", "utf-8"),
+            method=_text(data.get("method") or "GET", "method").upper(),
+            headers=_headers(data.get("headers")),
+            body=_text(body, "body", "utf-8"),  # tasks carry text: a binary body is refused
+            callback=data.get("callback"),
+            errback=data.get("errback"),
+            meta=meta,
+            cb_kwargs=dict(cb_kwargs),
+            priority=data.get("priority", 0),
+        )
+        task.to_message()  # too large for a message: refuse this entry, not the whole batch
+    except TaskError as exc:
+        raise RejectedPayload(str(exc)) from None
+    return Converted(task, tuple(dropped))
+
+
+def start_url_to_task(payload: bytes | str, origin: Origin, priority: int = 0,
+                      encoding: str = "utf-8") -> Converted:
+    """An exec task from one start-URL entry, built as scrapy-redis's ``RedisSpider`` would."""
+    text = _text(payload, "start URL", encoding).strip()
+    try:
+        if text.startswith("{") and text.endswith("}"):
+            params = json.loads(text)
+            if not isinstance(params.get("url"), str):
+                raise RejectedPayload("start URL JSON has no url")
+            url = params.pop("url")
+            method = str(params.pop("method", "GET")).upper()
+            meta = params.pop("meta", {}) or {}
+            request = FormRequest(url, method=method, formdata=params, meta=meta)
+        else:
+            request = FormRequest(text)
+    except RejectedPayload:
+        raise
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise RejectedPayload(f"start URL: {exc}"[:300]) from None
+    data = request.to_dict()
+    data.pop("_class", None)
+    data["priority"] = priority
+    return request_dict_to_task(data, origin)

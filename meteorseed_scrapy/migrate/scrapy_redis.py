@@ -1,0 +1,232 @@
+"""Moving a scrapy-redis project's waiting work into the task stream.
+
+Read: the scheduler queue (``SCHEDULER_QUEUE_KEY``, a list for FifoQueue/LifoQueue, a sorted
+set with score ``-priority`` for PriorityQueue) and the start URLs (``REDIS_START_URLS_KEY``:
+list, set or sorted set). Not read: the dupefilter. It holds SHA-1 fingerprints of
+method+URL+body, which cannot be turned back into requests.
+
+Each batch goes through :meth:`TaskWriter.add` (deduplicated per site); with ``move`` the batch's
+migrated members are then removed one by one (LREM/ZREM/SREM), never the key: a scrapy-redis
+process may still be pushing to it, and anything rejected stays where it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from meteorseed_scrapy.migrate.convert import (
+    Converted,
+    Origin,
+    request_dict_to_task,
+    start_url_to_task,
+)
+from meteorseed_scrapy.migrate.unpickle import RejectedPayload, loads_request
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from meteorseed_scrapy.streams.writer import TaskWriter
+
+logger = logging.getLogger(__name__)
+
+REQUESTS, START_URLS = "requests", "start URLs"
+
+
+@dataclass(frozen=True)
+class ScrapyRedisSource:
+    """The keys of one scrapy-redis spider, named as scrapy-redis names them."""
+
+    spider: str
+    queue_key: str
+    start_urls_key: str
+    #: LifoQueue pops from the head of its list, FifoQueue from the tail: read in that order.
+    lifo: bool = False
+    encoding: str = "utf-8"
+
+    @classmethod
+    def from_settings(cls, settings: Any, spider: str) -> ScrapyRedisSource:
+        queue_cls = str(settings.get("SCHEDULER_QUEUE_CLASS") or "")
+        return cls(
+            spider=spider,
+            queue_key=str(settings.get("SCHEDULER_QUEUE_KEY") or "%(spider)s:requests")
+            % {"spider": spider},
+            start_urls_key=str(settings.get("REDIS_START_URLS_KEY") or "%(name)s:start_urls")
+            % {"name": spider},
+            lifo=queue_cls.rsplit(".", 1)[-1] in ("LifoQueue", "SpiderStack"),
+            encoding=str(settings.get("REDIS_ENCODING") or "utf-8"),
+        )
+
+
+@dataclass(frozen=True)
+class Rejection:
+    key: str
+    position: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.key} entry {self.position}: {self.reason}"
+
+
+@dataclass
+class MigrationSummary:
+    requests: int = 0
+    start_urls: int = 0
+    enqueued: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    removed: int = 0
+    #: entries migrated without some meta keys whose values are not JSON
+    meta_dropped: int = 0
+    dry_run: bool = False
+    move: bool = False
+
+    def __str__(self) -> str:
+        read = (f"read {self.requests + self.start_urls} entries "
+                f"({self.requests} requests, {self.start_urls} start URLs)")
+        if self.dry_run:
+            ok = self.requests + self.start_urls - self.rejected
+            return f"dry run: {read}, would enqueue up to {ok}, rejected {self.rejected}"
+        text = f"{read}, enqueued {self.enqueued}, duplicates {self.duplicates}, " \
+               f"rejected {self.rejected}"
+        if self.move:
+            text += f", removed {self.removed} from scrapy-redis"
+        if self.meta_dropped:
+            text += f"; {self.meta_dropped} lost non-JSON meta keys"
+        return text
+
+
+# One entry as read: (member as stored, score or None, position for error messages). Members
+# are bytes with a bytes client; redis-py types replies as unions, hence Any.
+_Entry = tuple[Any, "float | None", int]
+
+
+async def _entries(client: Redis, key: str, kind: str, batch: int, move: bool,
+                   from_head: bool, kept: list[int]) -> AsyncIterator[list[_Entry]]:
+    """Batches of ``key``'s members in the order scrapy-redis would have served them.
+
+    With ``move``, migrated members disappear between batches, so windows start after the
+    ``kept[0]`` members left in place (rejected ones) instead of advancing by position.
+    """
+    if kind == "list":
+        offset = 0
+        while True:
+            start = kept[0] if move else offset
+            raw: Any
+            if from_head:
+                raw = await client.lrange(key, start, start + batch - 1)
+            else:
+                raw = list(reversed(await client.lrange(key, -(start + batch), -(start + 1))))
+            if not raw:
+                return
+            yield [(m, None, offset + i) for i, m in enumerate(raw)]
+            offset += len(raw)
+    elif kind == "zset":
+        offset = 0
+        while True:
+            start = kept[0] if move else offset
+            # PriorityQueue pops the lowest score (-priority); a start-URL zset the highest.
+            read: Any = client.zrange if from_head else client.zrevrange
+            raw = await read(key, start, start + batch - 1, withscores=True)
+            if not raw:
+                return
+            yield [(m, float(s), offset + i) for i, (m, s) in enumerate(raw)]
+            offset += len(raw)
+    elif kind == "set":
+        cursor, offset = 0, 0
+        while True:
+            reply: Any = await client.sscan(key, cursor, count=batch)
+            cursor, raw = reply
+            if raw:
+                yield [(m, None, offset + i) for i, m in enumerate(raw)]
+                offset += len(raw)
+            if int(cursor) == 0:
+                return
+    else:
+        raise RejectedPayload(f"{key} is a Redis {kind}, not a list, set or sorted set")
+
+
+def _serves_from_head(kind: str, what: str, lifo: bool) -> bool:
+    """Which end scrapy-redis pops first, so tasks enter the stream in the order it would
+    have served them."""
+    if what == REQUESTS:
+        # Both list queues LPUSH; FifoQueue RPOPs, LifoQueue LPOPs. PriorityQueue takes the
+        # lowest score (-priority) first.
+        return lifo if kind == "list" else True
+    # RedisSpider reads start-URL lists with LRANGE 0.., sorted sets highest score first.
+    return kind != "zset"
+
+
+async def _remove(client: Redis, key: str, kind: str, from_head: bool,
+                  members: list[Any]) -> int:
+    if not members:
+        return 0
+    async with client.pipeline(transaction=False) as pipe:
+        for member in members:
+            if kind == "list":
+                # One occurrence per migrated entry, from the end it was read at.
+                pipe.lrem(key, 1 if from_head else -1, member)
+            elif kind == "zset":
+                pipe.zrem(key, member)
+            else:
+                pipe.srem(key, member)
+        return sum(int(n) for n in await pipe.execute())
+
+
+async def migrate(
+    client: Redis, writer: TaskWriter, source: ScrapyRedisSource, origin: Origin, *,
+    move: bool = False, dry_run: bool = False, batch_size: int = 500,
+    on_reject: Callable[[Rejection], None] | None = None,
+    max_backlog: int | None = None, on_wait: Callable[[int], None] | None = None,
+) -> MigrationSummary:
+    """Migrate ``source``'s waiting requests, then its start URLs; see the module docstring.
+
+    ``client`` must return bytes (``decode_responses=False``): queue entries are pickles.
+    """
+    if move and dry_run:
+        raise ValueError("move and dry_run exclude each other")
+    summary = MigrationSummary(dry_run=dry_run, move=move)
+    for key, what in ((source.queue_key, REQUESTS), (source.start_urls_key, START_URLS)):
+        kind_raw: Any = await client.type(key)
+        kind = kind_raw.decode() if isinstance(kind_raw, bytes) else str(kind_raw)
+        if kind == "none":
+            continue
+        from_head = _serves_from_head(kind, what, source.lifo)
+        logger.info("migrating %s from %s (a %s)", what, key, kind)
+        kept = [0]
+        async for batch in _entries(client, key, kind, batch_size, move, from_head, kept):
+            converted: list[tuple[Any, Converted]] = []
+            for member, score, position in batch:
+                try:
+                    if what == REQUESTS:
+                        item = request_dict_to_task(loads_request(member), origin)
+                    else:
+                        priority = round(score) if score is not None else 0
+                        item = start_url_to_task(member, origin, priority, source.encoding)
+                except RejectedPayload as exc:
+                    summary.rejected += 1
+                    kept[0] += 1
+                    if on_reject is not None:
+                        on_reject(Rejection(key, position, str(exc)))
+                    continue
+                converted.append((member, item))
+                summary.meta_dropped += bool(item.dropped_meta)
+            if what == REQUESTS:
+                summary.requests += len(batch)
+            else:
+                summary.start_urls += len(batch)
+            if dry_run or not converted:
+                continue
+            if max_backlog is not None:
+                await writer.wait_for_room(max_backlog, on_wait or (lambda _: None))
+            result = await writer.add([item.task for _, item in converted], dedup=True)
+            summary.enqueued += result.enqueued
+            summary.duplicates += result.duplicates
+            if move:  # only now: the tasks of this batch are on the stream
+                removed = await _remove(client, key, kind, from_head,
+                                        [m for m, _ in converted])
+                # Fewer than asked when a scrapy-redis worker popped some meanwhile: fine.
+                summary.removed += removed
+    return summary

@@ -1,0 +1,231 @@
+"""Migrating scrapy-redis queues and start URLs, written by the real scrapy_redis package, into
+the task stream (real Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from scrapy import FormRequest, Request, Spider
+from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.migrate.convert import Origin
+from meteorseed_scrapy.migrate.scrapy_redis import (
+    MigrationSummary,
+    Rejection,
+    ScrapyRedisSource,
+    migrate,
+)
+from meteorseed_scrapy.streams.writer import TaskWriter
+from meteorseed_scrapy.tasks import ExecTask
+
+
+class ShopSpider(Spider):
+    name = "shop"
+
+    def parse_product(self, response: Any) -> None: ...
+
+    def on_error(self, failure: Any) -> None: ...
+
+
+@pytest.fixture
+def raw_redis(redis_url: str) -> Any:
+    client = redis.Redis.from_url(redis_url)  # bytes, as scrapy-redis's own client
+    yield client
+    client.close()
+
+
+def source_for(namespace: str, lifo: bool = False) -> ScrapyRedisSource:
+    # The spider is named after the test's namespace so the fixture cleans its keys up.
+    return ScrapyRedisSource(namespace, f"{namespace}:requests", f"{namespace}:start_urls", lifo)
+
+
+def run(redis_url: str, namespace: str, source: ScrapyRedisSource, **kwargs: Any
+        ) -> tuple[MigrationSummary, list[Rejection]]:
+    rejections: list[Rejection] = []
+
+    async def main() -> MigrationSummary:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            writer = TaskWriter(client, KeyLayout(namespace))
+            return await migrate(client, writer, source, Origin(namespace, "migrated"),
+                                 on_reject=rejections.append, **kwargs)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main()), rejections
+
+
+def stream_tasks(sync_redis: redis.Redis, namespace: str) -> list[ExecTask]:
+    entries: Any = sync_redis.xrange(KeyLayout(namespace).stream)
+    return [ExecTask.from_message(fields) for _, fields in entries]
+
+
+def requests_for(spider: ShopSpider) -> list[Request]:
+    return [
+        Request("https://shop.example/p/1", callback=spider.parse_product, priority=3,
+                meta={"sku": "A-1", "tags": ["x", 2], "when": {1, 2}, "download_slot": "s"},
+                headers={"X-Token": "abc"}, cb_kwargs={"page": 1}),
+        Request("https://shop.example/search", method="POST", body=b'{"q": "lamp"}',
+                headers={"Content-Type": "application/json"}, errback=spider.on_error,
+                priority=-1),
+        FormRequest("https://shop.example/login", formdata={"user": "u"}, priority=7),
+    ]
+
+
+@pytest.mark.parametrize("queue_cls", [FifoQueue, LifoQueue, PriorityQueue])
+def test_queue_of_each_kind(queue_cls: Any, raw_redis: redis.Redis, sync_redis: redis.Redis,
+                            redis_url: str, namespace: str) -> None:
+    spider = ShopSpider(name=namespace)
+    queue = queue_cls(raw_redis, spider, "%(spider)s:requests")
+    for request in requests_for(spider):
+        queue.push(request)
+    source = source_for(namespace, lifo=queue_cls is LifoQueue)
+    summary, rejections = run(redis_url, namespace, source)
+
+    assert rejections == []
+    assert (summary.requests, summary.enqueued, summary.rejected) == (3, 3, 0)
+    assert summary.meta_dropped == 1  # "when" is a set
+    tasks = stream_tasks(sync_redis, namespace)
+    by_url = {t.url: t for t in tasks}
+    product = by_url["https://shop.example/p/1"]
+    assert product.callback == "parse_product"
+    assert product.priority == 3
+    assert dict(product.meta) == {"sku": "A-1", "tags": ["x", 2]}  # no set, no download_slot
+    assert dict(product.cb_kwargs) == {"page": 1}
+    assert product.headers["X-Token"] == ["abc"]
+    assert (product.site_id, product.seed_id) == (namespace, "migrated")
+    search = by_url["https://shop.example/search"]
+    assert (search.method, search.body, search.errback) == ("POST", '{"q": "lamp"}', "on_error")
+    assert search.callback is None and search.priority == -1
+    login = by_url["https://shop.example/login"]
+    assert (login.method, login.body) == ("POST", "user=u")
+    assert login.headers["Content-Type"] == ["application/x-www-form-urlencoded"]
+    # The stream holds them in the order scrapy-redis would have popped them.
+    popped = []
+    while (request := queue.pop()) is not None:
+        popped.append(request.url)
+    assert [t.url for t in tasks] == popped
+    assert len(queue) == 0  # popping above, not the migration, emptied the source
+
+
+@pytest.mark.parametrize("kind", ["list", "set", "zset"])
+def test_start_urls_of_each_type(kind: str, raw_redis: redis.Redis, sync_redis: redis.Redis,
+                                 redis_url: str, namespace: str) -> None:
+    key = f"{namespace}:start_urls"
+    payloads = [
+        "https://news.example/a",
+        json.dumps({"url": "https://news.example/b", "meta": {"job": "j1"}}),
+        json.dumps({"url": "https://news.example/c", "method": "post", "q": "rain"}),
+        json.dumps({"url": "https://news.example/d", "page": "2"}),  # GET: formdata -> query
+    ]
+    for score, payload in enumerate(payloads):
+        if kind == "list":
+            raw_redis.rpush(key, payload)
+        elif kind == "set":
+            raw_redis.sadd(key, payload)
+        else:
+            raw_redis.zadd(key, {payload: score * 10})
+    summary, rejections = run(redis_url, namespace, source_for(namespace))
+
+    assert rejections == []
+    assert (summary.start_urls, summary.enqueued) == (4, 4)
+    by_url = {t.url: t for t in stream_tasks(sync_redis, namespace)}
+    assert set(by_url) == {"https://news.example/a", "https://news.example/b",
+                           "https://news.example/c", "https://news.example/d?page=2"}
+    assert dict(by_url["https://news.example/b"].meta) == {"job": "j1"}
+    post = by_url["https://news.example/c"]
+    assert (post.method, post.body) == ("POST", "q=rain")
+    assert all(t.callback is None for t in by_url.values())
+    if kind == "zset":
+        assert by_url["https://news.example/d?page=2"].priority == 30  # score kept as priority
+    assert raw_redis.exists(key)  # no --move: the source is untouched
+
+
+def test_move_empties_the_source_and_keeps_rejected(
+        raw_redis: redis.Redis, sync_redis: redis.Redis, redis_url: str, namespace: str) -> None:
+    spider = ShopSpider(name=namespace)
+    queue = FifoQueue(raw_redis, spider, "%(spider)s:requests")
+    for i in range(25):
+        queue.push(Request(f"https://shop.example/p/{i}", callback=spider.parse_product))
+    bad = pickle.dumps({"url": "https://shop.example/x", "cookies": {"s": "1"}}, protocol=-1)
+    raw_redis.lpush(f"{namespace}:requests", bad)
+    raw_redis.lpush(f"{namespace}:start_urls", "https://shop.example/p/3", "not a url")
+    summary, rejections = run(redis_url, namespace, source_for(namespace), move=True,
+                              batch_size=4)
+
+    assert (summary.enqueued, summary.duplicates, summary.rejected) == (25, 1, 2)
+    assert summary.removed == 26  # the duplicate start URL too: its task is on the stream
+    assert sorted(r.reason for r in rejections)[0].startswith("cookies")
+    assert raw_redis.lrange(f"{namespace}:requests", 0, -1) == [bad]
+    assert raw_redis.lrange(f"{namespace}:start_urls", 0, -1) == [b"not a url"]
+    assert len(stream_tasks(sync_redis, namespace)) == 25
+
+
+@pytest.mark.parametrize("queue_cls", [PriorityQueue, LifoQueue])
+def test_move_other_kinds(queue_cls: Any, raw_redis: redis.Redis, sync_redis: redis.Redis,
+                          redis_url: str, namespace: str) -> None:
+    spider = ShopSpider(name=namespace)
+    queue = queue_cls(raw_redis, spider, "%(spider)s:requests")
+    for i in range(10):
+        queue.push(Request(f"https://shop.example/p/{i}", priority=i))
+    raw_redis.sadd(f"{namespace}:start_urls", *[f"https://shop.example/s/{i}" for i in range(7)])
+    summary, _ = run(redis_url, namespace, source_for(namespace), move=True, batch_size=3)
+
+    assert (summary.enqueued, summary.removed) == (17, 17)
+    assert not raw_redis.exists(f"{namespace}:requests", f"{namespace}:start_urls")
+    assert len(stream_tasks(sync_redis, namespace)) == 17
+
+
+def test_dry_run_writes_nothing(raw_redis: redis.Redis, redis_url: str, namespace: str) -> None:
+    spider = ShopSpider(name=namespace)
+    queue = PriorityQueue(raw_redis, spider, "%(spider)s:requests")
+    for request in requests_for(spider):
+        queue.push(request)
+    raw_redis.sadd(f"{namespace}:start_urls", "https://shop.example/", "ftp://nope")
+    before = {key: raw_redis.dump(key) for key in raw_redis.scan_iter(f"{namespace}:*")}
+    summary, rejections = run(redis_url, namespace, source_for(namespace), dry_run=True)
+
+    assert (summary.requests, summary.start_urls, summary.rejected) == (3, 2, 1)
+    assert str(summary).startswith("dry run: read 5 entries")
+    assert [r.key for r in rejections] == [f"{namespace}:start_urls"]
+    after = {key: raw_redis.dump(key) for key in raw_redis.scan_iter(f"{namespace}:*")}
+    assert after == before  # no stream, no dedup set, sources unchanged
+
+
+class _Evil:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        return (os.system, (f"touch {self.path}",))
+
+
+@pytest.mark.parametrize("protocol", [0, 2, pickle.HIGHEST_PROTOCOL])
+def test_malicious_pickle_is_rejected_not_run(
+        protocol: int, tmp_path: Path, raw_redis: redis.Redis, sync_redis: redis.Redis,
+        redis_url: str, namespace: str) -> None:
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps({"url": "https://shop.example/", "meta": {"x": _Evil(marker)}},
+                           protocol=protocol)
+    assert pickle.loads(payload) == {"url": "https://shop.example/", "meta": {"x": 0}}
+    assert marker.exists()  # the payload really runs code when unpickled normally
+    marker.unlink()
+    spider = ShopSpider(name=namespace)
+    FifoQueue(raw_redis, spider, "%(spider)s:requests").push(Request("https://shop.example/ok"))
+    raw_redis.lpush(f"{namespace}:requests", payload)
+    summary, rejections = run(redis_url, namespace, source_for(namespace), move=True)
+
+    assert not marker.exists()
+    assert (summary.enqueued, summary.rejected) == (1, 1)
+    assert "system" in rejections[0].reason and "never classes or functions" in rejections[0].reason
+    assert raw_redis.lrange(f"{namespace}:requests", 0, -1) == [payload]  # left for inspection
+    assert [t.url for t in stream_tasks(sync_redis, namespace)] == ["https://shop.example/ok"]
