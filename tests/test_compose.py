@@ -1,0 +1,98 @@
+"""docker-compose.yml and deploy/scrapyd: structure, durability flags, wiring, commands.
+
+There is no Docker engine here, so the file is checked as data: the services a fleet needs,
+Redis that cannot lose or evict tasks, workers that get the Redis and store URLs in the form
+the package reads, and commands that exist (console scripts of installed distributions, CLI
+arguments our parser accepts).
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+import shlex
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from scrapy.settings import Settings
+
+from meteorseed_scrapy.cli import build_parser
+from meteorseed_scrapy.settings import redis_url_from, store_uri_from
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def command_of(service: dict[str, Any]) -> list[str]:
+    command = service["command"]
+    return shlex.split(command) if isinstance(command, str) else list(command)
+
+
+def test_services(compose: dict[str, Any]) -> None:
+    assert {"redis", "mongo", "scrapyd", "console"} <= set(compose["services"])
+    assert compose["services"]["scrapyd"]["deploy"]["replicas"] >= 2
+
+
+def test_redis_keeps_every_task(compose: dict[str, Any]) -> None:
+    args = command_of(compose["services"]["redis"])
+    assert args[0] == "redis-server"
+    options = dict(zip(args[1::2], args[2::2], strict=False))
+    assert options["--appendonly"] == "yes"
+    assert options["--maxmemory-policy"] == "noeviction"
+    assert any(v.endswith(":/data") for v in compose["services"]["redis"]["volumes"])
+
+
+@pytest.mark.parametrize("name", ["scrapyd", "console"])
+def test_services_get_redis_and_store_urls(compose: dict[str, Any], name: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    env = compose["services"][name]["environment"]
+    assert re.fullmatch(r"redis://redis:6379/\d+", env["METEORSEED_REDIS_URL"])
+    assert env["METEORSEED_STORE_URI"].startswith("mongodb://mongo:27017/")
+    # Scrapy does not read METEORSEED_* from the environment; a worker falls back on these.
+    for key, value in env.items():
+        monkeypatch.setenv(key, str(value))
+    assert redis_url_from(Settings()) == env["METEORSEED_REDIS_URL"]
+    assert store_uri_from(Settings()) == env["METEORSEED_STORE_URI"]
+
+
+def test_worker_image_and_commands(compose: dict[str, Any]) -> None:
+    scrapyd = compose["services"]["scrapyd"]
+    dockerfile = REPO / scrapyd["build"]["context"] / scrapyd["build"]["dockerfile"]
+    text = dockerfile.read_text()
+    for source in re.findall(r"^COPY (.+) \S+$", text, re.M):
+        for path in source.split():
+            assert (REPO / path).exists(), f"{dockerfile.name} copies missing {path}"
+    install = next(line for line in text.splitlines() if line.startswith("RUN pip install"))
+    assert " . " in f"{install} " and "scrapyd" in install
+    scripts = {ep.name for ep in entry_points(group="console_scripts")}
+    assert command_of(scrapyd)[0] == "scrapyd" and "scrapyd" in scripts
+    # The console runs from the same image, with our own console script.
+    assert compose["services"]["console"]["image"] == scrapyd["image"]
+    assert "meteorseed" in scripts
+
+
+def test_console_runs_a_meteorseed_command(compose: dict[str, Any]) -> None:
+    script = command_of(compose["services"]["console"])[-1]
+    calls = re.findall(r"meteorseed ([^;&|]+)", script)
+    assert calls, script
+    for call in calls:
+        args = build_parser().parse_args(shlex.split(call))
+        assert args.command == "status" and args.json
+
+
+def test_scrapyd_knows_the_project() -> None:
+    conf = configparser.ConfigParser()
+    conf.read(REPO / "deploy" / "scrapyd" / "scrapyd.conf")
+    assert conf["scrapyd"]["bind_address"] == "0.0.0.0"
+    for project, module in conf["settings"].items():
+        path = REPO / "example_project" / (module.replace(".", "/") + ".py")
+        assert path.exists(), f"[settings] {project} = {module}: no {path}"
