@@ -59,6 +59,8 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[str] | None = None,
     except ValueError as exc:  # an invalid namespace
         print(f"meteorseed: {exc}", file=err)
         return EXIT_ERROR
+    except BrokenPipeError:  # `meteorseed dead list | head`: the reader is gone, say nothing
+        return EXIT_ERROR
     except (RedisError, OSError) as exc:
         # Connection refused, DNS, auth, timeouts: one line, no traceback.
         print(f"meteorseed: Redis at {redact(url)}: {exc}", file=err)
