@@ -9,6 +9,8 @@ from meteorseed_scrapy.settings import DEFAULTS
 SCHEDULER = "meteorseed_scrapy.scheduler.StreamScheduler"
 PIPELINE = "meteorseed_scrapy.pipelines.UpsertPipeline"
 SLOT_MIDDLEWARE = "meteorseed_scrapy.middlewares.SiteSlotMiddleware"
+# Runs before Scrapy's RetryMiddleware (550) sees a response or an exception.
+BACKOFF_MIDDLEWARE = "meteorseed_scrapy.middlewares.BackoffMiddleware"
 
 
 class MeteorSeedAddon:
@@ -26,5 +28,8 @@ class MeteorSeedAddon:
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
         settings["ITEM_PIPELINES"][PIPELINE] = 900
         settings["DOWNLOADER_MIDDLEWARES"][SLOT_MIDDLEWARE] = 50
+        settings["DOWNLOADER_MIDDLEWARES"][BACKOFF_MIDDLEWARE] = 580
+        # Retries become durable (the delayed set in Redis) instead of in-memory re-requests.
+        settings.set("RETRY_ENABLED", False, priority="addon")
         for name, value in DEFAULTS.items():
             settings.set(name, value, priority="default")

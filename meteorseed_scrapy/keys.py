@@ -20,6 +20,18 @@ key                                 type    holds
                                             committed and its children durable, just before
                                             its ack; a redelivery of it is acked without a
                                             refetch. Expires after ``METEORSEED_DONE_TTL``.
+``<ns>:delayed``                    zset    deferred tasks (message JSON -> due time, ms):
+                                            durable retries with backoff, tasks of paused
+                                            sites; moved back into ``<ns>:tasks`` when due.
+``<ns>:{<site>}:bucket``            hash    the site's token bucket (tokens, ts in Redis TIME
+                                            ms); the rate quota shared by every worker
+``<ns>:{<site>}:leases``            zset    concurrency leases (lease id -> expiry ms), one per
+                                            request in flight to the site, fleet-wide;
+                                            renewed while in flight, expire with dead workers
+``<ns>:{<site>}:pause``             string  present (with a PX expiry) while the site is paused
+                                            after a 429/403
+``<ns>:{<site>}:strikes``           string  consecutive 429/403s (the backoff exponent)
+``<ns>:{<site>}:tighten``           string  rate factor (< 1) for a while after a 429/403
 ``<ns>:failed:<task_id>``           string  why the task's last delivery failed (callback or
                                             store error); quoted in its dead letter when it
                                             keeps failing. Expires after ``METEORSEED_DONE_TTL``.
@@ -63,6 +75,14 @@ class KeyLayout:
 
     def done(self, task_id: str) -> str:
         return f"{self.namespace}:done:{task_id}"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self.namespace}:delayed"
+
+    def site(self, site: str, what: str) -> str:
+        """A per-site politeness key (``bucket``, ``leases``, ``pause``, ...), hash-tagged."""
+        return f"{self.namespace}:{{{site}}}:{what}"
 
     def failed(self, task_id: str) -> str:
         return f"{self.namespace}:failed:{task_id}"

@@ -25,6 +25,7 @@ class Outcome(Enum):
     IGNORED = "ignored"  # IgnoreRequest / dropped: terminal, acked
     DEAD = "dead"  # download failed for good: dead-lettered
     FAILED = "failed"  # callback or store failure: left pending, redelivered later
+    DEFERRED = "deferred"  # 429 pause, 5xx/timeout retry: durably put back for later
 
 
 @dataclass(eq=False)
@@ -39,6 +40,8 @@ class Entry:
     children_pending: int = 0
     response_at: float = 0.0  # when the final hop's response reached the scraper
     status: int = 0
+    defer_s: float = 0.0  # for DEFERRED: when to try again
+    defer_task: ExecTask | None = None  # for DEFERRED: the task to put back (retry_count)
 
     @property
     def msg_ids(self) -> list[str]:

@@ -1,18 +1,36 @@
 """Downloader middlewares (the Scrapy-facing faces of politeness).
 
-Now: :class:`SiteSlotMiddleware`, which puts every request of a task into a download slot named
-for its site, so Scrapy's local per-slot limits (``CONCURRENT_REQUESTS_PER_DOMAIN``,
-``DOWNLOAD_DELAY``, AutoThrottle) apply per site rather than per host name.
-The fleet-wide quota, backoff and circuit breaker arrive with the politeness issue.
+The fleet-wide quota and concurrency cap are enforced where requests are handed out (the
+scheduler leases permits from Redis before dispatch; a middleware that waited would hold a
+download slot). These middlewares classify what comes back:
+
+* :class:`SiteSlotMiddleware` puts a task's requests into a download slot named for its site, so
+  Scrapy's local per-slot limits apply per site.
+* :class:`BackoffMiddleware`: 429/403 pause the whole site on every worker for
+  ``max(Retry-After, base * 2^n) + jitter`` (capped) and tighten its rate for a while; 5xx,
+  timeouts and connection errors are retried durably with exponential backoff (the task goes to
+  the delayed set in Redis, it holds no slot and survives a crash); 404/410 are terminal.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from scrapy import Request, Spider
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import Response
+from scrapy.utils.misc import load_object
 
 from meteorseed_scrapy.context import task_of
+from meteorseed_scrapy.exceptions import TaskDeferred
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.policy import Backoff, parse_retry_after
+from meteorseed_scrapy.requests import status_allowed
+
+logger = logging.getLogger(__name__)
+
+PAUSE_CODES = frozenset({429, 403})
 
 
 class SiteSlotMiddleware:
@@ -24,3 +42,72 @@ class SiteSlotMiddleware:
         task = task_of(request)
         if task is not None and "download_slot" not in request.meta:
             request.meta["download_slot"] = f"site:{task.site_id}"
+
+
+class BackoffMiddleware:
+    """Turns throttling and transient failures into durable, fleet-wide backoff."""
+
+    def __init__(self, backoff: Backoff, max_retries: int, stats: Any, settings: Any) -> None:
+        self.backoff = backoff
+        self.max_retries = max_retries
+        # Scrapy's own lists of what is worth retrying (the RetryMiddleware this replaces).
+        self.retry_codes = {int(c) for c in settings.getlist("RETRY_HTTP_CODES")} - PAUSE_CODES
+        self.retry_exceptions = tuple(
+            load_object(x) if isinstance(x, str) else x
+            for x in settings.getlist("RETRY_EXCEPTIONS")
+        )
+        self.stats = stats
+        self.settings = settings
+        self.gate: SiteGate | None = None  # bound by the StreamScheduler when it opens
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> BackoffMiddleware:
+        settings = crawler.settings
+        return cls(Backoff.from_settings(settings), settings.getint("RETRY_TIMES", 2),
+                   crawler.stats, settings)
+
+    def bind(self, gate: SiteGate) -> None:
+        self.gate = gate
+
+    async def process_response(self, request: Request, response: Response,
+                               spider: Spider | None = None) -> Response:
+        task = task_of(request)
+        status = response.status
+        if task is None or self.gate is None or status < 400:
+            return response
+        if status_allowed(status, request, spider, self.settings):
+            return response
+        site = task.site_id
+        if status in PAUSE_CODES:
+            retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+            result = await self.gate.pause(site, retry_after)
+            self.stats.inc_value(f"meteorseed/throttled/{site}/{status}")
+            logger.warning(
+                "Site %s answered %d (Retry-After %s): paused %.1fs on every worker (strike %d)",
+                site, status, retry_after, result.pause_s, result.strikes,
+            )
+            # A 429 is the site asking us to slow down: the task is held back, not failed. A 403
+            # may be for good, so it uses up a retry.
+            if status == 429 or task.retry_count < self.max_retries:
+                raise TaskDeferred(result.pause_s, f"HTTP {status}", count_retry=status == 403)
+            return response
+        if status in self.retry_codes and task.retry_count < self.max_retries:
+            return self._retry(task.site_id, task.retry_count, f"HTTP {status}")
+        return response
+
+    async def process_exception(self, request: Request, exception: Exception,
+                                spider: Spider | None = None) -> None:
+        task = task_of(request)
+        if task is None or self.gate is None or isinstance(exception, IgnoreRequest):
+            return None
+        if isinstance(exception, self.retry_exceptions) and (
+            task.retry_count < self.max_retries
+        ):
+            self._retry(task.site_id, task.retry_count, type(exception).__name__)
+        return None
+
+    def _retry(self, site: str, retries: int, reason: str) -> Any:
+        delay = self.backoff.compute(retries)
+        self.stats.inc_value(f"meteorseed/retry/{site}/{reason.replace(' ', '_')}")
+        raise TaskDeferred(delay, f"{reason}, retry {retries + 1} in {delay:.1f}s",
+                           count_retry=True)

@@ -19,9 +19,21 @@ from meteorseed_scrapy.tasks import ExecTask, TaskError
 _DOWNLOAD_META = frozenset({
     TASK_META_KEY, "download_latency", "download_slot", "retry_times", "redirect_times",
     "redirect_ttl", "redirect_urls", "redirect_reasons", "_scheme_proxy", "depth_stats",
-    "robotstxt_checked", "cached_response",
+    "robotstxt_checked", "cached_response", "meteorseed_lease",
 })
 START_SEED_ID = "start"
+
+
+def status_allowed(status: int, request: Request, spider: Spider | None, settings: Any) -> bool:
+    """Whether the spider asked to handle ``status`` itself (as HttpErrorMiddleware decides)."""
+    meta = request.meta
+    if meta.get("handle_httpstatus_all") or settings.getbool("HTTPERROR_ALLOW_ALL"):
+        return True
+    allowed = meta.get("handle_httpstatus_list")
+    if allowed is None:
+        allowed = getattr(spider, "handle_httpstatus_list", None) or []
+        allowed = [*allowed, *settings.getlist("HTTPERROR_ALLOWED_CODES")]
+    return status in {int(s) for s in allowed}
 
 
 def _method(spider: Spider | None, name: str | None, field: str) -> Any:

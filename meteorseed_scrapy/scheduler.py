@@ -12,7 +12,7 @@ import gc
 import logging
 import statistics
 import time
-from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -24,9 +24,13 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from meteorseed_scrapy.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape, current_scrape, task_of
+from meteorseed_scrapy.exceptions import TaskDeferred
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
-from meteorseed_scrapy.requests import request_to_task, task_to_request
+from meteorseed_scrapy.middlewares import BackoffMiddleware
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.requests import request_to_task, status_allowed, task_to_request
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.streams.consumer import StreamConsumer
 from meteorseed_scrapy.streams.pump import StreamPump
@@ -34,6 +38,8 @@ from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import TaskError
 
 logger = logging.getLogger(__name__)
+
+LEASE_META_KEY = "meteorseed_lease"  # the concurrency lease the request was dispatched with
 
 
 class StreamScheduler:
@@ -47,7 +53,9 @@ class StreamScheduler:
         self.prefetch = max(1, self.capacity // 2)
         self.freeze_gc = settings.getbool("METEORSEED_FREEZE_GC", True)
         self.ledger = TaskLedger()
-        self.hops: deque[Request] = deque()  # retries and redirects of tasks we hold
+        self.politeness = settings.getbool("METEORSEED_POLITENESS", True)
+        self.limits = SiteLimits.from_settings(settings)
+        self.backoff = Backoff.from_settings(settings)
         self.spider: Spider | None = None
         self.redis: Any = None
         self.pump: StreamPump | None = None
@@ -76,10 +84,15 @@ class StreamScheduler:
             socket_connect_timeout=5, health_check_interval=15,
         )
         consumer = StreamConsumer(self.redis, self.keys, self.config.consumer)
+        gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer, self.backoff)
         self.pump = StreamPump(
             consumer, TaskWriter(self.redis, self.keys), self.ledger, self.config, self.stats,
-            want=self._want, on_change=self._wake,
+            gate=gate, limits_for=self.limits_for if self.politeness else None,
+            want=self._want, budget=self._budget, on_change=self._wake,
         )
+        backoff_mw = self.crawler.get_downloader_middleware(BackoffMiddleware)
+        if backoff_mw is not None:
+            backoff_mw.bind(gate)
         sig = self.crawler.signals
         sig.connect(self._on_idle, signals.spider_idle)
         sig.connect(self._on_item_error, signals.item_error)
@@ -117,17 +130,40 @@ class StreamScheduler:
             await self.redis.aclose()
         logger.info("StreamScheduler closed (%s)", reason)
 
+    def limits_for(self, site_id: str) -> SiteLimits:
+        """Per-site limits (the settings' defaults until site rule configs override them)."""
+        return self.limits
+
     # -- the engine's side -------------------------------------------------------------------
     def has_pending_requests(self) -> bool:
         pump = self.pump
-        return bool(self.hops or (pump and (pump.buffer or pump.outbox)))
+        return bool(pump and (pump.hops or pump.buffer or pump.outbox))
 
     def next_request(self) -> Request | None:
-        if self.hops:
-            return self.hops.popleft()
         pump = self.pump
-        while pump is not None and pump.buffer and not pump.stopping:
-            entry = pump.buffer.popleft()
+        if pump is None or pump.stopping:
+            return None
+        desk = pump.desk
+        if desk is not None:
+            sites = list(desk.ready_sites())
+        else:
+            sites = pump.hops.sites() + pump.buffer.sites()
+        for site in sites:
+            request = pump.hops.pop(site) or self._next_task_request(site)
+            if request is None:
+                continue
+            if desk is not None:
+                request.meta[LEASE_META_KEY] = desk.take(site)
+            return request
+        return None
+
+    def _next_task_request(self, site: str) -> Request | None:
+        pump = self.pump
+        assert pump is not None
+        while True:
+            entry: Entry | None = pump.buffer.pop(site)
+            if entry is None:
+                return None
             if self.ledger.get(entry.task.task_id) is not entry:
                 continue  # taken over by another worker meanwhile
             try:
@@ -140,7 +176,14 @@ class StreamScheduler:
             pump.room()
             self.stats.inc_value("meteorseed/started")
             return request
-        return None
+
+    def _download_finished(self, request: Request) -> None:
+        """The download that carried ``request``'s lease is over: give the lease back."""
+        pump = self.pump
+        lease = request.meta.pop(LEASE_META_KEY, None)
+        if pump is not None and pump.desk is not None and lease:
+            pump.desk.done(lease)
+            pump.want_permits()
 
     def enqueue_request(self, request: Request) -> bool:
         task = task_of(request)
@@ -148,8 +191,11 @@ class StreamScheduler:
         if task is not None and task.task_id in self.ledger and not (
             scrape is not None and scrape.task.task_id == task.task_id
         ):
-            # A retry or redirect of a task we hold: the same task, kept local.
-            self.hops.append(request)
+            # A redirect of a task we hold: the same task, kept local, dispatched with a permit.
+            self._download_finished(request)
+            assert self.pump is not None
+            self.pump.hops.append(task.site_id, request)
+            self.pump.want_permits()
             return True
         parent = scrape.task if scrape is not None else None
         try:
@@ -169,6 +215,14 @@ class StreamScheduler:
         self.pump.kick()
         return True
 
+    def _budget(self) -> int:
+        """Permits worth leasing now: free download capacity not already covered by permits."""
+        engine = self.crawler.engine
+        active = len(engine.downloader.active) if engine and engine.downloader else 0
+        desk = self.pump.desk if self.pump is not None else None
+        held = sum(len(v) for v in desk.available.values()) if desk is not None else 0
+        return max(0, self.capacity - active - held)
+
     def _want(self) -> int:
         engine = self.crawler.engine
         active = len(engine.downloader.active) if engine and engine.downloader else 0
@@ -184,6 +238,7 @@ class StreamScheduler:
     # -- knowing when a task is finished -----------------------------------------------------
     def _enqueue_scrape(self, result: Response | Failure, request: Request) -> Deferred[Any]:
         task = task_of(request)
+        self._download_finished(request)
         entry = self.ledger.get(task.task_id) if task is not None else None
         if entry is None:
             return self._orig_enqueue_scrape(result, request)
@@ -208,29 +263,27 @@ class StreamScheduler:
     def _judge(self, entry: Entry, result: Response | Failure,
                request: Request) -> tuple[Outcome, str]:
         if isinstance(result, Failure):
+            deferred = result.check(TaskDeferred) and result.value
+            if isinstance(deferred, TaskDeferred):
+                task = entry.task
+                if deferred.count_retry:
+                    task = replace(task, retry_count=task.retry_count + 1)
+                entry.defer_s, entry.defer_task = deferred.delay_s, task
+                return Outcome.DEFERRED, deferred.reason
             if result.check(IgnoreRequest):
                 return Outcome.IGNORED, f"ignored: {result.getErrorMessage()}"
-            retries = request.meta.get("retry_times", 0)
+            retries = request.meta.get("retry_times", 0) + entry.task.retry_count
             error = f"{type(result.value).__name__}: {result.getErrorMessage()}"
             return Outcome.DEAD, f"download failed after {retries} retries: {error}"[:2000]
         entry.status = result.status
-        if result.status < 400 or self._allowed(result.status, request):
+        if result.status < 400 or status_allowed(result.status, request, self.spider,
+                                                 self.crawler.settings):
             return Outcome.DONE, ""
         if result.status in (404, 410):
             self.stats.inc_value(f"meteorseed/gone/{result.status}")
             return Outcome.GONE, f"HTTP {result.status}"
-        retries = request.meta.get("retry_times", 0)
+        retries = request.meta.get("retry_times", 0) + entry.task.retry_count
         return Outcome.DEAD, f"HTTP {result.status} after {retries} retries"
-
-    def _allowed(self, status: int, request: Request) -> bool:
-        meta, settings = request.meta, self.crawler.settings
-        if meta.get("handle_httpstatus_all") or settings.getbool("HTTPERROR_ALLOW_ALL"):
-            return True
-        allowed = meta.get("handle_httpstatus_list")
-        if allowed is None:
-            allowed = getattr(self.spider, "handle_httpstatus_list", None) or []
-            allowed = [*allowed, *settings.getlist("HTTPERROR_ALLOWED_CODES")]
-        return status in {int(s) for s in allowed}
 
     def _on_item_error(self, item: Any, response: Any, spider: Spider, failure: Failure) -> None:
         scrape = current_scrape()

@@ -28,6 +28,16 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_STORE_BATCH_WAIT": 0.05,
     "METEORSEED_STORE_RETRY_MAX": 30.0,
     "METEORSEED_FREEZE_GC": True,
+    # Site rule files (meteorseed_scrapy.sites, ``scrapy crawl sites``) and how often (s) the
+    # running spider checks them for changes.
+    "METEORSEED_SITES_DIR": "",
+    "METEORSEED_SITES_RELOAD_INTERVAL": 1.0,
+    "METEORSEED_POLITENESS": True,
+    "METEORSEED_SITE_RATE": 2.0,
+    "METEORSEED_SITE_BURST": 5,
+    "METEORSEED_SITE_CONCURRENCY": 4,
+    "METEORSEED_BACKOFF_BASE": 1.0,
+    "METEORSEED_BACKOFF_MAX": 300.0,
 }
 
 

@@ -150,8 +150,13 @@ class StreamConsumer:
         return str(await self._dead(keys=keys, args=args))
 
     async def namespace_quiet(self) -> bool:
-        """True when no task waits or is pending on any consumer (entries are XDEL'd on ack)."""
-        return int(await self.redis.xlen(self.keys.stream)) == 0
+        """True when no task waits, is pending on any consumer (entries are XDEL'd on ack) or
+        is deferred in the delayed set."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xlen(self.keys.stream)
+            pipe.zcard(self.keys.delayed)
+            waiting, delayed = await pipe.execute()
+        return int(waiting) == 0 and int(delayed) == 0
 
     async def check_durability(self) -> list[str]:
         """Warnings about Redis settings that can lose tasks (empty when all is well)."""

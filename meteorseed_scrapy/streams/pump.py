@@ -25,7 +25,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from meteorseed_scrapy.ledger import Entry, TaskLedger
+from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
+from meteorseed_scrapy.politeness.dispatcher import Dispatcher
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
+from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.streams.consumer import Delivery, StreamConsumer
 from meteorseed_scrapy.streams.writer import TaskWriter, fingerprint
@@ -68,8 +72,9 @@ class Outage:
 
 class StreamPump:
     def __init__(self, consumer: StreamConsumer, writer: TaskWriter, ledger: TaskLedger,
-                 config: WorkerConfig, stats: Any, *, want: Callable[[], int],
-                 on_change: Callable[[], None]) -> None:
+                 config: WorkerConfig, stats: Any, *, gate: SiteGate,
+                 limits_for: Callable[[str], SiteLimits] | None, want: Callable[[], int],
+                 budget: Callable[[], int], on_change: Callable[[], None]) -> None:
         self.consumer = consumer
         self.writer = writer
         self.ledger = ledger
@@ -77,7 +82,18 @@ class StreamPump:
         self.stats = stats
         self._want = want
         self._on_change = on_change
-        self.buffer: deque[Entry] = deque()
+        self.gate = gate
+        self.buffer = SiteQueues()  # entries read but not started, per site
+        self.hops = SiteQueues()  # retries/redirects of tasks we hold, per site
+        self.deferrals: list[tuple[Delivery, ExecTask, float]] = []
+        self.desk: PermitDesk | None = None
+        self.dispatcher: Dispatcher | None = None
+        if limits_for is not None:  # None: politeness off, every task may go at once
+            self.desk = PermitDesk(gate, stats)
+            self.dispatcher = Dispatcher(
+                self.desk, self.buffer, self.hops, limits_for, budget=budget,
+                on_change=on_change, park=self.park, stats=stats,
+            )
         self.outbox: list[tuple[ExecTask, str | None, bool]] = []
         self.records: list[tuple[str, str]] = []  # (task_id, completion record)
         self.acks: list[tuple[str, float]] = []  # (message id, response time or 0)
@@ -101,6 +117,8 @@ class StreamPump:
             asyncio.ensure_future(self._guard(self._maintain_once, "reclaim")),
             asyncio.ensure_future(self._guard(self._flush_once, "ack", self._flush_needed)),
         ]
+        if self.dispatcher is not None:
+            self._tasks.append(asyncio.ensure_future(self._guard(self.dispatcher.step, "quota")))
 
     def room(self) -> None:
         """The engine took a task: the read loop may fetch more."""
@@ -108,6 +126,10 @@ class StreamPump:
 
     def kick(self) -> None:
         self._flush_needed.set()
+
+    def want_permits(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.wake.set()
 
     @property
     def local_quiet(self) -> bool:
@@ -122,10 +144,14 @@ class StreamPump:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.desk is not None:
+            self.desk.give_back_all()
         end = time.monotonic() + deadline_s
         while time.monotonic() < end:
             try:
                 await self._flush_once()
+                if self.desk is not None:
+                    await self.desk.flush()
                 unsettled = [d for e in self.ledger.entries() for d in e.deliveries]
                 n = await self.consumer.hand_back(unsettled, idle_s=self.config.claim_idle + 3600)
                 if n:
@@ -225,7 +251,8 @@ class StreamPump:
             else:
                 entry = self.ledger.add(d)
                 if entry is not None:
-                    self.buffer.append(entry)
+                    self.buffer.append(entry.task.site_id, entry)
+                    self.want_permits()
         if self.dead or done:
             self.kick()
         self._on_change()
@@ -250,6 +277,9 @@ class StreamPump:
                 await self._accept(reclaimed)
             else:
                 self._next_reclaim = now + max(0.1, claim_idle / 2)
+        if now >= getattr(self, "_next_promote", 0.0):
+            next_due = await self.gate.promote()
+            self._next_promote = now + (min(next_due, 1.0) if next_due >= 0 else 1.0)
         if self.config.idle_close:
             quiet = self.local_quiet and await self.consumer.namespace_quiet()
             if not quiet:
@@ -261,7 +291,8 @@ class StreamPump:
 
     # -- flush -------------------------------------------------------------------------------
     def _has_output(self) -> bool:
-        return bool(self.outbox or self.records or self.acks or self.dead or self.failures)
+        return bool(self.outbox or self.records or self.acks or self.dead or self.failures
+                    or self.deferrals)
 
     async def _flush_once(self) -> None:
         self._flushing = True
@@ -286,6 +317,11 @@ class StreamPump:
                 self.stats.inc_value("meteorseed/dead")
                 logger.error("Dead-lettered task message %s (%s): %s", delivery.msg_id,
                              delivery.task.url if delivery.task else "undecodable", reason)
+            while self.deferrals:
+                delivery, task, delay = self.deferrals[0]
+                await self.gate.defer(delivery.msg_id, task, delay)
+                self.deferrals.pop(0)
+                self.stats.inc_value("meteorseed/deferred")
             if self.failures:
                 batch_f = self.failures[:500]
                 await self.consumer.note_failures(batch_f, self.config.done_ttl)
@@ -312,10 +348,16 @@ class StreamPump:
                         self.settle(settled)
 
     # -- outcomes ----------------------------------------------------------------------------
-    def settle(self, entry: Entry) -> None:
-        """Queue what a settled task needs: an ack, a dead letter or a failure note."""
-        from meteorseed_scrapy.ledger import Outcome
+    def park(self, entry: Entry, delay_s: float) -> None:
+        """Put a task that has not started back for later (its site may not be fetched now)."""
+        self.ledger.pop(entry.task.task_id)
+        first, *dups = entry.deliveries
+        self.deferrals.append((first, entry.task, delay_s))
+        self.acks.extend((d.msg_id, 0.0) for d in dups)
+        self.kick()
 
+    def settle(self, entry: Entry) -> None:
+        """Queue what a settled task needs: an ack, a dead letter, a deferral or a failure note."""
         self.ledger.pop(entry.task.task_id)
         outcome = entry.outcome
         self.stats.inc_value(f"meteorseed/outcome/{outcome.value if outcome else 'none'}")
@@ -324,6 +366,10 @@ class StreamPump:
             self.failures.append((entry.task.task_id, entry.reason))
             logger.warning("Task %s (%s) failed and will be redelivered: %s",
                            entry.task.task_id, entry.task.url, entry.reason)
+        elif outcome is Outcome.DEFERRED:
+            first, *dups = entry.deliveries
+            self.deferrals.append((first, entry.defer_task or entry.task, entry.defer_s))
+            self.acks.extend((d.msg_id, 0.0) for d in dups)
         elif outcome is Outcome.DEAD:
             first, *dups = entry.deliveries
             self.dead.append((first, entry.reason))

@@ -1,0 +1,57 @@
+-- Take up to N dispatch permits for one site, fleet-wide: a token from the site's bucket (rate
+-- and burst, refilled by Redis TIME, never worker clocks) plus a concurrency lease each, unless
+-- the site is paused. Tokens are charged here, right before dispatch, not when a task is read.
+-- KEYS[1]  the site's token bucket (hash: tokens, ts)
+-- KEYS[2]  the site's pause marker (string with a PX expiry)
+-- KEYS[3]  the site's concurrency leases (zset: lease id -> expiry, ms)
+-- KEYS[4]  the site's tightening factor after a 429/403 (string with an expiry; absent = 1)
+-- ARGV[1]  rate, tokens per second
+-- ARGV[2]  burst
+-- ARGV[3]  concurrency cap
+-- ARGV[4]  lease time to live, ms (renewed while the request is in flight)
+-- ARGV[5]  permits wanted
+-- ARGV[6]  lease id prefix (unique per call)
+-- Returns {granted, wait_ms, lease_id...}: wait_ms says when asking again makes sense.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local paused = redis.call('PTTL', KEYS[2])
+if paused > 0 then
+  return {0, paused}
+end
+local rate = tonumber(ARGV[1])
+local factor = tonumber(redis.call('GET', KEYS[4]) or '1')
+rate = rate * factor
+local burst = tonumber(ARGV[2])
+local cap = tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local free = cap - redis.call('ZCARD', KEYS[3])
+if free <= 0 then
+  return {0, 50}
+end
+local b = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(b[1])
+local ts = tonumber(b[2])
+if tokens == nil or ts == nil then
+  tokens = burst
+  ts = now
+end
+tokens = math.min(burst, tokens + math.max(0, now - ts) * rate / 1000)
+local n = math.min(tonumber(ARGV[5]), free, math.floor(tokens))
+local ttl = math.ceil(burst / rate * 1000) + 60000
+if n <= 0 then
+  redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', now)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return {0, math.max(1, math.ceil((1 - tokens) * 1000 / rate))}
+end
+tokens = tokens - n
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', now)
+redis.call('PEXPIRE', KEYS[1], ttl)
+local out = {n, 0}
+local expiry = now + tonumber(ARGV[4])
+for i = 1, n do
+  local id = ARGV[6] .. ':' .. i
+  redis.call('ZADD', KEYS[3], expiry, id)
+  out[#out + 1] = id
+end
+redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]) + 60000)
+return out

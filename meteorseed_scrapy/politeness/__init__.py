@@ -1,0 +1,1 @@
+"""Fleet-wide politeness per site: token-bucket quota, concurrency leases, pauses, backoff."""

@@ -1,0 +1,111 @@
+"""The Redis side of politeness: permits (token + concurrency lease), pauses, the delayed set."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from meteorseed_scrapy import scripts
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.tasks import MESSAGE_VERSION, ExecTask
+
+LEASE_TTL_S = 30.0  # renewed every ~LEASE_TTL_S / 3 while a request is in flight
+
+
+@dataclass(frozen=True)
+class Grant:
+    lease_ids: list[str]
+    wait_s: float  # when asking again makes sense (0 when something was granted)
+
+
+@dataclass(frozen=True)
+class PauseResult:
+    strikes: int
+    pause_s: float
+
+
+class SiteGate:
+    """Fleet-wide permits per site: ``acquire`` charges tokens and takes concurrency leases."""
+
+    def __init__(self, redis: Any, keys: KeyLayout, limits_for: Callable[[str], SiteLimits],
+                 consumer: str, backoff: Backoff) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.limits_for = limits_for
+        self.backoff = backoff
+        self._prefix = consumer
+        self._calls = itertools.count(1)
+        self._gate = scripts.register(redis, "gate")
+        self._renew = scripts.register(redis, "renew")
+        self._pause = scripts.register(redis, "pause")
+        self._defer = scripts.register(redis, "defer")
+        self._promote = scripts.register(redis, "promote")
+
+    def _site_keys(self, site: str, *what: str) -> list[str]:
+        return [self.keys.site(site, w) for w in what]
+
+    async def acquire(self, site: str, wanted: int) -> Grant:
+        limits = self.limits_for(site)
+        reply = await self._gate(
+            keys=self._site_keys(site, "bucket", "pause", "leases", "tighten"),
+            args=[limits.rate, limits.burst, limits.concurrency, int(LEASE_TTL_S * 1000), wanted,
+                  f"{self._prefix}:{next(self._calls)}"],
+        )
+        granted, wait_ms = int(reply[0]), int(reply[1])
+        return Grant([str(x) for x in reply[2: 2 + granted]], wait_ms / 1000)
+
+    async def release(self, leases: Iterable[tuple[str, str]]) -> None:
+        """Give back ``(site, lease id)`` pairs: the request finished or was never sent."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for site, lease in leases:
+                pipe.zrem(self.keys.site(site, "leases"), lease)
+            await pipe.execute()
+
+    async def renew(self, by_site: dict[str, list[str]]) -> None:
+        for site, leases in by_site.items():
+            if leases:
+                await self._renew(keys=self._site_keys(site, "leases"),
+                                  args=[int(LEASE_TTL_S * 1000), *leases])
+
+    async def pause(self, site: str, retry_after: float | None) -> PauseResult:
+        """A 429/403: pause the site fleet-wide (growing with consecutive strikes), tighten it."""
+        reply = await self._pause(
+            keys=self._site_keys(site, "pause", "strikes", "tighten"),
+            args=[int((retry_after or 0) * 1000), int(self.backoff.base * 1000),
+                  int(self.backoff.cap * 1000), round(random.uniform(0, self.backoff.jitter), 3),
+                  600_000, 0.5, 300_000],
+        )
+        return PauseResult(int(reply[0]), int(reply[1]) / 1000)
+
+    async def paused_for(self, site: str) -> float:
+        ms = int(await self.redis.pttl(self.keys.site(site, "pause")))
+        return max(0.0, ms / 1000)
+
+    async def defer(self, msg_id: str, task: ExecTask, delay_s: float) -> bool:
+        """Ack ``msg_id`` and put ``task`` in the delayed set, due in ``delay_s`` (Redis time)."""
+        message = task.to_message()["t"]
+        done = await self._defer(
+            keys=[self.keys.stream, self.keys.delayed],
+            args=[self.keys.group, msg_id, int(delay_s * 1000), message, "1"],
+        )
+        return bool(done)
+
+    async def promote(self, limit: int = 500) -> float:
+        """Move due tasks back to the stream; returns seconds until the next is due (-1: none)."""
+        moved, wait_ms = await self._promote(
+            keys=[self.keys.delayed, self.keys.stream], args=[limit, MESSAGE_VERSION]
+        )
+        if int(moved) >= limit:
+            return 0.0
+        return -1.0 if int(wait_ms) < 0 else int(wait_ms) / 1000
+
+
+def group_by_site(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for site, lease in pairs:
+        out.setdefault(site, []).append(lease)
+    return out

@@ -1,0 +1,146 @@
+"""Local bookkeeping of dispatch permits and of tasks waiting for one, per site.
+
+The engine's ``next_request()`` is synchronous, so permits are leased from the gate in the
+background, a few at a time and only for sites with tasks waiting here, and handed out from
+memory. A site waiting for tokens holds neither a download slot nor the reactor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from meteorseed_scrapy.politeness.gate import LEASE_TTL_S, SiteGate, group_by_site
+
+
+class SiteQueues:
+    """FIFO queues per site, with a round-robin order over sites."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, deque[Any]] = {}
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bool__(self) -> bool:
+        return self._size > 0
+
+    def append(self, site: str, item: Any) -> None:
+        self._queues.setdefault(site, deque()).append(item)
+        self._size += 1
+
+    def count(self, site: str) -> int:
+        queue = self._queues.get(site)
+        return len(queue) if queue else 0
+
+    def pop(self, site: str) -> Any | None:
+        queue = self._queues.get(site)
+        if not queue:
+            return None
+        self._size -= 1
+        item = queue.popleft()
+        if not queue:
+            del self._queues[site]
+        return item
+
+    def take_all(self, site: str) -> list[Any]:
+        queue = self._queues.pop(site, None) or deque()
+        self._size -= len(queue)
+        return list(queue)
+
+    def sites(self) -> list[str]:
+        return list(self._queues)
+
+    def __iter__(self) -> Iterator[Any]:
+        for queue in list(self._queues.values()):
+            yield from list(queue)
+
+
+class PermitDesk:
+    def __init__(self, gate: SiteGate, stats: Any) -> None:
+        self.gate = gate
+        self.stats = stats
+        self.available: dict[str, list[str]] = {}
+        self.in_flight: dict[str, str] = {}  # lease id -> site
+        self.retry_at: dict[str, float] = {}  # site -> monotonic time to ask again
+        self.to_release: list[tuple[str, str]] = []
+        self._next_renew = 0.0
+        self._order: deque[str] = deque()
+
+    def ready_sites(self) -> Iterator[str]:
+        """Sites holding permits, round-robin so that one busy site does not starve others."""
+        for _ in range(len(self._order)):
+            site = self._order[0]
+            self._order.rotate(-1)
+            if self.available.get(site):
+                yield site
+
+    def take(self, site: str) -> str | None:
+        leases = self.available.get(site)
+        if not leases:
+            return None
+        lease = leases.pop()
+        self.in_flight[lease] = site
+        return lease
+
+    def done(self, lease: str | None) -> None:
+        """The download holding ``lease`` finished (response, failure or a new hop)."""
+        site = self.in_flight.pop(lease, None) if lease else None
+        if site is not None:
+            self.to_release.append((site, lease))  # type: ignore[arg-type]
+
+    def held(self, site: str) -> int:
+        return len(self.available.get(site, ()))
+
+    async def refill(self, demand: dict[str, int], budget: int) -> dict[str, float]:
+        """Lease permits for ``demand`` (site -> tasks waiting here), at most ``budget`` in all.
+
+        Returns how long each site that got nothing must wait.
+        """
+        waits: dict[str, float] = {}
+        now = time.monotonic()
+        for site, wanted in demand.items():
+            extra = self.held(site) - wanted
+            if extra > 0:  # tasks left (taken over, parked): give the leases back
+                self.to_release.extend((site, self.available[site].pop()) for _ in range(extra))
+            missing = wanted - self.held(site)
+            if missing <= 0 or budget <= 0 or self.retry_at.get(site, 0.0) > now:
+                if self.retry_at.get(site, 0.0) > now:
+                    waits[site] = self.retry_at[site] - now
+                continue
+            grant = await self.gate.acquire(site, min(missing, budget))
+            if grant.lease_ids:
+                budget -= len(grant.lease_ids)
+                self.available.setdefault(site, []).extend(grant.lease_ids)
+                if site not in self._order:
+                    self._order.append(site)
+                self.retry_at.pop(site, None)
+            else:
+                self.retry_at[site] = now + grant.wait_s
+                waits[site] = grant.wait_s
+                self.stats.inc_value(f"meteorseed/quota/wait_s/{site}", grant.wait_s)
+        for site in [s for s in self._order if s not in demand and not self.available.get(s)]:
+            self._order.remove(site)
+        return waits
+
+    async def flush(self) -> None:
+        if self.to_release:
+            batch = self.to_release[:500]
+            await self.gate.release(batch)
+            del self.to_release[: len(batch)]
+        now = time.monotonic()
+        if now >= self._next_renew and (self.in_flight or self.available):
+            self._next_renew = now + LEASE_TTL_S / 3
+            held = [(s, lease) for lease, s in self.in_flight.items()]
+            held += [(s, lease) for s, leases in self.available.items() for lease in leases]
+            await self.gate.renew(group_by_site(held))
+
+    def give_back_all(self) -> None:
+        for site, leases in self.available.items():
+            self.to_release.extend((site, lease) for lease in leases)
+        self.available.clear()
+        self.to_release.extend((site, lease) for lease, site in self.in_flight.items())
+        self.in_flight.clear()

@@ -1,0 +1,89 @@
+"""Small validated value objects for per-site limits and the backoff policy."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy.exceptions import NotConfigured
+
+
+def _positive(name: str, value: Any, kind: type = float, allow_zero: bool = False) -> Any:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise NotConfigured(f"{name}: expected a number, got {value!r}") from None
+    if number < 0 or (number == 0 and not allow_zero):
+        raise NotConfigured(f"{name}: must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True)
+class SiteLimits:
+    """What one site may receive from the whole fleet."""
+
+    rate: float  # requests per second, summed over all workers
+    burst: int  # token-bucket size
+    concurrency: int  # requests in flight, summed over all workers
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> SiteLimits:
+        return cls(
+            rate=_positive("METEORSEED_SITE_RATE", settings.get("METEORSEED_SITE_RATE", 2.0)),
+            burst=_positive("METEORSEED_SITE_BURST", settings.get("METEORSEED_SITE_BURST", 5), int),
+            concurrency=_positive(
+                "METEORSEED_SITE_CONCURRENCY", settings.get("METEORSEED_SITE_CONCURRENCY", 4), int
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """``min(max, max(retry_after, base * 2**failures)) + jitter`` seconds (redis-py style)."""
+
+    base: float = 1.0
+    cap: float = 300.0
+    jitter: float = 0.1  # up to this share of the delay is added at random
+
+    def __post_init__(self) -> None:
+        _positive("METEORSEED_BACKOFF_BASE", self.base)
+        _positive("METEORSEED_BACKOFF_MAX", self.cap)
+        if self.cap < self.base:
+            raise NotConfigured("METEORSEED_BACKOFF_MAX must not be below METEORSEED_BACKOFF_BASE")
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> Backoff:
+        return cls(
+            base=float(settings.get("METEORSEED_BACKOFF_BASE", 1.0)),
+            cap=float(settings.get("METEORSEED_BACKOFF_MAX", 300.0)),
+        )
+
+    def compute(self, failures: int, retry_after: float | None = None) -> float:
+        delay = self.base * 2 ** max(0, min(failures, 30))
+        if retry_after is not None:
+            delay = max(delay, retry_after)
+        delay = min(self.cap, delay)
+        return delay + random.uniform(0, delay * self.jitter)
+
+
+def parse_retry_after(value: bytes | str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None when absent/bad."""
+    if not value:
+        return None
+    text = value.decode("latin-1") if isinstance(value, bytes) else value
+    text = text.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    import datetime as dt
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return max(0.0, (when - dt.datetime.now(dt.timezone.utc)).total_seconds())
