@@ -13,8 +13,17 @@ key                                 type    holds
 ``<ns>:dead``                       stream  dead letters: ``t`` (original message or raw fields),
                                             ``reason``, ``source_id``, ``consumer``, ``at``,
                                             ``deliveries``
-``<ns>:seen:{<site_id>}``           set     URL fingerprints already enqueued for the site
-                                            (fleet-wide dedup; a dead-lettered URL is removed)
+``<ns>:seen:{<site_id>}``           hash    the site's URL dedup root (fleet-wide dedup;
+                                            a dead-lettered URL is released): ``w`` = re-crawl
+                                            window in seconds (0 = never). Its generations
+                                            ``<root>:<w>:<g>`` (g = now // w, 0 when w = 0;
+                                            expire at (g + 2) * w + 60 s) hold: the generation
+                                            (hash: n, b, p, s, f), ``<gen>:f<i>`` Bloom slices
+                                            (strings, blocked Bloom, 10 bits/URL, doubling)
+                                            and ``<gen>:<j>`` exact buckets (small listpack
+                                            hashes: 6-byte fingerprint prefix -> time slot,
+                                            linear hashing, ~40 entries). See
+                                            ``lua/dedup_lib.lua`` and ``docs/dedup.md``.
 ``<ns>:done:<task_id>``             string  completion record (JSON: outcome, items, digest,
                                             status, at), written once a task's items are
                                             committed and its children durable, just before
@@ -71,6 +80,7 @@ class KeyLayout:
         return f"{self.namespace}:dead"
 
     def seen(self, site_id: str) -> str:
+        """The site's dedup root; every dedup key of the site starts with it."""
         return f"{self.namespace}:seen:{{{site_id}}}"
 
     def done(self, task_id: str) -> str:

@@ -10,11 +10,19 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+_INCLUDE = "--#include "
+
 
 @cache
 def script_source(name: str) -> str:
+    """The script's text; a line ``--#include other`` is replaced by ``lua/other.lua`` (Redis
+    has no modules, so shared Lua functions are pasted into each script that uses them)."""
     lua = resources.files("meteorseed_scrapy").joinpath("lua")
-    return lua.joinpath(f"{name}.lua").read_text("utf-8")
+    lines = lua.joinpath(f"{name}.lua").read_text("utf-8").splitlines(keepends=True)
+    return "".join(
+        script_source(line[len(_INCLUDE):].strip()) if line.startswith(_INCLUDE) else line
+        for line in lines
+    )
 
 
 def register(redis: Any, name: str) -> Any:

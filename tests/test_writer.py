@@ -10,6 +10,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from meteorseed_scrapy.dedup import fingerprint_bytes
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.streams.writer import (
     CHUNK_SIZE,
@@ -65,6 +66,7 @@ def test_fingerprint_uses_canonical_url_and_is_compact() -> None:
     assert a == fingerprint(task("https://example.com/p?a=1&b=2"))
     assert a != fingerprint(task("https://example.com/p?a=1&b=3"))
     assert len(a) == 32 and int(a, 16) >= 0
+    assert bytes.fromhex(a) == fingerprint_bytes(task("https://example.com/p?a=1&b=2"))
 
 
 def test_fingerprint_includes_method_and_body_for_non_get() -> None:
@@ -104,13 +106,14 @@ def test_dedup_within_a_batch_and_across_batches(
         ("site_a", "https://example.com/3"),
     ]
     keys = KeyLayout(namespace)
-    assert sync_redis.scard(keys.seen("site_a")) == 3
-    assert sync_redis.scard(keys.seen("site_b")) == 1
+    # the exact layer of a site without a re-crawl window lives in generation 0:0
+    assert int(sync_redis.hget(f"{keys.seen('site_a')}:0:0", "n") or 0) == 3
+    assert int(sync_redis.hget(f"{keys.seen('site_b')}:0:0", "n") or 0) == 1
     # the stream carries the tasks themselves, intact
     assert stream_tasks(sync_redis, namespace)[0] == first[0]
 
 
-def test_no_dedup_enqueues_every_task_and_leaves_seen_sets_alone(
+def test_no_dedup_enqueues_every_task_and_leaves_the_dedup_layer_alone(
     redis_url: str, namespace: str, sync_redis: redis.Redis
 ) -> None:
     tasks = [task("https://example.com/1"), task("https://example.com/1")]
@@ -158,7 +161,7 @@ def test_script_fails_as_a_whole_on_a_wrong_key_type(
     redis_url: str, namespace: str, sync_redis: redis.Redis
 ) -> None:
     keys = KeyLayout(namespace)
-    sync_redis.set(keys.seen("site_b"), "not a set")
+    sync_redis.set(keys.seen("site_b"), "not a hash")
     tasks = [task("https://example.com/1"), task("https://example.com/2", site="site_b")]
     with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
         with_writer(redis_url, namespace, lambda w: w.add(tasks))
@@ -207,6 +210,21 @@ def test_release_makes_a_url_enqueuable_again(
         AddResult(1, 0), AddResult(0, 1), AddResult(1, 0)
     ]
     assert sync_redis.xlen(KeyLayout(namespace).stream) == 2
+
+
+def test_is_seen_and_release_report_what_they_found(redis_url: str, namespace: str) -> None:
+    a, b = task("https://example.com/a"), task("https://example.com/b")
+
+    async def body(writer: TaskWriter) -> list[bool]:
+        out = [await writer.is_seen(a), await writer.release(a)]  # nothing recorded yet
+        await writer.add([a, b])
+        out += [await writer.is_seen(a), await writer.release(a), await writer.is_seen(a),
+                await writer.release(a), await writer.is_seen(b)]
+        return out
+
+    assert with_writer(redis_url, namespace, body) == [
+        False, False, True, True, False, False, True
+    ]
 
 
 # -- backlog and backpressure ------------------------------------------------------------------

@@ -2,7 +2,8 @@
 -- so that a later seed or a requeue can try it again (never "blocked forever").
 -- KEYS[1]  the task stream
 -- KEYS[2]  the dead-letter stream
--- KEYS[3]  the site's dedup set (may be absent when the message could not be decoded)
+-- KEYS[3]  the site's dedup root <ns>:seen:{site} (absent when the message could not be
+--          decoded); its generations are derived from it (dedup_lib.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  message id
 -- ARGV[3]  payload: the original task JSON, or the raw message fields as JSON
@@ -10,13 +11,18 @@
 -- ARGV[5]  consumer that gave up on it
 -- ARGV[6]  deliveries so far
 -- ARGV[7]  time (epoch seconds, informational)
--- ARGV[8]  dedup fingerprint to release ('' = none)
+-- ARGV[8]  dedup fingerprint to release, 32 hex digits ('' = none)
 -- Returns the id of the new dead-letter entry.
+
+--#include dedup_lib
+
 local dead_id = redis.call('XADD', KEYS[2], '*', 't', ARGV[3], 'reason', ARGV[4],
   'source_id', ARGV[2], 'consumer', ARGV[5], 'deliveries', ARGV[6], 'at', ARGV[7])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
-if KEYS[3] and ARGV[8] ~= '' then
-  redis.call('SREM', KEYS[3], ARGV[8])
+if KEYS[3] and #ARGV[8] == 32 and redis.call('TYPE', KEYS[3])['ok'] == 'hash' then
+  -- The exact layer is authoritative: removing the entry there is the whole release.
+  dd_release(KEYS[3], dd_from_hex(ARGV[8]), dd_now(''))
+  dd_flush()
 end
 return dead_id

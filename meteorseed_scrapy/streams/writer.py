@@ -1,34 +1,42 @@
 """Writing exec tasks into the task stream: fleet-wide dedup, enqueue, backlog and backpressure.
 
-Dedup and enqueue happen in one Lua script (``lua/enqueue.lua``), so concurrent writers (several
-``seed-expand`` runs, workers yielding child requests) never enqueue one URL twice. The stream is
-never trimmed: an entry leaves it only when a worker has acked it (and then XDELs it), which is
-also what makes :meth:`TaskWriter.backlog` cheap.
+Dedup and enqueue happen in one Lua script (``lua/enqueue.lua`` with the two-layer dedup of
+``lua/dedup_lib.lua``), so concurrent writers (several ``seed-expand`` runs, workers yielding
+child requests) never enqueue one URL twice. The stream is never trimmed: an entry leaves it
+only when a worker has acked it (and then XDELs it), which is also what makes
+:meth:`TaskWriter.backlog` cheap.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy import scripts
+from meteorseed_scrapy.dedup import (
+    check_server_config,
+    fingerprint,
+    fingerprint_bytes,
+    recrawl_window,
+)
 from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.tasks import MESSAGE_VERSION, ExecTask, TaskError, canonical_url
+from meteorseed_scrapy.tasks import MESSAGE_VERSION, ExecTask, TaskError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
+__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "TaskWriter", "fingerprint"]
+
 logger = logging.getLogger(__name__)
 
-#: Tasks per script call. A call blocks Redis while it runs; 500 SADD+XADD take well under a
-#: millisecond, so workers reading the stream never wait long behind a big seed file.
+#: Tasks per script call. A call blocks Redis while it runs; 500 dedup checks + XADDs take a
+#: few milliseconds, so workers reading the stream never wait long behind a big seed file.
 CHUNK_SIZE = 500
 #: Seconds between two ``on_wait`` reports while :meth:`TaskWriter.wait_for_room` waits.
 WAIT_REPORT_INTERVAL = 10.0
@@ -43,17 +51,13 @@ if MESSAGE_VERSION != _SCRIPT_MESSAGE_VERSION:  # pragma: no cover - guards a fu
     )
 
 
-def fingerprint(task: ExecTask) -> str:
-    """The dedup fingerprint of ``task``: hex of the first 16 bytes of a SHA-256.
+class Encoded(NamedTuple):
+    """One task as ``enqueue.lua`` takes it (see :meth:`TaskWriter.encode`)."""
 
-    A plain GET is identified by its canonical URL alone. Any other method, or a GET that carries
-    a body, also hashes the method and the body: a POST search with two different bodies is two
-    different requests. Raises ``ValueError`` when the URL cannot be canonicalised.
-    """
-    method = task.method.upper()
-    url = canonical_url(task.url)
-    data = url if method == "GET" and not task.body else f"{method}\0{url}\0{task.body}"
-    return hashlib.sha256(data.encode("utf-8")).digest()[:16].hex()
+    root: str | None  # the site's dedup root, None = no dedup
+    fingerprint: bytes
+    window: str  # re-crawl window argument ("" = the site's stored one)
+    payload: str  # the task JSON
 
 
 @dataclass(frozen=True)
@@ -67,29 +71,37 @@ class AddResult:
         return AddResult(self.enqueued + other.enqueued, self.duplicates + other.duplicates)
 
 
-# One task as the script wants it: (dedup set or None, fingerprint, task JSON).
-_Encoded = tuple[str | None, str, str]
-
-
 class TaskWriter:
-    """Adds exec tasks to ``keys.stream`` (deduplicated per site) and watches its backlog."""
+    """Adds exec tasks to ``keys.stream`` (deduplicated per site) and watches its backlog.
 
-    def __init__(self, redis: Redis, keys: KeyLayout) -> None:
+    ``clock`` (epoch seconds) replaces the Redis server's TIME for the re-crawl windows; only
+    tests pass one. Every writer of a namespace must share one clock, which the server's is.
+    """
+
+    def __init__(self, redis: Redis, keys: KeyLayout,
+                 clock: Callable[[], int] | None = None) -> None:
         # No I/O here (not even reading the script file): writers are built in constructors.
         self._redis = redis
         self._keys = keys
-        self._script: Any = None
+        self._clock = clock
+        self._scripts: dict[str, Any] = {}
+        self._config_checked = False
 
     @property
     def keys(self) -> KeyLayout:
         return self._keys
 
-    def _enqueue_script(self) -> Any:
-        if self._script is None:
-            self._script = scripts.register(self._redis, "enqueue")
-        return self._script
+    def _script(self, name: str) -> Any:
+        if name not in self._scripts:
+            self._scripts[name] = scripts.register(self._redis, name)
+        return self._scripts[name]
 
-    def _encode(self, task: ExecTask, dedup: bool) -> _Encoded:
+    def _now(self) -> str:
+        return "" if self._clock is None else str(int(self._clock()))
+
+    def encode(self, task: ExecTask, dedup: bool = True, canonical: str | None = None) -> Encoded:
+        """Everything :meth:`add` sends for ``task``; raises :class:`TaskError` (too large, not
+        encodable, a URL that cannot be canonicalised, a bad ``meta.recrawl_after``)."""
         try:
             payload = task.to_message()["t"]
         except TaskError:
@@ -97,33 +109,42 @@ class TaskWriter:
         except ValueError as exc:  # e.g. a lone surrogate that UTF-8 cannot encode
             raise TaskError("task", f"cannot be encoded as UTF-8 JSON ({exc})") from None
         if not dedup:
-            return None, "", payload
+            return Encoded(None, b"", "", payload)
+        window = recrawl_window(task)
         try:
-            return self._keys.seen(task.site_id), fingerprint(task), payload
+            fp = fingerprint_bytes(task, canonical)
         except ValueError as exc:
             raise TaskError("url", f"cannot be canonicalised: {exc}") from None
+        return Encoded(self._keys.seen(task.site_id), fp, window, payload)
 
-    def _script_args(self, chunk: Sequence[_Encoded]) -> tuple[list[str], list[str | int]]:
-        positions: dict[str, int] = {}  # dedup set -> 1-based position after the stream key
-        args: list[str | int] = []
-        for seen_key, fp, payload in chunk:
-            if seen_key is None:
-                args.extend((0, "", payload))
+    def _script_args(self, chunk: Sequence[Encoded]) -> tuple[list[str], list[str | bytes | int]]:
+        positions: dict[str, int] = {}  # dedup root -> 1-based position after the stream key
+        args: list[str | bytes | int] = [self._now()]
+        for root, fp, window, payload in chunk:
+            if root is None:
+                args.extend((0, b"", "", payload))
             else:
-                args.extend((positions.setdefault(seen_key, len(positions) + 1), fp, payload))
+                args.extend((positions.setdefault(root, len(positions) + 1), fp, window, payload))
         return [self._keys.stream, *positions], args
 
     async def add(self, tasks: Sequence[ExecTask], *, dedup: bool = True) -> AddResult:
-        """Enqueue ``tasks``, skipping those whose fingerprint the site has already seen.
+        """Enqueue ``tasks``, skipping those the site has already seen within its window.
 
         Every task is encoded before anything is sent, so a task that is too large (or otherwise
-        not encodable) raises :class:`TaskError` and nothing of the call is enqueued. The tasks
-        go in script calls of :data:`CHUNK_SIZE`, all sent in one round trip.
+        not encodable) raises :class:`TaskError` and nothing of the call is enqueued.
         """
-        encoded = [self._encode(task, dedup) for task in tasks]
+        return await self.add_encoded([self.encode(task, dedup) for task in tasks])
+
+    async def add_encoded(self, encoded: Sequence[Encoded]) -> AddResult:
+        """Enqueue tasks already encoded by :meth:`encode`, in script calls of
+        :data:`CHUNK_SIZE`, all sent in one round trip."""
         if not encoded:
             return AddResult()
-        script = self._enqueue_script()
+        if not self._config_checked:
+            self._config_checked = True
+            for warning in await check_server_config(self._redis):
+                logger.warning("%s", warning)
+        script = self._script("enqueue")
         calls = [
             self._script_args(encoded[i : i + CHUNK_SIZE])
             for i in range(0, len(encoded), CHUNK_SIZE)
@@ -145,12 +166,22 @@ class TaskWriter:
         )
         return result
 
-    async def release(self, task: ExecTask) -> None:
-        """Forget ``task``'s fingerprint, so a later seed may enqueue its URL again.
+    async def release(self, task: ExecTask) -> bool:
+        """Forget ``task``'s URL, so a later seed may enqueue it again; True if it was there.
 
-        Called when a task is dead-lettered: a URL that failed for good must stay retryable.
+        ``dead.lua`` does the same for a dead-lettered task, in the same step as the dead letter.
         """
-        await self._redis.srem(self._keys.seen(task.site_id), fingerprint(task))
+        removed = await self._script("dedup_release")(
+            keys=[self._keys.seen(task.site_id)], args=[self._now(), fingerprint_bytes(task)]
+        )
+        return int(removed) > 0
+
+    async def is_seen(self, task: ExecTask) -> bool:
+        """True when ``task``'s site has recorded its URL and the re-crawl window is not over."""
+        [seen] = await self._script("dedup_seen")(
+            keys=[self._keys.seen(task.site_id)], args=[self._now(), fingerprint_bytes(task)]
+        )
+        return bool(int(seen))
 
     async def backlog(self) -> int:
         """Tasks in the stream that no worker has received yet.
