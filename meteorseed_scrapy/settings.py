@@ -23,7 +23,7 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_MAX_BACKLOG": 1_000_000,
     "METEORSEED_CONSUMER": "",
     # Completion records and failure notes matter only while a task can still be redelivered.
-    "METEORSEED_DONE_TTL": 3600,
+    "METEORSEED_DONE_TTL": 600,
     "METEORSEED_STORE_BATCH_SIZE": 100,
     "METEORSEED_STORE_BATCH_WAIT": 0.05,
     "METEORSEED_STORE_RETRY_MAX": 30.0,
