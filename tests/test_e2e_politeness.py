@@ -1,0 +1,75 @@
+"""Politeness end to end: durable retries, pauses, the fleet-wide caps, seen from the server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.testing.sites import DemoSite
+from tests.e2e_helpers import enqueue, start_worker, stored_docs, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_5xx_is_retried_durably_and_dead_lettered_when_retries_run_out(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    keys = KeyLayout(namespace)
+    recovers = f"{demo_site.url}/flaky/{namespace}-a/2?code=503"  # two 503s, then 200
+    hopeless = f"{demo_site.url}/flaky/{namespace}-b/9?code=502"
+    enqueue(redis_url, namespace, [recovers, hopeless])
+    worker = start_worker(tmp_path, redis_url, namespace, RETRY_TIMES=2,
+                          METEORSEED_BACKOFF_BASE=0.2)
+    assert worker.wait() == 0, worker.log()[-3000:]
+
+    assert set(stored_docs(tmp_path / "items.db")) == {
+        f"probe:/flaky/{namespace}-a/2?code=503"
+    }
+    assert demo_site.hits(f"/flaky/{namespace}-a/2") == 3
+    assert demo_site.hits(f"/flaky/{namespace}-b/9") == 3  # first try + 2 retries
+    (dead,) = sync_redis.xrange(keys.dead)
+    assert dead[1]["reason"] == "HTTP 502 after 2 retries"
+    stats = worker.stats()
+    assert stats["meteorseed/deferred"] == 4
+    assert stats["meteorseed/retry/probe/HTTP_503"] == 2
+    assert sync_redis.zcard(keys.delayed) == 0
+    assert sync_redis.xlen(keys.stream) == 0
+
+
+def test_a_waiting_retry_survives_the_death_of_its_worker(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    keys = KeyLayout(namespace)
+    url = f"{demo_site.url}/flaky/{namespace}/1?code=503"
+    enqueue(redis_url, namespace, [url])
+    first = start_worker(tmp_path, redis_url, namespace, name="w1", METEORSEED_BACKOFF_BASE=3,
+                         METEORSEED_IDLE_CLOSE=0)
+    # The retry waits in Redis, not in the worker's memory: killing the worker loses nothing.
+    wait_for(lambda: sync_redis.zcard(keys.delayed) == 1, 30, 0.05)
+    first.kill()
+    assert sync_redis.xlen(keys.stream) == 0  # acked and deleted when it was deferred
+    second = start_worker(tmp_path, redis_url, namespace, name="w2")
+    assert second.wait() == 0, second.log()[-3000:]
+    assert set(stored_docs(tmp_path / "items.db")) == {f"probe:/flaky/{namespace}/1?code=503"}
+    assert demo_site.hits(f"/flaky/{namespace}/1") == 2
+    assert sync_redis.xlen(keys.dead) == 0
+
+
+def test_404_and_410_are_never_retried(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    enqueue(redis_url, namespace, [f"{demo_site.url}/status/404?n={namespace}",
+                                   f"{demo_site.url}/status/410?n={namespace}"])
+    before = demo_site.hits("/status/404"), demo_site.hits("/status/410")
+    worker = start_worker(tmp_path, redis_url, namespace, RETRY_TIMES=3)
+    assert worker.wait() == 0
+    assert (demo_site.hits("/status/404"), demo_site.hits("/status/410")) == (
+        before[0] + 1, before[1] + 1
+    )
+    stats = worker.stats()
+    assert stats["meteorseed/outcome/gone"] == 2
+    assert "meteorseed/deferred" not in stats
+    assert sync_redis.xlen(KeyLayout(namespace).dead) == 0
