@@ -5,13 +5,17 @@
 -- KEYS[2]  the site's pause marker (string with a PX expiry)
 -- KEYS[3]  the site's concurrency leases (zset: lease id -> expiry, ms)
 -- KEYS[4]  the site's tightening factor after a 429/403 (string with an expiry; absent = 1)
+-- KEYS[5]  the site's circuit breaker (hash: state open|ramp, step; absent = closed)
+-- KEYS[6]  the site's probe lock (string with a PX expiry)
 -- ARGV[1]  rate, tokens per second
 -- ARGV[2]  burst
 -- ARGV[3]  concurrency cap
 -- ARGV[4]  lease time to live, ms (renewed while the request is in flight)
 -- ARGV[5]  permits wanted
 -- ARGV[6]  lease id prefix (unique per call)
+-- ARGV[7]  probe interval, ms (an open breaker lets one probe through per interval, fleet-wide)
 -- Returns {granted, wait_ms, lease_id...}: wait_ms says when asking again makes sense.
+-- A probe's lease id ends in ':probe'.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local paused = redis.call('PTTL', KEYS[2])
@@ -21,6 +25,18 @@ end
 local rate = tonumber(ARGV[1])
 local factor = tonumber(redis.call('GET', KEYS[4]) or '1')
 rate = rate * factor
+local breaker = redis.call('HMGET', KEYS[5], 'state', 'step')
+if breaker[1] == 'open' then
+  local probe = ARGV[6] .. ':probe'
+  if redis.call('SET', KEYS[6], probe, 'NX', 'PX', ARGV[7]) then
+    redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), probe)
+    return {1, 0, probe}
+  end
+  return {0, math.max(1, redis.call('PTTL', KEYS[6]))}
+elseif breaker[1] == 'ramp' then
+  local steps = {0.01, 0.05, 0.25, 0.5}
+  rate = rate * (steps[tonumber(breaker[2])] or 1)
+end
 local burst = tonumber(ARGV[2])
 local cap = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)

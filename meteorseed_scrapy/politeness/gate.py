@@ -32,7 +32,8 @@ class SiteGate:
     """Fleet-wide permits per site: ``acquire`` charges tokens and takes concurrency leases."""
 
     def __init__(self, redis: Any, keys: KeyLayout, limits_for: Callable[[str], SiteLimits],
-                 consumer: str, backoff: Backoff) -> None:
+                 consumer: str, backoff: Backoff, probe_interval_s: float = 60.0) -> None:
+        self.probe_interval_s = probe_interval_s
         self.redis = redis
         self.keys = keys
         self.limits_for = limits_for
@@ -51,9 +52,9 @@ class SiteGate:
     async def acquire(self, site: str, wanted: int) -> Grant:
         limits = self.limits_for(site)
         reply = await self._gate(
-            keys=self._site_keys(site, "bucket", "pause", "leases", "tighten"),
+            keys=self._site_keys(site, "bucket", "pause", "leases", "tighten", "breaker", "probe"),
             args=[limits.rate, limits.burst, limits.concurrency, int(LEASE_TTL_S * 1000), wanted,
-                  f"{self._prefix}:{next(self._calls)}"],
+                  f"{self._prefix}:{next(self._calls)}", int(self.probe_interval_s * 1000)],
         )
         granted, wait_ms = int(reply[0]), int(reply[1])
         return Grant([str(x) for x in reply[2: 2 + granted]], wait_ms / 1000)
