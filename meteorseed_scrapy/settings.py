@@ -32,6 +32,10 @@ DEFAULTS: dict[str, Any] = {
     # running spider checks them for changes.
     "METEORSEED_SITES_DIR": "",
     "METEORSEED_SITES_RELOAD_INTERVAL": 1.0,
+    # Site rule files (meteorseed_scrapy.sites, ``scrapy crawl sites``) and how often (s) the
+    # running spider checks them for changes.
+    "METEORSEED_SITES_DIR": "",
+    "METEORSEED_SITES_RELOAD_INTERVAL": 1.0,
     "METEORSEED_POLITENESS": True,
     "METEORSEED_SITE_RATE": 2.0,
     "METEORSEED_SITE_BURST": 5,

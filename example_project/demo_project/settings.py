@@ -4,9 +4,12 @@ Redis, the namespace, the store and the worker's name come from the command line
 the environment (``REDIS_URL``, ``MONGO_URL``); see the README's settings table.
 """
 
+from pathlib import Path
+
 BOT_NAME = "demo_project"
 
-SPIDER_MODULES = ["demo_project.spiders"]
+# "demo" (a hand-written spider) and "sites" (the generic rule spider of meteorseed_scrapy).
+SPIDER_MODULES = ["demo_project.spiders", "meteorseed_scrapy.sites.spider"]
 NEWSPIDER_MODULE = "demo_project.spiders"
 
 # The one line that turns this project into a MeteorSeed worker: stream scheduler, upsert
@@ -22,6 +25,9 @@ ROBOTSTXT_OBEY = False
 METEORSEED_SITE_RATE = 50.0
 METEORSEED_SITE_BURST = 20
 METEORSEED_SITE_CONCURRENCY = 8
+
+# One rule file per site for `scrapy crawl sites`; edits apply to running workers within ~1 s.
+METEORSEED_SITES_DIR = str(Path(__file__).resolve().parents[1] / "sites")
 
 TELNETCONSOLE_ENABLED = False
 FEED_EXPORT_ENCODING = "utf-8"

@@ -1,0 +1,12 @@
+"""Sites as rule configs: one YAML/JSON file per site, one generic spider (``scrapy crawl sites``).
+
+- :mod:`.schema` / :mod:`.reader`: the validated config objects and their errors
+- :mod:`.processors`, :mod:`.extract`: selecting and normalising field values
+- :mod:`.loader`: the rules directory, hot reload that keeps the last good version
+- :mod:`.quality`: constraint checks, per-site anomaly rates and jump detection
+- :mod:`.fingerprint`: content fingerprints for repost detection
+- :mod:`.pipeline`: anomalies to the anomaly store, duplicates marked, items to the store stage
+- :mod:`.spider`: :class:`~meteorseed_scrapy.sites.spider.RuleSpider`
+
+See docs/sites.md.
+"""

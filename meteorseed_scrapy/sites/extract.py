@@ -1,0 +1,131 @@
+"""Apply a site's field rules to one scope: an HTML element (parsel) or a JSON object.
+
+Every extracted string has its whitespace collapsed; ``text: true`` fields take the text of
+the matched elements without script/style/iframe/noscript and without whatever the site's
+``detail.remove`` selectors match (navigation, footers, share boxes). The raw text each field
+came from is kept next to the parsed value, for sampling and for anomaly reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from parsel import Selector as Parsel
+
+from meteorseed_scrapy.sites.processors import Context, ProcessorError, collapse
+from meteorseed_scrapy.sites.schema import FieldRule, Selector
+
+#: Elements whose content is never text of the page.
+DROPPED_TAGS = frozenset({"script", "style", "iframe", "noscript", "template"})
+_MISSING = object()
+RAW_LIMIT = 300  # characters of raw text kept per field (samples and anomaly reports)
+
+
+@dataclass
+class Parsed:
+    fields: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def json_path(data: Any, path: str) -> Any:
+    """``"salary.min"`` / ``"jobs.0.id"`` in nested dicts and lists; missing -> None."""
+    value = data
+    for step in path.split("."):
+        if isinstance(value, dict):
+            value = value.get(step, _MISSING)
+        elif isinstance(value, list) and step.lstrip("-").isdigit() and -len(value) <= int(
+                step) < len(value):
+            value = value[int(step)]
+        else:
+            value = _MISSING
+        if value is _MISSING:
+            return None
+    return value
+
+
+def element_text(node: Parsel, removed: set[Any]) -> str:
+    """Visible text of ``node``: dropped tags and ``removed`` elements left out."""
+    root = node.root
+    if isinstance(root, str):
+        return collapse(root)
+    parts: list[str] = []
+
+    def walk(element: Any, top: bool) -> None:
+        tag = element.tag
+        # Comments and processing instructions have a non-string tag: skip their content.
+        if isinstance(tag, str) and tag.lower() not in DROPPED_TAGS and element not in removed:
+            if element.text:
+                parts.append(element.text)
+            for child in element:
+                walk(child, False)
+        parts.append(" ")  # block boundaries: "end.</p><p>Start" must not glue words
+        if element.tail and not top:
+            parts.append(element.tail)
+
+    walk(root, True)
+    return collapse("".join(parts))
+
+
+def select_values(scope: Any, select: Selector, url: str, *, text: bool = False,
+                  removed: set[Any] | None = None) -> list[Any]:
+    """Values that ``select`` picks in ``scope`` (a parsel Selector or a JSON value)."""
+    values: list[Any]
+    if select.from_url:
+        values = [url]
+    elif select.path is not None:
+        found = json_path(scope, select.path)
+        values = found if isinstance(found, list) else [] if found is None else [found]
+    else:
+        nodes = scope.css(select.css) if select.css else scope.xpath(select.xpath or "")
+        if text:
+            values = [element_text(node, removed or set()) for node in nodes]
+        elif select.attr:
+            values = [node.attrib.get(select.attr) for node in nodes]
+        else:
+            values = nodes.getall()
+    if select.regex is not None:
+        matched = []
+        for value in values:
+            match = select.regex.search(value) if isinstance(value, str) else None
+            if match is not None:
+                matched.append(match.group(1) if match.groups() else match.group(0))
+        values = matched
+    return [collapse(v) if isinstance(v, str) else v for v in values if v is not None]
+
+
+def _raw_text(values: Iterable[Any]) -> str:
+    return " | ".join(str(v) for v in values)[:RAW_LIMIT]
+
+
+def extract(rules: Iterable[FieldRule], scope: Any, url: str,
+            removed: set[Any] | None = None) -> Parsed:
+    """Every field of ``rules`` from ``scope``; processor failures become ``problems``."""
+    parsed = Parsed()
+    ctx = Context(url)
+    for rule in rules:
+        values = select_values(scope, rule.select, url, text=rule.text, removed=removed)
+        values = [v for v in values if v != ""]
+        parsed.raw[rule.name] = _raw_text(values)
+        if not rule.many and rule.join is None:
+            values = values[:1]  # only the first value is used: do not process the rest
+        problem = None
+        for name, processor in rule.processors:
+            try:
+                values = [processor(v, ctx) for v in values]
+            except ProcessorError as exc:
+                problem = f"{rule.name}: {name}: {exc}"
+                break
+        if problem is not None:
+            parsed.problems.append(problem)
+            parsed.fields[rule.name] = None
+            continue
+        if rule.join is not None:
+            parsed.fields[rule.name] = rule.join.join(str(v) for v in values) or None
+        elif rule.many:
+            parsed.fields[rule.name] = values
+        else:
+            parsed.fields[rule.name] = values[0] if values else None
+    return parsed

@@ -1,0 +1,139 @@
+"""The site rule files of ``METEORSEED_SITES_DIR``, loaded and kept current (hot reload).
+
+One file per site: ``*.yaml``, ``*.yml`` or ``*.json``. :meth:`SiteRegistry.poll` is the
+blocking half (stat every file, read and validate only those whose mtime or size changed) and
+runs in a thread; :meth:`SiteRegistry.apply` is the cheap half and runs on the reactor thread,
+so the spider never sees a half-applied change. A file that fails to parse or validate never
+replaces a good version: the site keeps its last good config and the log says so.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.schema import SiteConfig, parse_site
+
+logger = logging.getLogger(__name__)
+SUFFIXES = (".yaml", ".yml", ".json")
+Stamp = tuple[int, int]  # (mtime_ns, size)
+
+
+@dataclass(frozen=True)
+class FileResult:
+    path: Path
+    stamp: Stamp | None  # None: the file is gone
+    config: SiteConfig | None = None
+    error: ConfigError | None = None
+
+
+def load_file(path: Path) -> SiteConfig:
+    """Read and validate one rule file, or raise :class:`ConfigError`."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, "", f"cannot read: {exc}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ConfigError(source, "", f"not valid {kind}: {exc}") from None
+    return parse_site(data, source)
+
+
+class SiteRegistry:
+    """Site configs by ``site_id``; reads happen on one thread, updates via :meth:`apply`."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self._sites: dict[str, SiteConfig] = {}
+        self._stamps: dict[Path, Stamp] = {}
+        self._owner: dict[Path, str] = {}  # file -> site_id it defines (last good version)
+        self.errors = 0
+
+    def get(self, site_id: str) -> SiteConfig | None:
+        return self._sites.get(site_id)
+
+    @property
+    def sites(self) -> dict[str, SiteConfig]:
+        return dict(self._sites)
+
+    def load(self) -> SiteRegistry:
+        """Initial, synchronous load (before the crawl starts)."""
+        self.apply(self.poll())
+        return self
+
+    def poll(self) -> list[FileResult]:
+        """Blocking: what changed in the directory since the last :meth:`apply`."""
+        try:
+            paths = sorted(p for p in self.directory.iterdir() if p.suffix in SUFFIXES)
+        except OSError as exc:
+            logger.error("Cannot list site rules in %s (METEORSEED_SITES_DIR): %s; keeping the"
+                         " %d sites loaded", self.directory, exc, len(self._sites))
+            return []
+        results = []
+        for path in paths:
+            try:
+                info = path.stat()
+            except OSError:
+                continue  # deleted between listing and stat: seen as gone next time
+            stamp = (info.st_mtime_ns, info.st_size)
+            if self._stamps.get(path) == stamp:
+                continue
+            try:
+                results.append(FileResult(path, stamp, config=load_file(path)))
+            except ConfigError as exc:
+                results.append(FileResult(path, stamp, error=exc))
+        results.extend(FileResult(path, None) for path in self._stamps if path not in paths)
+        return results
+
+    def apply(self, results: list[FileResult]) -> None:
+        for result in results:
+            if result.stamp is None:
+                self._stamps.pop(result.path, None)
+                self._forget(result.path, "its file was deleted")
+            elif result.error is not None:
+                self._stamps[result.path] = result.stamp
+                self._reject(result.path, str(result.error))
+            elif result.config is not None:
+                self._stamps[result.path] = result.stamp
+                self._accept(result.path, result.config)
+
+    def _accept(self, path: Path, config: SiteConfig) -> None:
+        holder = next((p for p, s in self._owner.items() if s == config.site_id and p != path),
+                      None)
+        if holder is not None:
+            self._reject(path, f"{path}: site_id: {config.site_id!r} is already defined in"
+                         f" {holder}")
+            return
+        if self._owner.get(path) not in (None, config.site_id):
+            self._forget(path, f"its file now defines {config.site_id!r}")
+        previous = self._sites.get(config.site_id)
+        self._sites[config.site_id] = config
+        self._owner[path] = config.site_id
+        if previous is None:
+            logger.info("Loaded site %s version %s from %s", config.site_id, config.version, path)
+        else:
+            logger.info("Reloaded site %s: version %s (was %s) from %s", config.site_id,
+                        config.version, previous.version, path)
+
+    def _reject(self, path: Path, error: str) -> None:
+        self.errors += 1
+        site_id = self._owner.get(path)
+        kept = self._sites.get(site_id) if site_id else None
+        if kept is not None:
+            logger.error("Invalid site rules, keeping the last good version %s of site %s: %s",
+                         kept.version, kept.site_id, error)
+        else:
+            logger.error("Invalid site rules, file ignored: %s", error)
+
+    def _forget(self, path: Path, why: str) -> None:
+        site_id = self._owner.pop(path, None)
+        if site_id is not None and self._sites.pop(site_id, None) is not None:
+            logger.warning("Site %s removed: %s (%s)", site_id, why, path)

@@ -1,0 +1,143 @@
+"""Typed, path-aware reading of a parsed config mapping.
+
+Every problem is reported as :class:`ConfigError` naming the file, the field path
+(``fields.price.processors[1].float``) and what is wrong, and unknown keys are rejected, so a
+typo such as ``pagnation`` fails loudly instead of being ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class ConfigError(ValueError):
+    """A site rule config is invalid: ``source`` (file), ``path`` (field path) and ``problem``."""
+
+    def __init__(self, source: str, path: str, problem: str) -> None:
+        super().__init__(f"{source}: {path or '<top>'}: {problem}")
+        self.source, self.path, self.problem = source, path, problem
+
+
+class Reader:
+    """One mapping of a config, at ``path`` within ``source``."""
+
+    def __init__(self, data: Any, source: str, path: str = "") -> None:
+        if not isinstance(data, Mapping):
+            raise ConfigError(source, path, f"expected a mapping, got {type(data).__name__}")
+        self.data, self.source, self.path = data, source, path
+        self._used: set[str] = set()
+
+    def at(self, key: str | int) -> str:
+        if isinstance(key, int):
+            return f"{self.path}[{key}]"
+        return f"{self.path}.{key}" if self.path else key
+
+    def error(self, key: str | int, problem: str) -> ConfigError:
+        return ConfigError(self.source, self.at(key), problem)
+
+    def has(self, key: str) -> bool:
+        return self.data.get(key) is not None
+
+    def raw(self, key: str, default: Any = None) -> Any:
+        self._used.add(key)
+        value = self.data.get(key)
+        return default if value is None else value
+
+    def child(self, key: str, *, required: bool = False) -> Reader | None:
+        value = self.raw(key)
+        if value is None:
+            if required:
+                raise self.error(key, "is required")
+            return None
+        return Reader(value, self.source, self.at(key))
+
+    def string(self, key: str, default: str | None = None, *, required: bool = False,
+            choices: tuple[str, ...] = ()) -> str | None:
+        value = self.raw(key)
+        if value is None:
+            if required:
+                raise self.error(key, "is required")
+            return default
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)  # YAML reads `version: 3` as a number; a string is meant
+        if not isinstance(value, str) or (required and not value.strip()):
+            raise self.error(key, f"expected a non-empty string, got {value!r}"[:200])
+        if choices and value not in choices:
+            raise self.error(key, f"must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    def number(self, key: str, default: float | None, *, minimum: float = 0,
+               integer: bool = False) -> float | None:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.error(key, f"expected a number, got {value!r}"[:200])
+        if integer and int(value) != value:
+            raise self.error(key, f"expected a whole number, got {value!r}")
+        if value < minimum:
+            raise self.error(key, f"must be >= {minimum}, got {value!r}")
+        return int(value) if integer else float(value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.raw(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self.error(key, f"expected true or false, got {value!r}"[:200])
+        return value
+
+    def duration(self, key: str, default: float | None) -> float | None:
+        """Seconds, from a number or ``"30d"``, ``"12h"``, ``"90m"``, ``"45s"``, ``"2w"``."""
+        value = self.raw(key)
+        if value is None:
+            return default
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+        match = _DURATION.match(value) if isinstance(value, str) else None
+        if match is None:
+            raise self.error(key, f"expected seconds or a duration like 30d / 12h, got {value!r}")
+        return float(match.group(1)) * _UNITS[match.group(2)]
+
+    def str_list(self, key: str) -> tuple[str, ...]:
+        value = self.raw(key)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise self.error(key, f"expected a list of strings, got {type(value).__name__}")
+        for index, element in enumerate(value):
+            if not isinstance(element, str) or not element:
+                raise ConfigError(self.source, f"{self.at(key)}[{index}]",
+                                  f"expected a non-empty string, got {element!r}"[:200])
+        return tuple(value)
+
+    def str_map(self, key: str) -> dict[str, str]:
+        child = self.child(key)
+        if child is None:
+            return {}
+        out = {}
+        for name in child.data:
+            value = child.string(str(name), required=True)
+            assert value is not None
+            out[str(name)] = value
+        return out
+
+    def pattern(self, key: str, value: str) -> re.Pattern[str]:
+        try:
+            return re.compile(value)
+        except re.error as exc:
+            raise self.error(key, f"invalid regular expression {value!r}: {exc}") from None
+
+    def done(self) -> None:
+        """Reject keys nobody read: almost always a typo."""
+        unknown = sorted(str(key) for key in self.data if key not in self._used)
+        if unknown:
+            raise self.error(unknown[0], "unknown key" + (
+                f" (also unknown: {', '.join(unknown[1:])})" if len(unknown) > 1 else ""))

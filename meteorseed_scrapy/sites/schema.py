@@ -1,0 +1,297 @@
+"""Site rule configs: small validated value objects, built from one YAML/JSON mapping per site.
+
+See docs/sites.md for the format. :func:`parse_site` either returns a complete
+:class:`SiteConfig` or raises :class:`~meteorseed_scrapy.sites.reader.ConfigError` naming the
+file, the field path and the problem; nothing half-valid ever reaches the spider.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from parsel import Selector as Parsel
+
+from meteorseed_scrapy.sites.processors import Processor, compile_processor
+from meteorseed_scrapy.sites.reader import ConfigError, Reader
+
+_SITE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+#: Fields the spider or the store stage set: a rule may not define them.
+RESERVED = frozenset({"_id", "site_id", "seed_id", "task_id", "updated_at", "first_seen_at",
+                      "rule_version", "duplicate_of", "content_fingerprint"})
+DEFAULT_NOT_BEFORE = datetime(1990, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Where values come from: ``css`` or ``xpath`` (HTML), ``path`` (dotted, JSON), or the
+    page ``url`` itself; then an optional ``attr`` and ``regex`` (first group, else match)."""
+
+    css: str | None = None
+    xpath: str | None = None
+    path: str | None = None
+    from_url: bool = False
+    attr: str | None = None
+    regex: re.Pattern[str] | None = None
+
+
+@dataclass(frozen=True)
+class Constraint:
+    min_length: int | None = None
+    max_length: int | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    not_before: datetime | None = None
+    not_future: bool = False
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    name: str
+    select: Selector
+    text: bool = False  # cleaned text content of the matched elements (content fields)
+    join: str | None = None
+    many: bool = False
+    processors: tuple[tuple[str, Processor], ...] = ()
+    required: bool = False
+    constraint: Constraint = field(default_factory=Constraint)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Validated here, enforced by the politeness middlewares (per-site overrides)."""
+
+    rate: float | None = None
+    burst: int | None = None
+    concurrency: int | None = None
+    timeout: float | None = None
+    retries: int | None = None
+
+
+@dataclass(frozen=True)
+class Rendering:
+    mode: str = "none"  # none | browser
+    wait_for: str | None = None
+
+
+@dataclass(frozen=True)
+class Dedup:
+    """Content fingerprint dedup: ``mode`` mark (set ``duplicate_of``), skip, or off."""
+
+    mode: str = "off"
+    title: str = "title"
+    content: str = "content"
+    window: float = 30 * 86400
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    site_id: str
+    version: str
+    source: str
+    format: str = "html"  # html | json
+    allowed_domains: tuple[str, ...] = ()
+    start: str = "list"  # what a seed URL is: list | detail
+    list_links: Selector | None = None
+    list_items: Selector | None = None  # items parsed on the list page itself
+    pagination: Selector | None = None
+    max_pages: int = 1000
+    detail_links: Selector | None = None  # deeper than list -> detail, only when asked
+    max_depth: int = 1
+    remove: tuple[str, ...] = ()  # CSS selectors of nav/footer/ads dropped from text fields
+    fields: tuple[FieldRule, ...] = ()
+    unique_key: str = "url"  # "url" or a field name
+    limits: Limits = field(default_factory=Limits)
+    rendering: Rendering = field(default_factory=Rendering)
+    headers: dict[str, str] = field(default_factory=dict)
+    user_agents: tuple[str, ...] = ()
+    proxies: tuple[str, ...] = ()
+    robots: bool = True
+    blacklist: tuple[re.Pattern[str], ...] = ()
+    recrawl_after: float | None = None
+    schedule: dict[str, Any] = field(default_factory=dict)
+    dedup: Dedup = field(default_factory=Dedup)
+    sample_every: int = 100
+    jump_threshold: float = 0.5
+
+    def allows(self, url: str) -> bool:
+        """Whether a link may be followed: on an allowed domain and on no blacklist pattern."""
+        if any(pattern.search(url) for pattern in self.blacklist):
+            return False
+        if not self.allowed_domains:
+            return True
+        from urllib.parse import urlsplit
+
+        host = (urlsplit(url).hostname or "").lower()
+        return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
+
+
+def _read_selector(sub: Reader, fmt: str) -> Selector:
+    """The selector keys of ``sub`` (a field or a link rule); other keys are left to the caller."""
+    css, xpath, path = sub.string("css"), sub.string("xpath"), sub.string("path")
+    from_url = sub.flag("from_url", False)
+    if [css, xpath, path, from_url or None].count(None) != 3:
+        raise ConfigError(sub.source, sub.path, "needs exactly one of css, xpath, path, from_url")
+    if path is not None and fmt != "json":
+        raise sub.error("path", "only for format: json sites")
+    if (css or xpath) and fmt == "json":
+        raise sub.error("css" if css else "xpath", "not for format: json sites (use path)")
+    regex = sub.string("regex")
+    if css or xpath:
+        try:  # compiled now, so a bad selector fails at load time, not on the first page
+            probe = Parsel(text="<html></html>")
+            probe.css(css) if css else probe.xpath(xpath or "")
+        except Exception as exc:
+            raise sub.error("css" if css else "xpath", f"invalid selector: {exc}") from None
+    return Selector(css, xpath, path, from_url, sub.string("attr"),
+                    sub.pattern("regex", regex) if regex else None)
+
+
+def _selector(reader: Reader, key: str, fmt: str) -> Selector | None:
+    raw = reader.raw(key)
+    if raw is None:
+        return None
+    if isinstance(raw, str):  # shorthand: a CSS selector, or a dotted path for JSON sites
+        raw = {"path": raw} if fmt == "json" else {"css": raw}
+    sub = Reader(raw, reader.source, reader.at(key))
+    selector = _read_selector(sub, fmt)
+    sub.done()
+    return selector
+
+
+def _constraint(reader: Reader, is_date: bool) -> Constraint:
+    not_before = DEFAULT_NOT_BEFORE if is_date else None
+    raw = reader.raw("not_before")
+    if raw is not None:
+        try:
+            text = raw.isoformat() if hasattr(raw, "isoformat") else str(raw)
+            not_before = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+        except ValueError:
+            problem = f"expected a date like 1990-01-01, got {raw!r}"
+            raise reader.error("not_before", problem) from None
+    min_length = reader.number("min_length", None, integer=True)
+    max_length = reader.number("max_length", None, integer=True)
+    return Constraint(
+        min_length=None if min_length is None else int(min_length),
+        max_length=None if max_length is None else int(max_length),
+        minimum=reader.number("min", None, minimum=float("-inf")),
+        maximum=reader.number("max", None, minimum=float("-inf")),
+        not_before=not_before,
+        not_future=reader.flag("not_future", is_date),
+    )
+
+
+def _field(name: str, raw: Any, reader: Reader, fmt: str, required: bool) -> FieldRule:
+    if not _FIELD_NAME.match(name) or name in RESERVED:
+        raise reader.error(name, "invalid or reserved field name")
+    if isinstance(raw, str):
+        raw = {"path": raw} if fmt == "json" else {"css": raw}
+    sub = Reader(raw, reader.source, reader.at(name))
+    select = _read_selector(sub, fmt)
+    specs = sub.raw("processors", [])
+    if not isinstance(specs, list):
+        raise sub.error("processors", "expected a list")
+    processors = tuple(compile_processor(spec, sub, i) for i, spec in enumerate(specs))
+    is_date = any(pname == "date" for pname, _ in processors)
+    text = sub.flag("text", False)
+    if text and (select.attr or fmt == "json"):
+        raise sub.error("text", "takes the text of HTML elements: not with attr or JSON")
+    rule = FieldRule(name=name, select=select, text=text, join=sub.string("join"),
+                     many=sub.flag("many", False), processors=processors,
+                     required=sub.flag("required", required),
+                     constraint=_constraint(sub, is_date))
+    sub.done()
+    return rule
+
+
+def parse_site(data: Any, source: str) -> SiteConfig:
+    """A validated :class:`SiteConfig` from one parsed file, or :class:`ConfigError`."""
+    top = Reader(data, source)
+    site_id = top.string("site_id", required=True)
+    assert site_id is not None
+    if not _SITE_ID.match(site_id):
+        raise top.error("site_id", f"letters, digits and _ . - only, got {site_id!r}")
+    version = top.string("version", required=True)
+    fmt = top.string("format", "html", choices=("html", "json")) or "html"
+    required_names = set(top.str_list("required"))
+    fields_reader = top.child("fields", required=True)
+    assert fields_reader is not None
+    fields = tuple(_field(str(name), raw, fields_reader, fmt, str(name) in required_names)
+                   for name, raw in fields_reader.data.items())
+    fields_reader._used.update(str(name) for name in fields_reader.data)
+    names = {rule.name for rule in fields}
+    for name in sorted(required_names - names):
+        raise top.error("required", f"names {name!r}, which is not among the fields")
+    unique_key = top.string("unique_key", "url") or "url"
+    if unique_key != "url" and unique_key not in names:
+        raise top.error("unique_key", f"must be 'url' or a field name, got {unique_key!r}")
+    listing = top.child("list") or Reader({}, source, "list")
+    list_items = _selector(listing, "items", fmt)
+    if list_items is not None and unique_key == "url":
+        raise top.error("unique_key", "sites with list.items yield several items per page:"
+                        " name a field as unique_key")
+    detail = top.child("detail") or Reader({}, source, "detail")
+    limits = top.child("limits") or Reader({}, source, "limits")
+    rendering = top.child("rendering") or Reader({}, source, "rendering")
+    dedup = top.child("dedup") or Reader({}, source, "dedup")
+    sampling = top.child("sampling") or Reader({}, source, "sampling")
+    quality = top.child("quality") or Reader({}, source, "quality")
+    mode = rendering.string("mode", "none", choices=("none", "browser")) or "none"
+    wait_for = rendering.string("wait_for")
+    dedup_cfg = Dedup(mode=dedup.string("mode", "off", choices=("off", "mark", "skip")) or "off",
+                      title=dedup.string("title", "title") or "title",
+                      content=dedup.string("content", "content") or "content",
+                      window=dedup.duration("window", 30 * 86400) or 0.0)
+    if dedup_cfg.mode != "off":
+        for key in ("title", "content"):
+            if getattr(dedup_cfg, key) not in names:
+                raise dedup.error(key, f"names {getattr(dedup_cfg, key)!r}, not among the fields")
+    schedule = top.raw("schedule", {})
+    if not isinstance(schedule, dict):
+        raise top.error("schedule", "expected a mapping")
+    config = SiteConfig(
+        site_id=site_id, version=str(version), source=source, format=fmt,
+        allowed_domains=tuple(d.lower() for d in top.str_list("allowed_domains")),
+        start=top.string("start", "list", choices=("list", "detail")) or "list",
+        list_links=_selector(listing, "links", fmt), list_items=list_items,
+        pagination=_selector(listing, "pagination", fmt),
+        max_pages=int(listing.number("max_pages", 1000, minimum=1, integer=True) or 1000),
+        detail_links=_selector(detail, "links", fmt),
+        max_depth=int(detail.number("max_depth", 1, minimum=1, integer=True) or 1),
+        remove=detail.str_list("remove"), fields=fields, unique_key=unique_key,
+        limits=Limits(
+            rate=limits.number("rate", None), burst=_int(limits.number("burst", None, minimum=1)),
+            concurrency=_int(limits.number("concurrency", None, minimum=1, integer=True)),
+            timeout=limits.number("timeout", None),
+            retries=_int(limits.number("retries", None, integer=True))),
+        rendering=Rendering(mode, wait_for),
+        headers=top.str_map("headers"), user_agents=top.str_list("user_agents"),
+        proxies=top.str_list("proxies"), robots=top.flag("robots", True),
+        blacklist=tuple(top.pattern("blacklist", p) for p in top.str_list("blacklist")),
+        recrawl_after=top.duration("recrawl_after", None), schedule=dict(schedule),
+        dedup=dedup_cfg,
+        sample_every=int(sampling.number("every", 100, integer=True) or 0),
+        jump_threshold=float(quality.number("jump_threshold", 0.5) or 0.5),
+    )
+    if mode == "browser" and not wait_for:
+        raise rendering.error("wait_for", "is required when mode is browser")
+    for proxy in config.proxies:
+        if not re.match(r"^(https?|socks5h?)://", proxy):
+            raise top.error("proxies", f"expected http(s):// or socks5:// URLs, got {proxy!r}")
+    if not config.list_links and not config.list_items and config.start == "list" \
+            and not config.pagination:
+        raise listing.error("links", "a list-start site needs list.links, list.items or"
+                            " list.pagination")
+    for reader in (limits, rendering, dedup, sampling, quality, listing, detail, top):
+        reader.done()
+    return config
+
+
+def _int(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+__all__ = ["ConfigError", "FieldRule", "SiteConfig", "parse_site"]

@@ -1,0 +1,235 @@
+"""``scrapy crawl sites``: one generic spider for every site described in ``METEORSEED_SITES_DIR``.
+
+The task's ``site_id`` picks the rules. A seed URL is a list page (or a detail page, with
+``start: detail``); list pages yield their detail links and their next pages; detail pages
+yield one item, and links deeper only when the site sets ``detail.links`` and ``max_depth``.
+Every yielded request names its callback and carries only JSON values in ``meta``, so it can
+become a task for any worker. Items carry the rule ``version`` they were parsed with; rule
+files are re-read while the spider runs (:mod:`meteorseed_scrapy.sites.loader`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import scrapy
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+from scrapy.http import Response
+from twisted.internet import task, threads
+
+from meteorseed_scrapy.context import task_of
+from meteorseed_scrapy.sites.extract import extract, select_values
+from meteorseed_scrapy.sites.loader import SiteRegistry
+from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
+from meteorseed_scrapy.sites.quality import AnomalyTracker, check
+from meteorseed_scrapy.sites.schema import Selector as Rule
+from meteorseed_scrapy.sites.schema import SiteConfig
+from meteorseed_scrapy.tasks import url_fingerprint
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
+logger = logging.getLogger(__name__)
+Output = Iterator[Any]
+
+
+class UnknownSiteError(LookupError):
+    """The task names a site with no (valid) rule file: fail it, so it is retried and, if the
+    rules never come, dead-lettered with this message; never acked without being parsed."""
+
+
+class RuleSpider(scrapy.Spider):
+    name = "sites"
+
+    def __init__(self, *args: Any, registry: SiteRegistry | None = None,
+                 reload_interval: float = 1.0, stats: StatsCollector | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if registry is None:
+            raise NotConfigured("METEORSEED_SITES_DIR: the sites spider needs a rules directory")
+        self.registry = registry
+        self.reload_interval = reload_interval
+        self.stats = stats
+        self.tracker = AnomalyTracker(stats)
+        self._seen: Counter[str] = Counter()
+        self._reloader: task.LoopingCall | None = None
+        self._polling = False
+
+    @classmethod
+    def update_settings(cls, settings: BaseSettings) -> None:
+        super().update_settings(settings)
+        # Just before the store stage (900): anomalies and reposts are settled first. Set at
+        # spider priority: `scrapy crawl` later merges the project's settings over a crawler's
+        # and would drop an entry added at the default priority.
+        pipelines = settings.getdict("ITEM_PIPELINES")
+        pipelines.setdefault(PIPELINE, 800)
+        settings.set("ITEM_PIPELINES", pipelines, priority="spider")
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> RuleSpider:
+        directory = crawler.settings.get("METEORSEED_SITES_DIR")
+        if not directory or not Path(directory).is_dir():
+            raise NotConfigured(f"METEORSEED_SITES_DIR: set it to the directory of the site rule"
+                                f" files (got {directory!r})")
+        interval = crawler.settings.getfloat("METEORSEED_SITES_RELOAD_INTERVAL", 1.0)
+        spider = cls(*args, registry=SiteRegistry(directory).load(), reload_interval=interval,
+                     **kwargs)
+        spider._set_crawler(crawler)
+        crawler.signals.connect(spider._start_reloading, signals.spider_opened)
+        crawler.signals.connect(spider._stop_reloading, signals.spider_closed)
+        logger.info("Sites spider serves %d sites from %s: %s", len(spider.registry.sites),
+                    directory, ", ".join(sorted(spider.registry.sites)) or "none")
+        return spider
+
+    # -- hot reload ---------------------------------------------------------------------
+
+    def _start_reloading(self) -> None:
+        if self.stats is None:
+            # Scrapy creates the stats collector after the spider: picked up once it exists.
+            self.stats = self.tracker.stats = self.crawler.stats
+        if self.reload_interval > 0:
+            self._reloader = task.LoopingCall(self._poll)
+            self._reloader.start(self.reload_interval, now=False)
+
+    def _stop_reloading(self) -> None:
+        if self._reloader is not None and self._reloader.running:
+            self._reloader.stop()
+
+    def _poll(self) -> None:
+        if self._polling:
+            return  # a slow disk: never stack polls
+        self._polling = True
+        # Stats and reads in a thread; the swap itself happens here, on the reactor thread.
+        d = threads.deferToThread(self.registry.poll)
+        d.addCallback(self.registry.apply)
+        d.addErrback(lambda failure: logger.error("Site rules reload failed: %s", failure.value))
+        d.addBoth(self._poll_done)
+
+    def _poll_done(self, _: Any) -> None:
+        self._polling = False
+
+    # -- callbacks ----------------------------------------------------------------------
+
+    def parse(self, response: Response, **kwargs: Any) -> Output:
+        """A seed task: the site's start page (a list page unless it says ``start: detail``)."""
+        config = self._config(response)
+        if config.start == "detail":
+            yield from self.parse_detail(response)
+        else:
+            yield from self.parse_list(response)
+
+    def parse_list(self, response: Response, **kwargs: Any) -> Output:
+        config = self._config(response)
+        if not self._allowed(config, response):
+            return
+        scope = self._scope(config, response)
+        page = int(response.meta.get("sites_page", 1))
+        if config.list_items is not None:
+            removed = self._removed(config, response)
+            for index, element in enumerate(select_values(scope, config.list_items, response.url)
+                                            if config.format == "json"
+                                            else self._elements(scope, config.list_items)):
+                yield self._item(config, element, response.url, removed, index)
+        if config.list_links is not None:
+            for url in self._links(config, scope, config.list_links, response):
+                yield scrapy.Request(url, callback=self.parse_detail, meta={"sites_depth": 1})
+        if config.pagination is not None and page < config.max_pages:
+            for url in self._links(config, scope, config.pagination, response):
+                yield scrapy.Request(url, callback=self.parse_list, meta={"sites_page": page + 1})
+
+    def parse_detail(self, response: Response, **kwargs: Any) -> Output:
+        config = self._config(response)
+        if not self._allowed(config, response):
+            return
+        scope = self._scope(config, response)
+        yield self._item(config, scope, response.url, self._removed(config, response))
+        depth = int(response.meta.get("sites_depth", 1))
+        if config.detail_links is not None and depth < config.max_depth:
+            for url in self._links(config, scope, config.detail_links, response):
+                yield scrapy.Request(url, callback=self.parse_detail,
+                                     meta={"sites_depth": depth + 1})
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _config(self, response: Response) -> SiteConfig:
+        task_ = task_of(response)
+        site_id = task_.site_id if task_ is not None else response.meta.get("site_id")
+        config = self.registry.get(str(site_id))
+        if config is None:
+            raise UnknownSiteError(f"no valid rule file for site {site_id!r} in"
+                                   f" {self.registry.directory} (METEORSEED_SITES_DIR)")
+        return config
+
+    def _allowed(self, config: SiteConfig, response: Response) -> bool:
+        if config.allows(response.url):
+            self._inc(f"{config.site_id}/pages")
+            return True
+        logger.info("Site %s: %s is blacklisted or off its domains; not parsed",
+                    config.site_id, response.url)
+        self._inc(f"{config.site_id}/pages_refused")
+        return False
+
+    @staticmethod
+    def _scope(config: SiteConfig, response: Response) -> Any:
+        if config.format == "json":
+            return json.loads(response.text)
+        return response.selector  # type: ignore[attr-defined]  # TextResponse
+
+    @staticmethod
+    def _elements(scope: Any, rule: Rule) -> Any:
+        return scope.css(rule.css) if rule.css else scope.xpath(rule.xpath or "")
+
+    @staticmethod
+    def _removed(config: SiteConfig, response: Response) -> set[Any]:
+        """Elements the site's ``detail.remove`` selectors match (navigation, footers...)."""
+        if not config.remove or config.format == "json":
+            return set()
+        return {node.root for css in config.remove for node in response.css(css)}
+
+    def _links(self, config: SiteConfig, scope: Any, rule: Rule, response: Response) -> list[str]:
+        urls: dict[str, None] = {}  # ordered, without repeats
+        for value in select_values(scope, rule, response.url):
+            url = response.urljoin(str(value))
+            if url.startswith(("http://", "https://")) and config.allows(url):
+                urls[url] = None
+        return list(urls)
+
+    def _item(self, config: SiteConfig, scope: Any, url: str, removed: set[Any],
+              index: int | None = None) -> SiteItem:
+        parsed = extract(config.fields, scope, url, removed)
+        reasons = check(config, parsed)
+        self.tracker.record(config, bool(reasons))
+        key: str | None = None
+        if config.unique_key != "url":
+            value = parsed.fields.get(config.unique_key)
+            if value not in (None, "", []):
+                key = str(value)
+            elif index is not None:  # an anomaly without its key: unique per page position
+                key = f"{url_fingerprint(url)}-{index}"
+        self._sample(config, parsed.fields, parsed.raw, url)
+        self._inc(f"{config.site_id}/items")
+        return SiteItem(config.site_id, config.version, url, key, parsed.fields, parsed.raw,
+                        reasons, config.dedup)
+
+    def _sample(self, config: SiteConfig, fields: dict[str, Any], raw: dict[str, str],
+                url: str) -> None:
+        """Log 1 item in N (the first, then every Nth) with each value beside its raw text."""
+        self._seen[config.site_id] += 1
+        if not config.sample_every or (self._seen[config.site_id] - 1) % config.sample_every:
+            return
+        lines = "".join(f"\n    {name} = {fields.get(name)!r}  <-  {raw.get(name, '')!r}"
+                        for name in fields)
+        logger.info("Sample of site %s (rule version %s, 1 in %d) from %s:%s", config.site_id,
+                    config.version, config.sample_every, url, lines)
+
+    def _inc(self, name: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(f"meteorseed/sites/{name}")
