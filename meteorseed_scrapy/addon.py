@@ -11,6 +11,8 @@ PIPELINE = "meteorseed_scrapy.pipelines.UpsertPipeline"
 SLOT_MIDDLEWARE = "meteorseed_scrapy.middlewares.SiteSlotMiddleware"
 # Runs before Scrapy's RetryMiddleware (550) sees a response or an exception.
 BACKOFF_MIDDLEWARE = "meteorseed_scrapy.middlewares.BackoffMiddleware"
+# Sees every raw outcome before the backoff middleware turns failures into deferrals.
+BREAKER_MIDDLEWARE = "meteorseed_scrapy.middlewares.CircuitBreakerMiddleware"
 
 
 class MeteorSeedAddon:
@@ -28,6 +30,7 @@ class MeteorSeedAddon:
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
         settings["ITEM_PIPELINES"][PIPELINE] = 900
         settings["DOWNLOADER_MIDDLEWARES"][SLOT_MIDDLEWARE] = 50
+        settings["DOWNLOADER_MIDDLEWARES"][BREAKER_MIDDLEWARE] = 585
         settings["DOWNLOADER_MIDDLEWARES"][BACKOFF_MIDDLEWARE] = 580
         # Retries become durable (the delayed set in Redis) instead of in-memory re-requests.
         settings.set("RETRY_ENABLED", False, priority="addon")

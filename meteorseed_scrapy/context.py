@@ -17,6 +17,7 @@ from typing import Any
 from meteorseed_scrapy.tasks import ExecTask
 
 TASK_META_KEY = "meteorseed_task"
+LEASE_META_KEY = "meteorseed_lease"  # the concurrency lease a request was dispatched with
 
 
 @dataclass(eq=False)

@@ -22,8 +22,9 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.utils.misc import load_object
 
-from meteorseed_scrapy.context import task_of
+from meteorseed_scrapy.context import LEASE_META_KEY, task_of
 from meteorseed_scrapy.exceptions import TaskDeferred
+from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, parse_retry_after
 from meteorseed_scrapy.requests import status_allowed
@@ -59,6 +60,7 @@ class BackoffMiddleware:
         self.stats = stats
         self.settings = settings
         self.gate: SiteGate | None = None  # bound by the StreamScheduler when it opens
+        self.breaker: Breaker | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> BackoffMiddleware:
@@ -66,8 +68,9 @@ class BackoffMiddleware:
         return cls(Backoff.from_settings(settings), settings.getint("RETRY_TIMES", 2),
                    crawler.stats, settings)
 
-    def bind(self, gate: SiteGate) -> None:
+    def bind(self, gate: SiteGate, breaker: Breaker) -> None:
         self.gate = gate
+        self.breaker = breaker
 
     async def process_response(self, request: Request, response: Response,
                                spider: Spider | None = None) -> Response:
@@ -91,8 +94,8 @@ class BackoffMiddleware:
             if status == 429 or task.retry_count < self.max_retries:
                 raise TaskDeferred(result.pause_s, f"HTTP {status}", count_retry=status == 403)
             return response
-        if status in self.retry_codes and task.retry_count < self.max_retries:
-            return self._retry(task.site_id, task.retry_count, f"HTTP {status}")
+        if status in self.retry_codes:
+            self._retry_or_pass(request, task.site_id, task.retry_count, f"HTTP {status}")
         return response
 
     async def process_exception(self, request: Request, exception: Exception,
@@ -100,14 +103,52 @@ class BackoffMiddleware:
         task = task_of(request)
         if task is None or self.gate is None or isinstance(exception, IgnoreRequest):
             return None
-        if isinstance(exception, self.retry_exceptions) and (
-            task.retry_count < self.max_retries
-        ):
-            self._retry(task.site_id, task.retry_count, type(exception).__name__)
+        if isinstance(exception, self.retry_exceptions):
+            self._retry_or_pass(request, task.site_id, task.retry_count, type(exception).__name__)
         return None
 
-    def _retry(self, site: str, retries: int, reason: str) -> Any:
-        delay = self.backoff.compute(retries)
+    def _retry_or_pass(self, request: Request, site: str, retries: int, reason: str) -> None:
+        """Raise TaskDeferred for a durable retry, or return when the retries are used up.
+
+        A site that looks down (its breaker open, or this worker's window abnormal) is not the
+        task's fault: its tasks are deferred without using up a retry, as is a failed probe.
+        """
+        sick = self.breaker is not None and self.breaker.unhealthy(site)
+        probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
+        count = not (sick or probe)
+        if count and retries >= self.max_retries:
+            return
+        delay = self.backoff.compute(retries if count else 0)
         self.stats.inc_value(f"meteorseed/retry/{site}/{reason.replace(' ', '_')}")
-        raise TaskDeferred(delay, f"{reason}, retry {retries + 1} in {delay:.1f}s",
-                           count_retry=True)
+        raise TaskDeferred(delay, f"{reason}, retry in {delay:.1f}s", count_retry=count)
+
+
+class CircuitBreakerMiddleware:
+    """Feeds each download's outcome (error or not, latency) to the site's circuit breaker."""
+
+    def __init__(self) -> None:
+        self.breaker: Breaker | None = None  # bound by the StreamScheduler when it opens
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> CircuitBreakerMiddleware:
+        return cls()
+
+    def bind(self, gate: SiteGate, breaker: Breaker) -> None:
+        self.breaker = breaker
+
+    def _record(self, request: Request, error: bool) -> None:
+        task = task_of(request)
+        if task is None or self.breaker is None:
+            return
+        probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
+        self.breaker.record(task.site_id, error, request.meta.get("download_latency", 0.0), probe)
+
+    def process_response(self, request: Request, response: Response,
+                         spider: Spider | None = None) -> Response:
+        self._record(request, response.status >= 500)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception,
+                          spider: Spider | None = None) -> None:
+        if not isinstance(exception, IgnoreRequest):
+            self._record(request, True)

@@ -12,14 +12,14 @@ from typing import Any
 
 from scrapy import Request, Spider
 
-from meteorseed_scrapy.context import TASK_META_KEY
+from meteorseed_scrapy.context import LEASE_META_KEY, TASK_META_KEY
 from meteorseed_scrapy.tasks import ExecTask, TaskError
 
 #: Per-download meta keys that Scrapy's own middlewares set; a new task starts without them.
 _DOWNLOAD_META = frozenset({
     TASK_META_KEY, "download_latency", "download_slot", "retry_times", "redirect_times",
     "redirect_ttl", "redirect_urls", "redirect_reasons", "_scheme_proxy", "depth_stats",
-    "robotstxt_checked", "cached_response", "meteorseed_lease",
+    "robotstxt_checked", "cached_response", LEASE_META_KEY,
 })
 START_SEED_ID = "start"
 

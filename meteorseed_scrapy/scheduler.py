@@ -23,11 +23,19 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from meteorseed_scrapy.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape, current_scrape, task_of
+from meteorseed_scrapy.context import (
+    CURRENT_SCRAPE,
+    LEASE_META_KEY,
+    TASK_META_KEY,
+    Scrape,
+    current_scrape,
+    task_of,
+)
 from meteorseed_scrapy.exceptions import TaskDeferred
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
-from meteorseed_scrapy.middlewares import BackoffMiddleware
+from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
+from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.requests import request_to_task, status_allowed, task_to_request
@@ -38,8 +46,6 @@ from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import TaskError
 
 logger = logging.getLogger(__name__)
-
-LEASE_META_KEY = "meteorseed_lease"  # the concurrency lease the request was dispatched with
 
 
 class StreamScheduler:
@@ -56,6 +62,7 @@ class StreamScheduler:
         self.politeness = settings.getbool("METEORSEED_POLITENESS", True)
         self.limits = SiteLimits.from_settings(settings)
         self.backoff = Backoff.from_settings(settings)
+        self.breaker_config = BreakerConfig.from_settings(settings)
         self.spider: Spider | None = None
         self.redis: Any = None
         self.pump: StreamPump | None = None
@@ -84,15 +91,18 @@ class StreamScheduler:
             socket_connect_timeout=5, health_check_interval=15,
         )
         consumer = StreamConsumer(self.redis, self.keys, self.config.consumer)
-        gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer, self.backoff)
+        gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer, self.backoff,
+                        self.breaker_config.probe_interval)
+        breaker = Breaker(self.redis, self.keys, self.breaker_config, self.stats)
         self.pump = StreamPump(
             consumer, TaskWriter(self.redis, self.keys), self.ledger, self.config, self.stats,
-            gate=gate, limits_for=self.limits_for if self.politeness else None,
+            gate=gate, breaker=breaker, limits_for=self.limits_for if self.politeness else None,
             want=self._want, budget=self._budget, on_change=self._wake,
         )
-        backoff_mw = self.crawler.get_downloader_middleware(BackoffMiddleware)
-        if backoff_mw is not None:
-            backoff_mw.bind(gate)
+        for mw_class in (BackoffMiddleware, CircuitBreakerMiddleware):
+            mw = self.crawler.get_downloader_middleware(mw_class)
+            if mw is not None:
+                mw.bind(gate, breaker)
         sig = self.crawler.signals
         sig.connect(self._on_idle, signals.spider_idle)
         sig.connect(self._on_item_error, signals.item_error)

@@ -32,16 +32,17 @@ DEFAULTS: dict[str, Any] = {
     # running spider checks them for changes.
     "METEORSEED_SITES_DIR": "",
     "METEORSEED_SITES_RELOAD_INTERVAL": 1.0,
-    # Site rule files (meteorseed_scrapy.sites, ``scrapy crawl sites``) and how often (s) the
-    # running spider checks them for changes.
-    "METEORSEED_SITES_DIR": "",
-    "METEORSEED_SITES_RELOAD_INTERVAL": 1.0,
     "METEORSEED_POLITENESS": True,
     "METEORSEED_SITE_RATE": 2.0,
     "METEORSEED_SITE_BURST": 5,
     "METEORSEED_SITE_CONCURRENCY": 4,
     "METEORSEED_BACKOFF_BASE": 1.0,
     "METEORSEED_BACKOFF_MAX": 300.0,
+    "METEORSEED_BREAKER_WINDOW": 60,
+    "METEORSEED_BREAKER_MIN_REQUESTS": 20,
+    "METEORSEED_BREAKER_ERROR_RATIO": 0.3,
+    "METEORSEED_BREAKER_MAX_LATENCY": 30,
+    "METEORSEED_BREAKER_PROBE_INTERVAL": 60,
 }
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from meteorseed_scrapy.ledger import Entry
+from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 
@@ -24,13 +25,15 @@ MIN_QUEUE = 4
 
 class Dispatcher:
     def __init__(self, desk: PermitDesk, buffer: SiteQueues, hops: SiteQueues,
-                 limits_for: Callable[[str], SiteLimits], *, budget: Callable[[], int],
+                 limits_for: Callable[[str], SiteLimits], breaker: Breaker, *,
+                 budget: Callable[[], int],
                  on_change: Callable[[], None], park: Callable[[Entry, float], None],
                  stats: Any) -> None:
         self.desk = desk
         self.buffer = buffer
         self.hops = hops
         self.limits_for = limits_for
+        self.breaker = breaker
         self._budget = budget
         self._on_change = on_change
         self._park = park
@@ -42,6 +45,7 @@ class Dispatcher:
         return {s: self.buffer.count(s) + self.hops.count(s) for s in sites}
 
     async def step(self) -> None:
+        await self.breaker.flush()
         before = sum(self.desk.held(s) for s in self.desk.available)
         waits = await self.desk.refill(self.demand(), self._budget())
         for site, wait in waits.items():

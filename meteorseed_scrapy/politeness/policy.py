@@ -9,7 +9,7 @@ from typing import Any
 from scrapy.exceptions import NotConfigured
 
 
-def _positive(name: str, value: Any, kind: type = float, allow_zero: bool = False) -> Any:
+def positive_number(name: str, value: Any, kind: type = float, allow_zero: bool = False) -> Any:
     try:
         number = kind(value)
     except (TypeError, ValueError):
@@ -30,9 +30,11 @@ class SiteLimits:
     @classmethod
     def from_settings(cls, settings: Any) -> SiteLimits:
         return cls(
-            rate=_positive("METEORSEED_SITE_RATE", settings.get("METEORSEED_SITE_RATE", 2.0)),
-            burst=_positive("METEORSEED_SITE_BURST", settings.get("METEORSEED_SITE_BURST", 5), int),
-            concurrency=_positive(
+            rate=positive_number("METEORSEED_SITE_RATE",
+                                 settings.get("METEORSEED_SITE_RATE", 2.0)),
+            burst=positive_number("METEORSEED_SITE_BURST",
+                                  settings.get("METEORSEED_SITE_BURST", 5), int),
+            concurrency=positive_number(
                 "METEORSEED_SITE_CONCURRENCY", settings.get("METEORSEED_SITE_CONCURRENCY", 4), int
             ),
         )
@@ -47,8 +49,8 @@ class Backoff:
     jitter: float = 0.1  # up to this share of the delay is added at random
 
     def __post_init__(self) -> None:
-        _positive("METEORSEED_BACKOFF_BASE", self.base)
-        _positive("METEORSEED_BACKOFF_MAX", self.cap)
+        positive_number("METEORSEED_BACKOFF_BASE", self.base)
+        positive_number("METEORSEED_BACKOFF_MAX", self.cap)
         if self.cap < self.base:
             raise NotConfigured("METEORSEED_BACKOFF_MAX must not be below METEORSEED_BACKOFF_BASE")
 

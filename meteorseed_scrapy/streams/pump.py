@@ -26,6 +26,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
+from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.politeness.dispatcher import Dispatcher
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
@@ -72,7 +73,7 @@ class Outage:
 
 class StreamPump:
     def __init__(self, consumer: StreamConsumer, writer: TaskWriter, ledger: TaskLedger,
-                 config: WorkerConfig, stats: Any, *, gate: SiteGate,
+                 config: WorkerConfig, stats: Any, *, gate: SiteGate, breaker: Breaker,
                  limits_for: Callable[[str], SiteLimits] | None, want: Callable[[], int],
                  budget: Callable[[], int], on_change: Callable[[], None]) -> None:
         self.consumer = consumer
@@ -91,7 +92,7 @@ class StreamPump:
         if limits_for is not None:  # None: politeness off, every task may go at once
             self.desk = PermitDesk(gate, stats)
             self.dispatcher = Dispatcher(
-                self.desk, self.buffer, self.hops, limits_for, budget=budget,
+                self.desk, self.buffer, self.hops, limits_for, breaker, budget=budget,
                 on_change=on_change, park=self.park, stats=stats,
             )
         self.outbox: list[tuple[ExecTask, str | None, bool]] = []

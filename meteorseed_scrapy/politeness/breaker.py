@@ -1,0 +1,116 @@
+"""Circuit breaker per site: this worker's sliding window plus the fleet's, judged in Redis.
+
+The breaker opens for the whole fleet only when this worker's window and the fleet's are both
+abnormal (error ratio or mean latency), so one worker's bad network cannot trip a healthy
+site. While open, the gate lets one probe through per ``METEORSEED_BREAKER_PROBE_INTERVAL``
+(a Redis lock); a good probe starts a ramp (1 %, 5 %, 25 %, 50 % of the rate, then closed).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy.exceptions import NotConfigured
+
+from meteorseed_scrapy import scripts
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.politeness.policy import positive_number
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    window: float = 60.0
+    min_requests: int = 20
+    error_ratio: float = 0.3
+    max_latency: float = 30.0  # mean seconds per request that counts as abnormal
+    probe_interval: float = 60.0
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> BreakerConfig:
+        ratio = positive_number("METEORSEED_BREAKER_ERROR_RATIO",
+                                settings.get("METEORSEED_BREAKER_ERROR_RATIO", 0.3))
+        if ratio > 1:
+            raise NotConfigured(f"METEORSEED_BREAKER_ERROR_RATIO: must be <= 1, got {ratio}")
+        return cls(
+            window=positive_number("METEORSEED_BREAKER_WINDOW",
+                                   settings.get("METEORSEED_BREAKER_WINDOW", 60)),
+            min_requests=positive_number("METEORSEED_BREAKER_MIN_REQUESTS",
+                                   settings.get("METEORSEED_BREAKER_MIN_REQUESTS", 20), int),
+            error_ratio=ratio,
+            max_latency=positive_number("METEORSEED_BREAKER_MAX_LATENCY",
+                                  settings.get("METEORSEED_BREAKER_MAX_LATENCY", 30)),
+            probe_interval=positive_number("METEORSEED_BREAKER_PROBE_INTERVAL",
+                                     settings.get("METEORSEED_BREAKER_PROBE_INTERVAL", 60)),
+        )
+
+    @property
+    def ramp_step_s(self) -> float:
+        # Each ramp step lasts long enough to judge it, but a recovered site is back at full
+        # rate within about one window.
+        return max(1.0, self.window / 4)
+
+
+class Breaker:
+    def __init__(self, redis: Any, keys: KeyLayout, config: BreakerConfig, stats: Any) -> None:
+        self.keys = keys
+        self.config = config
+        self.stats = stats
+        self._health = scripts.register(redis, "health")
+        self._local: dict[str, deque[tuple[float, bool, float]]] = {}
+        self._pending: dict[str, list[Any]] = {}  # site -> [n, errors, latency ms, probe]
+        self.state: dict[str, str] = {}
+
+    def record(self, site: str, error: bool, latency_s: float, probe: bool) -> None:
+        now = time.monotonic()
+        self._local.setdefault(site, deque()).append((now, error, latency_s))
+        agg = self._pending.setdefault(site, [0, 0, 0, ""])
+        agg[0] += 1
+        agg[1] += int(error)
+        agg[2] += int(latency_s * 1000)
+        if probe:
+            agg[3] = "fail" if error else "ok"
+
+    def local_abnormal(self, site: str) -> bool:
+        window = self._local.get(site)
+        if not window:
+            return False
+        horizon = time.monotonic() - self.config.window
+        while window and window[0][0] < horizon:
+            window.popleft()
+        n = len(window)
+        if n < self.config.min_requests:
+            return False
+        errors = sum(1 for _, e, _ in window if e)
+        mean = sum(lat for _, _, lat in window) / n
+        return errors / n > self.config.error_ratio or mean > self.config.max_latency
+
+    def unhealthy(self, site: str) -> bool:
+        """A site that looks down: its failing tasks are deferred without using up retries."""
+        return self.state.get(site) == "open" or self.local_abnormal(site)
+
+    async def flush(self) -> None:
+        sites = set(self._pending) | {s for s, st in self.state.items() if st != "closed"}
+        cfg = self.config
+        for site in sites:
+            n, errors, latency_ms, probe = self._pending.pop(site, [0, 0, 0, ""])
+            reply = await self._health(
+                keys=[self.keys.site(site, "health"), self.keys.site(site, "breaker"),
+                      self.keys.site(site, "probe")],
+                args=[n, errors, latency_ms, int(cfg.window), cfg.min_requests, cfg.error_ratio,
+                      int(cfg.max_latency * 1000), int(self.local_abnormal(site)), probe,
+                      int(cfg.ramp_step_s * 1000)],
+            )
+            state = str(reply[0])
+            before = self.state.get(site, "closed")
+            self.state[site] = state
+            if state != before:
+                self.stats.inc_value(f"meteorseed/breaker/{site}/{state}")
+                log = logger.warning if state == "open" else logger.info
+                log("Circuit breaker of site %s: %s -> %s (fleet window: %s requests, %s errors, "
+                    "mean latency %s ms)", site, before, state, reply[2], reply[3], reply[4])
