@@ -21,7 +21,8 @@ local DD_LOAD = 40          -- mean entries per bucket before a split: even unsp
                             -- (twice the mean) stay far below the 128-entry listpack limit
 local DD_BASE_LEVEL = 4     -- a generation starts with 2^4 buckets
 local DD_MAX_LEVEL = 23     -- bucket index bits come from 24 fingerprint bits
-local DD_SLICE0 = 65536     -- URLs in the first Bloom slice; each next slice is twice as big
+local DD_SLICE0 = 65536     -- URLs in the first Bloom slice
+local DD_GROWTH = 4         -- each next slice holds 4x more: few slices to probe
 local DD_BITS = 10          -- Bloom bits per URL (blocked Bloom: ~1-2 % false positives)
 local DD_SLOTS = 8000       -- time resolution of an entry: its window / 8000
 local DD_SLACK = 60         -- seconds kept past a generation's last useful moment
@@ -77,46 +78,55 @@ local function dd_bucket(st, fp)
   return st.key .. ':' .. dd_bucket_index(st, fp)
 end
 
-local function dd_bloom_offsets(fp, capacity)
+-- The Bloom block of fp in a slice of `capacity` URLs: its first byte offset, and the five
+-- bits (1-based byte index within the 8-byte block, bit value) fp sets there. One block per
+-- URL means one GETRANGE per probe instead of five GETBITs.
+local function dd_bloom_block(fp, capacity)
   local blocks = capacity * DD_BITS / 64
   local x = ((string.byte(fp, 7) * 256 + string.byte(fp, 8)) * 256 + string.byte(fp, 9)) * 256
     + string.byte(fp, 10)
-  local base = (x % blocks) * 64
-  local out = {}
-  for i = 11, 15 do out[#out + 1] = base + string.byte(fp, i) % 64 end
-  return out
+  return (x % blocks) * 8
+end
+
+local function dd_block_has(block, fp)
+  for i = 11, 15 do
+    local q = string.byte(fp, i) % 64
+    local byte = string.byte(block, math.floor(q / 8) + 1) or 0
+    if bit.band(byte, 2 ^ (q % 8)) == 0 then return false end
+  end
+  return true
 end
 
 -- False = certainly not in this generation; true = maybe (the exact layer decides).
 local function dd_bloom_maybe(st, fp)
   for i = 0, st.s - 1 do
-    local offs = dd_bloom_offsets(fp, DD_SLICE0 * 2 ^ i)
-    local args = {}
-    for _, o in ipairs(offs) do
-      args[#args + 1] = 'GET'; args[#args + 1] = 'u1'; args[#args + 1] = o
+    local at = dd_bloom_block(fp, DD_SLICE0 * DD_GROWTH ^ i)
+    if dd_block_has(redis.call('GETRANGE', st.key .. ':f' .. i, at, at + 7), fp) then
+      return true
     end
-    local bits = redis.call('BITFIELD', st.key .. ':f' .. i, unpack(args))
-    local all = true
-    for _, b in ipairs(bits) do if b == 0 then all = false; break end end
-    if all then return true end
   end
   return false
 end
 
 local function dd_bloom_add(st, fp)
-  if st.s == 0 or st.f >= DD_SLICE0 * 2 ^ (st.s - 1) then
+  if st.s == 0 or st.f >= DD_SLICE0 * DD_GROWTH ^ (st.s - 1) then
     local slice = st.key .. ':f' .. st.s
     -- Allocate the whole slice now (zeros): later writes never resize it.
-    redis.call('SETRANGE', slice, DD_SLICE0 * 2 ^ st.s * DD_BITS / 8 - 1, '\0')
+    redis.call('SETRANGE', slice, DD_SLICE0 * DD_GROWTH ^ st.s * DD_BITS / 8 - 1, '\0')
     if st.expire then redis.call('EXPIREAT', slice, st.expire) end
     st.s = st.s + 1
     st.f = 0
   end
-  local args = {}
-  for _, o in ipairs(dd_bloom_offsets(fp, DD_SLICE0 * 2 ^ (st.s - 1))) do
-    args[#args + 1] = 'SET'; args[#args + 1] = 'u1'; args[#args + 1] = o; args[#args + 1] = 1
+  local slice = st.key .. ':f' .. (st.s - 1)
+  local at = dd_bloom_block(fp, DD_SLICE0 * DD_GROWTH ^ (st.s - 1))
+  local block = {string.byte(redis.call('GETRANGE', slice, at, at + 7), 1, 8)}
+  for i = 11, 15 do
+    local q = string.byte(fp, i) % 64
+    local j = math.floor(q / 8) + 1
+    block[j] = bit.bor(block[j] or 0, 2 ^ (q % 8))
   end
-  redis.call('BITFIELD', st.key .. ':f' .. (st.s - 1), unpack(args))
+  for j = 1, 8 do block[j] = block[j] or 0 end  -- (a slice that expired under a skewed clock)
+  redis.call('SETRANGE', slice, at, string.char(unpack(block)))
   st.f = st.f + 1
 end
 
@@ -148,7 +158,7 @@ local function dd_split(st)
     local dst = st.key .. ':' .. dst_idx
     redis.call('HSET', dst, unpack(moved))
     redis.call('HDEL', src, unpack(fields))
-    if st.expire then dd_touched[dst] = st.expire end
+    if st.expire then dd_touched[dst] = st.expire; dd_touched[src] = st.expire end
   end
   st.p = st.p + 1
   if st.p >= 2 ^ st.b then
@@ -157,16 +167,24 @@ local function dd_split(st)
   end
 end
 
+-- Record fp in the current generation st unless it is already there; true when it was new.
+-- HSETNX is the exact lookup and the insert in one command, so the current generation needs
+-- no Bloom probe: the Bloom is written here and read when this generation is the previous one.
 local function dd_insert(st, fp, now)
-  dd_bloom_add(st, fp)
   local slot = 0
   if st.w > 0 then slot = math.floor((now - st.g * st.w) / math.ceil(st.w / DD_SLOTS)) end
   local bucket = dd_bucket(st, fp)
-  redis.call('HSET', bucket, string.sub(fp, 1, 6), slot)
-  if st.expire then dd_touched[bucket] = st.expire end
+  if redis.call('HSETNX', bucket, string.sub(fp, 1, 6), slot) == 0 then return false end
+  if st.w > 0 then
+    dd_bloom_add(st, fp)
+    -- Expiry of buckets: every new generation's first entries, then ~1 insert in 4 (by a
+    -- fingerprint byte) re-arms it, instead of one EXPIREAT per URL; split targets always.
+    if st.n < 4096 or string.byte(fp, 16) % 4 == 0 then dd_touched[bucket] = st.expire end
+  end
   st.n = st.n + 1
   st.dirty = true
   if st.b < DD_MAX_LEVEL and st.n > DD_LOAD * (2 ^ st.b + st.p) then dd_split(st) end
+  return true
 end
 
 -- The generations to consult at time now: the current one and (with a window) the previous.
@@ -177,15 +195,16 @@ local function dd_generations(root, w, now)
 end
 
 -- True when fp was new (and is now recorded), false when the site has seen it in its window.
+-- The previous generation is probed through its Bloom filter first: for a new URL (the
+-- common case) its "definitely not" saves the exact lookup; a Bloom hit is only ever a
+-- "maybe" that the exact layer confirms, so a Bloom false positive never drops a URL.
 local function dd_add(root, w, fp, now)
   local gens = dd_generations(root, w, now)
-  for _, st in ipairs(gens) do
-    if st.n > 0 and dd_bloom_maybe(st, fp) and dd_exact_live(st, fp, now) then
-      return false
-    end
+  local prev = gens[2]
+  if prev and prev.n > 0 and dd_bloom_maybe(prev, fp) and dd_exact_live(prev, fp, now) then
+    return false
   end
-  dd_insert(gens[1], fp, now)
-  return true
+  return dd_insert(gens[1], fp, now)
 end
 
 local function dd_seen(root, fp, now)
