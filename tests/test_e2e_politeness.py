@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.testing.faults import FaultSite
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import enqueue, start_worker, stored_docs, wait_for
 
@@ -72,4 +74,71 @@ def test_404_and_410_are_never_retried(
     stats = worker.stats()
     assert stats["meteorseed/outcome/gone"] == 2
     assert "meteorseed/deferred" not in stats
+    assert sync_redis.xlen(KeyLayout(namespace).dead) == 0
+
+
+@pytest.fixture
+def fault_site() -> Iterator[FaultSite]:
+    with FaultSite() as site:
+        yield site
+
+
+def test_the_concurrency_cap_holds_across_workers_at_the_server(
+    tmp_path: Path, redis_url: str, namespace: str, fault_site: FaultSite
+) -> None:
+    fault_site.set_mode("a", "slow", delay=0.4)
+    urls = [f"{fault_site.url}/a/page/{i}" for i in range(30)]
+    enqueue(redis_url, namespace, urls, site_id="a")
+    workers = [
+        start_worker(tmp_path, redis_url, namespace, name=f"w{i}", METEORSEED_SITE_CONCURRENCY=3,
+                     CONCURRENT_REQUESTS=16)
+        for i in (1, 2, 3)
+    ]
+    for worker in workers:
+        assert worker.wait() == 0, worker.log()[-3000:]
+    assert len(stored_docs(tmp_path / "items.db")) == 30
+    assert fault_site.max_in_flight("a") == 3  # reached, never exceeded
+
+
+def test_a_429_with_retry_after_pauses_the_site_on_every_worker(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+    fault_site: FaultSite
+) -> None:
+    fault_site.set_mode("a", 429, retry_after=2, times=1)
+    urls = [f"{fault_site.url}/a/page/{i}" for i in range(40)]
+    enqueue(redis_url, namespace, urls, site_id="a")
+    settings = {"METEORSEED_SITE_RATE": 20, "METEORSEED_SITE_BURST": 1}
+    workers = [start_worker(tmp_path, redis_url, namespace, name=f"w{i}", **settings)
+               for i in (1, 2)]
+    for worker in workers:
+        assert worker.wait() == 0, worker.log()[-3000:]
+    hits = fault_site.hits("a")
+    (throttled,) = [h for h in hits if h.status == 429]
+    assert throttled.finish is not None
+    during = [h for h in hits if throttled.finish + 0.2 < h.arrival < throttled.finish + 1.8]
+    assert during == [], "no request may reach the site while it is paused"
+    assert len(stored_docs(tmp_path / "items.db")) == 40  # the throttled task included
+    assert sync_redis.xlen(KeyLayout(namespace).dead) == 0
+
+
+def test_the_breaker_spares_a_site_that_is_down_and_loses_no_task(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+    fault_site: FaultSite
+) -> None:
+    urls = [f"{fault_site.url}/a/page/{i}" for i in range(80)]
+    enqueue(redis_url, namespace, urls, site_id="a")
+    fault_site.set_mode("a", 503, duration=6)
+    settings = {"METEORSEED_SITE_RATE": 40, "METEORSEED_SITE_BURST": 5,
+                "METEORSEED_BREAKER_WINDOW": 3, "METEORSEED_BREAKER_MIN_REQUESTS": 5,
+                "METEORSEED_BREAKER_PROBE_INTERVAL": 1, "RETRY_TIMES": 2,
+                "METEORSEED_BACKOFF_BASE": 0.5}
+    workers = [start_worker(tmp_path, redis_url, namespace, name=f"w{i}", **settings)
+               for i in (1, 2)]
+    for worker in workers:
+        assert worker.wait(180) == 0, worker.log()[-3000:]
+    down = [h for h in fault_site.hits("a") if h.status == 503]
+    # Without the breaker every task would fail three times (240 requests) and be dead-lettered.
+    assert len(down) < 80
+    assert sum(w.stats().get("meteorseed/breaker/a/open", 0) for w in workers) >= 1
+    assert len(stored_docs(tmp_path / "items.db")) == 80
     assert sync_redis.xlen(KeyLayout(namespace).dead) == 0
