@@ -19,6 +19,9 @@ from meteorseed_scrapy.sites.schema import FieldRule, Selector
 
 #: Elements whose content is never text of the page.
 DROPPED_TAGS = frozenset({"script", "style", "iframe", "noscript", "template"})
+#: Inline elements: no word boundary around them ("<b>para</b>." stays "para.").
+INLINE_TAGS = frozenset({"a", "abbr", "b", "cite", "code", "em", "i", "label", "mark", "q", "s",
+                         "small", "span", "strong", "sub", "sup", "time", "u"})
 _MISSING = object()
 RAW_LIMIT = 300  # characters of raw text kept per field (samples and anomaly reports)
 
@@ -61,7 +64,8 @@ def element_text(node: Parsel, removed: set[Any]) -> str:
                 parts.append(element.text)
             for child in element:
                 walk(child, False)
-        parts.append(" ")  # block boundaries: "end.</p><p>Start" must not glue words
+        if not isinstance(tag, str) or tag.lower() not in INLINE_TAGS:
+            parts.append(" ")  # block boundaries: "end.</p><p>Start" must not glue words
         if element.tail and not top:
             parts.append(element.tail)
 

@@ -57,13 +57,13 @@ class Reader:
         return Reader(value, self.source, self.at(key))
 
     def string(self, key: str, default: str | None = None, *, required: bool = False,
-            choices: tuple[str, ...] = ()) -> str | None:
+               choices: tuple[str, ...] = (), numbers: bool = False) -> str | None:
         value = self.raw(key)
         if value is None:
             if required:
                 raise self.error(key, "is required")
             return default
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)  # YAML reads `version: 3` as a number; a string is meant
         if not isinstance(value, str) or (required and not value.strip()):
             raise self.error(key, f"expected a non-empty string, got {value!r}"[:200])

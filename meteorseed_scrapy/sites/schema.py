@@ -214,7 +214,7 @@ def parse_site(data: Any, source: str) -> SiteConfig:
     assert site_id is not None
     if not _SITE_ID.match(site_id):
         raise top.error("site_id", f"letters, digits and _ . - only, got {site_id!r}")
-    version = top.string("version", required=True)
+    version = top.string("version", required=True, numbers=True)
     fmt = top.string("format", "html", choices=("html", "json")) or "html"
     required_names = set(top.str_list("required"))
     fields_reader = top.child("fields", required=True)
