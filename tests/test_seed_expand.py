@@ -32,7 +32,7 @@ from meteorseed_scrapy.seeding import (
     read_lines,
 )
 from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask, TaskError
+from meteorseed_scrapy.tasks import ExecTask
 from meteorseed_scrapy.testing.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +94,9 @@ def test_parse_seed_line_reads_a_seed() -> None:
         (seed_line([], task_type=["url_list"]), "is not a valid seed"),
         ('{"seed_id": "s1", "site_id": "news", "task_type": "url_list", "payload": {}}',
          "payload.urls: must be a list"),
-        (seed_line([], task_type="sitemap"), "not supported yet: url_template/sitemap/keywords"),
+        (seed_line([], task_type="sitemap"), "payload.url: must be a non-empty string"),
+        (seed_line([], task_type="url_template"), "payload.template: must be a non-empty"),
+        (seed_line([], meta={"recrawl_after": "1d"}), "meta.recrawl_after: must be a whole"),
         (seed_line(["https://a.example/"] * (MAX_URLS_PER_LINE + 1)),
          f"limit of {MAX_URLS_PER_LINE} per line"),
         (seed_line(["https://a.example/\\ud800"]).replace("\\\\ud800", "\\ud800"),
@@ -138,11 +140,17 @@ def test_expand_reports_bad_urls_by_position_and_keeps_the_rest() -> None:
     assert "bytes" in errors[3].reason
 
 
-def test_expand_raises_for_task_types_not_supported_yet() -> None:
-    seed = parse_seed_line(seed_line([]), 1)
-    sitemap = type(seed)(**{**seed.__dict__, "task_type": "sitemap"})
-    with pytest.raises(TaskError, match="not supported yet"):
-        expand(sitemap)
+def test_expand_rejects_urls_over_2kb_and_bad_schemes_by_position() -> None:
+    seed = parse_seed_line(seed_line([
+        "https://a.example/" + "x" * 2100, "file:///etc/passwd", "javascript:alert(1)",
+        "data:text/html,hi", "https://a.example/ok",
+    ]), 1)
+    items = list(expand(seed))
+    assert [i.url for i in items if isinstance(i, ExecTask)] == ["https://a.example/ok"]
+    errors = [i for i in items if isinstance(i, UrlError)]
+    assert [e.position for e in errors] == [0, 1, 2, 3]
+    assert "longer than 2048 bytes" in errors[0].reason
+    assert all("http(s) URL" in e.reason for e in errors[1:])
 
 
 def test_read_lines_bounds_each_line_and_keeps_line_numbers() -> None:

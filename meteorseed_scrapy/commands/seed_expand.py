@@ -31,6 +31,7 @@ from meteorseed_scrapy.seeding.expand import (
     expand_stream,
     read_lines,
 )
+from meteorseed_scrapy.seeding.progress import Progress
 from meteorseed_scrapy.settings import DEFAULTS, redis_url_from
 from meteorseed_scrapy.streams.writer import TaskWriter
 
@@ -95,6 +96,10 @@ class Command(ScrapyCommand):
             "--no-dedup", action="store_true",
             help="enqueue every URL, even one its site has already seen",
         )
+        group.add_argument(
+            "--dry-run", action="store_true",
+            help="expand, validate and count the URLs; enqueue nothing (Redis is not used)",
+        )
         migration.add_options(group)
 
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -151,7 +156,11 @@ class Command(ScrapyCommand):
                 _say(failure + _progress(summary, not opts.no_dedup))
                 self.exitcode = code
                 return
-        print(summary, flush=True)
+        if opts.dry_run:
+            print(f"read {summary.lines} lines, would enqueue up to {summary.expanded} "
+                  f"(dry run, before dedup), rejected {summary.rejected}", flush=True)
+        else:
+            print(summary, flush=True)
         self.exitcode = EXIT_REJECTED if summary.rejected else 0
 
     def _migrate(self, opts: argparse.Namespace) -> None:
@@ -188,8 +197,10 @@ class Command(ScrapyCommand):
         client = redis.asyncio.Redis.from_url(
             redis_url, socket_connect_timeout=10, socket_timeout=60
         )
+        progress = Progress(sys.stderr)
         try:
-            await client.ping()  # fail before reading any input when Redis is not there
+            if not opts.dry_run:
+                await client.ping()  # fail before reading any input when Redis is not there
             await expand_stream(
                 read_lines(source),
                 TaskWriter(client, keys),
@@ -202,8 +213,11 @@ class Command(ScrapyCommand):
                     "pausing until workers catch up"
                 ),
                 summary=summary,
+                dry_run=opts.dry_run,
+                on_batch=progress,
             )
         finally:
+            progress.done()
             await client.aclose()
 
 

@@ -7,6 +7,7 @@ and everything else still goes to the stream.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -14,10 +15,18 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from meteorseed_scrapy.dedup.fingerprint import RECRAWL_META_KEY, check_recrawl_after
+from meteorseed_scrapy.seeding.sitemap import SitemapError, check_sitemap_payload, expand_sitemap
+from meteorseed_scrapy.seeding.templates import (
+    expand_keywords,
+    expand_template,
+    plan_keywords,
+    plan_template,
+)
 from meteorseed_scrapy.tasks import ExecTask, SeedTask, TaskError, canonical_url
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.streams.writer import TaskWriter
+    from meteorseed_scrapy.streams.writer import AddResult, Encoded, TaskWriter
 
 logger = logging.getLogger(__name__)
 
@@ -25,7 +34,9 @@ logger = logging.getLogger(__name__)
 MAX_LINE_BYTES = 2 * 1024 * 1024
 #: Most URLs accepted in one ``url_list`` seed line.
 MAX_URLS_PER_LINE = 10_000
-SUPPORTED_TASK_TYPES = frozenset({"url_list"})
+#: Longest accepted URL, in UTF-8 bytes.
+MAX_URL_BYTES = 2048
+SUPPORTED_TASK_TYPES = frozenset({"url_list", "url_template", "sitemap", "keywords"})
 
 # json.loads turns "\ud800" escapes into lone surrogates, which UTF-8 (and so Redis keys and
 # messages) cannot carry. Only lines holding such an escape pay for the full check.
@@ -57,11 +68,19 @@ class UrlError:
 def check_payload(seed: SeedTask) -> None:
     """Check the type-specific payload of ``seed``; raises :class:`TaskError`."""
     if seed.task_type not in SUPPORTED_TASK_TYPES:
-        raise UnsupportedTaskType(
-            "task_type",
-            f"{seed.task_type!r} is not supported yet: "
-            "url_template/sitemap/keywords arrive with the seeds issue",
-        )
+        raise UnsupportedTaskType("task_type", f"{seed.task_type!r} is not supported")
+    for where, holder in (("payload", seed.payload), ("meta", seed.meta)):
+        if RECRAWL_META_KEY in holder:
+            check_recrawl_after(holder[RECRAWL_META_KEY], f"{where}.{RECRAWL_META_KEY}")
+    if seed.task_type == "url_template":
+        plan_template(seed.payload)
+        return
+    if seed.task_type == "keywords":
+        plan_keywords(seed.payload)
+        return
+    if seed.task_type == "sitemap":
+        check_sitemap_payload(seed.payload)
+        return
     urls = seed.payload.get("urls")
     if not isinstance(urls, list):
         raise TaskError("payload.urls", "must be a list of URLs")
@@ -119,19 +138,45 @@ def _too_long() -> str:
 
 
 def expand(seed: SeedTask) -> Iterator[ExecTask | UrlError]:
-    """Exec tasks of ``seed``, one per URL, in order; a bad URL yields a :class:`UrlError`.
+    """Exec tasks of ``seed``, one per URL, in order; a bad URL yields a :class:`UrlError`
+    whose position counts URLs in expansion order (for ``url_list``: the index in
+    ``payload.urls``; ``keywords``: in ``payload.keywords``; a failing child sitemap takes
+    the position where its URLs would have been).
 
-    The seed's payload is checked now (raising :class:`TaskError`, e.g. for a type that is not
-    supported yet), the URLs lazily, so a 10 000-URL line never exists as 10 000 tasks at once.
+    The seed's payload is checked now (raising :class:`TaskError`), the URLs lazily, so a seed
+    of a million URLs never exists as a million tasks at once. A sitemap that cannot be read
+    raises :class:`SitemapError` while iterating.
     """
     check_payload(seed)
-    return _expand_url_list(seed, seed.payload["urls"])
+    if RECRAWL_META_KEY not in seed.meta and RECRAWL_META_KEY in seed.payload:
+        # The window travels with each task (tasks.meta) to enqueue.lua, which stores it as
+        # the site's window, so child requests (which carry none) inherit it.
+        seed = SeedTask(**{**seed.__dict__, "meta": {
+            **seed.meta, RECRAWL_META_KEY: seed.payload[RECRAWL_META_KEY]}})
+    urls: Iterable[Any]
+    if seed.task_type == "url_template":
+        urls = expand_template(seed.payload)
+    elif seed.task_type == "keywords":
+        urls = expand_keywords(seed.payload)
+    elif seed.task_type == "sitemap":
+        urls = expand_sitemap(seed.payload)
+    else:
+        urls = seed.payload["urls"]
+    return _expand_urls(seed, urls)
 
 
-def _expand_url_list(seed: SeedTask, urls: list[Any]) -> Iterator[ExecTask | UrlError]:
+def _expand_urls(seed: SeedTask, urls: Iterable[Any]) -> Iterator[ExecTask | UrlError]:
     for position, url in enumerate(urls):
         # Everything that could fail later in TaskWriter.add is checked here, per URL, so one
         # bad URL is rejected alone instead of failing a whole batch.
+        if isinstance(url, (TaskError, SitemapError)):
+            yield UrlError(position, str(url))
+            continue
+        if isinstance(url, str) and len(url) > MAX_URL_BYTES // 4 and (
+            len(url.encode("utf-8", "replace")) > MAX_URL_BYTES
+        ):
+            yield UrlError(position, f"url: is longer than {MAX_URL_BYTES} bytes")
+            continue
         try:
             task = seed.exec_task(url)  # validates the URL (any JSON value may come in)
             try:
@@ -185,6 +230,7 @@ class ExpandSummary:
     """Counts of one :func:`expand_stream` run (filled in as it goes)."""
 
     lines: int = 0
+    expanded: int = 0  # valid tasks produced (sent, or counted by a dry run)
     enqueued: int = 0
     duplicates: int = 0
     bad_lines: int = 0
@@ -211,46 +257,79 @@ async def expand_stream(
     dedup: bool = True,
     on_wait: Callable[[int], None] | None = None,
     summary: ExpandSummary | None = None,
+    dry_run: bool = False,
+    on_batch: Callable[[ExpandSummary], None] | None = None,
 ) -> ExpandSummary:
     """Expand JSON Lines seeds into exec tasks and enqueue them in batches of ``batch_size``.
 
     Line numbers start at 1; blank lines are skipped (but counted as read). Before each batch
     the writer waits while the stream's backlog is above ``max_backlog``, calling ``on_wait``.
     Pass ``summary`` to keep the counts when Redis fails half-way (the exception propagates).
+    ``dry_run`` expands, validates and counts (``summary.expanded``) but sends nothing to
+    Redis. ``on_batch`` is called after each batch (progress reports).
+
+    While Redis runs one batch's script, the next batch is built: one batch in flight at a
+    time, so Python's work and Redis's overlap instead of adding up.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     summary = summary if summary is not None else ExpandSummary()
-    batch: list[ExecTask] = []
+    batch: list[Encoded] = []
+    in_flight: asyncio.Task[AddResult] | None = None
+
+    async def settle() -> None:
+        nonlocal in_flight
+        if in_flight is not None:
+            task, in_flight = in_flight, None
+            result = await task
+            summary.enqueued += result.enqueued
+            summary.duplicates += result.duplicates
 
     async def flush() -> None:
+        nonlocal in_flight
         if not batch:
             return
-        await writer.wait_for_room(max_backlog, on_wait or _ignore_wait)
-        result = await writer.add(batch, dedup=dedup)
-        summary.enqueued += result.enqueued
-        summary.duplicates += result.duplicates
+        summary.expanded += len(batch)
+        if not dry_run:
+            await settle()
+            await writer.wait_for_room(max_backlog, on_wait or _ignore_wait)
+            in_flight = asyncio.ensure_future(writer.add_encoded(list(batch)))
+            await asyncio.sleep(0)  # let it go out before building the next batch
         batch.clear()
+        if on_batch is not None:
+            on_batch(summary)
 
-    for lineno, line in enumerate(lines, start=1):
-        summary.lines += 1
-        if not line or line.isspace():  # (isspace: no copy of a 2 MiB line)
-            continue
-        try:
-            seed = parse_seed_line(line, lineno)
-        except SeedLineError as exc:
-            summary.bad_lines += 1
-            on_error(Rejection(lineno, exc.reason))
-            continue
-        for item in expand(seed):
-            if isinstance(item, UrlError):
-                summary.bad_urls += 1
-                on_error(Rejection(lineno, item.reason, item.position))
+    try:
+        for lineno, line in enumerate(lines, start=1):
+            summary.lines += 1
+            if not line or line.isspace():  # (isspace: no copy of a 2 MiB line)
                 continue
-            batch.append(item)
-            if len(batch) >= batch_size:
-                await flush()
-    await flush()
+            try:
+                seed = parse_seed_line(line, lineno)
+            except SeedLineError as exc:
+                summary.bad_lines += 1
+                on_error(Rejection(lineno, exc.reason))
+                continue
+            try:
+                for item in expand(seed):
+                    if isinstance(item, UrlError):
+                        summary.bad_urls += 1
+                        on_error(Rejection(lineno, item.reason, item.position))
+                        continue
+                    try:
+                        batch.append(writer.encode(item, dedup, item.canonical_url))
+                    except TaskError as exc:  # (expand checked these; a guard, not a path)
+                        summary.bad_urls += 1
+                        on_error(Rejection(lineno, str(exc)))
+                        continue
+                    if len(batch) >= batch_size:
+                        await flush()
+            except SitemapError as exc:
+                summary.bad_lines += 1
+                on_error(Rejection(lineno, str(exc)))
+        await flush()
+    finally:
+        await settle()
     logger.debug("expand_stream done: %s", summary)
     return summary
 
