@@ -240,9 +240,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=5, help="overhead: rounds (5)")
     parser.add_argument("--pages", type=int, default=1500, help="overhead: pages per run")
     args = parser.parse_args(argv)
-    figures = []
+    figures, tasks = [], args.tasks
     for name in BENCHES if args.bench == "all" else [args.bench]:
-        args.tasks = args.tasks or {"concurrency": 45, "breaker": 200}.get(name, 0)
+        args.tasks = tasks or {"concurrency": 45, "breaker": 200}.get(name, 0)
         print(f"== {name}", flush=True)
         figures.append(BENCHES[name](args))
         print(figures[-1], flush=True)
