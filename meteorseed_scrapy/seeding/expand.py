@@ -8,6 +8,7 @@ and everything else still goes to the stream.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
     from meteorseed_scrapy.streams.writer import AddResult, Encoded, TaskWriter
 
 logger = logging.getLogger(__name__)
+
+#: canonical_url of the URLs just expanded: the check here and the fingerprint in
+#: TaskWriter.encode then canonicalise each URL once (w3lib is the costliest step per URL).
+cached_canonical_url = functools.lru_cache(maxsize=4096)(canonical_url)
 
 #: Longest accepted seed line, in UTF-8 bytes, line ending excluded.
 MAX_LINE_BYTES = 2 * 1024 * 1024
@@ -180,7 +185,7 @@ def _expand_urls(seed: SeedTask, urls: Iterable[Any]) -> Iterator[ExecTask | Url
         try:
             task = seed.exec_task(url)  # validates the URL (any JSON value may come in)
             try:
-                canonical_url(task.url)  # a bad port or IPv6 host fails here
+                cached_canonical_url(task.url)  # a bad port or IPv6 host fails here
             except ValueError as exc:
                 raise TaskError("url", f"cannot be canonicalised ({exc})") from None
             task.to_message()  # too large (seed meta + URL), or not encodable
@@ -317,7 +322,7 @@ async def expand_stream(
                         on_error(Rejection(lineno, item.reason, item.position))
                         continue
                     try:
-                        batch.append(writer.encode(item, dedup, item.canonical_url))
+                        batch.append(writer.encode(item, dedup, cached_canonical_url(item.url)))
                     except TaskError as exc:  # (expand checked these; a guard, not a path)
                         summary.bad_urls += 1
                         on_error(Rejection(lineno, str(exc)))
