@@ -74,7 +74,7 @@ def element_text(node: Parsel, removed: set[Any]) -> str:
 
 
 def select_values(scope: Any, select: Selector, url: str, *, text: bool = False,
-                  removed: set[Any] | None = None) -> list[Any]:
+                  removed: set[Any] | None = None, first: bool = False) -> list[Any]:
     """Values that ``select`` picks in ``scope`` (a parsel Selector or a JSON value)."""
     values: list[Any]
     if select.from_url:
@@ -84,6 +84,8 @@ def select_values(scope: Any, select: Selector, url: str, *, text: bool = False,
         values = found if isinstance(found, list) else [] if found is None else [found]
     else:
         nodes = scope.css(select.css) if select.css else scope.xpath(select.xpath or "")
+        if first and select.regex is None:
+            nodes = nodes[:1]  # one value is used: do not serialise the others
         if text:
             values = [element_text(node, removed or set()) for node in nodes]
         elif select.attr:
@@ -110,7 +112,8 @@ def extract(rules: Iterable[FieldRule], scope: Any, url: str,
     parsed = Parsed()
     ctx = Context(url)
     for rule in rules:
-        values = select_values(scope, rule.select, url, text=rule.text, removed=removed)
+        values = select_values(scope, rule.select, url, text=rule.text, removed=removed,
+                               first=not rule.many and rule.join is None)
         values = [v for v in values if v != ""]
         parsed.raw[rule.name] = _raw_text(values)
         if not rule.many and rule.join is None:

@@ -17,7 +17,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from meteorseed_scrapy.sites.reader import Reader
 
-_SPACES = re.compile(r"\s+")
 #: Characters used as thousands separators: comma, (narrow) no-break space, apostrophe, space.
 _THOUSANDS = re.compile(r"[,\u00a0\u202f' _]")
 _NUMBER = re.compile(r"[-+]?\d[\d,.\u00a0\u202f' _]*")
@@ -38,8 +37,8 @@ Processor = Callable[[Any, Context], Any]
 
 
 def collapse(text: str) -> str:
-    """Whitespace runs to one space, ends stripped."""
-    return _SPACES.sub(" ", text).strip()
+    """Whitespace runs to one space, ends stripped (split/join: faster than a regex here)."""
+    return " ".join(text.split())
 
 
 def _strip(value: Any, ctx: Context) -> Any:
