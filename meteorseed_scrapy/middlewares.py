@@ -141,7 +141,8 @@ class CircuitBreakerMiddleware:
         if task is None or self.breaker is None:
             return
         probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
-        self.breaker.record(task.site_id, error, request.meta.get("download_latency", 0.0), probe)
+        self.breaker.record(task.site_id, error, request.meta.get("download_latency", 0.0), probe,
+                            task.task_id)
 
     def process_response(self, request: Request, response: Response,
                          spider: Spider | None = None) -> Response:

@@ -194,12 +194,16 @@ class UpsertPipeline:
         self._ensure_open()
         loop = asyncio.get_running_loop()
         batch = self._open_batch
+        idle = self._committer is None or self._committer.done()
         if batch is None:
             batch = self._open_batch = _Batch(loop.create_future())
-            self._timer = loop.call_later(self.config.batch_wait, self._seal)
+            if idle and self.config.batch_wait > 0:
+                self._timer = loop.call_later(self.config.batch_wait, self._seal)
         index = len(batch.docs)
         batch.docs.append(doc)
-        if len(batch.docs) >= self.config.batch_size:
+        # Group commit: an idle store writes at once; while a write is running, items gather
+        # and the commit loop writes them together as soon as it is done.
+        if len(batch.docs) >= self.config.batch_size or (idle and self._timer is None):
             self._seal()
         # shield: one cancelled item must not cancel the write its batch-mates wait for.
         outcome = await asyncio.shield(batch.future)
@@ -225,7 +229,10 @@ class UpsertPipeline:
         loop = asyncio.get_running_loop()
         attempt = 0  # failed attempts since the last successful write
         try:
-            while self._sealed:
+            while self._sealed or (self._open_batch is not None and self._open_batch.docs):
+                if not self._sealed:
+                    self._seal()  # what gathered during the last write goes next
+                    continue
                 store, _ = self._ensure_open()
                 batch = self._sealed[0]
                 try:

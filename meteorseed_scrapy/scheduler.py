@@ -99,6 +99,7 @@ class StreamScheduler:
             gate=gate, breaker=breaker, limits_for=self.limits_for if self.politeness else None,
             want=self._want, budget=self._budget, on_change=self._wake,
         )
+        self.pump.read_batch = max(1, self.capacity // 4)
         for mw_class in (BackoffMiddleware, CircuitBreakerMiddleware):
             mw = self.crawler.get_downloader_middleware(mw_class)
             if mw is not None:
@@ -236,7 +237,8 @@ class StreamScheduler:
     def _want(self) -> int:
         engine = self.crawler.engine
         active = len(engine.downloader.active) if engine and engine.downloader else 0
-        started = sum(1 for e in self.ledger.entries() if e.started)
+        # Tasks whose response arrived and only wait for their commit hold no download capacity.
+        started = sum(1 for e in self.ledger.entries() if e.started and not e.response_at)
         return max(0, self.capacity + self.prefetch - max(active, started))
 
     def _wake(self) -> None:

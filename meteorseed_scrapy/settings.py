@@ -25,7 +25,7 @@ DEFAULTS: dict[str, Any] = {
     # Completion records and failure notes matter only while a task can still be redelivered.
     "METEORSEED_DONE_TTL": 600,
     "METEORSEED_STORE_BATCH_SIZE": 100,
-    "METEORSEED_STORE_BATCH_WAIT": 0.05,
+    "METEORSEED_STORE_BATCH_WAIT": 0.0,
     "METEORSEED_STORE_RETRY_MAX": 30.0,
     "METEORSEED_FREEZE_GC": True,
     # Site rule files (meteorseed_scrapy.sites, ``scrapy crawl sites``) and how often (s) the

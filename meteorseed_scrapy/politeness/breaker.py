@@ -22,6 +22,9 @@ from meteorseed_scrapy.politeness.policy import positive_number
 
 logger = logging.getLogger(__name__)
 
+FLUSH_INTERVAL_S = 0.25
+MIN_FAILING_TASKS = 3  # distinct tasks failing in this worker's window before it judges the site
+
 
 @dataclass(frozen=True)
 class BreakerConfig:
@@ -62,13 +65,15 @@ class Breaker:
         self.config = config
         self.stats = stats
         self._health = scripts.register(redis, "health")
-        self._local: dict[str, deque[tuple[float, bool, float]]] = {}
+        self._local: dict[str, deque[tuple[float, bool, float, str]]] = {}
         self._pending: dict[str, list[Any]] = {}  # site -> [n, errors, latency ms, probe]
         self.state: dict[str, str] = {}
+        self._next_flush = 0.0
 
-    def record(self, site: str, error: bool, latency_s: float, probe: bool) -> None:
+    def record(self, site: str, error: bool, latency_s: float, probe: bool,
+               task_id: str = "") -> None:
         now = time.monotonic()
-        self._local.setdefault(site, deque()).append((now, error, latency_s))
+        self._local.setdefault(site, deque()).append((now, error, latency_s, task_id))
         agg = self._pending.setdefault(site, [0, 0, 0, ""])
         agg[0] += 1
         agg[1] += int(error)
@@ -84,10 +89,17 @@ class Breaker:
         while window and window[0][0] < horizon:
             window.popleft()
         n = len(window)
-        if n < self.config.min_requests:
+        # This worker sees only its share of the site's traffic: judge it on a quarter of the
+        # fleet's minimum, or a worker among several would never call a dead site abnormal.
+        if n < max(3, -(-self.config.min_requests // 4)):
             return False
-        errors = sum(1 for _, e, _ in window if e)
-        mean = sum(lat for _, _, lat in window) / n
+        failing = {task for _, e, _, task in window if e}
+        if len(failing) < MIN_FAILING_TASKS:
+            # One URL failing over and over says nothing about the site: it uses up its own
+            # retries instead of making its site look down.
+            return False
+        errors = sum(1 for _, e, _, _ in window if e)
+        mean = sum(lat for _, _, lat, _ in window) / n
         return errors / n > self.config.error_ratio or mean > self.config.max_latency
 
     def unhealthy(self, site: str) -> bool:
@@ -95,6 +107,12 @@ class Breaker:
         return self.state.get(site) == "open" or self.local_abnormal(site)
 
     async def flush(self) -> None:
+        # Windows are seconds long: reporting four times a second is plenty, and keeps the
+        # Redis round trips off a busy worker's hot path.
+        now = time.monotonic()
+        if now < self._next_flush:
+            return
+        self._next_flush = now + FLUSH_INTERVAL_S
         sites = set(self._pending) | {s for s, st in self.state.items() if st != "closed"}
         cfg = self.config
         for site in sites:

@@ -46,11 +46,12 @@ class Dispatcher:
 
     async def step(self) -> None:
         await self.breaker.flush()
+        # Leases of finished downloads go back first, so that the refill can reuse them.
+        await self.desk.flush()
         before = sum(self.desk.held(s) for s in self.desk.available)
         waits = await self.desk.refill(self.demand(), self._budget())
         for site, wait in waits.items():
             self._park_excess(site, wait)
-        await self.desk.flush()
         if sum(self.desk.held(s) for s in self.desk.available) > before:
             self._on_change()
         pause = min([*waits.values(), 0.5])

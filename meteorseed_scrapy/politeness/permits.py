@@ -91,6 +91,8 @@ class PermitDesk:
         site = self.in_flight.pop(lease, None) if lease else None
         if site is not None:
             self.to_release.append((site, lease))  # type: ignore[arg-type]
+            # A lease of ours comes free: a site held back by its concurrency cap may go on.
+            self.retry_at.pop(site, None)
 
     def held(self, site: str) -> int:
         return len(self.available.get(site, ()))

@@ -46,7 +46,6 @@ class StreamConsumer:
         self.redis = redis
         self.keys = keys
         self.consumer = consumer
-        self._ack = scripts.register(redis, "ack")
         self._dead = scripts.register(redis, "dead")
         self._touch = scripts.register(redis, "touch")
         self._handback = scripts.register(redis, "handback")
@@ -108,15 +107,29 @@ class StreamConsumer:
         A task redelivered after a crash between this write and its ack is then acked
         without a refetch (and so is a duplicate message of a task that is already done).
         """
+        await self.complete(records, (), ttl)
+
+    async def ack(self, msg_ids: Sequence[str]) -> int:
+        """XACK then XDEL (so XLEN = waiting + pending); returns how many were still pending."""
+        return await self.complete((), msg_ids, 0)
+
+    async def complete(self, records: Sequence[tuple[str, str]], msg_ids: Sequence[str],
+                       ttl: int) -> int:
+        """Completion records first, then XACK and XDEL of ``msg_ids``: one round trip.
+
+        Commands of a pipeline run in order, so no entry is acked before the records sent
+        with it are written, and no entry is deleted before it is acked.
+        """
         async with self.redis.pipeline(transaction=False) as pipe:
             for task_id, record in records:
                 pipe.set(self.keys.done(task_id), record, ex=ttl)
-            await pipe.execute()
-
-    async def ack(self, msg_ids: Sequence[str]) -> int:
-        if not msg_ids:
-            return 0
-        return int(await self._ack(keys=[self.keys.stream], args=[self.keys.group, *msg_ids]))
+            if msg_ids:
+                pipe.xack(self.keys.stream, self.keys.group, *msg_ids)
+                pipe.xdel(self.keys.stream, *msg_ids)
+            if not len(pipe):
+                return 0
+            replies = await pipe.execute()
+        return int(replies[len(records)]) if msg_ids else 0
 
     async def completion_records(self, task_ids: Sequence[str]) -> list[str | None]:
         if not task_ids:

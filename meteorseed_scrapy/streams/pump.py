@@ -102,6 +102,7 @@ class StreamPump:
         self.failures: list[tuple[str, str]] = []
         self.latencies_ms: deque[float] = deque(maxlen=20000)
         self.outage = Outage()
+        self.read_batch = 4
         self.ready = False
         self._checked = False
         self.stopping = False
@@ -206,18 +207,20 @@ class StreamPump:
     async def _setup(self) -> None:
         await self.consumer.ensure_group()
         if not self._checked:
+            self._checked = True  # once, although several loops may be setting up at once
             for warning in await self.consumer.check_durability():
                 logger.warning("%s", warning)
-            self._checked = True
         self.ready = True
 
     # -- read --------------------------------------------------------------------------------
     async def _read_once(self) -> None:
         want = self._want() - len(self.buffer)
-        if want <= 0:
+        # While tasks are still buffered, read in batches rather than one per finished task:
+        # each read costs the busy reactor a round trip.
+        if want <= 0 or (self.buffer and want < self.read_batch):
             self._room.clear()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._room.wait(), 0.5)
+                await asyncio.wait_for(self._room.wait(), 0.5 if want <= 0 else 0.05)
             return
         deliveries = await self.consumer.read(want, READ_BLOCK_MS)
         if self.stopping:
@@ -277,7 +280,8 @@ class StreamPump:
                 logger.info("Reclaimed %d task(s) idle for over %.1fs", len(reclaimed), claim_idle)
                 await self._accept(reclaimed)
             else:
-                self._next_reclaim = now + max(0.1, claim_idle / 2)
+                # Poll often enough that a dead worker's tasks move on soon after CLAIM_IDLE.
+                self._next_reclaim = now + max(0.1, min(1.0, claim_idle / 4))
         if now >= getattr(self, "_next_promote", 0.0):
             next_due = await self.gate.promote()
             self._next_promote = now + (min(next_due, 1.0) if next_due >= 0 else 1.0)
@@ -299,17 +303,18 @@ class StreamPump:
         self._flushing = True
         try:
             await self._flush_children()
-            if self.records:
+            if self.records or self.acks:
+                # The records of these tasks were queued with (or before) their acks.
                 records = self.records[:500]
-                await self.consumer.record_completions(records, self.config.done_ttl)
+                batch = self.acks[:500] if len(records) == len(self.records) else []
+                await self.consumer.complete(records, [m for m, _ in batch],
+                                             self.config.done_ttl)
                 del self.records[: len(records)]
-            if self.acks and not self.records:
-                batch = self.acks[:500]
-                await self.consumer.ack([msg_id for msg_id, _ in batch])
                 del self.acks[: len(batch)]
                 now = time.monotonic()
                 self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
-                self.stats.inc_value("meteorseed/acked", len(batch))
+                if batch:
+                    self.stats.inc_value("meteorseed/acked", len(batch))
             while self.dead:
                 delivery, reason = self.dead[0]
                 fp = fingerprint(delivery.task) if delivery.task is not None else ""
@@ -360,6 +365,7 @@ class StreamPump:
     def settle(self, entry: Entry) -> None:
         """Queue what a settled task needs: an ack, a dead letter, a deferral or a failure note."""
         self.ledger.pop(entry.task.task_id)
+        self._room.set()  # capacity came free: the reader may fetch the next tasks now
         outcome = entry.outcome
         self.stats.inc_value(f"meteorseed/outcome/{outcome.value if outcome else 'none'}")
         if outcome is Outcome.FAILED:
