@@ -77,6 +77,7 @@ def start_worker(tmp_path: Path, redis_url: str, namespace: str, *, name: str = 
     for key, value in (spider_args or {}).items():
         args += ["-a", f"{key}={value}"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(PROJECT)]))
+    env.pop("SCRAPY_SETTINGS_MODULE", None)  # the probe project's scrapy.cfg decides
     proc = subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     return Worker(name, proc, log_path, stats_path)

@@ -238,7 +238,9 @@ def test_defaults_come_from_the_scrapy_project(
         f"METEORSEED_REDIS_URL = {redis_url!r}\nMETEORSEED_NAMESPACE = {namespace!r}\n")
     for name in ("METEORSEED_REDIS_URL", "METEORSEED_NAMESPACE", "REDIS_URL",
                  "SCRAPY_SETTINGS_MODULE"):
-        monkeypatch.delenv(name, raising=False)
+        # setenv first, so that teardown also removes what Scrapy's init_env() sets here.
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     add_tasks(sync_redis, KeyLayout(namespace), 3)
