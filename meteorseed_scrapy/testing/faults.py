@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import html
-import ipaddress
 import json
 import socket
 import struct
@@ -36,10 +35,11 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from meteorseed_scrapy.testing.loopback import LoopbackSite
 
 RESET = 0  #: the status recorded for a connection closed without a response
 MAX_DELAY = 600.0
@@ -97,48 +97,18 @@ def site_of(path: str) -> str:
     return path.strip("/").split("/", 1)[0]
 
 
-class FaultSite:
+class FaultSite(LoopbackSite):
     """The fault site, served from daemon threads while in a ``with`` block (or start/stop)."""
 
+    thread_name = "fault-site"
+
     def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
-        if not ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
-            raise ValueError(f"FaultSite serves loopback only, not {host!r}")
-        self.host, self.port = host, port
+        super().__init__(port, host)
         self._lock = threading.Lock()
         self._hits: dict[str, list[Hit]] = {}
         self._in_flight: Counter[str] = Counter()
         self._modes: dict[str, Mode] = {}
         self._temporary: dict[str, _Temporary] = {}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self) -> FaultSite:
-        self._server = _Server((self.host, self.port), type("Handler", (_Handler,), {"site": self}))
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fault-site",
-                                        kwargs={"poll_interval": 0.1}, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
-
-    def __enter__(self) -> FaultSite:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     # -- modes ---------------------------------------------------------------------------------
     def set_mode(self, site: str, mode: str | int = "ok", *, delay: float | None = None,
@@ -281,12 +251,6 @@ def page(target: str, status: int) -> bytes:
             f"<body><h1>{title}</h1></body></html>\n").encode()
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-    request_queue_size = 512
-
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
@@ -343,6 +307,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+
+FaultSite.handler = _Handler
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,21 +19,20 @@ from __future__ import annotations
 
 import argparse
 import html
-import ipaddress
 import json
 import random
 import re
-import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import date, timedelta
 from functools import lru_cache
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from meteorseed_scrapy.testing.loopback import LoopbackSite
 
 SECTIONS = ("news", "shop", "jobs", "test")
 PER_PAGE = 10
@@ -128,27 +127,25 @@ def _job(jid: int) -> dict[str, Any]:
     }
 
 
-class DemoSite:
+class DemoSite(LoopbackSite):
     """The demo site, served from a daemon thread while in a ``with`` block (or start/stop)."""
+
+    thread_name = "demo-site"
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", *,
                  sections: Iterable[str] = SECTIONS, news_pages: int = 5,
                  shop_categories: int = 3, jobs_pages: int = 3) -> None:
-        if not ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
-            raise ValueError(f"DemoSite serves loopback only, not {host!r}")
+        super().__init__(port, host)
         self.sections = frozenset(sections)
         if self.sections - set(SECTIONS):
             raise ValueError(f"unknown sections {sorted(self.sections - set(SECTIONS))}; "
                              f"known: {', '.join(SECTIONS)}")
-        self.host, self.port = host, port
         self.news_pages, self.shop_categories = news_pages, shop_categories
         self.jobs_pages = jobs_pages
         self._lock = threading.Lock()
         self._hits: Counter[str] = Counter()  # full target (path?query)
         self._path_hits: Counter[str] = Counter()  # path only
         self._flaky: Counter[str] = Counter()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Reply]]] = [
             (section, re.compile(pattern), view) for section, pattern, view in (
                 ("", r"/", self._index),
@@ -167,34 +164,6 @@ class DemoSite:
                 ("test", r"/links/(\d+)(?:/(\d+))?", self._links_page),
                 ("test", r"/redirect", self._redirect),
             )]
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self) -> DemoSite:
-        self._server = _Server((self.host, self.port), type("Handler", (_Handler,), {"site": self}))
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever, name="demo-site",
-                                        kwargs={"poll_interval": 0.1}, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(5)
-            self._thread = None
-
-    def __enter__(self) -> DemoSite:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def hits(self, path: str) -> int:
         """Requests for ``path``: that exact target when it has a query, else with any query."""
@@ -326,12 +295,6 @@ class DemoSite:
                      int(q.get("code", ["302"])[0]), Location=to)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-    allow_reuse_address = True
-    request_queue_size = 256
-
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
@@ -362,6 +325,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
+
+
+DemoSite.handler = _Handler
 
 
 def main(argv: list[str] | None = None) -> None:

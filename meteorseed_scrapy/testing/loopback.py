@@ -1,0 +1,63 @@
+"""What the local test sites share: a threaded HTTP server on loopback, started and stopped
+around a ``with`` block."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, TypeVar
+
+_S = TypeVar("_S", bound="LoopbackSite")
+
+
+class LoopbackHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 512
+
+
+class LoopbackSite:
+    """Serves ``handler`` (whose ``site`` attribute is set to this object) from daemon threads."""
+
+    handler: type[BaseHTTPRequestHandler]
+    thread_name = "loopback-site"
+
+    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        if not ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
+            raise ValueError(f"{type(self).__name__} serves loopback only, not {host!r}")
+        self.host, self.port = host, port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self: _S) -> _S:
+        handler: Any = type("Handler", (self.handler,), {"site": self})
+        self._server = LoopbackHTTPServer((self.host, self.port), handler)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, name=self.thread_name,
+                                        kwargs={"poll_interval": 0.1}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+
+    def __enter__(self: _S) -> _S:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
