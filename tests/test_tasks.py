@@ -378,3 +378,77 @@ def test_seed_exec_task_inherits_seed_fields() -> None:
     assert task.retry_count == 1
     assert dict(task.meta) == {"lang": "en", "parse_rule": "article"}
     assert dict(seed.meta) == {"lang": "en"}  # the seed's own meta is not modified
+
+
+# -- canonical_url's fast path gives w3lib's results exactly ------------------------------------
+
+_HOSTS = ["example.com", "news.example.com", "Example.COM", "a-b.c0.io", "xn--nxasmq6b.com",
+          "bücher.de", "münchen.example", "127.0.0.1", "[::1]", "a..b", "-a.b", "a-.b", "a--b.c",
+          "a.b.", "x" * 64 + ".com", "1a.2b", "a.123", "user:pw@a.b", "a.b:80", "a.b:443",
+          "a.b:0", "EXAMPLE.com", "例え.テスト"]
+_PATH_PARTS = ["", "/", "/a", "/A", "/a/b", "/a.html", "/.", "/..", "/./", "/../x", "/a/./b",
+               "/a/../b", "/.well-known/x", "//a", "/a~b_c-d.e", "/%7E", "/%7e", "/%2F", "/%2f",
+               "/a%20b", "/a b", "/é", "/%C3%A9", "/a;p=1", "/a:b", "/a@b", "/a+b", "/a!$'()*,",
+               "/a%", "/%zz", "/\u00a0", "/a\\b", "/a|b", "/a{b}", "/a^b", "/a`b", "/..a", "/a.."]
+_QUERIES = ["", "?", "?a=1", "?ref=list", "?a=1&b=2", "?b=2&a=1", "?a=2&a=1", "?a=1&a=2",
+            "?a", "?a=", "?=a", "?a=1&&b=2", "?a=1&", "?&a=1", "?a=%7E", "?a=%7e", "?a=b+c",
+            "?a=b%20c", "?a=b c", "?q=é", "?q=%C3%A9", "?a=1;b=2", "?a=1=2", "?B=1&a=1",
+            "?a.b=1&a_b=2", "?a-b=1&a.b=2", "?a~=1&a=2", "?x=%2F", "?x=/", "?x=?", "?x=%",
+            "?a=1&b=2&c=3", "?c=3&b=2&a=1", "?aa=1&a=2", "?a=10&a=9", "?a=&a=1"]
+_FRAGMENTS = ["", "#", "#top", "#a=1", "#é"]
+
+
+def _varied_urls() -> list[str]:
+    import random
+
+    rng = random.Random(20261130)
+    urls = []
+    for scheme in ("http", "https", "HTTP", "Https"):
+        for host in _HOSTS:
+            urls.append(f"{scheme}://{host}")
+            urls.append(f"{scheme}://{host}/p?a=1")
+    for _ in range(30_000):
+        scheme = rng.choice(("http", "https", "https", "HTTPS"))
+        host = rng.choice(_HOSTS[:4]) if rng.random() < 0.7 else rng.choice(_HOSTS)
+        path = "".join(rng.choice(_PATH_PARTS) for _ in range(rng.randint(0, 3)))
+        if path and not path.startswith("/"):
+            path = "/" + path
+        query = rng.choice(_QUERIES) if rng.random() < 0.6 else ""
+        if rng.random() < 0.3:
+            query += "&" + rng.choice(_QUERIES).lstrip("?")
+        fragment = rng.choice(_FRAGMENTS) if rng.random() < 0.2 else ""
+        urls.append(f"{scheme}://{host}{path}{query}{fragment}")
+    # Near the fast path's edges: unreserved characters and dots in every place.
+    chars = "abcXYZ019._~-"
+    for _ in range(20_000):
+        word = lambda: "".join(rng.choice(chars) for _ in range(rng.randint(0, 4)))  # noqa: E731
+        host = ".".join(rng.choice(("a", "b1", "c-d", "1e", "f", "0")) for _ in range(
+            rng.randint(1, 3)))
+        path = "".join("/" + word() for _ in range(rng.randint(1, 4)))
+        pairs = [f"{word()}={word()}" for _ in range(rng.randint(0, 3))]
+        query = ("?" + "&".join(pairs)) if pairs else ""
+        urls.append(f"{rng.choice(('http', 'https'))}://{host}{path}{query}")
+    return urls
+
+
+def test_canonical_url_matches_w3lib_over_varied_urls() -> None:
+    from w3lib.url import canonicalize_url
+
+    from meteorseed_scrapy.tasks import _is_canonical
+
+    fast = 0
+    for url in _varied_urls():
+        try:
+            expected: str | None = canonicalize_url(url, keep_fragments=False)
+        except ValueError:
+            expected = None
+        if expected is None:
+            assert not _is_canonical(url), url
+            with pytest.raises(ValueError):
+                canonical_url(url)
+            continue
+        assert canonical_url(url) == expected, url
+        if _is_canonical(url):
+            fast += 1
+            assert expected == url, url
+    assert fast > 3_000  # the fast path is really exercised, not only the fallback

@@ -171,6 +171,8 @@ def expand(seed: SeedTask) -> Iterator[ExecTask | UrlError]:
 
 
 def _expand_urls(seed: SeedTask, urls: Iterable[Any]) -> Iterator[ExecTask | UrlError]:
+    # Seed-level fields validated once, per URL only the URL (same errors as seed.exec_task).
+    make_task = seed.exec_task_factory() or seed.exec_task
     for position, url in enumerate(urls):
         # Everything that could fail later in TaskWriter.add is checked here, per URL, so one
         # bad URL is rejected alone instead of failing a whole batch.
@@ -183,7 +185,7 @@ def _expand_urls(seed: SeedTask, urls: Iterable[Any]) -> Iterator[ExecTask | Url
             yield UrlError(position, f"url: is longer than {MAX_URL_BYTES} bytes")
             continue
         try:
-            task = seed.exec_task(url)  # validates the URL (any JSON value may come in)
+            task = make_task(url)  # validates the URL (any JSON value may come in)
             try:
                 cached_canonical_url(task.url)  # a bad port or IPv6 host fails here
             except ValueError as exc:
