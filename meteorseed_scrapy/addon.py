@@ -13,6 +13,12 @@ SLOT_MIDDLEWARE = "meteorseed_scrapy.middlewares.SiteSlotMiddleware"
 BACKOFF_MIDDLEWARE = "meteorseed_scrapy.middlewares.BackoffMiddleware"
 # Sees every raw outcome before the backoff middleware turns failures into deferrals.
 BREAKER_MIDDLEWARE = "meteorseed_scrapy.middlewares.CircuitBreakerMiddleware"
+TRACING_EXTENSION = "meteorseed_scrapy.observability.logging.TracingExtension"
+# Stays off (NotConfigured) unless METEORSEED_METRICS_PORT is set.
+METRICS_EXTENSION = "meteorseed_scrapy.observability.metrics.MetricsExtension"
+# Installs the tracing filter (and JSON formatter) on the handler Scrapy re-creates after the
+# extensions are built, then disables itself.
+LOG_SETUP = "meteorseed_scrapy.observability.logging.LogSetupMiddleware"
 
 
 class MeteorSeedAddon:
@@ -32,6 +38,9 @@ class MeteorSeedAddon:
         settings["DOWNLOADER_MIDDLEWARES"][SLOT_MIDDLEWARE] = 50
         settings["DOWNLOADER_MIDDLEWARES"][BREAKER_MIDDLEWARE] = 585
         settings["DOWNLOADER_MIDDLEWARES"][BACKOFF_MIDDLEWARE] = 580
+        settings["EXTENSIONS"][TRACING_EXTENSION] = 0
+        settings["EXTENSIONS"][METRICS_EXTENSION] = 500
+        settings["DOWNLOADER_MIDDLEWARES"][LOG_SETUP] = 0
         # Retries become durable (the delayed set in Redis) instead of in-memory re-requests.
         settings.set("RETRY_ENABLED", False, priority="addon")
         for name, value in DEFAULTS.items():

@@ -43,6 +43,11 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_BREAKER_ERROR_RATIO": 0.3,
     "METEORSEED_BREAKER_MAX_LATENCY": 30,
     "METEORSEED_BREAKER_PROBE_INTERVAL": 60,
+    # Observability (meteorseed_scrapy.observability, docs/observability.md).
+    "METEORSEED_LOG_JSON": False,
+    "METEORSEED_METRICS_PORT": None,  # None/0: no Prometheus endpoint
+    "METEORSEED_METRICS_HOST": "127.0.0.1",
+    "METEORSEED_METRICS_INTERVAL": 5.0,
 }
 
 

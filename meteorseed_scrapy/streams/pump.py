@@ -101,6 +101,7 @@ class StreamPump:
         self.dead: list[tuple[Delivery, str]] = []
         self.failures: list[tuple[str, str]] = []
         self.latencies_ms: deque[float] = deque(maxlen=20000)
+        self.on_settled: Callable[[Entry], None] | None = None  # e.g. the metrics extension
         self.outage = Outage()
         self.read_batch = 4
         self.ready = False
@@ -278,6 +279,11 @@ class StreamPump:
             if reclaimed:
                 self.stats.inc_value("meteorseed/reclaimed", len(reclaimed))
                 logger.info("Reclaimed %d task(s) idle for over %.1fs", len(reclaimed), claim_idle)
+                for d in reclaimed:
+                    if d.task is not None:
+                        logger.debug("Reclaimed task %s (message %s, delivery %d)",
+                                     d.task.task_id, d.msg_id, d.deliveries,
+                                     extra={"task_id": d.task.task_id, "seed_id": d.task.seed_id})
                 await self._accept(reclaimed)
             else:
                 # Poll often enough that a dead worker's tasks move on soon after CLAIM_IDLE.
@@ -321,8 +327,11 @@ class StreamPump:
                 await self.consumer.dead_letter(delivery, reason, fp)
                 self.dead.pop(0)
                 self.stats.inc_value("meteorseed/dead")
+                task = delivery.task
                 logger.error("Dead-lettered task message %s (%s): %s", delivery.msg_id,
-                             delivery.task.url if delivery.task else "undecodable", reason)
+                             task.url if task else "undecodable", reason,
+                             extra={"task_id": task and task.task_id,
+                                    "seed_id": task and task.seed_id})
             while self.deferrals:
                 delivery, task, delay = self.deferrals[0]
                 await self.gate.defer(delivery.msg_id, task, delay)
@@ -372,7 +381,8 @@ class StreamPump:
             # Left pending: no keep-alive from now on, so it is reclaimed after CLAIM_IDLE.
             self.failures.append((entry.task.task_id, entry.reason))
             logger.warning("Task %s (%s) failed and will be redelivered: %s",
-                           entry.task.task_id, entry.task.url, entry.reason)
+                           entry.task.task_id, entry.task.url, entry.reason,
+                           extra={"task_id": entry.task.task_id, "seed_id": entry.task.seed_id})
         elif outcome is Outcome.DEFERRED:
             first, *dups = entry.deliveries
             self.deferrals.append((first, entry.defer_task or entry.task, entry.defer_s))
@@ -384,4 +394,6 @@ class StreamPump:
         else:
             self.records.append((entry.task.task_id, entry.record()))
             self.acks.extend((d.msg_id, entry.response_at) for d in entry.deliveries)
+        if self.on_settled is not None:
+            self.on_settled(entry)
         self.kick()

@@ -1,0 +1,124 @@
+"""Task ids on log lines, and JSON lines when ``METEORSEED_LOG_JSON`` is set.
+
+:class:`TaskContextFilter` gives every record ``seed_id`` and ``task_id`` attributes (``None``
+when unknown). It takes them, in this order, from ``extra=`` passed by the caller, from the task
+whose callback/items run now (:data:`~meteorseed_scrapy.context.CURRENT_SCRAPE`), or from the
+request/response among a record's dict arguments (Scrapy's "Crawled …", "Scraped from …" and
+"Dropped …" lines carry them). :class:`TracingExtension` installs it on the root logger's
+handlers (Scrapy's root handler among them), and :class:`JsonFormatter` with them when
+``METEORSEED_LOG_JSON`` is true.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from typing import Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from meteorseed_scrapy.context import current_scrape, task_of
+
+TRACE_FIELDS = ("seed_id", "task_id")
+
+
+def task_ids(record: logging.LogRecord) -> tuple[str | None, str | None]:
+    """``(seed_id, task_id)`` of the task a record is about, or ``(None, None)``."""
+    scrape = current_scrape()
+    if scrape is not None:
+        return scrape.task.seed_id, scrape.task.task_id
+    args = record.args
+    if isinstance(args, dict):
+        for key in ("request", "response", "failure"):
+            task = task_of(args[key]) if key in args else None
+            if task is not None:
+                return task.seed_id, task.task_id
+    return None, None
+
+
+class TaskContextFilter(logging.Filter):
+    """Adds ``seed_id``/``task_id`` to every record; never drops one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fields = record.__dict__
+        if fields.get("task_id") is None:
+            seed_id, task_id = task_ids(record)
+            fields["task_id"] = task_id
+            if fields.get("seed_id") is None:
+                fields["seed_id"] = seed_id
+        elif "seed_id" not in fields:
+            fields["seed_id"] = None
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, and the task's
+    ``seed_id``/``task_id`` when known (``exc_info`` as ``exception``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.timezone.utc)
+            .isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in TRACE_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                doc[name] = value
+        if record.exc_info:
+            if not record.exc_text:
+                record.exc_text = self.formatException(record.exc_info)
+            doc["exception"] = record.exc_text
+        if record.stack_info:
+            doc["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(doc, default=str, ensure_ascii=False)
+
+
+def install(handlers: list[logging.Handler], json_lines: bool) -> int:
+    """Puts the filter (and the JSON formatter) on ``handlers``; returns how many changed."""
+    changed = 0
+    for handler in handlers:
+        if not any(isinstance(f, TaskContextFilter) for f in handler.filters):
+            handler.addFilter(TaskContextFilter())
+            changed += 1
+        if json_lines and not isinstance(handler.formatter, JsonFormatter):
+            handler.setFormatter(JsonFormatter())
+    return changed
+
+
+class TracingExtension:
+    """Always on (the add-on enables it): task ids on log records, JSON lines on request.
+
+    Scrapy installs a new root handler when a crawler is created and again right after the
+    extensions are built (``Crawler.crawl``); :class:`LogSetupMiddleware`, the first component
+    built after that, installs again, and so does ``spider_opened`` in case a handler came later.
+    Only Scrapy's start-up banner, written before any project code runs, stays plain text.
+    """
+
+    def __init__(self, json_lines: bool) -> None:
+        self.json_lines = json_lines
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> TracingExtension:
+        ext = cls(crawler.settings.getbool("METEORSEED_LOG_JSON"))
+        ext.install()
+        crawler.signals.connect(ext.install, signals.spider_opened)
+        return ext
+
+    def install(self) -> None:
+        install(list(logging.getLogger().handlers), self.json_lines)
+
+
+class LogSetupMiddleware:
+    """Not a middleware at all: the first downloader middleware built (order 0) installs the
+    filter/formatter on the root handler Scrapy has just replaced, then bows out
+    (``NotConfigured``, silently), so it costs nothing per request."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> LogSetupMiddleware:
+        install(list(logging.getLogger().handlers), crawler.settings.getbool("METEORSEED_LOG_JSON"))
+        raise NotConfigured

@@ -1,0 +1,198 @@
+"""An optional Prometheus endpoint per worker (``pip install meteorseed-scrapy[metrics]``).
+
+Off unless ``METEORSEED_METRICS_PORT`` is set (the extension raises ``NotConfigured``). Serves
+``/metrics`` on ``METEORSEED_METRICS_HOST`` (default ``127.0.0.1``) from prometheus-client's
+own thread; nothing it does at scrape time touches Redis or the reactor:
+
+* counters read from Scrapy's stats when scraped (a dict copy): task outcomes
+  (``meteorseed/outcome/*``), per-site retries, throttles and breaker transitions;
+* gauges of the queue (backlog, pending, lag, pending per consumer) that a background asyncio
+  task samples every ``METEORSEED_METRICS_INTERVAL`` seconds with its own Redis client;
+* the ingest latency histogram (task ``created_at`` -> committed), fed by the pump's
+  ``on_settled`` hook on the reactor thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.ledger import Entry, Outcome
+from meteorseed_scrapy.observability.queue import QueueSampler
+from meteorseed_scrapy.settings import redis_url_from
+
+logger = logging.getLogger(__name__)
+
+try:
+    from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.registry import Collector
+except ImportError:  # pragma: no cover - depends on the install
+    CollectorRegistry = None  # type: ignore[assignment,misc]
+    Collector = object  # type: ignore[assignment,misc]
+
+#: Stats prefixes exposed as ``meteorseed_<name>_total{site, <label>}`` counters.
+SITE_COUNTERS = {
+    "meteorseed/retry/": ("site_retries", "reason", "Durable retries per site, by reason"),
+    "meteorseed/throttled/": ("site_throttled", "status", "429/403 answers per site"),
+    "meteorseed/breaker/": ("site_breaker_transitions", "state",
+                            "Circuit breaker transitions per site, by the new state"),
+}
+PLAIN_COUNTERS = (
+    ("acked", "meteorseed/acked"), ("read", "meteorseed/read"),
+    ("reclaimed", "meteorseed/reclaimed"), ("dead_lettered", "meteorseed/dead"),
+    ("redis_errors", "meteorseed/redis/errors"),
+)
+BREAKER_STATES = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
+COMMITTED = (Outcome.DONE, Outcome.GONE, Outcome.IGNORED)
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 4 * 3600,
+                   86400, float("inf"))
+
+
+class StatsCollector(Collector):
+    """Turns the crawler's stats into Prometheus metrics at scrape time."""
+
+    def __init__(self, stats: Any, breaker_states: Any) -> None:
+        self.stats = stats
+        self.breaker_states = breaker_states  # () -> {site: state}
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        stats = dict(self.stats.get_stats())
+        outcomes = CounterMetricFamily("meteorseed_tasks", "Settled tasks by outcome",
+                                       labels=["outcome"])
+        for outcome in Outcome:
+            key = f"meteorseed/outcome/{outcome.value}"
+            outcomes.add_metric([outcome.value], stats.get(key, 0))
+        yield outcomes
+        for name, key in PLAIN_COUNTERS:
+            yield CounterMetricFamily(f"meteorseed_{name}", f"Stat {key}", value=stats.get(key, 0))
+        for prefix, (name, label, doc) in SITE_COUNTERS.items():
+            family = CounterMetricFamily(f"meteorseed_{name}", doc, labels=["site", label])
+            for key, value in stats.items():
+                if key.startswith(prefix) and "/" in key[len(prefix):]:
+                    site, _, kind = key[len(prefix):].rpartition("/")
+                    family.add_metric([site, kind], value)
+            yield family
+        state = GaugeMetricFamily("meteorseed_site_breaker_state",
+                                  "Breaker state per site (0 closed, 1 half-open, 2 open)",
+                                  labels=["site"])
+        for site, value in sorted(self.breaker_states().items()):
+            state.add_metric([site], BREAKER_STATES.get(value, -1))
+        yield state
+
+
+class MetricsExtension:
+    def __init__(self, crawler: Any, host: str, port: int, interval: float) -> None:
+        if CollectorRegistry is None:
+            raise NotConfigured("METEORSEED_METRICS_PORT needs prometheus-client "
+                                "(pip install 'meteorseed-scrapy[metrics]')")
+        self.crawler = crawler
+        self.host, self.port, self.interval = host, port, interval
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(StatsCollector(crawler.stats, self._breaker_states))
+        self.latency = Histogram(
+            "meteorseed_ingest_latency_seconds", "Task created_at -> its items committed",
+            buckets=LATENCY_BUCKETS, registry=self.registry,
+        )
+        gauge = Gauge  # short lines below
+        self.gauges = {
+            "backlog": gauge("meteorseed_queue_backlog", "Tasks waiting to be delivered "
+                             "(XLEN - pending)", registry=self.registry),
+            "pending": gauge("meteorseed_queue_pending", "Tasks delivered, not acked",
+                             registry=self.registry),
+            "lag": gauge("meteorseed_queue_lag_seconds", "Age of the oldest task waiting "
+                         "to be delivered", registry=self.registry),
+            "length": gauge("meteorseed_queue_length", "XLEN of the task stream",
+                            registry=self.registry),
+        }
+        self.per_consumer = Gauge("meteorseed_consumer_pending", "Pending tasks per consumer",
+                                  ["consumer"], registry=self.registry)
+        self.consumer_idle = Gauge("meteorseed_consumer_idle_seconds",
+                                   "Idle time per consumer", ["consumer"], registry=self.registry)
+        self.sampler: QueueSampler | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._server: Any = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> MetricsExtension:
+        settings = crawler.settings
+        raw = settings.get("METEORSEED_METRICS_PORT")
+        if raw in (None, "", 0, "0"):
+            raise NotConfigured  # off, and silently so (no port, no warning)
+        try:
+            port = int(raw)
+        except ValueError:
+            raise NotConfigured(f"METEORSEED_METRICS_PORT: expected a port, got {raw!r}") from None
+        ext = cls(crawler, settings.get("METEORSEED_METRICS_HOST") or "127.0.0.1", port,
+                  max(0.1, settings.getfloat("METEORSEED_METRICS_INTERVAL", 5.0)))
+        crawler.signals.connect(ext.spider_opened, signals.spider_opened)
+        crawler.signals.connect(ext.spider_closed, signals.spider_closed)
+        return ext
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def spider_opened(self, spider: Any) -> None:
+        self._server, _ = start_http_server(self.port, self.host, registry=self.registry)
+        logger.info("Prometheus metrics on http://%s:%d/metrics", self.host, self.port)
+        pump = self._pump()
+        if pump is not None:
+            pump.on_settled = self.settled
+        settings = self.crawler.settings
+        namespace = str(settings.get("METEORSEED_NAMESPACE") or "meteorseed")
+        self.sampler = QueueSampler(redis_url_from(settings), KeyLayout(namespace))
+        self._task = asyncio.ensure_future(self._sample_forever())
+
+    async def spider_closed(self, spider: Any) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.sampler is not None:
+            await self.sampler.close()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    # -- feeding -----------------------------------------------------------------------------
+    def settled(self, entry: Entry) -> None:
+        if entry.outcome in COMMITTED and entry.task.created_at:
+            self.latency.observe(max(0.0, time.time() - entry.task.created_at))
+
+    async def _sample_forever(self) -> None:
+        assert self.sampler is not None
+        while True:
+            try:
+                sample = await self.sampler.sample()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis away: keep the last values, say so at DEBUG
+                logger.debug("Queue metrics not sampled: %s", exc)
+            else:
+                for name, gauge in self.gauges.items():
+                    gauge.set(getattr(sample, name))
+                self.per_consumer.clear()
+                self.consumer_idle.clear()
+                for consumer, pending, idle_s in sample.consumers:
+                    self.per_consumer.labels(consumer).set(pending)
+                    self.consumer_idle.labels(consumer).set(idle_s)
+            await asyncio.sleep(self.interval)
+
+    def _pump(self) -> Any:
+        scheduler = getattr(self.crawler.engine, "scheduler", None) if self.crawler.engine else None
+        return getattr(scheduler, "pump", None)
+
+    def _breaker_states(self) -> dict[str, str]:
+        dispatcher = getattr(self._pump(), "dispatcher", None)
+        state = getattr(getattr(dispatcher, "breaker", None), "state", None)
+        return dict(state) if isinstance(state, dict) else {}
+

@@ -1,0 +1,144 @@
+"""Tracing filter, JSON formatter, queue sampler and the metrics collector, in process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry, generate_latest
+from scrapy import Request
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.test import get_crawler
+
+from meteorseed_scrapy.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.observability.logging import JsonFormatter, TaskContextFilter
+from meteorseed_scrapy.observability.metrics import MetricsExtension, StatsCollector
+from meteorseed_scrapy.observability.queue import QueueSampler
+from meteorseed_scrapy.tasks import ExecTask
+
+
+def _record(msg: str = "hello %s", args: object = ("world",), **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("some.logger", logging.INFO, __file__, 1, msg, args, None)  # type: ignore[arg-type]
+    record.__dict__.update(extra)
+    return record
+
+
+def _task(**kw: object) -> ExecTask:
+    return ExecTask.create(seed_id="seed-7", site_id="s", url="https://example.com/a", **kw)
+
+
+def test_filter_takes_ids_from_the_running_scrape() -> None:
+    task = _task()
+    token = CURRENT_SCRAPE.set(Scrape(task))
+    try:
+        record = _record()
+        assert TaskContextFilter().filter(record)
+    finally:
+        CURRENT_SCRAPE.reset(token)
+    assert (record.seed_id, record.task_id) == ("seed-7", task.task_id)  # type: ignore[attr-defined]
+
+
+def test_filter_takes_ids_from_a_request_argument_and_keeps_extra() -> None:
+    task = _task()
+    request = Request(task.url, meta={TASK_META_KEY: task})
+    record = _record("Crawled %(request)s", ({"request": request},))
+    TaskContextFilter().filter(record)
+    assert record.task_id == task.task_id  # type: ignore[attr-defined]
+    assert record.seed_id == "seed-7"  # type: ignore[attr-defined]
+
+    explicit = _record(task_id="t-x", seed_id="s-x")
+    TaskContextFilter().filter(explicit)
+    assert (explicit.seed_id, explicit.task_id) == ("s-x", "t-x")  # type: ignore[attr-defined]
+
+    unrelated = _record()
+    TaskContextFilter().filter(unrelated)
+    assert (unrelated.seed_id, unrelated.task_id) == (None, None)  # type: ignore[attr-defined]
+
+
+def test_json_formatter_writes_one_object_per_line() -> None:
+    record = _record("multi\nline %s", ("msg",), task_id="t1", seed_id="s1")
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        import sys
+
+        record.exc_info = sys.exc_info()
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    doc = json.loads(line)
+    assert doc["message"] == "multi\nline msg"
+    assert (doc["level"], doc["logger"], doc["task_id"], doc["seed_id"]) == (
+        "INFO", "some.logger", "t1", "s1")
+    assert doc["time"].endswith("+00:00")
+    assert "ValueError: bad" in doc["exception"]
+    bare = json.loads(JsonFormatter().format(_record()))
+    assert "task_id" not in bare and "seed_id" not in bare
+
+
+def test_metrics_extension_is_off_without_a_port() -> None:
+    with pytest.raises(NotConfigured):
+        MetricsExtension.from_crawler(get_crawler(settings_dict={}))
+    with pytest.raises(NotConfigured):
+        MetricsExtension.from_crawler(get_crawler(settings_dict={"METEORSEED_METRICS_PORT": "x"}))
+
+
+def test_stats_collector_exposes_outcomes_and_per_site_counters() -> None:
+    stats = {"meteorseed/outcome/done": 7, "meteorseed/outcome/dead": 1,
+             "meteorseed/retry/news/http_503": 3, "meteorseed/throttled/news/429": 2,
+             "meteorseed/breaker/news/open": 1}
+
+    class Stats:
+        def get_stats(self) -> dict[str, int]:
+            return stats
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatsCollector(Stats(), lambda: {"news": "open"}))
+    text = generate_latest(registry).decode()
+    assert 'meteorseed_tasks_total{outcome="done"} 7.0' in text
+    assert 'meteorseed_tasks_total{outcome="failed"} 0.0' in text
+    assert 'meteorseed_site_retries_total{reason="http_503",site="news"} 3.0' in text
+    assert 'meteorseed_site_throttled_total{site="news",status="429"} 2.0' in text
+    assert 'meteorseed_site_breaker_transitions_total{site="news",state="open"} 1.0' in text
+    assert 'meteorseed_site_breaker_state{site="news"} 2.0' in text
+
+
+def test_queue_sampler_reads_backlog_pending_lag_and_consumers(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    keys = KeyLayout(namespace)
+    sync_redis.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
+    for i in range(1, 6):  # ids from 1970: the oldest waiting one is decades old
+        sync_redis.xadd(keys.stream, {"v": "1"}, id=f"{i}000-0")
+    sync_redis.xreadgroup(keys.group, "c1", {keys.stream: ">"}, count=2)
+
+    async def run() -> object:
+        sampler = QueueSampler(redis_url, keys)
+        try:
+            return await sampler.sample()
+        finally:
+            await sampler.close()
+
+    sample = asyncio.run(run())
+    assert (sample.length, sample.pending, sample.backlog) == (5, 2, 3)  # type: ignore[attr-defined]
+    assert sample.lag > 50 * 365 * 86400  # type: ignore[attr-defined]  # the 3000-0 entry
+    assert [(c, p) for c, p, _ in sample.consumers] == [("c1", 2)]  # type: ignore[attr-defined]
+
+    sync_redis.xreadgroup(keys.group, "c2", {keys.stream: ">"}, count=10)
+    drained = asyncio.run(run())
+    assert (drained.backlog, drained.lag) == (0, 0.0)  # type: ignore[attr-defined]
+
+
+def test_queue_sampler_without_a_stream(redis_url: str, namespace: str) -> None:
+    async def run() -> object:
+        sampler = QueueSampler(redis_url, KeyLayout(namespace))
+        try:
+            return await sampler.sample()
+        finally:
+            await sampler.close()
+
+    sample = asyncio.run(run())
+    assert (sample.length, sample.backlog, sample.consumers) == (0, 0, [])  # type: ignore[attr-defined]
