@@ -41,6 +41,10 @@ MAX_LINE_BYTES = 2 * 1024 * 1024
 MAX_URLS_PER_LINE = 10_000
 #: Longest accepted URL, in UTF-8 bytes.
 MAX_URL_BYTES = 2048
+#: URLs built between two yields to the event loop while a batch is in flight.
+_YIELD_EVERY = 100
+#: Event-loop steps given to a batch just handed to Redis (redis-py needs several to send it).
+_YIELDS_AFTER_SEND = 10
 SUPPORTED_TASK_TYPES = frozenset({"url_list", "url_template", "sitemap", "keywords"})
 
 # json.loads turns "\ud800" escapes into lone surrogates, which UTF-8 (and so Redis keys and
@@ -301,7 +305,8 @@ async def expand_stream(
             await settle()
             await writer.wait_for_room(max_backlog, on_wait or _ignore_wait)
             in_flight = asyncio.ensure_future(writer.add_encoded(list(batch)))
-            await asyncio.sleep(0)  # let it go out before building the next batch
+            for _ in range(_YIELDS_AFTER_SEND):  # let it go out before building the next batch
+                await asyncio.sleep(0)
         batch.clear()
         if on_batch is not None:
             on_batch(summary)
@@ -331,6 +336,10 @@ async def expand_stream(
                         continue
                     if len(batch) >= batch_size:
                         await flush()
+                    elif in_flight is not None and len(batch) % _YIELD_EVERY == 0:
+                        # Let the batch in flight go on (redis-py needs several event-loop
+                        # steps to send it): sent early, Redis runs it while this one builds.
+                        await asyncio.sleep(0)
             except SitemapError as exc:
                 summary.bad_lines += 1
                 on_error(Rejection(lineno, str(exc)))

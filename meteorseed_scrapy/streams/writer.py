@@ -119,12 +119,22 @@ class TaskWriter:
 
     def _script_args(self, chunk: Sequence[Encoded]) -> tuple[list[str], list[str | bytes | int]]:
         positions: dict[str, int] = {}  # dedup root -> 1-based position after the stream key
+        # A window equal to the one already sent for that root in this call goes as "": the
+        # script then reuses the window it holds for the root (the same value) instead of
+        # reading it from Redis again for every task.
+        sent: dict[int, str] = {}
         args: list[str | bytes | int] = [self._now()]
         for root, fp, window, payload in chunk:
             if root is None:
                 args.extend((0, b"", "", payload))
-            else:
-                args.extend((positions.setdefault(root, len(positions) + 1), fp, window, payload))
+                continue
+            index = positions.setdefault(root, len(positions) + 1)
+            if window:
+                if sent.get(index) == window:
+                    window = ""
+                else:
+                    sent[index] = window
+            args.extend((index, fp, window, payload))
         return [self._keys.stream, *positions], args
 
     async def add(self, tasks: Sequence[ExecTask], *, dedup: bool = True) -> AddResult:
