@@ -19,6 +19,17 @@ METRICS_EXTENSION = "meteorseed_scrapy.observability.metrics.MetricsExtension"
 # Installs the tracing filter (and JSON formatter) on the handler Scrapy re-creates after the
 # extensions are built, then disables itself.
 LOG_SETUP = "meteorseed_scrapy.observability.logging.LogSetupMiddleware"
+# Per-site hygiene (meteorseed_scrapy.politeness.hygiene): around Scrapy's RobotsTxtMiddleware
+# (100), UserAgentMiddleware (400) and HttpProxyMiddleware (750).
+HYGIENE_MIDDLEWARES = {
+    "meteorseed_scrapy.middlewares.BlacklistMiddleware": 60,
+    "meteorseed_scrapy.middlewares.CookieWarmupMiddleware": 90,
+    # Scrapy's, with concurrent first requests to a host all checked (see its docstring).
+    "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
+    "meteorseed_scrapy.middlewares.RobotsTxtMiddleware": 100,
+    "meteorseed_scrapy.middlewares.UserAgentPoolMiddleware": 390,
+    "meteorseed_scrapy.middlewares.ProxyPoolMiddleware": 740,
+}
 
 
 class MeteorSeedAddon:
@@ -41,6 +52,9 @@ class MeteorSeedAddon:
         settings["EXTENSIONS"][TRACING_EXTENSION] = 0
         settings["EXTENSIONS"][METRICS_EXTENSION] = 500
         settings["DOWNLOADER_MIDDLEWARES"][LOG_SETUP] = 0
+        settings["DOWNLOADER_MIDDLEWARES"].update(HYGIENE_MIDDLEWARES)
+        # robots.txt is obeyed unless the project (or -s) says otherwise.
+        settings.set("ROBOTSTXT_OBEY", True, priority="addon")
         # Retries become durable (the delayed set in Redis) instead of in-memory re-requests.
         settings.set("RETRY_ENABLED", False, priority="addon")
         for name, value in DEFAULTS.items():

@@ -26,6 +26,13 @@ from meteorseed_scrapy.context import LEASE_META_KEY, task_of
 from meteorseed_scrapy.exceptions import TaskDeferred
 from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.hygiene import (
+    BlacklistMiddleware,
+    CookieWarmupMiddleware,
+    ProxyPoolMiddleware,
+    RobotsTxtMiddleware,
+    UserAgentPoolMiddleware,
+)
 from meteorseed_scrapy.politeness.policy import Backoff, parse_retry_after
 from meteorseed_scrapy.requests import status_allowed
 
@@ -153,3 +160,8 @@ class CircuitBreakerMiddleware:
                           spider: Spider | None = None) -> None:
         if not isinstance(exception, IgnoreRequest):
             self._record(request, True)
+
+
+__all__ = ["BackoffMiddleware", "BlacklistMiddleware", "CircuitBreakerMiddleware",
+           "CookieWarmupMiddleware", "ProxyPoolMiddleware", "RobotsTxtMiddleware",
+           "SiteSlotMiddleware", "UserAgentPoolMiddleware"]

@@ -48,6 +48,10 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_METRICS_PORT": None,  # None/0: no Prometheus endpoint
     "METEORSEED_METRICS_HOST": "127.0.0.1",
     "METEORSEED_METRICS_INTERVAL": 5.0,
+    # Proxy pool (site config ``proxies``): failures in a row before a proxy cools down, and for
+    # how many seconds.
+    "METEORSEED_PROXY_MAX_FAILURES": 3,
+    "METEORSEED_PROXY_COOLDOWN": 60.0,
 }
 
 

@@ -110,6 +110,7 @@ class SiteConfig:
     user_agents: tuple[str, ...] = ()
     proxies: tuple[str, ...] = ()
     robots: bool = True
+    cookie_warmup: bool = False  # GET the home page before the first request (per worker)
     blacklist: tuple[re.Pattern[str], ...] = ()
     recrawl_after: float | None = None
     schedule: dict[str, Any] = field(default_factory=dict)
@@ -270,6 +271,7 @@ def parse_site(data: Any, source: str) -> SiteConfig:
         rendering=Rendering(mode, wait_for),
         headers=top.str_map("headers"), user_agents=top.str_list("user_agents"),
         proxies=top.str_list("proxies"), robots=top.flag("robots", True),
+        cookie_warmup=top.flag("cookie_warmup", False),
         blacklist=tuple(top.pattern("blacklist", p) for p in top.str_list("blacklist")),
         recrawl_after=top.duration("recrawl_after", None), schedule=dict(schedule),
         dedup=dedup_cfg,
