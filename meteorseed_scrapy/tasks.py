@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 import uuid
@@ -109,6 +110,15 @@ def url_fingerprint(url: str) -> str:
 
 def new_task_id() -> str:
     return uuid.uuid4().hex
+
+
+def _fast_task_id() -> str:
+    """What :func:`new_task_id` returns (a random version-4 UUID as 32 hex digits), without
+    building a UUID object."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return raw.hex()
 
 
 @dataclass(frozen=True)
@@ -326,12 +336,11 @@ class SeedTask:
         )
         tail = f",{middle}" if middle else ""
         new_object = object.__new__
-        uuid4 = uuid.uuid4
         now = time.time
 
         def make(url: Any) -> ExecTask:
             check_url(url)
-            task_id = uuid4().hex
+            task_id = _fast_task_id()
             created_at = round(now(), 3)
             task = new_object(ExecTask)
             values = task.__dict__

@@ -452,3 +452,28 @@ def test_canonical_url_matches_w3lib_over_varied_urls() -> None:
             fast += 1
             assert expected == url, url
     assert fast > 3_000  # the fast path is really exercised, not only the fallback
+
+
+def test_exec_task_factory_gives_what_exec_task_gives() -> None:
+    import uuid
+
+    seed = SeedTask.from_dict(
+        {**SEED, "priority": 2, "callback": "parse_item", "parse_rule": "r",
+         "meta": {"recrawl_after": 60, "lang": "é\"\\", "n": [1, 2.5, None]}}
+    )
+    make = seed.exec_task_factory()
+    assert make is not None
+    for url in ("https://example.com/a?b=1", 'https://example.com/é"\\\u2603', "http://x.y/"):
+        fast, slow = make(url), seed.exec_task(url)
+        assert uuid.UUID(fast.task_id).version == 4 and uuid.UUID(fast.task_id).hex == fast.task_id
+        assert fast == ExecTask(**{**slow.__dict__, "task_id": fast.task_id,
+                                   "created_at": fast.created_at})
+        assert fast.to_message()["t"] == json.dumps(
+            fast.to_dict(), separators=(",", ":"), ensure_ascii=False)
+    with pytest.raises(TaskError) as fast_error:
+        make("ftp://example.com/")
+    with pytest.raises(TaskError) as slow_error:
+        seed.exec_task("ftp://example.com/")
+    assert str(fast_error.value) == str(slow_error.value)
+    bad = SeedTask(seed_id="s", site_id="x", task_type="url_list", payload={}, meta={1: "a"})
+    assert bad.exec_task_factory() is None  # seed-level problems: the slow path names them
