@@ -38,6 +38,7 @@ from scrapy.downloadermiddlewares.robotstxt import (
 )
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
+from scrapy.http.request import NO_CALLBACK
 from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.defer import Deferred
@@ -52,8 +53,8 @@ logger = logging.getLogger(__name__)
 SITE_META_KEY = "meteorseed_site"
 #: meta key of the proxy the pool chose for a request
 PROXY_META_KEY = "meteorseed_proxy"
-#: downloads of the home page tried before a site's first request goes on without its cookies
-WARMUP_ATTEMPTS = 3
+#: downloads of robots.txt / the warm-up home page tried before giving up on it
+FETCH_ATTEMPTS = 3
 
 
 # -- site configs by site_id ----------------------------------------------------------------
@@ -156,13 +157,18 @@ class BlacklistMiddleware(_SiteMiddleware):
 
 
 class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
-    """Scrapy's middleware (one parsed robots.txt per host, kept for the crawl), with one fix:
-    under the asyncio reactor, requests that arrive while robots.txt is still downloading all
-    await the same Deferred, and turning it into a future consumes its result, so only the first
-    of them saw the parser and the others went out unchecked. Each waiter gets its own copy."""
+    """Scrapy's middleware (one parsed robots.txt per host, kept for the crawl), with two changes:
+
+    * the robots.txt request carries the site of the request that needed it, so it goes out
+      with the site's headers, User-Agent and proxy like the site's other requests;
+    * under the asyncio reactor, requests that arrive while robots.txt is still downloading all
+      await the same Deferred, and turning it into a future consumes its result, so Scrapy lets
+      all but the first of them through unchecked. Here each waiter gets its own copy.
+    """
 
     async def robot_parser(self, request: Request) -> Any:
-        pending = self._parsers.get(urlparse_cached(request).netloc)
+        netloc = urlparse_cached(request).netloc
+        pending = self._parsers.get(netloc)
         if isinstance(pending, Deferred):
             waiter: Deferred[Any] = Deferred()
 
@@ -172,7 +178,40 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
 
             pending.addBoth(forward)
             return await maybe_deferred_to_future(waiter)
-        return await super().robot_parser(request)
+        if netloc in self._parsers:
+            return self._parsers[netloc]
+        self._parsers[netloc] = Deferred()
+        url = urlparse_cached(request)
+        meta: dict[str, Any] = {"dont_obey_robotstxt": True}
+        site = site_of(request)
+        if site is not None:
+            meta[SITE_META_KEY] = site
+        for attempt in range(1, FETCH_ATTEMPTS + 1):
+            # Retried here: the add-on turns Scrapy's RetryMiddleware off, and a dead proxy of
+            # the site should not make the worker ignore its robots.txt.
+            robotsreq = Request(f"{url.scheme}://{netloc}/robots.txt", dont_filter=True,
+                                priority=self.DOWNLOAD_PRIORITY, meta=dict(meta),
+                                callback=NO_CALLBACK)
+            try:
+                resp = await self.crawler.engine.download_async(robotsreq)
+            except Exception as exc:
+                if attempt < FETCH_ATTEMPTS and not isinstance(exc, IgnoreRequest):
+                    logger.warning("Error downloading %s (attempt %d): %s", robotsreq, attempt,
+                                   exc)
+                    continue
+                if not isinstance(exc, IgnoreRequest):
+                    logger.error("Error downloading %(request)s: %(f_exception)s",
+                                 {"request": robotsreq, "f_exception": exc})
+                self._robots_error(exc, netloc)
+            else:
+                try:
+                    await self._parse_robots(resp, netloc, request)
+                except Exception as exc:  # never leave the waiters hanging
+                    logger.error("Error parsing %s: %s", robotsreq, exc)
+                    self._robots_error(exc, netloc)
+            break
+        self._stats.inc_value("robotstxt/request_count")
+        return self._parsers[netloc]
 
 
 # -- cookie warm-up ---------------------------------------------------------------------------
@@ -210,7 +249,7 @@ class CookieWarmupMiddleware(_SiteMiddleware):
         parts = urlsplit(url)
         home = f"{parts.scheme}://{parts.netloc}/"
         try:
-            for attempt in range(1, WARMUP_ATTEMPTS + 1):
+            for attempt in range(1, FETCH_ATTEMPTS + 1):
                 warmup = Request(home, dont_filter=True, priority=100,
                                  meta={SITE_META_KEY: site, "handle_httpstatus_all": True})
                 try:
