@@ -20,6 +20,7 @@ from redis.exceptions import ResponseError
 
 from meteorseed_scrapy import scripts
 from meteorseed_scrapy.dedup import (
+    RECRAWL_META_KEY,
     check_server_config,
     fingerprint,
     fingerprint_bytes,
@@ -86,6 +87,7 @@ class TaskWriter:
         self._clock = clock
         self._scripts: dict[str, Any] = {}
         self._config_checked = False
+        self._last_window: tuple[int | None, str] = (None, "")
 
     @property
     def keys(self) -> KeyLayout:
@@ -110,7 +112,13 @@ class TaskWriter:
             raise TaskError("task", f"cannot be encoded as UTF-8 JSON ({exc})") from None
         if not dedup:
             return Encoded(None, b"", "", payload)
-        window = recrawl_window(task)
+        value = task.meta.get(RECRAWL_META_KEY)
+        if type(value) is int and value == self._last_window[0]:  # (bool is not int here)
+            window = self._last_window[1]  # the same window as the task before: checked then
+        else:
+            window = recrawl_window(task)
+            if type(value) is int:
+                self._last_window = (value, window)
         try:
             fp = fingerprint_bytes(task, canonical)
         except ValueError as exc:
