@@ -78,10 +78,18 @@ class SiteConfigs:
         shared = getattr(spider, "registry", None)
         if isinstance(shared, SiteRegistry):
             return shared
-        if not self.directory or not Path(self.directory).is_dir():
+        if not self.directory:
             return None
         now = time.monotonic()
         if self._own is None:
+            if not Path(self.directory).is_dir():
+                if now - self._polled < max(self.interval, 1.0) and self._polled:
+                    return None
+                if not self._polled:
+                    logger.warning("METEORSEED_SITES_DIR %r is not a directory: no site rules",
+                                   self.directory)
+                self._polled = now  # looked for again (once a second at most)
+                return None
             self._own, self._polled = SiteRegistry(self.directory).load(), now
         elif self.interval > 0 and now - self._polled >= self.interval:
             self._polled = now
