@@ -104,6 +104,8 @@ class StreamPump:
         self.on_settled: Callable[[Entry], None] | None = None  # e.g. the metrics extension
         self.outage = Outage()
         self.read_batch = 4
+        # When the maintain loop next refreshes leases, reclaims, promotes due tasks (monotonic).
+        self._next_touch = self._next_reclaim = self._next_promote = 0.0
         self.ready = False
         self._checked = False
         self.stopping = False
@@ -267,14 +269,14 @@ class StreamPump:
         claim_idle = self.config.claim_idle
         tick = max(0.05, min(1.0, claim_idle / 4))
         now = time.monotonic()
-        if now >= getattr(self, "_next_touch", 0.0):
+        if now >= self._next_touch:
             self._next_touch = now + claim_idle / 3
             lost = await self.consumer.touch(self.ledger.msg_ids())
             for msg_id in lost:
                 logger.warning("Task message %s was taken over by another worker", msg_id)
                 self.ledger.forget_msg(msg_id)
         want = self._want() - len(self.buffer)
-        if want > 0 and now >= getattr(self, "_next_reclaim", 0.0):
+        if want > 0 and now >= self._next_reclaim:
             reclaimed = await self.consumer.reclaim(claim_idle, min(want, 100))
             if reclaimed:
                 self.stats.inc_value("meteorseed/reclaimed", len(reclaimed))
@@ -288,7 +290,7 @@ class StreamPump:
             else:
                 # Poll often enough that a dead worker's tasks move on soon after CLAIM_IDLE.
                 self._next_reclaim = now + max(0.1, min(1.0, claim_idle / 4))
-        if now >= getattr(self, "_next_promote", 0.0):
+        if now >= self._next_promote:
             next_due = await self.gate.promote()
             self._next_promote = now + (min(next_due, 1.0) if next_due >= 0 else 1.0)
         if self.config.idle_close:

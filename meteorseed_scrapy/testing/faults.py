@@ -35,11 +35,10 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from meteorseed_scrapy.testing.loopback import LoopbackSite
+from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 
 RESET = 0  #: the status recorded for a connection closed without a response
 MAX_DELAY = 600.0
@@ -252,24 +251,16 @@ def page(target: str, status: int) -> bytes:
 
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive
+class _Handler(LoopbackHandler):
     server_version = "MeteorSeedFaults/1.0"
-    disable_nagle_algorithm = True
     timeout = 60
     site: FaultSite
 
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_HEAD(self) -> None:
-        self._serve(head=True)
-
-    def _serve(self, head: bool = False) -> None:
+    def serve(self, head: bool = False) -> None:
         parts = urlsplit(self.path)
         if parts.path.startswith("/_"):
             status, data = self.site.control(parts.path, parse_qs(parts.query))
-            self._send(status, "application/json", json.dumps(data).encode(), {}, head)
+            self.send_page(status, "application/json", json.dumps(data).encode(), {}, head)
             return
         hit, mode = self.site.arrive(self.path)
         try:
@@ -280,7 +271,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._reset()
                 return
             headers = {"Retry-After": mode.retry_after} if mode.retry_after is not None else {}
-            self._send(mode.status, "text/html; charset=utf-8", page(self.path, mode.status),
+            self.send_page(mode.status, "text/html; charset=utf-8", page(self.path, mode.status),
                        headers, head)
         except OSError:  # the client went away
             self.close_connection = True
@@ -288,26 +279,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.site.leave(hit, mode.status)  # no-op unless something above failed first
             self.site.done(hit)
 
-    def _send(self, status: int, ctype: str, payload: bytes, headers: dict[str, str],
-              head: bool) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(payload)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(payload)
-        self.wfile.flush()
-
     def _reset(self) -> None:
         self.close_connection = True
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.connection.close()
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
-
 
 FaultSite.handler = _Handler
 

@@ -20,10 +20,41 @@ class LoopbackHTTPServer(ThreadingHTTPServer):
     request_queue_size = 512
 
 
+class LoopbackHandler(BaseHTTPRequestHandler):
+    """Keep-alive HTTP/1.1, quiet; subclasses implement :meth:`serve`."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no delayed-ACK stall
+
+    def do_GET(self) -> None:
+        self.serve()
+
+    def do_HEAD(self) -> None:
+        self.serve(head=True)
+
+    def serve(self, head: bool = False) -> None:
+        raise NotImplementedError
+
+    def send_page(self, status: int, ctype: str, payload: bytes, headers: dict[str, str],
+                  head: bool) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if not head:
+            self.wfile.write(payload)
+        self.wfile.flush()
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        pass
+
+
 class LoopbackSite:
     """Serves ``handler`` (whose ``site`` attribute is set to this object) from daemon threads."""
 
-    handler: type[BaseHTTPRequestHandler]
+    handler: type[LoopbackHandler]
     thread_name = "loopback-site"
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:

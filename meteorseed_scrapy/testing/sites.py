@@ -28,11 +28,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import date, timedelta
 from functools import lru_cache
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from meteorseed_scrapy.testing.loopback import LoopbackSite
+from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 
 SECTIONS = ("news", "shop", "jobs", "test")
 PER_PAGE = 10
@@ -296,35 +295,17 @@ class DemoSite(LoopbackSite):
 
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive
+class _Handler(LoopbackHandler):
     server_version = "MeteorSeedDemo/1.0"
-    disable_nagle_algorithm = True  # headers and body are two writes: no delayed-ACK stall
     timeout = 30  # idle keep-alive connections are closed after this
     site: DemoSite
 
-    def do_GET(self) -> None:
-        self._serve()
-
-    def do_HEAD(self) -> None:
-        self._serve(head=True)
-
-    def _serve(self, head: bool = False) -> None:
+    def serve(self, head: bool = False) -> None:
         try:
             status, ctype, payload, headers = self.site.handle(self.path)
         except Exception as exc:  # a bug in a view answers 500 instead of dropping the line
             status, ctype, payload, headers = _html("Error", f"<pre>{exc!r}</pre>", 500)
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(payload)))
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.end_headers()
-        if not head:
-            self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
+        self.send_page(status, ctype, payload, headers, head)
 
 
 DemoSite.handler = _Handler
