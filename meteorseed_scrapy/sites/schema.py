@@ -69,6 +69,9 @@ class Limits:
     concurrency: int | None = None
     timeout: float | None = None
     retries: int | None = None
+    #: sites naming the same quota key share one fleet-wide rate and concurrency budget
+    #: (several sites on one host); None: the site's own
+    quota_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,8 @@ def parse_site(data: Any, source: str) -> SiteConfig:
             rate=limits.number("rate", None), burst=_int(limits.number("burst", None, minimum=1)),
             concurrency=_int(limits.number("concurrency", None, minimum=1, integer=True)),
             timeout=limits.number("timeout", None),
-            retries=_int(limits.number("retries", None, integer=True))),
+            retries=_int(limits.number("retries", None, integer=True)),
+            quota_key=_quota_key(limits)),
         rendering=Rendering(mode, wait_for),
         headers=top.str_map("headers"), user_agents=top.str_list("user_agents"),
         proxies=top.str_list("proxies"), robots=top.flag("robots", True),
@@ -290,6 +294,13 @@ def parse_site(data: Any, source: str) -> SiteConfig:
     for reader in (limits, rendering, dedup, sampling, quality, listing, detail, top):
         reader.done()
     return config
+
+
+def _quota_key(limits: Reader) -> str | None:
+    key = limits.string("quota_key")
+    if key is not None and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", key):
+        raise limits.error("quota_key", f"expected letters, digits, '_.:-' (1-200), got {key!r}")
+    return key
 
 
 def _int(value: float | None) -> int | None:
