@@ -49,6 +49,24 @@ key                                 type    holds
                                             -> id of the first document seen with it; reposts
                                             under other URLs get ``duplicate_of`` it. Expires
                                             after the site's dedup window (default 30 days).
+``<ns>:seeds``                      zset    the seed registry's index: every seed_id, score 0
+                                            (lexical order: paging, ZCARD = count)
+``<ns>:seeds:by_site``              zset    ``<site_id>\t<seed_id>``, score 0: a site's seeds
+                                            by ZRANGEBYLEX (site ids hold no whitespace)
+``<ns>:seed:<seed_id>``             hash    one seed: ``def`` (its JSON line, canonical),
+                                            ``site``, ``sched`` (schedule JSON), ``rev``,
+                                            ``added_at``/``updated_at`` and run state
+                                            (``last_run``, ``last_success``, ``last_error``,
+                                            ``last_yield``, ``runs``, ``failures``,
+                                            ``interval_s``, ``rate``, ...); see
+                                            :mod:`meteorseed_scrapy.seeding.registry`
+``<ns>:seeds:due``                  zset    seed_id -> due time (epoch s, Redis TIME). A
+                                            claimed seed's score is its lease expiry, so two
+                                            seeders never run one seed at once
+                                            (``lua/seed_claim.lua``); absent = not scheduled
+``<ns>:seeds:yield``                hash    seed_id -> new child URLs counted by workers since
+                                            the seed's last run (``SeedRegistry.add_yield``);
+                                            taken by the next ``record_run``
 ==================================  ======  ===================================================
 """
 
@@ -104,3 +122,26 @@ class KeyLayout:
     def pattern(self) -> str:
         """Glob matching every key of the namespace (for ``reset`` and tests)."""
         return f"{self.namespace}:*"
+
+    # -- seed registry (meteorseed_scrapy.seeding.registry) --------------------------------------
+
+    @property
+    def seeds(self) -> str:
+        """Index of every registered seed_id (zset, score 0, lexical order)."""
+        return f"{self.namespace}:seeds"
+
+    @property
+    def seeds_by_site(self) -> str:
+        return f"{self.namespace}:seeds:by_site"
+
+    def seed(self, seed_id: str) -> str:
+        """One seed's definition and run state (hash)."""
+        return f"{self.namespace}:seed:{seed_id}"
+
+    @property
+    def seeds_due(self) -> str:
+        return f"{self.namespace}:seeds:due"
+
+    @property
+    def seeds_yield(self) -> str:
+        return f"{self.namespace}:seeds:yield"
