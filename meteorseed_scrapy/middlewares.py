@@ -31,7 +31,9 @@ from meteorseed_scrapy.politeness.hygiene import (
     CookieWarmupMiddleware,
     ProxyPoolMiddleware,
     RobotsTxtMiddleware,
+    SiteConfigs,
     UserAgentPoolMiddleware,
+    site_configs,
 )
 from meteorseed_scrapy.politeness.policy import Backoff, parse_retry_after
 from meteorseed_scrapy.requests import status_allowed
@@ -55,9 +57,11 @@ class SiteSlotMiddleware:
 class BackoffMiddleware:
     """Turns throttling and transient failures into durable, fleet-wide backoff."""
 
-    def __init__(self, backoff: Backoff, max_retries: int, stats: Any, settings: Any) -> None:
+    def __init__(self, backoff: Backoff, max_retries: int, stats: Any, settings: Any,
+                 configs: SiteConfigs | None = None) -> None:
         self.backoff = backoff
         self.max_retries = max_retries
+        self.configs = configs  # a site's rule config may set its own limits.retries
         # Scrapy's own lists of what is worth retrying (the RetryMiddleware this replaces).
         self.retry_codes = {int(c) for c in settings.getlist("RETRY_HTTP_CODES")} - PAUSE_CODES
         self.retry_exceptions = tuple(
@@ -73,7 +77,13 @@ class BackoffMiddleware:
     def from_crawler(cls, crawler: Any) -> BackoffMiddleware:
         settings = crawler.settings
         return cls(Backoff.from_settings(settings), settings.getint("RETRY_TIMES", 2),
-                   crawler.stats, settings)
+                   crawler.stats, settings, site_configs(crawler))
+
+    def retries_for(self, site: str) -> int:
+        config = self.configs.get(site) if self.configs is not None else None
+        if config is not None and config.limits.retries is not None:
+            return config.limits.retries
+        return self.max_retries
 
     def bind(self, gate: SiteGate, breaker: Breaker) -> None:
         self.gate = gate
@@ -98,7 +108,7 @@ class BackoffMiddleware:
             )
             # A 429 is the site asking us to slow down: the task is held back, not failed. A 403
             # may be for good, so it uses up a retry.
-            if status == 429 or task.retry_count < self.max_retries:
+            if status == 429 or task.retry_count < self.retries_for(site):
                 raise TaskDeferred(result.pause_s, f"HTTP {status}", count_retry=status == 403)
             return response
         if status in self.retry_codes:
@@ -123,7 +133,7 @@ class BackoffMiddleware:
         sick = self.breaker is not None and self.breaker.unhealthy(site)
         probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
         count = not (sick or probe)
-        if count and retries >= self.max_retries:
+        if count and retries >= self.retries_for(site):
             return
         delay = self.backoff.compute(retries if count else 0)
         self.stats.inc_value(f"meteorseed/retry/{site}/{reason.replace(' ', '_')}")

@@ -37,6 +37,7 @@ from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
 from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.hygiene import site_configs
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.requests import request_to_task, status_allowed, task_to_request
 from meteorseed_scrapy.settings import WorkerConfig
@@ -61,6 +62,8 @@ class StreamScheduler:
         self.ledger = TaskLedger()
         self.politeness = settings.getbool("METEORSEED_POLITENESS", True)
         self.limits = SiteLimits.from_settings(settings)
+        self.site_configs = site_configs(crawler)
+        self._limits: dict[str, tuple[Any, SiteLimits]] = {}  # site -> (its config, limits)
         self.backoff = Backoff.from_settings(settings)
         self.breaker_config = BreakerConfig.from_settings(settings)
         self.spider: Spider | None = None
@@ -142,8 +145,14 @@ class StreamScheduler:
         logger.info("StreamScheduler closed (%s)", reason)
 
     def limits_for(self, site_id: str) -> SiteLimits:
-        """Per-site limits (the settings' defaults until site rule configs override them)."""
-        return self.limits
+        """The settings' defaults, overridden by the site's rule config (hot-reloaded)."""
+        config = self.site_configs.get(site_id)
+        if config is None:
+            return self.limits
+        cached = self._limits.get(site_id)
+        if cached is None or cached[0] is not config:
+            cached = self._limits[site_id] = (config, self.limits.overridden(config.limits))
+        return cached[1]
 
     # -- the engine's side -------------------------------------------------------------------
     def has_pending_requests(self) -> bool:
@@ -183,6 +192,9 @@ class StreamScheduler:
                 self.ledger.finish_scrape(entry.task.task_id, Outcome.DEAD, f"bad task: {exc}")
                 pump.settle(entry)
                 continue
+            timeout = self.limits_for(site).timeout
+            if timeout is not None:
+                request.meta.setdefault("download_timeout", timeout)
             entry.started = True
             pump.room()
             self.stats.inc_value("meteorseed/started")

@@ -33,6 +33,11 @@ class BreakerConfig:
     error_ratio: float = 0.3
     max_latency: float = 30.0  # mean seconds per request that counts as abnormal
     probe_interval: float = 60.0
+    #: open longer than this: tasks below ``degrade_below`` priority are parked for
+    #: ``degrade_delay`` instead of coming back at every probe (degrade by priority)
+    degrade_after: float = 300.0
+    degrade_delay: float = 600.0
+    degrade_below: int = 1
 
     @classmethod
     def from_settings(cls, settings: Any) -> BreakerConfig:
@@ -50,6 +55,12 @@ class BreakerConfig:
                                   settings.get("METEORSEED_BREAKER_MAX_LATENCY", 30)),
             probe_interval=positive_number("METEORSEED_BREAKER_PROBE_INTERVAL",
                                      settings.get("METEORSEED_BREAKER_PROBE_INTERVAL", 60)),
+            degrade_after=positive_number("METEORSEED_BREAKER_DEGRADE_AFTER",
+                                          settings.get("METEORSEED_BREAKER_DEGRADE_AFTER", 300)),
+            degrade_delay=positive_number("METEORSEED_BREAKER_DEGRADE_DELAY",
+                                          settings.get("METEORSEED_BREAKER_DEGRADE_DELAY", 600)),
+            degrade_below=_integer("METEORSEED_BREAKER_DEGRADE_BELOW",
+                                   settings.get("METEORSEED_BREAKER_DEGRADE_BELOW", 1)),
         )
 
     @property
@@ -57,6 +68,13 @@ class BreakerConfig:
         # Each ramp step lasts long enough to judge it, but a recovered site is back at full
         # rate within about one window.
         return max(1.0, self.window / 4)
+
+
+def _integer(name: str, value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise NotConfigured(f"{name}: expected an integer, got {value!r}") from None
 
 
 class Breaker:
@@ -68,6 +86,7 @@ class Breaker:
         self._local: dict[str, deque[tuple[float, bool, float, str]]] = {}
         self._pending: dict[str, list[Any]] = {}  # site -> [n, errors, latency ms, probe]
         self.state: dict[str, str] = {}
+        self._opened_at: dict[str, float] = {}  # site -> monotonic time it was last seen opening
         self._next_flush = 0.0
 
     def record(self, site: str, error: bool, latency_s: float, probe: bool,
@@ -106,6 +125,24 @@ class Breaker:
         """A site that looks down: its failing tasks are deferred without using up retries."""
         return self.state.get(site) == "open" or self.local_abnormal(site)
 
+    def open_for(self, site: str) -> float:
+        """Seconds the site's breaker has been open without a pause (0 when not open)."""
+        if self.state.get(site) != "open":
+            return 0.0
+        return time.monotonic() - self._opened_at.get(site, time.monotonic())
+
+    def degraded(self, site: str, priority: int) -> float:
+        """How long a task of ``priority`` should be parked (0: as usual).
+
+        A site open for long is not coming back soon: its low-priority tasks are parked for a
+        long while so that the high-priority ones alone come back at each probe and get the
+        first share of the ramp when the site recovers.
+        """
+        cfg = self.config
+        if priority >= cfg.degrade_below or self.open_for(site) < cfg.degrade_after:
+            return 0.0
+        return cfg.degrade_delay
+
     async def flush(self) -> None:
         # Windows are seconds long: reporting four times a second is plenty, and keeps the
         # Redis round trips off a busy worker's hot path.
@@ -127,6 +164,8 @@ class Breaker:
             state = str(reply[0])
             before = self.state.get(site, "closed")
             self.state[site] = state
+            if state == "open" and before != "open":
+                self._opened_at[site] = time.monotonic()
             if state != before:
                 self.stats.inc_value(f"meteorseed/breaker/{site}/{state}")
                 log = logger.warning if state == "open" else logger.info

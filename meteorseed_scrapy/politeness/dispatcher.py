@@ -68,12 +68,20 @@ class Dispatcher:
         if self.buffer.count(site) <= keep:
             return
         entries = self.buffer.take_all(site)
+        if self.breaker.state.get(site, "closed") != "closed":
+            # A sick or recovering site's scarce permits go to its most important tasks.
+            entries.sort(key=lambda e: -e.task.priority)
         for entry in entries[:keep]:
             self.buffer.append(site, entry)
         rate = self.limits_for(site).rate
         parked = entries[keep:]
+        degraded = 0
         for i, entry in enumerate(parked):
             # Spread them over the site's quota so they do not all come back at once.
-            self._park(entry, max(wait, 0.0) + (keep + i) / rate)
+            delay = max(wait, 0.0, self.breaker.degraded(site, entry.task.priority))
+            degraded += delay > max(wait, 0.0)
+            self._park(entry, delay + (keep + i) / rate)
         if parked:
             self.stats.inc_value(f"meteorseed/quota/parked/{site}", len(parked))
+        if degraded:
+            self.stats.inc_value(f"meteorseed/breaker/{site}/degraded", degraded)

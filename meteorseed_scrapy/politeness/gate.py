@@ -49,10 +49,16 @@ class SiteGate:
     def _site_keys(self, site: str, *what: str) -> list[str]:
         return [self.keys.site(site, w) for w in what]
 
+    def _quota_keys(self, site: str, *what: str) -> list[str]:
+        # Sites sharing a quota key share its bucket, leases, pause and tightening; the
+        # breaker stays the site's own (one site of a host may be down alone).
+        return self._site_keys(self.limits_for(site).quota(site), *what)
+
     async def acquire(self, site: str, wanted: int) -> Grant:
         limits = self.limits_for(site)
         reply = await self._gate(
-            keys=self._site_keys(site, "bucket", "pause", "leases", "tighten", "breaker", "probe"),
+            keys=[*self._quota_keys(site, "bucket", "pause", "leases", "tighten"),
+                  *self._site_keys(site, "breaker", "probe")],
             args=[limits.rate, limits.burst, limits.concurrency, int(LEASE_TTL_S * 1000), wanted,
                   f"{self._prefix}:{next(self._calls)}", int(self.probe_interval_s * 1000)],
         )
@@ -63,19 +69,19 @@ class SiteGate:
         """Give back ``(site, lease id)`` pairs: the request finished or was never sent."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for site, lease in leases:
-                pipe.zrem(self.keys.site(site, "leases"), lease)
+                pipe.zrem(*self._quota_keys(site, "leases"), lease)
             await pipe.execute()
 
     async def renew(self, by_site: dict[str, list[str]]) -> None:
         for site, leases in by_site.items():
             if leases:
-                await self._renew(keys=self._site_keys(site, "leases"),
+                await self._renew(keys=self._quota_keys(site, "leases"),
                                   args=[int(LEASE_TTL_S * 1000), *leases])
 
     async def pause(self, site: str, retry_after: float | None) -> PauseResult:
         """A 429/403: pause the site fleet-wide (growing with consecutive strikes), tighten it."""
         reply = await self._pause(
-            keys=self._site_keys(site, "pause", "strikes", "tighten"),
+            keys=self._quota_keys(site, "pause", "strikes", "tighten"),
             args=[int((retry_after or 0) * 1000), int(self.backoff.base * 1000),
                   int(self.backoff.cap * 1000), round(random.uniform(0, self.backoff.jitter), 3),
                   600_000, 0.5, 300_000],
@@ -83,7 +89,7 @@ class SiteGate:
         return PauseResult(int(reply[0]), int(reply[1]) / 1000)
 
     async def paused_for(self, site: str) -> float:
-        ms = int(await self.redis.pttl(self.keys.site(site, "pause")))
+        ms = int(await self.redis.pttl(*self._quota_keys(site, "pause")))
         return max(0.0, ms / 1000)
 
     async def defer(self, msg_id: str, task: ExecTask, delay_s: float) -> bool:

@@ -26,6 +26,8 @@ class SiteLimits:
     rate: float  # requests per second, summed over all workers
     burst: int  # token-bucket size
     concurrency: int  # requests in flight, summed over all workers
+    quota_key: str | None = None  # shared with other sites (one host); None: the site's own
+    timeout: float | None = None  # download timeout, seconds; None: Scrapy's DOWNLOAD_TIMEOUT
 
     @classmethod
     def from_settings(cls, settings: Any) -> SiteLimits:
@@ -38,6 +40,20 @@ class SiteLimits:
                 "METEORSEED_SITE_CONCURRENCY", settings.get("METEORSEED_SITE_CONCURRENCY", 4), int
             ),
         )
+
+    def overridden(self, site: Any) -> SiteLimits:
+        """These defaults with a site rule config's ``limits`` (``None`` values keep them)."""
+        return SiteLimits(
+            rate=site.rate if site.rate is not None else self.rate,
+            burst=site.burst if site.burst is not None else self.burst,
+            concurrency=site.concurrency if site.concurrency is not None else self.concurrency,
+            quota_key=site.quota_key,
+            timeout=site.timeout if site.timeout is not None else self.timeout,
+        )
+
+    def quota(self, site: str) -> str:
+        """The name the fleet-wide bucket, leases and pauses of ``site`` live under."""
+        return self.quota_key or site
 
 
 @dataclass(frozen=True)
