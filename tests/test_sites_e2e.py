@@ -53,8 +53,9 @@ def enqueue_details(redis_url: str, namespace: str, urls: list[str]) -> None:
 
 
 def start_sites_worker(tmp_path: Path, redis_url: str, namespace: str, sites_dir: Path,
-                       idle_close: float = 2) -> subprocess.Popen[bytes]:
-    settings = {
+                       idle_close: float = 2,
+                       settings: dict[str, Any] | None = None) -> subprocess.Popen[bytes]:
+    settings = {**(settings or {}),
         "METEORSEED_REDIS_URL": redis_url, "METEORSEED_NAMESPACE": namespace,
         "METEORSEED_STORE_URI": f"sqlite:///{tmp_path / 'items.db'}",
         "METEORSEED_IDLE_CLOSE": idle_close, "METEORSEED_SITES_DIR": str(sites_dir),
@@ -128,6 +129,9 @@ def test_example_sites_and_a_file_only_site_crawl_end_to_end(
     assert links == [1, 2, 3] and by_site["links_only"][0]["rule_version"] == "2024-05"
     assert anomalies(tmp_path / "items.db") == []
     assert "Sample of site example_news (rule version 1, 1 in 20)" in log
+    # example_quotes (render: browser) is loaded but got no task: Playwright never started.
+    assert "Loaded site example_quotes" in log
+    assert "Starting download handler" not in log and "playwright/" not in log
     no_task_left(sync_redis, namespace)
 
 

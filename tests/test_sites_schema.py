@@ -36,7 +36,9 @@ def base(**overrides: Any) -> dict[str, Any]:
 def test_example_sites_load() -> None:
     sites = {p.name: load_file(p) for p in sorted(EXAMPLES.iterdir())}
     assert {c.site_id for c in sites.values()} == {"example_news", "example_shop",
-                                                   "example_jobs"}
+                                                   "example_jobs", "example_quotes"}
+    quotes = sites["quotes.yaml"]
+    assert (quotes.rendering.mode, quotes.rendering.wait_for) == ("browser", "div.quote")
     jobs = sites["jobs.json"]
     assert jobs.format == "json" and jobs.unique_key == "job_id"
     news = sites["news.yaml"]

@@ -145,13 +145,25 @@ def _read_selector(sub: Reader, fmt: str) -> Selector:
         raise sub.error("css" if css else "xpath", "not for format: json sites (use path)")
     regex = sub.string("regex")
     if css or xpath:
-        try:  # compiled now, so a bad selector fails at load time, not on the first page
-            probe = Parsel(text="<html></html>")
-            probe.css(css) if css else probe.xpath(xpath or "")
-        except Exception as exc:
-            raise sub.error("css" if css else "xpath", f"invalid selector: {exc}") from None
+        _check_css(sub, "css" if css else "xpath", css or xpath or "", xpath=bool(xpath))
     return Selector(css, xpath, path, from_url, sub.string("attr"),
                     sub.pattern("regex", regex) if regex else None)
+
+
+def _check_css(reader: Reader, key: str, query: str, xpath: bool = False) -> None:
+    try:  # compiled now, so a bad selector fails at load time, not on the first page
+        probe = Parsel(text="<html></html>")
+        probe.xpath(query) if xpath else probe.css(query)
+    except Exception as exc:
+        raise reader.error(key, f"invalid selector: {exc}") from None
+
+
+def _render_reader(top: Reader) -> Reader:
+    """``render:`` (or its older name ``rendering:``): ``{mode: browser, wait_for: css}``."""
+    if top.has("render") and top.has("rendering"):
+        raise top.error("render", "give render or rendering, not both")
+    key = "rendering" if top.has("rendering") else "render"
+    return top.child(key) or Reader({}, top.source, key)
 
 
 def _selector(reader: Reader, key: str, fmt: str) -> Selector | None:
@@ -239,12 +251,18 @@ def parse_site(data: Any, source: str) -> SiteConfig:
                         " name a field as unique_key")
     detail = top.child("detail") or Reader({}, source, "detail")
     limits = top.child("limits") or Reader({}, source, "limits")
-    rendering = top.child("rendering") or Reader({}, source, "rendering")
+    rendering = _render_reader(top)
     dedup = top.child("dedup") or Reader({}, source, "dedup")
     sampling = top.child("sampling") or Reader({}, source, "sampling")
     quality = top.child("quality") or Reader({}, source, "quality")
     mode = rendering.string("mode", "none", choices=("none", "browser")) or "none"
     wait_for = rendering.string("wait_for")
+    if mode == "browser":
+        if not wait_for:
+            raise rendering.error("wait_for", "is required when mode is browser")
+        if fmt == "json":
+            raise rendering.error("mode", "browser rendering is for format: html sites")
+        _check_css(rendering, "wait_for", wait_for)
     dedup_cfg = Dedup(mode=dedup.string("mode", "off", choices=("off", "mark", "skip")) or "off",
                       title=dedup.string("title", "title") or "title",
                       content=dedup.string("content", "content") or "content",
@@ -282,8 +300,6 @@ def parse_site(data: Any, source: str) -> SiteConfig:
         sample_every=int(sampling.number("every", 100, integer=True) or 0),
         jump_threshold=float(quality.number("jump_threshold", 0.5) or 0.5),
     )
-    if mode == "browser" and not wait_for:
-        raise rendering.error("wait_for", "is required when mode is browser")
     for proxy in config.proxies:
         if not re.match(r"^(https?|socks5h?)://", proxy):
             raise top.error("proxies", f"expected http(s):// or socks5:// URLs, got {proxy!r}")

@@ -24,6 +24,7 @@ from scrapy.http import Response
 from twisted.internet import task, threads
 
 from meteorseed_scrapy.context import task_of
+from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, select_values
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
@@ -72,6 +73,9 @@ class RuleSpider(scrapy.Spider):
         pipelines = settings.getdict("ITEM_PIPELINES")
         pipelines.setdefault(PIPELINE, 800)
         settings.set("ITEM_PIPELINES", pipelines, priority="spider")
+        # `render: browser` sites: the browser handler (Playwright starts at the first rendered
+        # page only) and the middleware that marks their requests.
+        render.configure(settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> RuleSpider:

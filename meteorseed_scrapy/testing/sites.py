@@ -8,6 +8,8 @@
 * ``shop``: ``/shop/`` → ``/shop/category/<n>`` (10 ``/shop/product/<id>`` links); products with
   name, price (``1,299.00``), currency and SKU.
 * ``jobs``: ``/jobs/api?page=N``: JSON with 10 jobs and the path of the ``next`` page.
+* ``js``: ``/js/quotes/<page>``: 10 quotes and a "next" link that only exist after the page's
+  script ran (it fetches ``/js/api/quotes?page=N``); see :mod:`.demo_js`.
 * ``test``: ``/slow/<ms>``, ``/status/<code>[?retry_after=S]``, ``/flaky/<key>/<n>[?code=C]`` (fails
   n times per key, then 200), ``/links/<n>`` (n children, all cycling back), ``/redirect?to=/path``.
 
@@ -31,9 +33,10 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from meteorseed_scrapy.testing import demo_js
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 
-SECTIONS = ("news", "shop", "jobs", "test")
+SECTIONS = ("news", "shop", "jobs", "js", "test")
 PER_PAGE = 10
 MAX_SLOW_MS = 60_000
 MAX_LINKS = 10_000
@@ -133,14 +136,14 @@ class DemoSite(LoopbackSite):
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", *,
                  sections: Iterable[str] = SECTIONS, news_pages: int = 5,
-                 shop_categories: int = 3, jobs_pages: int = 3) -> None:
+                 shop_categories: int = 3, jobs_pages: int = 3, js_pages: int = 3) -> None:
         super().__init__(port, host)
         self.sections = frozenset(sections)
         if self.sections - set(SECTIONS):
             raise ValueError(f"unknown sections {sorted(self.sections - set(SECTIONS))}; "
                              f"known: {', '.join(SECTIONS)}")
         self.news_pages, self.shop_categories = news_pages, shop_categories
-        self.jobs_pages = jobs_pages
+        self.jobs_pages, self.js_pages = jobs_pages, js_pages
         self._lock = threading.Lock()
         self._hits: Counter[str] = Counter()  # full target (path?query)
         self._path_hits: Counter[str] = Counter()  # path only
@@ -157,6 +160,8 @@ class DemoSite(LoopbackSite):
                 ("shop", r"/shop/category/(\d+)", self._shop_category),
                 ("shop", r"/shop/product/(\d+)", self._shop_product),
                 ("jobs", r"/jobs/api", self._jobs_api),
+                ("js", r"/js/quotes/(\d+)", self._js_quotes),
+                ("js", r"/js/api/quotes", self._js_api),
                 ("test", r"/slow/(\d+)", self._slow),
                 ("test", r"/status/(\d{3})", self._status),
                 ("test", r"/flaky/([^/]+)/(\d+)", self._flaky_page),
@@ -196,7 +201,8 @@ class DemoSite(LoopbackSite):
 
     def _index(self, q: Query) -> Reply:
         entries = {"news": ("/news/list/1", "News"), "shop": ("/shop/", "Shop"),
-                   "jobs": ("/jobs/api?page=1", "Jobs API"), "test": ("/links/3", "Links")}
+                   "jobs": ("/jobs/api?page=1", "Jobs API"), "js": ("/js/quotes/1", "Quotes"),
+                   "test": ("/links/3", "Links")}
         shown = [entries[s] for s in SECTIONS if s in self.sections]
         return _listing("Demo site", "section", shown)
 
@@ -252,6 +258,18 @@ class DemoSite(LoopbackSite):
         return _json({"page": page, "pages": self.jobs_pages,
                       "next": f"/jobs/api?page={page + 1}" if page < self.jobs_pages else None,
                       "jobs": [_job(i) for i in range(first, first + PER_PAGE)]})
+
+    def _js_quotes(self, q: Query, page_s: str) -> Reply:
+        page = int(page_s)
+        if not 1 <= page <= self.js_pages:
+            return _not_found()
+        return 200, HTML, demo_js.shell(page), {}
+
+    def _js_api(self, q: Query) -> Reply:
+        raw = q.get("page", ["1"])[0]
+        if not raw.isdigit() or not 1 <= int(raw) <= self.js_pages:
+            return _json({"error": f"no page {raw!r}"}, 404)
+        return _json(demo_js.quotes_page(int(raw), self.js_pages))
 
     def _slow(self, q: Query, ms_s: str) -> Reply:
         ms = min(int(ms_s), MAX_SLOW_MS)
@@ -320,11 +338,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--news-pages", type=int, default=5)
     parser.add_argument("--shop-categories", type=int, default=3)
     parser.add_argument("--jobs-pages", type=int, default=3)
+    parser.add_argument("--js-pages", type=int, default=3)
     args = parser.parse_args(argv)
     try:
         site = DemoSite(args.port, args.host, news_pages=args.news_pages,
                         sections=[s.strip() for s in args.sites.split(",") if s.strip()],
-                        shop_categories=args.shop_categories, jobs_pages=args.jobs_pages)
+                        shop_categories=args.shop_categories, jobs_pages=args.jobs_pages,
+                        js_pages=args.js_pages)
     except ValueError as exc:
         parser.error(str(exc))
     with site:

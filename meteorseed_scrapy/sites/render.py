@@ -1,0 +1,207 @@
+"""Pages of ``render: browser`` sites go through headless Chromium (scrapy-playwright).
+
+* :func:`configure` (called by the ``sites`` spider's ``update_settings``) installs
+  :class:`BrowserHandler` for http/https, :class:`RenderMiddleware`, and capped defaults:
+  ``PLAYWRIGHT_MAX_CONTEXTS`` 1, ``PLAYWRIGHT_MAX_PAGES_PER_CONTEXT`` 4, 30 s navigation. The
+  browser is the system's Chromium (``METEORSEED_CHROMIUM_PATH``, default ``/usr/bin/chromium``,
+  Debian package ``chromium``): Playwright never downloads one.
+* :class:`BrowserHandler` is scrapy-playwright's handler with Playwright itself started lazily:
+  scrapy-playwright starts Playwright's driver when the engine starts and the browser at the
+  first page; here both wait for the first rendered request, so a worker whose sites do not
+  render runs neither. Requests without ``meta["playwright"]`` take Scrapy's HTTP/1.1 path.
+* :class:`RenderMiddleware` marks the requests of a rendering site's tasks for the browser, with
+  ``PageMethod("wait_for_selector", wait_for)``. Tasks carry no browser objects (they are JSON):
+  the marking happens here, on the worker, just before the download. Pages are closed by the
+  handler after every download, failed or not. Without Chromium (or scrapy-playwright) such a
+  request fails with :class:`RenderUnavailable` naming the path: its task goes to the dead
+  letters with that reason, and the worker's other sites carry on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any
+
+from scrapy import Request, Spider, signals
+from scrapy.settings import BaseSettings
+from scrapy.utils.misc import load_object
+
+from meteorseed_scrapy.context import task_of
+from meteorseed_scrapy.politeness.hygiene import site_configs
+
+try:
+    from scrapy_playwright import handler as _pw
+    from scrapy_playwright.page import PageMethod
+except ImportError:  # the `playwright` extra is not installed: rendering sites fail clearly
+    _pw = None
+    PageMethod = None
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHROMIUM = "/usr/bin/chromium"
+HANDLER = "meteorseed_scrapy.sites.render.BrowserHandler"
+MIDDLEWARE = "meteorseed_scrapy.sites.render.RenderMiddleware"
+#: after the proxy pool (740) and Scrapy's HttpProxyMiddleware (750): only meta is set here
+MIDDLEWARE_ORDER = 760
+CONTEXT = "meteorseed"  # one browser context for every site: the context cap cannot deadlock
+ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
+#: Browser errors (net::ERR_*, timeouts, a crashed page) are retried durably like HTTP ones.
+PLAYWRIGHT_ERRORS = "playwright.async_api.Error"
+DEFAULTS: dict[str, Any] = {
+    "PLAYWRIGHT_BROWSER_TYPE": "chromium",
+    "PLAYWRIGHT_MAX_CONTEXTS": 1,
+    "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": 4,
+    "PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT": 30_000,
+}
+
+
+class RenderUnavailable(RuntimeError):
+    """A page needs the browser and this worker cannot run one (the message says why)."""
+
+
+def chromium_path(settings: BaseSettings) -> str:
+    """``METEORSEED_CHROMIUM_PATH``, else ``PLAYWRIGHT_LAUNCH_OPTIONS["executable_path"]``,
+    else ``/usr/bin/chromium``."""
+    launch = settings.getdict("PLAYWRIGHT_LAUNCH_OPTIONS")
+    return str(settings.get("METEORSEED_CHROMIUM_PATH") or launch.get("executable_path")
+               or DEFAULT_CHROMIUM)
+
+
+def remote_browser(settings: BaseSettings) -> bool:
+    """A browser reached over CDP / Playwright's protocol: no local Chromium is needed."""
+    return bool(settings.get("PLAYWRIGHT_CDP_URL") or settings.get("PLAYWRIGHT_CONNECT_URL"))
+
+
+def chromium_missing(path: str) -> str | None:
+    """Why ``path`` cannot be the browser, or None when it can."""
+    if not os.path.isfile(path):
+        return f"Chromium not found at {path}"
+    if not os.access(path, os.X_OK):
+        return f"Chromium at {path} is not executable"
+    return None
+
+
+def configure(settings: BaseSettings) -> bool:
+    """Install the browser handler and the render middleware (spider priority); False when
+    scrapy-playwright or the asyncio reactor is missing (rendering sites then fail clearly)."""
+    middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
+    middlewares.setdefault(MIDDLEWARE, MIDDLEWARE_ORDER)
+    settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
+    if _pw is None or settings.get("TWISTED_REACTOR") != ASYNCIO_REACTOR:
+        return False
+    handlers = settings.getdict("DOWNLOAD_HANDLERS")
+    for scheme in ("http", "https"):
+        handlers.setdefault(scheme, HANDLER)  # a project's own handler wins
+    settings.set("DOWNLOAD_HANDLERS", handlers, priority="spider")
+    for name, value in DEFAULTS.items():
+        settings.setdefault(name, value)
+    retry = settings.getlist("RETRY_EXCEPTIONS")
+    if PLAYWRIGHT_ERRORS not in retry:
+        settings.set("RETRY_EXCEPTIONS", [*retry, PLAYWRIGHT_ERRORS], priority="spider")
+    return True
+
+
+if _pw is not None:
+
+    class BrowserHandler(_pw.ScrapyPlaywrightDownloadHandler):
+        """scrapy-playwright's handler; Playwright starts at the first rendered request."""
+
+        def __init__(self, crawler: Any) -> None:
+            super().__init__(crawler)
+            started = (self._maybe_launch_in_thread if _pw._SCRAPY_ASYNC_API
+                       else self._engine_started)
+            crawler.signals.disconnect(started, signals.engine_started)
+            if not remote_browser(crawler.settings):
+                options = self.config.launch_options
+                options["executable_path"] = chromium_path(crawler.settings)
+                options.setdefault("headless", True)
+            self._start_lock = asyncio.Lock()
+            self.started = False
+
+        async def _download_request(self, request: Request, spider: Spider | None = None) -> Any:
+            if not self.started:
+                async with self._start_lock:
+                    if not self.started:
+                        await self._launch()
+                        self.started = True
+            return await super()._download_request(request, spider)
+
+else:  # pragma: no cover - exercised only without the extra
+
+    class BrowserHandler:  # type: ignore[no-redef]
+        def __init__(self, crawler: Any) -> None:
+            raise RenderUnavailable("scrapy-playwright is not installed: pip install"
+                                    " 'meteorseed-scrapy[playwright]'")
+
+
+class RenderMiddleware:
+    """Sends the tasks of ``render: browser`` sites through the browser."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.configs = site_configs(crawler)
+        settings = crawler.settings
+        self.chromium = None if remote_browser(settings) else chromium_path(settings)
+        handlers = settings.getdict("DOWNLOAD_HANDLERS")
+        self.handler_ready = _pw is not None and all(
+            _is_browser_handler(handlers.get(s)) for s in ("http", "https"))
+        self.default_timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180)
+        self._reported: set[str] = set()
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> RenderMiddleware:
+        return cls(crawler)
+
+    def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        task = task_of(request)
+        if task is None or request.meta.get("playwright"):
+            return  # robots.txt, warm-up fetches: never rendered
+        config = self.configs.get(task.site_id)
+        if config is None or config.rendering.mode != "browser":
+            return
+        problem = self._unavailable()
+        if problem is not None:
+            self._inc(f"unavailable/{task.site_id}")
+            if task.site_id not in self._reported:
+                self._reported.add(task.site_id)
+                logger.error("Site %s renders with a browser, but %s: its tasks fail (dead"
+                             " letters) until this worker can render", task.site_id, problem)
+            raise RenderUnavailable(f"site {task.site_id} needs a browser: {problem}")
+        timeout_ms = (config.limits.timeout or self.default_timeout) * 1000
+        request.meta.update({
+            "playwright": True,
+            "playwright_context": CONTEXT,
+            "playwright_page_goto_kwargs": {"timeout": timeout_ms},
+            "playwright_page_methods": [PageMethod(
+                "wait_for_selector", config.rendering.wait_for, state="attached",
+                timeout=timeout_ms)],
+        })
+        self._inc(f"pages/{task.site_id}")
+
+    def _unavailable(self) -> str | None:
+        if _pw is None:
+            return "scrapy-playwright is not installed (the `playwright` extra)"
+        if not self.handler_ready:
+            return (f"DOWNLOAD_HANDLERS http/https are not {HANDLER} or scrapy-playwright's"
+                    f" handler (it needs TWISTED_REACTOR = {ASYNCIO_REACTOR})")
+        return None if self.chromium is None else chromium_missing(self.chromium)
+
+    def _inc(self, name: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(f"meteorseed/render/{name}")
+
+
+def _is_browser_handler(path: Any) -> bool:
+    if _pw is None or path is None:
+        return False
+    try:
+        cls = load_object(path) if isinstance(path, str) else path
+    except (ImportError, NameError, ValueError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, _pw.ScrapyPlaywrightDownloadHandler)
+
+
+__all__ = ["BrowserHandler", "RenderMiddleware", "RenderUnavailable", "configure"]
