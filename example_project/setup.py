@@ -1,0 +1,15 @@
+"""Packaging of the demo project for scrapyd: ``scrapyd-deploy`` builds an egg from this file.
+
+Only the project's own package goes into the egg; ``meteorseed-scrapy`` (and Scrapy) must be
+installed in the Python environment that runs scrapyd on every host (see docs/deploy.md). Without
+this file scrapyd-deploy would write one here on every deploy.
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="demo_project",
+    version="1.0",
+    packages=find_packages(include=["demo_project", "demo_project.*"]),
+    entry_points={"scrapy": ["settings = demo_project.settings"]},
+)
