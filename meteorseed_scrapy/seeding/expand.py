@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from meteorseed_scrapy.dedup.fingerprint import RECRAWL_META_KEY, check_recrawl_after
+from meteorseed_scrapy.seeding.schedule import parse_schedule
 from meteorseed_scrapy.seeding.sitemap import SitemapError, check_sitemap_payload, expand_sitemap
 from meteorseed_scrapy.seeding.templates import (
     expand_keywords,
@@ -75,9 +76,11 @@ class UrlError:
 
 
 def check_payload(seed: SeedTask) -> None:
-    """Check the type-specific payload of ``seed``; raises :class:`TaskError`."""
+    """Check the type-specific payload and the ``schedule`` of ``seed``; raises
+    :class:`TaskError`."""
     if seed.task_type not in SUPPORTED_TASK_TYPES:
         raise UnsupportedTaskType("task_type", f"{seed.task_type!r} is not supported")
+    parse_schedule(seed.schedule)
     for where, holder in (("payload", seed.payload), ("meta", seed.meta)):
         if RECRAWL_META_KEY in holder:
             check_recrawl_after(holder[RECRAWL_META_KEY], f"{where}.{RECRAWL_META_KEY}")
