@@ -32,8 +32,17 @@ test: venv lint
 		METEORSEED_REDIS_SERVER="$(REDIS62)" $(BIN)/pytest -q $(REDIS_TESTS); \
 	fi
 
+# The JavaScript example site needs Chromium: installed from the system's packages when root
+# with apt-get (as .ci/run does); otherwise the demo skips that site and says why.
+CHROMIUM ?= $(or $(METEORSEED_CHROMIUM_PATH),/usr/bin/chromium)
 demo: venv
-	$(BIN)/python -m meteorseed_scrapy.testing.demo
+	@if [ ! -x "$(CHROMIUM)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "== installing chromium (Debian package) for the JavaScript example site"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends chromium >/dev/null; } \
+			|| echo "apt-get install chromium failed: the demo skips the JavaScript site"; \
+	fi
+	METEORSEED_CHROMIUM_PATH="$(CHROMIUM)" $(BIN)/python -m meteorseed_scrapy.testing.demo
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache .demo

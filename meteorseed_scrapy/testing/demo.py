@@ -1,10 +1,13 @@
 """``python -m meteorseed_scrapy.testing.demo``: the whole flow on this machine, end to end.
 
-Starts a throwaway Redis and the demo site on free ports, writes a seeds file for three sites,
-runs ``scrapy seed-expand`` and then two ``scrapy crawl demo`` workers in parallel (in
-``example_project/``), waits for both to close when idle and prints a summary that ends with one
-line per site: ``site <site_id>: <n> items stored``. Exit code 1 when a worker failed or nothing
-was stored (with ``--strict``, also when the counts differ from what the demo site holds).
+Starts a throwaway Redis and the demo site on free ports, writes a seeds file for the four
+example rule sites of ``example_project/sites/`` (news list -> articles, a product catalogue, a
+JSON API, and quotes that only exist after JavaScript runs), runs ``scrapy seed-expand`` and then
+two ``scrapy crawl sites`` workers in parallel, waits for both to close when idle and prints a
+summary that ends with one line per site: ``site <site_id>: <n> items stored``. Without Chromium
+(``/usr/bin/chromium`` or ``METEORSEED_CHROMIUM_PATH``) the JavaScript site is skipped, and the
+summary says so and why. Exit code 1 when a worker failed or nothing was stored (with
+``--strict``, also when the counts differ from what the demo site holds).
 """
 
 from __future__ import annotations
@@ -26,37 +29,52 @@ from typing import IO, Any
 import redis
 
 from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.sites.render import DEFAULT_CHROMIUM, chromium_missing
 from meteorseed_scrapy.testing.redis_server import RedisServer
 from meteorseed_scrapy.testing.sites import PER_PAGE, DemoSite
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_DIR = REPO_ROOT / "example_project"
 NAMESPACE = "demo"
-NEWS_PAGES, SHOP_CATEGORIES, JOBS_PAGES = 5, 3, 3
+NEWS_PAGES, SHOP_CATEGORIES, JOBS_PAGES, JS_PAGES = 5, 3, 3, 3
+JS_SITE = "example_quotes"  # the site rendered by the browser
 #: items the demo site holds per site_id, when every page is fetched once
-EXPECTED = {"demo_news": NEWS_PAGES * PER_PAGE, "demo_shop": SHOP_CATEGORIES * PER_PAGE,
-            "demo_jobs": JOBS_PAGES * PER_PAGE}
+EXPECTED = {"example_news": NEWS_PAGES * PER_PAGE, "example_shop": SHOP_CATEGORIES * PER_PAGE,
+            "example_jobs": JOBS_PAGES * PER_PAGE, JS_SITE: JS_PAGES * PER_PAGE}
 
 
-def demo_seeds(base_url: str) -> list[dict[str, Any]]:
-    """Seeds for the demo site at ``base_url``: one per site, in the contract's JSON Lines shape."""
+def demo_seeds(base_url: str, *, js: bool = True) -> list[dict[str, Any]]:
+    """Seeds for the demo site at ``base_url``: one per site, in the contract's JSON Lines shape
+    (without the JavaScript site when ``js`` is false)."""
     base = base_url.rstrip("/")
-    return [
-        {"seed_id": "news-front-page", "site_id": "demo_news", "task_type": "url_list",
+    seeds: list[dict[str, Any]] = [
+        {"seed_id": "news-front-page", "site_id": "example_news", "task_type": "url_list",
          "payload": {"urls": [f"{base}/news/list/1"]}},
-        {"seed_id": "shop-categories", "site_id": "demo_shop", "task_type": "url_list",
-         "payload": {"urls": [f"{base}/shop/category/{n}"
-                              for n in range(1, SHOP_CATEGORIES + 1)]}, "priority": 1},
-        {"seed_id": "jobs-api", "site_id": "demo_jobs", "task_type": "url_list",
-         "payload": {"urls": [f"{base}/jobs/api?page=1"]}, "callback": "parse_jobs_api"},
+        {"seed_id": "shop-index", "site_id": "example_shop", "task_type": "url_list",
+         "payload": {"urls": [f"{base}/shop/"]}, "priority": 1},
+        {"seed_id": "jobs-api", "site_id": "example_jobs", "task_type": "url_list",
+         "payload": {"urls": [f"{base}/jobs/api?page=1"]}},
+        {"seed_id": "quotes-js", "site_id": JS_SITE, "task_type": "url_list",
+         "payload": {"urls": [f"{base}/js/quotes/1"]}},
     ]
+    return seeds if js else [seed for seed in seeds if seed["site_id"] != JS_SITE]
 
 
-def write_seeds(path: Path, base_url: str) -> list[str]:
+def write_seeds(path: Path, base_url: str, *, js: bool = True) -> list[str]:
     """Write :func:`demo_seeds` to ``path``; return the site_ids in order."""
-    seeds = demo_seeds(base_url)
+    seeds = demo_seeds(base_url, js=js)
     path.write_text("".join(json.dumps(seed) + "\n" for seed in seeds), encoding="utf-8")
     return [seed["site_id"] for seed in seeds]
+
+
+def chromium_problem() -> tuple[str, str | None]:
+    """``(path, why the JavaScript site cannot run)``; the reason is None when it can."""
+    path = os.environ.get("METEORSEED_CHROMIUM_PATH") or DEFAULT_CHROMIUM
+    problem = chromium_missing(path)
+    if problem is None:
+        return path, None
+    return path, (f"{problem}; install the Debian package `chromium` (`make demo` does when run"
+                  " as root where apt-get works) or set METEORSEED_CHROMIUM_PATH")
 
 
 def _env() -> dict[str, str]:
@@ -109,7 +127,7 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 def run(workers: int = 2, idle_close: float = 3, timeout: float = 600, strict: bool = False,
-        workdir: Path | None = None, project: Path = PROJECT_DIR) -> int:
+        workdir: Path | None = None, project: Path = PROJECT_DIR, js: bool = True) -> int:
     if not (project / "scrapy.cfg").exists():
         print(f"no Scrapy project at {project} (use --project)", file=sys.stderr)
         return 2
@@ -122,14 +140,23 @@ def run(workers: int = 2, idle_close: float = 3, timeout: float = 600, strict: b
     ok = False
     try:
         site = DemoSite(news_pages=NEWS_PAGES, shop_categories=SHOP_CATEGORIES,
-                        jobs_pages=JOBS_PAGES)
+                        jobs_pages=JOBS_PAGES, js_pages=JS_PAGES)
+        chromium, skip_js = chromium_problem()
+        if not js:
+            skip_js = "left out (--no-js)"
+        expected = {s: n for s, n in EXPECTED.items() if not (skip_js and s == JS_SITE)}
         with RedisServer(appendonly=True) as server, site:
             common = ["-s", f"METEORSEED_REDIS_URL={server.url}",
-                      "-s", f"METEORSEED_NAMESPACE={NAMESPACE}"]
+                      "-s", f"METEORSEED_NAMESPACE={NAMESPACE}",
+                      "-s", f"METEORSEED_CHROMIUM_PATH={chromium}"]
             seeds = work / "demo.jsonl"
-            site_ids = write_seeds(seeds, site.url)
+            site_ids = write_seeds(seeds, site.url, js=skip_js is None)
             kept = "" if workdir else " (removed at the end when all went well)"
             print(f"redis {server.url}, demo site {site.url}, files in {work}{kept}")
+            if skip_js:
+                print(f"skipping the JavaScript site {JS_SITE}: {skip_js}")
+            else:
+                print(f"JavaScript site {JS_SITE}: rendered by {chromium}")
             expand = subprocess.run([*scrapy_cmd, "seed-expand", str(seeds), *common],
                                     cwd=project, env=env, capture_output=True, text=True,
                                     timeout=300)
@@ -145,7 +172,7 @@ def run(workers: int = 2, idle_close: float = 3, timeout: float = 600, strict: b
             for i in range(1, workers + 1):
                 logs.append(open(work / f"worker-{i}.log", "wb"))  # noqa: SIM115
                 procs.append(subprocess.Popen(
-                    [*scrapy_cmd, "crawl", "demo", *common,
+                    [*scrapy_cmd, "crawl", "sites", *common,
                      "-s", f"METEORSEED_STORE_URI=sqlite:///{db}",
                      "-s", f"METEORSEED_IDLE_CLOSE={idle_close:g}",
                      "-s", f"METEORSEED_CONSUMER=worker-{i}"],
@@ -180,12 +207,14 @@ def run(workers: int = 2, idle_close: float = 3, timeout: float = 600, strict: b
         print(f"dead letters: {dead}; tasks left in the stream: {left}; logged errors: {errors}")
         if timed_out:
             print(f"workers were still running after {timeout:g} s and were stopped")
-        mismatched = {s: n for s, n in EXPECTED.items() if stored.get(s, 0) != n}
+        mismatched = {s: n for s, n in expected.items() if stored.get(s, 0) != n}
         if mismatched:
-            print("expected " + ", ".join(f"{s} {n}" for s, n in EXPECTED.items())
+            print("expected " + ", ".join(f"{s} {n}" for s, n in expected.items())
                   + ": counts differ")
         for site_id in [*site_ids, *sorted(set(stored) - set(site_ids))]:
             print(f"site {site_id}: {stored.get(site_id, 0)} items stored")
+        if skip_js:
+            print(f"site {JS_SITE}: 0 items stored (skipped: {skip_js})")
         ok = not failed and sum(stored.values()) > 0
         if strict:
             ok = ok and not mismatched and dead == left == 0
@@ -211,6 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--project", type=Path, default=PROJECT_DIR, help="the Scrapy project")
     parser.add_argument("--print-seeds", metavar="BASE_URL",
                         help="print the demo seeds for a demo site at BASE_URL and exit")
+    parser.add_argument("--no-js", action="store_true",
+                        help="leave out the JavaScript site (it needs Chromium)")
     args = parser.parse_args(argv)
     if args.print_seeds:
         for seed in demo_seeds(args.print_seeds):
@@ -219,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         code = run(args.workers, args.idle_close, args.timeout, args.strict,
-                   args.workdir, args.project)
+                   args.workdir, args.project, js=not args.no_js)
     except KeyboardInterrupt:
         print("interrupted; workers stopped", file=sys.stderr)
         code = 130
