@@ -1,0 +1,338 @@
+"""Schedules: ``every`` intervals, the cron parser and its next fire times (checked against a
+brute-force matcher), time zones and DST, and the adaptive interval rule."""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import itertools
+import random
+from typing import Any
+
+import pytest
+
+from meteorseed_scrapy.seeding import parse_seed_line
+from meteorseed_scrapy.seeding.adapt import (
+    Bounds,
+    RunState,
+    effective_bounds,
+    plan_next,
+    site_bounds,
+)
+from meteorseed_scrapy.seeding.cron import CronExpr
+from meteorseed_scrapy.seeding.expand import SeedLineError
+from meteorseed_scrapy.seeding.schedule import (
+    Cron,
+    Every,
+    format_duration,
+    parse_duration,
+    parse_schedule,
+)
+from meteorseed_scrapy.tasks import TaskError
+
+UTC = dt.timezone.utc
+
+
+def ts(*args: int) -> float:
+    year, month, day, hour, minute = (*args, 0, 0)[:5]
+    return dt.datetime(year, month, day, hour, minute, tzinfo=UTC).timestamp()
+
+
+def at(value: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(value, UTC)
+
+
+def nxt(expr: str, *start: int, tz: str | None = None) -> dt.datetime:
+    schedule = parse_schedule({"cron": expr, "tz": tz} if tz else expr)
+    assert isinstance(schedule, Cron)
+    return at(schedule.next_after(ts(*start)))
+
+
+# -- every ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    ("every 30m", 1800), ("EVERY 2h", 7200), ("every 45s", 45), ("every 1d", 86400),
+    ("every 1.5h", 5400), ({"every": "10m"}, 600), ({"every": 90}, 90), ({"every": 2.5}, 2.5),
+])
+def test_every_forms(value: Any, seconds: float) -> None:
+    schedule = parse_schedule(value)
+    assert isinstance(schedule, Every) and schedule.seconds == seconds and schedule.adaptive
+
+
+def test_every_object_options() -> None:
+    schedule = parse_schedule({"every": "30m", "min": "5m", "max": "3h", "target": 4,
+                               "adaptive": False})
+    assert schedule == Every(1800, 300, 10800, 4.0, False)
+    assert schedule.describe() == "every 30m (fixed)"
+
+
+@pytest.mark.parametrize(("value", "field"), [
+    ("every 3 weeks", "schedule.every"), ("every 0s", "schedule.every"),
+    ({"every": "10x"}, "schedule.every"), ({"every": True}, "schedule.every"),
+    ({"every": -5}, "schedule.every"), ({"every": "400d"}, "schedule.every"),
+    ({"every": "1h", "min": "2h", "max": "1h"}, "schedule.min"),
+    ({"every": "1h", "target": 0}, "schedule.target"),
+    ({"every": "1h", "adaptive": "yes"}, "schedule.adaptive"),
+    ({"every": "1h", "cron": "* * * * *"}, "schedule"), ({"evry": "1h"}, "schedule"),
+    ({"every": "1h", "tz": "UTC"}, "schedule.tz"),
+    ({"cron": "@daily", "min": "1h"}, "schedule.min"),
+    ({"cron": "@daily", "tz": "Mars/Olympus"}, "schedule.tz"), (42, "schedule"), ([], "schedule"),
+])
+def test_bad_schedules_name_the_field(value: Any, field: str) -> None:
+    with pytest.raises(TaskError) as info:
+        parse_schedule(value)
+    assert info.value.field == field
+
+
+def test_parse_seed_line_validates_the_schedule() -> None:
+    line = ('{"seed_id": "s", "site_id": "x", "task_type": "url_list", '
+            '"payload": {"urls": ["https://a.example/"]}, "schedule": "every soon"}')
+    with pytest.raises(SeedLineError) as info:
+        parse_seed_line(line, 3)
+    assert info.value.lineno == 3 and info.value.reason.startswith("schedule.every:")
+    good = parse_seed_line(line.replace("every soon", "*/5 * * * *"), 1)
+    assert good.schedule == "*/5 * * * *"
+
+
+def test_durations() -> None:
+    assert parse_duration("2h", "f") == 7200
+    assert [format_duration(s) for s in (5400, 600, 45, 90061, 0)] == [
+        "1h30m", "10m", "45s", "1d1h1m1s", "0s"]
+
+
+# -- cron: parsing -------------------------------------------------------------------------------
+
+def test_cron_fields() -> None:
+    cron = CronExpr.parse("*/15 9-17/4 1,15 1 *")
+    assert cron.minutes == (0, 15, 30, 45) and cron.hours == (9, 13, 17)
+    assert cron.days == {1, 15} and cron.months == {1}
+    named = CronExpr.parse("0 0 * JAN-mar,Dec Mon-FRI")
+    assert named.months == {1, 2, 3, 12} and named.weekdays == {1, 2, 3, 4, 5}
+    assert CronExpr.parse("0 0 * * 7").weekdays == {0}  # 7 is Sunday too
+    assert CronExpr.parse("5/20 * * * *").minutes == (5, 25, 45)  # a/n: a to the end
+    assert CronExpr.parse("@hourly").minutes == (0,)
+    assert CronExpr.parse("@DAILY").hours == (0,)
+
+
+@pytest.mark.parametrize(("expr", "where"), [
+    ("* * * *", "schedule"), ("* * * * * *", "schedule"), ("60 * * * *", "minute"),
+    ("* 24 * * *", "hour"), ("* * 0 * *", "day-of-month"), ("* * * 13 *", "month"),
+    ("* * * * 8", "day-of-week"), ("*/0 * * * *", "minute"), ("*/x * * * *", "minute"),
+    ("5-1 * * * *", "minute"), ("1,,2 * * * *", "minute"), ("* * * foo *", "month"),
+    ("* * * * funday", "day-of-week"), ("@fortnightly", "schedule"), ("", "schedule"),
+    ("0 0 30 2 *", "schedule"), ("0 0 31 4,6,9,11 *", "schedule"), ("-1 * * * *", "minute"),
+])
+def test_cron_errors(expr: str, where: str) -> None:
+    with pytest.raises(TaskError) as info:
+        parse_schedule(expr)
+    assert info.value.field.startswith("schedule")
+    assert where in info.value.field
+
+
+# -- cron: next fire times -----------------------------------------------------------------------
+
+def test_cron_next_basics() -> None:
+    assert nxt("*/15 * * * *", 2026, 1, 5, 10, 7) == dt.datetime(2026, 1, 5, 10, 15, tzinfo=UTC)
+    # strictly after: at a fire time, the next one
+    assert nxt("*/15 * * * *", 2026, 1, 5, 10, 15) == dt.datetime(2026, 1, 5, 10, 30, tzinfo=UTC)
+    assert nxt("@hourly", 2026, 12, 31, 23, 30) == dt.datetime(2027, 1, 1, 0, 0, tzinfo=UTC)
+    assert nxt("@daily", 2026, 1, 5, 0, 0) == dt.datetime(2026, 1, 6, tzinfo=UTC)
+    assert nxt("@weekly", 2026, 11, 30) == dt.datetime(2026, 12, 6, tzinfo=UTC)  # a Sunday
+    assert nxt("@yearly", 2026, 6, 1) == dt.datetime(2027, 1, 1, tzinfo=UTC)
+    assert nxt("0 9 * * mon-fri", 2026, 11, 27, 10) == dt.datetime(2026, 11, 30, 9, tzinfo=UTC)
+
+
+def test_cron_month_ends_and_leap_years() -> None:
+    assert nxt("0 0 31 * *", 2026, 1, 31, 0, 0) == dt.datetime(2026, 3, 31, tzinfo=UTC)
+    assert nxt("0 0 31 * *", 2026, 4, 1) == dt.datetime(2026, 5, 31, tzinfo=UTC)
+    assert nxt("0 0 29 2 *", 2025, 3, 1) == dt.datetime(2028, 2, 29, tzinfo=UTC)
+    assert nxt("0 0 29 2 *", 2096, 3, 1) == dt.datetime(2104, 2, 29, tzinfo=UTC)  # 2100: no
+    assert nxt("0 0 28-31 2 *", 2027, 2, 28, 12) == dt.datetime(2028, 2, 28, tzinfo=UTC)
+    assert nxt("59 23 30 * *", 2026, 2, 1) == dt.datetime(2026, 3, 30, 23, 59, tzinfo=UTC)
+
+
+def test_cron_day_of_month_or_day_of_week() -> None:
+    # both restricted: the 13th OR a Friday (Vixie cron)
+    assert nxt("0 0 13 * fri", 2026, 11, 30) == dt.datetime(2026, 12, 4, tzinfo=UTC)
+    assert nxt("0 0 13 * fri", 2026, 12, 5) == dt.datetime(2026, 12, 11, tzinfo=UTC)
+    assert nxt("0 0 1 * mon", 2026, 12, 29) == dt.datetime(2027, 1, 1, tzinfo=UTC)  # a Friday
+    # a field starting with * is unrestricted: only the other decides
+    assert nxt("0 0 */2 * mon", 2026, 11, 30, 1) == dt.datetime(2026, 12, 7, tzinfo=UTC)
+    assert nxt("0 0 13 * *", 2026, 11, 30) == dt.datetime(2026, 12, 13, tzinfo=UTC)
+    assert nxt("0 0 * * sun", 2026, 11, 30) == dt.datetime(2026, 12, 6, tzinfo=UTC)
+
+
+def test_cron_time_zones_and_dst() -> None:
+    berlin = "Europe/Berlin"
+    assert nxt("0 9 * * *", 2026, 1, 10, tz=berlin) == dt.datetime(2026, 1, 10, 8, tzinfo=UTC)
+    assert nxt("0 9 * * *", 2026, 7, 10, tz=berlin) == dt.datetime(2026, 7, 10, 7, tzinfo=UTC)
+    # 2026-03-29 02:30 does not exist in Berlin: it fires once, right after the jump
+    assert nxt("30 2 * * *", 2026, 3, 29, 0, 0, tz=berlin) == dt.datetime(
+        2026, 3, 29, 1, 30, tzinfo=UTC)
+    assert nxt("30 2 * * *", 2026, 3, 29, 1, 30, tz=berlin) == dt.datetime(
+        2026, 3, 30, 0, 30, tzinfo=UTC)
+    # 2026-10-25 02:30 happens twice: fires at the first one only
+    first = nxt("30 2 * * *", 2026, 10, 24, 23, 0, tz=berlin)
+    assert first == dt.datetime(2026, 10, 25, 0, 30, tzinfo=UTC)
+    assert nxt("30 2 * * *", 2026, 10, 25, 0, 30, tz=berlin) == dt.datetime(
+        2026, 10, 26, 1, 30, tzinfo=UTC)
+    # an hourly job in a repeated hour still fires once per wall-clock hour, never backwards
+    times = [ts(2026, 10, 24, 23, 50)]
+    schedule = parse_schedule({"cron": "0 * * * *", "tz": berlin})
+    assert isinstance(schedule, Cron)
+    for _ in range(5):
+        times.append(schedule.next_after(times[-1]))
+    assert all(b > a for a, b in itertools.pairwise(times))
+
+
+def _brute_next(fields: list[str], after: dt.datetime) -> dt.datetime:
+    """An independent, slow matcher: every minute of every day, with the OR rule."""
+    def values(text: str, low: int, high: int) -> set[int]:
+        out: set[int] = set()
+        for part in text.split(","):
+            span, _, step = part.partition("/")
+            if span == "*":
+                a, b = low, high
+            elif "-" in span:
+                a, b = (int(x) for x in span.split("-"))
+            else:
+                a = b = int(span)
+                if step:
+                    b = high
+            out.update(range(a, b + 1, int(step or 1)))
+        return out
+
+    minutes, hours = values(fields[0], 0, 59), values(fields[1], 0, 23)
+    days, months = values(fields[2], 1, 31), values(fields[3], 1, 12)
+    weekdays = {d % 7 for d in values(fields[4], 0, 7)}
+    day = after.date()
+    while True:
+        dom, dow = day.day in days, day.isoweekday() % 7 in weekdays
+        star_d, star_w = fields[2].startswith("*"), fields[4].startswith("*")
+        ok = (dom or dow) if not (star_d or star_w) else (dom if star_w else dow)
+        if day.month in months and (ok or (star_d and star_w)):
+            for h in sorted(hours):
+                for m in sorted(minutes):
+                    t = dt.datetime(day.year, day.month, day.day, h, m, tzinfo=UTC)
+                    if t > after:
+                        return t
+        day += dt.timedelta(days=1)
+
+
+def test_cron_matches_a_brute_force_matcher() -> None:
+    rng = random.Random(7)
+
+    def field(low: int, high: int) -> str:
+        kind = rng.randrange(5)
+        if kind == 0:
+            return "*"
+        if kind == 1:
+            return f"*/{rng.randint(1, max(1, (high - low) // 2))}"
+        if kind == 2:
+            a = rng.randint(low, high)
+            return f"{a}-{rng.randint(a, high)}/{rng.randint(1, 3)}"
+        return ",".join(str(rng.randint(low, high)) for _ in range(rng.randint(1, 3)))
+
+    checked = 0
+    while checked < 300:
+        fields = [field(0, 59), field(0, 23), field(1, 28 if rng.random() < 0.7 else 31),
+                  field(1, 12), field(0, 7)]
+        try:
+            cron = CronExpr.parse(" ".join(fields))
+        except TaskError:
+            continue  # e.g. day 31 in months without one
+        start = dt.datetime(2024, 1, 1, tzinfo=UTC) + dt.timedelta(
+            minutes=rng.randrange(5 * 365 * 1440))
+        got = at(cron.next_after(start.timestamp()))
+        assert got == _brute_next(fields, start), " ".join(fields)
+        checked += 1
+
+
+def test_leap_day_table() -> None:
+    leap = [y for y in range(2000, 2101) if calendar.isleap(y)]
+    cron = CronExpr.parse("0 12 29 feb *")
+    found, t = [], ts(1999, 12, 31)
+    for _ in range(len(leap)):
+        t = cron.next_after(t)
+        found.append(at(t).year)
+    assert found == leap
+
+
+# -- adaptive interval ---------------------------------------------------------------------------
+
+def _runs(every: Every, bounds: Bounds, yields: list[int]) -> list[float]:
+    state, now, out = RunState(), 0.0, []
+    for new_urls in yields:
+        plan = plan_next(every, bounds, state, now=now, started_at=now, ok=True,
+                         new_urls=new_urls)
+        assert plan.interval_s is not None and plan.next_due == now + plan.interval_s
+        out.append(plan.interval_s)
+        state = RunState(plan.interval_s, plan.rate, now, 0)
+        now = plan.next_due
+    return out
+
+
+def test_adaptive_interval_moves_both_ways_within_bounds() -> None:
+    every, bounds = Every(1800), Bounds(600, 7200)
+    busy = _runs(every, bounds, [200] * 6)  # many new items: down to the min, smoothly
+    assert busy[:3] == [900, 600, 600] and min(busy) == 600
+    quiet = _runs(every, bounds, [0] * 6)  # nothing new: up to the max, doubling
+    assert quiet[:3] == [3600, 7200, 7200] and max(quiet) == 7200
+    # after a busy spell the mean yield decays (halving per run) before the interval grows
+    both = _runs(every, bounds, [200] * 4 + [0] * 12 + [500] * 6)
+    assert both[3] == 600 and both[4] == 600 and max(both[4:16]) == 7200 and both[-1] == 600
+    assert all(600 <= s <= 7200 for s in both)
+    steps = [b / a for a, b in itertools.pairwise(both)]
+    assert all(0.5 <= r <= 2 for r in steps)  # never more than x2 or /2 per run
+
+
+def test_adaptive_interval_settles_where_target_yield_is_found() -> None:
+    # 60 new URLs per hour, target 10 per run: settles at 10 minutes' worth (600 s)
+    rates = []
+    every, bounds = Every(3600, target=10), Bounds(60, 7200)
+    state, now = RunState(), 0.0
+    for _ in range(12):
+        interval = state.interval_s or every.seconds
+        plan = plan_next(every, bounds, state, now=now, started_at=now, ok=True,
+                         new_urls=round(60 * interval / 3600))
+        assert plan.interval_s is not None
+        rates.append(plan.interval_s)
+        state = RunState(plan.interval_s, plan.rate, now, 0)
+        now += plan.interval_s
+    assert abs(rates[-1] - 600) < 1
+
+
+def test_fixed_and_cron_schedules_do_not_adapt() -> None:
+    fixed = _runs(Every(1800, adaptive=False), Bounds(), [0, 500, 0])
+    assert fixed == [1800, 1800, 1800]
+    cron = parse_schedule("0 * * * *")
+    plan = plan_next(cron, Bounds(), RunState(), now=ts(2026, 1, 1, 10, 20),
+                     started_at=ts(2026, 1, 1, 10, 0), ok=False, new_urls=0)
+    assert plan.next_due == ts(2026, 1, 1, 11, 0) and plan.interval_s is None
+
+
+def test_failures_back_off_and_one_shot_retries_end() -> None:
+    every, bounds = Every(600), Bounds(600, 7200)
+    waits = [plan_next(every, bounds, RunState(600, None, None, f), now=0, started_at=0,
+                       ok=False, new_urls=0).next_due for f in range(8)]
+    assert waits[:4] == [1200, 2400, 4800, 9600] and max(w or 0 for w in waits) == 4 * 7200
+    retry = plan_next(None, bounds, RunState(failures=0), now=0, started_at=0, ok=False,
+                      new_urls=0)
+    assert retry.next_due == 1200
+    given_up = plan_next(None, bounds, RunState(failures=5), now=0, started_at=0, ok=False,
+                         new_urls=0)
+    assert given_up.next_due is None
+
+
+def test_bounds_from_schedule_site_and_settings() -> None:
+    defaults = Bounds(600, 7200)
+    assert effective_bounds(Every(1800), defaults) == Bounds(600, 7200)
+    assert effective_bounds(Every(86400), defaults) == Bounds(600, 86400)  # every widens max
+    assert effective_bounds(Every(60), defaults) == Bounds(60, 7200)
+    assert effective_bounds(Every(1800, 300, 900), defaults) == Bounds(300, 900)
+    assert site_bounds({"every": "6h", "min": "5m", "max": "1h"}, defaults, "s") == Bounds(
+        300, 3600)
+    assert site_bounds({"min_interval": 120}, defaults, "s") == Bounds(120, 7200)
+    assert site_bounds({"min": "soon"}, defaults, "s") == defaults  # logged, ignored
+    assert site_bounds({"min": "3h", "max": "1h"}, defaults, "s") == defaults
+    assert site_bounds(None, defaults, "s") == defaults
