@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import subprocess
 import sys
@@ -15,13 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from meteorseed_scrapy.sites.render import DEFAULT_CHROMIUM, chromium_missing
 from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
 
 
 @pytest.fixture(scope="module")
 def site() -> Iterator[DemoSite]:
-    with DemoSite(news_pages=3, shop_categories=2, jobs_pages=2) as demo:
+    with DemoSite(news_pages=3, shop_categories=2, jobs_pages=2, js_pages=2) as demo:
         yield demo
 
 
@@ -87,6 +89,19 @@ def test_jobs_api_is_json_with_next_page(site: DemoSite) -> None:
     assert json.loads(get(site, "/jobs/api?page=2")[2])["next"] is None
     assert get(site, "/jobs/api?page=3")[0] == 404
     assert get(site, "/jobs/api?page=x")[0] == 400
+
+
+def test_js_quotes_exist_only_in_the_api_the_page_script_fetches(site: DemoSite) -> None:
+    status, headers, page = get(site, "/js/quotes/2")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert 'class="quote"' not in page and 'fetch("/js/api/quotes?page=2")' in page
+    status, _, body = get(site, "/js/api/quotes?page=2")
+    data = json.loads(body)
+    assert status == 200 and data["next"] is None and data["pages"] == 2
+    assert [q["id"] for q in data["quotes"]] == list(range(11, 21))
+    assert re.fullmatch(r"\d\d\.\d\d\.2024", data["quotes"][0]["added"])
+    assert json.loads(get(site, "/js/api/quotes?page=1")[2])["next"] == "/js/quotes/2"
+    assert get(site, "/js/quotes/3")[0] == 404 and get(site, "/js/api/quotes?page=x")[0] == 404
 
 
 @pytest.mark.parametrize("code", [404, 410, 429, 500, 503])
@@ -189,9 +204,12 @@ def test_demo_seeds_are_valid_seeds() -> None:
     from meteorseed_scrapy.testing.demo import demo_seeds
 
     seeds = [SeedTask.from_dict(seed) for seed in demo_seeds("http://127.0.0.1:1234/")]
-    assert [seed.site_id for seed in seeds] == ["demo_news", "demo_shop", "demo_jobs"]
+    assert [seed.site_id for seed in seeds] == ["example_news", "example_shop", "example_jobs",
+                                                "example_quotes"]
     assert all(url.startswith("http://127.0.0.1:1234/")
                for seed in seeds for url in seed.payload["urls"])
+    without_js = demo_seeds("http://127.0.0.1:1234/", js=False)
+    assert [seed["site_id"] for seed in without_js] == [s.site_id for s in seeds[:3]]
 
 
 @pytest.mark.e2e
@@ -201,8 +219,27 @@ def test_make_demo_flow_stores_every_item() -> None:
         [sys.executable, "-m", "meteorseed_scrapy.testing.demo", "--strict", "--timeout", "240"],
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[-3:] == [
-        "site demo_news: 50 items stored",
-        "site demo_shop: 30 items stored",
-        "site demo_jobs: 30 items stored",
+    lines = proc.stdout.splitlines()
+    assert lines[-4:-1] == [
+        "site example_news: 50 items stored",
+        "site example_shop: 30 items stored",
+        "site example_jobs: 30 items stored",
     ]
+    if chromium_missing(DEFAULT_CHROMIUM) is None:
+        assert lines[-1] == "site example_quotes: 30 items stored"
+    else:
+        assert lines[-1].startswith("site example_quotes: 0 items stored (skipped: Chromium not")
+
+
+@pytest.mark.e2e
+def test_demo_without_chromium_skips_the_js_site_and_says_why() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "meteorseed_scrapy.testing.demo", "--strict", "--timeout", "240"],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, METEORSEED_CHROMIUM_PATH="/nonexistent/chromium"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "skipping the JavaScript site example_quotes: Chromium not found at" \
+        " /nonexistent/chromium" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith(
+        "site example_quotes: 0 items stored (skipped: Chromium not found at"
+        " /nonexistent/chromium; install the Debian package `chromium`")
