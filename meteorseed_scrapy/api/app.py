@@ -1,0 +1,61 @@
+"""The aiohttp application of ``meteorseed serve``: routes, middlewares, lifecycle."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from meteorseed_scrapy import console
+from meteorseed_scrapy.api import dispatch, monitor, seeds
+from meteorseed_scrapy.api.auth import auth_middleware
+from meteorseed_scrapy.api.config import CONFIG, ApiConfig
+from meteorseed_scrapy.api.openapi import build_spec
+from meteorseed_scrapy.api.problems import problem_middleware
+from meteorseed_scrapy.api.state import STATE, ApiState
+
+logger = logging.getLogger(__name__)
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(build_spec(), dumps=lambda v: json.dumps(v, ensure_ascii=False))
+
+
+def create_app(config: ApiConfig) -> web.Application:
+    """The application; Redis is first used by a request, so it starts with Redis down."""
+    # client_max_size: aiohttp answers a larger body with 413 before it is read into memory.
+    app = web.Application(client_max_size=config.max_body,
+                          middlewares=[problem_middleware, auth_middleware])
+    app[CONFIG] = config
+    app[monitor.THROUGHPUT] = monitor.Throughput()
+    app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri)
+    app.cleanup_ctx.append(_lifecycle)
+    app.on_shutdown.append(_stop_expansions)
+    r = app.router
+    r.add_get("/openapi.json", openapi)
+    r.add_post("/dispatch", dispatch.dispatch)
+    r.add_get("/seeds", seeds.list_seeds)
+    r.add_get("/seeds/{seed_id}", seeds.get_seed)
+    r.add_delete("/seeds/{seed_id}", seeds.delete_seed)
+    r.add_get("/status", monitor.overview)
+    r.add_get("/sites", monitor.sites)
+    r.add_get("/dead-letters", monitor.list_dead)
+    r.add_get("/dead-letters/{letter_id}", monitor.show_dead)
+    r.add_post("/dead-letters/{letter_id}/requeue", monitor.requeue_dead)
+    console.add_routes(app)
+    return app
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    state = ApiState.build(app[CONFIG])
+    app[STATE] = state
+    yield
+    await state.close()
+
+
+async def _stop_expansions(app: web.Application) -> None:
+    # Background expansions stop before connections close (graceful shutdown); a stopped seed
+    # keeps what it enqueued, and its registry record says when it last ran.
+    await app[STATE].expansions.cancel_all()

@@ -1,0 +1,49 @@
+"""What ``meteorseed serve`` runs with: one small validated value object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.seeding.expand import MAX_LINE_BYTES
+
+#: ``url_list`` seeds of at most this many URLs are expanded before the 202 (counts final);
+#: bigger or slower seeds (templates, keywords, sitemaps) expand in the background.
+INLINE_URLS = 10_000
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    redis_url: str
+    namespace: str = "meteorseed"
+    #: The bearer token; None only with ``--insecure-no-auth``.
+    token: str | None = None
+    #: Site rule files (``METEORSEED_SITES_DIR``): allowed domains of each site.
+    sites_dir: str | None = None
+    #: Store of items and anomalies (``METEORSEED_STORE_URI``), for the console's sites page.
+    store_uri: str | None = None
+    #: Largest request body, bytes: a seed line's limit.
+    max_body: int = MAX_LINE_BYTES
+    #: Tasks waiting in the stream above which a dispatch waits for workers (backpressure).
+    max_backlog: int = 1_000_000
+    #: Seconds to wait for Redis to accept a connection before a request gets a 503.
+    redis_timeout: float = 3.0
+
+    def __post_init__(self) -> None:
+        KeyLayout(self.namespace)  # raises ValueError naming METEORSEED_NAMESPACE
+        if self.token is not None and not self.token.strip():
+            raise ValueError("METEORSEED_API_TOKEN: must not be empty")
+        if self.max_body < 1024:
+            raise ValueError(f"max_body: must be at least 1024 bytes, got {self.max_body}")
+        if self.max_backlog < 0:
+            raise ValueError(f"METEORSEED_MAX_BACKLOG: must be >= 0, got {self.max_backlog}")
+
+    @property
+    def keys(self) -> KeyLayout:
+        return KeyLayout(self.namespace)
+
+
+#: Application key of the config (set once by :func:`meteorseed_scrapy.api.app.create_app`).
+CONFIG = web.AppKey("config", ApiConfig)

@@ -1,0 +1,213 @@
+"""``POST /dispatch``: validate seeds, register them, expand them into the realtime lane.
+
+The body is one seed (a JSON object, field paths ``payload.urls[3]``), a list of seeds or
+``{"seeds": [...]}`` (field paths ``seeds[2].payload.urls[3]``). A bad seed is rejected alone
+and a bad URL inside a good seed alone: the rest goes through (202, with counts and the
+rejections); when nothing at all is accepted the answer is a 422 listing every rejection.
+
+``url_list`` seeds (at most 10 000 URLs, checked) are expanded before the answer, whose counts
+are final. Templates, keywords and sitemaps may be large or slow: they expand in the background
+and the answer gives the counts so far plus ``href`` (``GET /seeds/{id}``) to follow them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from aiohttp import web
+
+from meteorseed_scrapy.api.expansion import MAX_LISTED_ERRORS, Progress, expand_seed
+from meteorseed_scrapy.api.problems import FieldError, InvalidInput
+from meteorseed_scrapy.api.state import STATE, ApiState
+from meteorseed_scrapy.seeding.expand import check_payload
+from meteorseed_scrapy.tasks import SeedTask, TaskError
+
+logger = logging.getLogger(__name__)
+
+#: Seeds in one request (each is validated and registered before the answer).
+MAX_SEEDS_PER_REQUEST = 1000
+#: Task types expanded before the answer (bounded by the 10 000 URLs of a line).
+INLINE_TYPES = frozenset({"url_list"})
+#: Seconds a dispatched seed stays leased (renewed while it expands) so no seeder runs it too.
+LEASE_S = 300.0
+#: Dispatched tasks go to the realtime lane, ahead of scheduled re-crawls.
+LANE = "realtime"
+
+
+def parse_body(body: bytes) -> tuple[list[Any], bool]:
+    """The seeds of a request body and whether they came as a list; raises InvalidInput."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidInput([FieldError("body", f"is not valid UTF-8 (byte {exc.start})")],
+                           "the body is not JSON") from None
+    except RecursionError:
+        raise InvalidInput([FieldError("body", "is not valid JSON (nested too deeply)")],
+                           "the body is not JSON") from None
+    except ValueError as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" \
+            if isinstance(exc, json.JSONDecodeError) else ""
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise InvalidInput([FieldError("body", f"is not valid JSON ({reason}{where})")],
+                           "the body is not JSON") from None
+    if isinstance(data, dict) and set(data) == {"seeds"}:
+        data = data["seeds"]
+        if not isinstance(data, list):
+            raise InvalidInput([FieldError("seeds", "must be a list of seeds")])
+    if isinstance(data, dict):
+        return [data], False
+    if not isinstance(data, list):
+        raise InvalidInput([FieldError("body", "must be a seed object, a list of seeds or "
+                                               '{"seeds": [...]}')])
+    if not data:
+        raise InvalidInput([FieldError("seeds", "must not be empty")])
+    if len(data) > MAX_SEEDS_PER_REQUEST:
+        raise InvalidInput([FieldError("seeds", f"has {len(data)} seeds, more than the limit "
+                                                f"of {MAX_SEEDS_PER_REQUEST} per request")])
+    return data, True
+
+
+def validate_seed(data: Any, prefix: str) -> SeedTask:
+    """One seed of the body, validated as ``seed-expand`` validates a line; raises
+    InvalidInput naming the field under ``prefix``."""
+    where = prefix.rstrip(".") or "seed"
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput([FieldError(where, "holds an unpaired surrogate escape "
+                                              "(\\ud800-\\udfff)")]) from None
+    if isinstance(data, dict) and "lane" not in data:
+        # LANE: pass lane="realtime" once SeedTask has a ``lane`` field (lanes land separately).
+        data = {**data, "lane": LANE} if "lane" in SeedTask.__dataclass_fields__ else data
+    try:
+        seed = SeedTask.from_dict(data)
+        check_payload(seed)
+    except TaskError as exc:
+        field = exc.field if exc.field != "seed" else ""
+        raise InvalidInput([FieldError(f"{prefix}{field}".rstrip(".") or where, exc.problem)]
+                           ) from None
+    except TypeError as exc:  # e.g. a list as task_type: unhashable
+        raise InvalidInput([FieldError(where, f"is not a valid seed ({exc})")]) from None
+    return seed
+
+
+async def dispatch(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    items, as_list = parse_body(await request.read())
+    errors: list[FieldError] = []
+    accepted: list[tuple[int, str, SeedTask]] = []
+    seen_ids: set[str] = set()
+    for index, data in enumerate(items):
+        prefix = f"seeds[{index}]." if as_list else ""
+        try:
+            seed = validate_seed(data, prefix)
+        except InvalidInput as exc:
+            errors.extend(exc.errors)
+            continue
+        if seed.seed_id in seen_ids:
+            errors.append(FieldError(f"{prefix}seed_id", f"{seed.seed_id!r} appears twice in "
+                                                         "this request"))
+        elif state.expansions.running(seed.seed_id):
+            errors.append(FieldError(f"{prefix}seed_id", f"{seed.seed_id!r} is still being "
+                                     f"expanded (GET /seeds/{seed.seed_id})"))
+        else:
+            seen_ids.add(seed.seed_id)
+            accepted.append((index, prefix, seed))
+    if not accepted:
+        raise InvalidInput(errors, "no seed was accepted")
+    started = [await _start(state, index, prefix, seed) for index, prefix, seed in accepted]
+    totals = {"enqueued": 0, "duplicates": 0, "rejected_urls": 0}
+    for _line, progress in started:
+        totals["enqueued"] += progress.enqueued
+        totals["duplicates"] += progress.duplicates
+        totals["rejected_urls"] += progress.rejected
+        errors.extend(progress.errors)
+    listed = errors[:MAX_LISTED_ERRORS]
+    return web.json_response({
+        "accepted": len(accepted),
+        "rejected_seeds": len(items) - len(accepted),
+        **totals,
+        "seeds": [line for line, _progress in started],
+        "errors": [e.to_json() for e in listed],
+        "errors_truncated": len(errors) > len(listed),
+    }, status=202)
+
+
+async def _start(state: ApiState, index: int, prefix: str, seed: SeedTask
+                 ) -> tuple[dict[str, Any], Progress]:
+    """Register ``seed`` and expand it (now, or in the background); its line of the answer."""
+    progress = Progress(seed.seed_id)
+    try:
+        record = await state.registry.put(seed)
+    except TaskError as exc:  # e.g. deleted by another client while being registered
+        progress.reject(f"{prefix}{exc.field}", exc.problem)
+        progress.finish("failed", str(exc))
+        return _line(index, seed, progress), progress
+    # A registered seed is due at once: hold its lease while this server expands it, so a
+    # seeder does not run it a second time; record_run then schedules its next run (if any).
+    await state.registry.renew(seed.seed_id, LEASE_S)
+    coro = _run(state, seed, record.rev, prefix, progress)
+    if seed.task_type in INLINE_TYPES:
+        state.expansions.add(progress, None)
+        await coro
+    else:
+        state.expansions.add(progress, asyncio.ensure_future(coro))
+    return _line(index, seed, progress), progress
+
+
+def _line(index: int, seed: SeedTask, progress: Progress) -> dict[str, Any]:
+    return {
+        "index": index,
+        "seed_id": seed.seed_id,
+        "state": progress.state,
+        "enqueued": progress.enqueued,
+        "duplicates": progress.duplicates,
+        "rejected": progress.rejected,
+        "href": f"/seeds/{seed.seed_id}",
+    }
+
+
+async def _run(state: ApiState, seed: SeedTask, rev: int, prefix: str,
+               progress: Progress) -> None:
+    started = time.time()
+
+    async def keep_lease() -> None:
+        await state.registry.renew(seed.seed_id, LEASE_S)
+
+    try:
+        await expand_seed(seed, prefix, progress, state.writer, state.rules,
+                          state.config.max_backlog, keep_lease)
+    except asyncio.CancelledError:
+        progress.finish("cancelled", "cancelled (seed deleted or server stopping)")
+        raise
+    except Exception as exc:  # Redis down half-way: keep the counts, say why
+        progress.finish("failed", f"{type(exc).__name__}: {exc}")
+        logger.warning("Expansion of seed %s failed after %d tasks: %s", seed.seed_id,
+                       progress.enqueued, exc)
+        if seed.task_type in INLINE_TYPES:
+            raise
+    finally:
+        if progress.state != "cancelled":
+            await _record(state, seed.seed_id, started, rev, progress)
+        else:  # hand it back to the seeders (a deleted seed is not in the due set: no-op)
+            await _quietly(state.registry.renew(seed.seed_id, 0))
+
+
+async def _record(state: ApiState, seed_id: str, started: float, rev: int,
+                  progress: Progress) -> None:
+    await _quietly(state.registry.record_run(
+        seed_id, started_at=started, ok=progress.state == "done", error=progress.error,
+        new_urls=progress.enqueued, duplicates=progress.duplicates,
+        rejected=progress.rejected, rev=rev))
+
+
+async def _quietly(call: Awaitable[Any]) -> None:
+    try:
+        await call
+    except Exception as exc:  # the registry shares Redis: it may be down too
+        logger.warning("Cannot update the seed registry: %s", exc)

@@ -1,0 +1,268 @@
+"""The console's data: overview, sites, dead letters (list, inspect, requeue).
+
+The numbers come from the same functions as ``meteorseed status`` and ``meteorseed dead``
+(synchronous redis-py, run in worker threads so the event loop never blocks); per-site
+politeness state is read from the keys documented in :mod:`meteorseed_scrapy.keys`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+from redis.exceptions import ResponseError
+
+from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
+from meteorseed_scrapy.api.state import STATE, ApiState
+from meteorseed_scrapy.cli import deadletters
+from meteorseed_scrapy.cli.common import redact, scan_namespace
+from meteorseed_scrapy.observability.queue import QueueSampler
+from meteorseed_scrapy.politeness.breaker import BreakerConfig
+from meteorseed_scrapy.settings import DEFAULTS
+
+_STREAM_ID = re.compile(r"^\d+-\d+$")
+#: Sites listed on the sites page (found by their politeness keys, rule files, dedup roots).
+MAX_SITES = 500
+#: Throughput is the growth of the stream's counters over this many seconds of samples.
+THROUGHPUT_WINDOW_S = 60.0
+
+
+class Throughput:
+    """Tasks added to and finished in the stream per second, from successive overviews.
+
+    ``entries-added`` (XINFO STREAM, Redis 7) counts every task ever enqueued; entries leave
+    the stream only when acked (or dead-lettered), so ``added - length`` counts finished ones.
+    """
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, int, int]] = deque()
+
+    async def sample(self, state: ApiState) -> dict[str, Any]:
+        try:
+            info = await state.client.xinfo_stream(state.config.keys.stream)
+        except ResponseError:  # no stream yet
+            info = {"length": 0, "entries-added": 0}
+        added = info.get("entries-added")
+        if added is None:  # Redis 6.2
+            return {"added_per_s": None, "finished_per_s": None, "over_s": 0.0}
+        now = time.monotonic()
+        finished = int(added) - int(info["length"])
+        self._samples.append((now, int(added), finished))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= THROUGHPUT_WINDOW_S:
+            self._samples.popleft()
+        then, added0, finished0 = self._samples[0]
+        span = now - then
+        if span <= 0:
+            return {"added_per_s": None, "finished_per_s": None, "over_s": 0.0,
+                    "added_total": int(added), "finished_total": finished}
+        return {"added_per_s": round((int(added) - added0) / span, 2),
+                "finished_per_s": round((finished - finished0) / span, 2),
+                "over_s": round(span, 1), "added_total": int(added),
+                "finished_total": finished}
+
+
+THROUGHPUT = web.AppKey("throughput", Throughput)
+
+
+async def overview(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    keys = state.config.keys
+    # QueueSampler is the metrics endpoint's view of the stream (async, a few cheap reads).
+    # (``meteorseed status``'s collect() is not used: it SCARDs every ``seen:*`` key, which
+    # are hashes and strings since the two-layer dedup, and fails with WRONGTYPE.)
+    queue = await QueueSampler(state.config.redis_url, keys, client=state.client).sample()
+    async with state.client.pipeline(transaction=False) as pipe:
+        pipe.xlen(keys.dead)
+        pipe.zcard(keys.delayed)
+        dead, delayed = await pipe.execute()
+    return web.json_response({
+        "namespace": keys.namespace,
+        "stream": keys.stream,
+        "backlog": queue.backlog,
+        "pending": queue.pending,
+        "stream_length": queue.length,
+        "lag_s": round(queue.lag, 3),
+        "dead": int(dead),
+        "delayed": int(delayed),
+        "consumers": [{"name": name, "pending": pending, "idle_ms": int(idle * 1000)}
+                      for name, pending, idle in queue.consumers],
+        "throughput": await request.app[THROUGHPUT].sample(state),
+        "seeds": await state.registry.count(),
+    })
+
+
+def _site_ids(state: ApiState) -> set[str]:
+    """Sites with politeness state (``<ns>:{site}:bucket``/``breaker``) or a dedup root."""
+    found: set[str] = set()
+    keys = state.config.keys
+    prefix = f"{keys.namespace}:"
+    for suffix in ("{*}:b*", "seen:{*}"):
+        for key in scan_namespace(state.sync_client, keys, suffix):
+            rest = key[len(prefix):].removeprefix("seen:")
+            if rest.startswith("{") and "}" in rest:
+                found.add(rest[1:rest.index("}")])
+            if len(found) >= MAX_SITES:
+                return found
+    return found
+
+
+async def sites(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    await state.rules.refresh()
+    names = sorted(await asyncio.to_thread(_site_ids, state) | set(state.rules.sites))
+    names = names[:MAX_SITES]
+    keys = state.config.keys
+    async with state.client.pipeline(transaction=False) as pipe:
+        pipe.time()
+        for site in names:
+            pipe.hgetall(keys.site(site, "breaker"))
+            pipe.hgetall(keys.site(site, "health"))
+            pipe.pttl(keys.site(site, "pause"))
+            pipe.zcard(keys.site(site, "leases"))
+            pipe.get(keys.site(site, "tighten"))
+        replies = await pipe.execute()
+    now_s = int(replies[0][0])
+    anomalies = await request.app[ANOMALIES].counts(state)
+    window = BreakerConfig().window
+    rows = []
+    for i, site in enumerate(names):
+        breaker, health, pause_ms, leases, tighten = replies[1 + 5 * i: 6 + 5 * i]
+        n, errors, latency_ms = _window(health, now_s, window)
+        config = state.rules.get(site)
+        limits = config.limits if config is not None else None
+        rows.append({
+            "site_id": site,
+            "configured": config is not None,
+            "breaker": breaker.get("state", "closed"),
+            "breaker_since_ms": int(breaker["since"]) if breaker.get("since") else None,
+            "requests_per_s": round(n / window, 3),
+            "error_ratio": round(errors / n, 3) if n else None,
+            "mean_latency_ms": round(latency_ms / n) if n else None,
+            "window_s": window,
+            "in_flight": int(leases),
+            "paused_for_s": round(int(pause_ms) / 1000, 1) if int(pause_ms) > 0 else 0,
+            "rate_factor": float(tighten) if tighten else 1.0,
+            "rate_limit": (limits.rate if limits and limits.rate is not None
+                           else DEFAULTS["METEORSEED_SITE_RATE"]),
+            "concurrency_limit": (limits.concurrency if limits and limits.concurrency
+                                  is not None else DEFAULTS["METEORSEED_SITE_CONCURRENCY"]),
+            "anomalies": anomalies.get(site, 0) if anomalies is not None else None,
+        })
+    return web.json_response({"sites": rows, "anomalies_source": request.app[ANOMALIES].source,
+                              "anomalies_error": request.app[ANOMALIES].error})
+
+
+def _window(health: dict[str, str], now_s: int, window: float) -> tuple[int, int, int]:
+    """Requests, errors and summed latency of the breaker's fleet window (``lua/health.lua``
+    keeps ``<second>:n|e|l`` counters)."""
+    totals = {"n": 0, "e": 0, "l": 0}
+    for name, value in health.items():
+        second, _, kind = name.partition(":")
+        if kind in totals and second.isdigit() and int(second) > now_s - window:
+            totals[kind] += int(value)
+    return totals["n"], totals["e"], totals["l"]
+
+
+class AnomalyCounts:
+    """Anomalies per site from the store (``--store-uri``), counted in a thread, cached."""
+
+    TTL_S = 10.0
+    MAX_COUNTED = 200_000
+
+    def __init__(self, store_uri: str | None) -> None:
+        self.store_uri = store_uri
+        self.source = redact(store_uri) if store_uri else None
+        self.error: str | None = None
+        self._cached: tuple[float, dict[str, int]] | None = None
+
+    async def counts(self, state: ApiState) -> dict[str, int] | None:
+        if not self.store_uri:
+            return None
+        if self._cached is not None and time.monotonic() - self._cached[0] < self.TTL_S:
+            return self._cached[1]
+        try:
+            counts = await asyncio.to_thread(self._count, self.store_uri)
+            self.error = None
+        except Exception as exc:  # a store that is down must not take the page with it
+            self.error = f"{type(exc).__name__}: {exc}"
+            return None
+        self._cached = (time.monotonic(), counts)
+        return counts
+
+    def _count(self, uri: str) -> dict[str, int]:
+        from meteorseed_scrapy.stores import open_store
+
+        counts: dict[str, int] = {}
+        with open_store(uri) as store:
+            for i, doc in enumerate(store.iter_anomalies()):
+                if i >= self.MAX_COUNTED:
+                    break
+                site = str(doc.get("site_id"))
+                counts[site] = counts.get(site, 0) + 1
+        return counts
+
+
+ANOMALIES = web.AppKey("anomalies", AnomalyCounts)
+
+
+def _letter_id(request: web.Request) -> str:
+    letter_id = request.match_info["letter_id"]
+    if not _STREAM_ID.match(letter_id):
+        raise InvalidInput([FieldError("path.id", "must be a dead-letter id (<ms>-<seq>)")])
+    return letter_id
+
+
+async def list_dead(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    raw = request.query.get("limit", "50")
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise InvalidInput([FieldError("query.limit", "must be an integer from 1 to 1000")])
+    limit, site = int(raw), request.query.get("site_id") or None
+
+    def read() -> list[dict[str, Any]]:
+        rows = []
+        for letter in deadletters.iter_dead(state.sync_client, state.config.keys, site=site):
+            rows.append(letter.summary())
+            if len(rows) == limit:
+                break
+        return rows
+
+    rows = await asyncio.to_thread(read)
+    total = int(await state.client.xlen(state.config.keys.dead))
+    return web.json_response({"total": total, "site_id": site, "dead_letters": rows})
+
+
+async def show_dead(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    letter_id = _letter_id(request)
+    found, _ = await asyncio.to_thread(deadletters.fetch, state.sync_client, state.config.keys,
+                                       [letter_id])
+    if not found:
+        return problem(404, f"no dead letter {letter_id}")
+    letter = found[0]
+    shown = letter.summary()
+    shown["task"] = letter.task.to_dict() if letter.task else None
+    shown["payload"] = letter.fields.get("t", "")
+    return web.json_response(shown)
+
+
+async def requeue_dead(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    letter_id = _letter_id(request)
+    keys = state.config.keys
+
+    def run() -> deadletters.RequeueResult:
+        found, missing = deadletters.fetch(state.sync_client, keys, [letter_id])
+        result = deadletters.RequeueResult(missing=missing)
+        return deadletters.requeue(state.sync_client, keys, found, result)
+
+    result = await asyncio.to_thread(run)
+    if result.missing:
+        return problem(404, f"no dead letter {letter_id}")
+    if result.kept:
+        return problem(409, f"cannot requeue {letter_id}: {result.kept[0]['error']}")
+    return web.json_response({"requeued": result.requeued[0]})

@@ -1,0 +1,161 @@
+"""The OpenAPI 3.1 description of every route, served at ``GET /openapi.json``.
+
+Hand-written (the API is small); ``tests/test_api.py`` checks that it is structurally valid
+and lists exactly the routes the application has.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meteorseed_scrapy import __version__
+
+_PROBLEM = {"$ref": "#/components/schemas/Problem"}
+
+
+def _problems(*codes: int) -> dict[str, Any]:
+    reasons = {400: "Bad request", 401: "Missing or invalid bearer token",
+               404: "Not found", 409: "Conflict", 413: "Request body too large",
+               422: "Invalid input; `errors` names each field path",
+               503: "Redis is unavailable"}
+    return {str(c): {"description": reasons[c],
+                     "content": {"application/problem+json": {"schema": _PROBLEM}}}
+            for c in codes}
+
+
+def _ok(description: str, schema: dict[str, Any], code: int = 200) -> dict[str, Any]:
+    return {str(code): {"description": description,
+                        "content": {"application/json": {"schema": schema}}}}
+
+
+def _obj(**props: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": props}
+
+
+_INT = {"type": "integer"}
+_STR = {"type": "string"}
+_NUM = {"type": "number"}
+_ANY_OBJ = {"type": "object", "additionalProperties": True}
+_FIELD_ERROR = _obj(field={"type": "string", "examples": ["seeds[2].payload.urls[5]"]},
+                    problem=_STR)
+_SEED = {
+    "type": "object",
+    "required": ["seed_id", "site_id", "task_type", "payload"],
+    "properties": {
+        "seed_id": _STR, "site_id": _STR,
+        "task_type": {"enum": ["url_list", "url_template", "sitemap", "keywords"]},
+        "payload": _ANY_OBJ, "priority": _INT, "schedule": {},
+        "parse_rule": _STR, "callback": _STR, "meta": _ANY_OBJ,
+    },
+    "additionalProperties": False,
+}
+_ID_PARAM = {"name": "seed_id", "in": "path", "required": True, "schema": _STR}
+_LETTER_PARAM = {"name": "letter_id", "in": "path", "required": True,
+                 "schema": {"type": "string", "pattern": r"^\d+-\d+$"}}
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": schema,
+            "description": description}
+
+
+def _op(summary: str, responses: dict[str, Any], *, public: bool = False,
+        **extra: Any) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": responses, **extra}
+    if public:
+        op["security"] = []
+    return op
+
+
+def build_spec() -> dict[str, Any]:
+    auth = _problems(401, 503)
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "MeteorSeed dispatch API", "version": __version__,
+                 "description": "Dispatch seeds into the realtime lane, follow them, and the "
+                                "data of the web console. See docs/api.md."},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/": {"get": _op("Redirect to the web console", {"302": {"description": "to "
+                             "/console/"}}, public=True)},
+            "/openapi.json": {"get": _op("This description", _ok("OpenAPI 3.1", _ANY_OBJ),
+                                         public=True)},
+            "/console/": {"get": _op("The web console (static page; its data needs the token)",
+                                     {"200": {"description": "HTML",
+                                              "content": {"text/html": {}}}}, public=True)},
+            "/console/{name}": {"get": _op(
+                "The console's static files", {"200": {"description": "JS/CSS"},
+                                               **_problems(404)}, public=True,
+                parameters=[{"name": "name", "in": "path", "required": True,
+                             "schema": _STR}])},
+            "/dispatch": {"post": _op(
+                "Register and expand one seed or a list of seeds",
+                {**_ok("Accepted (some input may have been rejected: see errors)", _obj(
+                    accepted=_INT, rejected_seeds=_INT, enqueued=_INT, duplicates=_INT,
+                    rejected_urls=_INT, errors={"type": "array", "items": _FIELD_ERROR},
+                    errors_truncated={"type": "boolean"},
+                    seeds={"type": "array", "items": _obj(
+                        index=_INT, seed_id=_STR,
+                        state={"enum": ["done", "expanding", "failed", "cancelled"]},
+                        enqueued=_INT, duplicates=_INT, rejected=_INT, href=_STR)}), 202),
+                 **_problems(401, 413, 422, 503)},
+                requestBody={"required": True, "content": {"application/json": {"schema": {
+                    "oneOf": [_SEED, {"type": "array", "items": _SEED, "maxItems": 1000},
+                              _obj(seeds={"type": "array", "items": _SEED})]}}}})},
+            "/seeds": {"get": _op(
+                "Registered seeds with their run state",
+                {**_ok("A page of seeds", _obj(total=_INT, offset=_INT, limit=_INT,
+                                               seeds={"type": "array", "items": _ANY_OBJ})),
+                 **_problems(422), **auth},
+                parameters=[_query("site_id", _STR, "only this site's seeds"),
+                            _query("offset", {"type": "integer", "minimum": 0}, "skip N"),
+                            _query("limit", {"type": "integer", "minimum": 1,
+                                             "maximum": 1000}, "at most N (100)")])},
+            "/seeds/{seed_id}": {
+                "get": _op("One seed: definition, run state, expansion progress",
+                           {**_ok("The seed", _ANY_OBJ), **_problems(404), **auth},
+                           parameters=[_ID_PARAM]),
+                "delete": _op("Forget a seed (and stop its expansion)",
+                              {**_ok("Deleted", _obj(deleted=_STR,
+                                                     expansion_cancelled={"type": "boolean"})),
+                               **_problems(404), **auth}, parameters=[_ID_PARAM]),
+            },
+            "/status": {"get": _op(
+                "Overview: backlog, pending, consumers, dead letters, throughput",
+                {**_ok("As `meteorseed status --json`, plus delayed, throughput, seeds",
+                       _obj(backlog=_INT, pending=_INT, dead=_INT, delayed=_INT, seeds=_INT,
+                            consumers={"type": "array", "items": _obj(
+                                name=_STR, pending=_INT, idle_ms=_INT)},
+                            throughput=_obj(added_per_s=_NUM, finished_per_s=_NUM,
+                                            over_s=_NUM))),
+                 **auth})},
+            "/sites": {"get": _op(
+                "Sites: breaker state, request rates, pauses, anomalies",
+                {**_ok("One row per site", _obj(sites={"type": "array", "items": _obj(
+                    site_id=_STR, breaker={"enum": ["closed", "open", "ramp"]},
+                    requests_per_s=_NUM, error_ratio=_NUM, in_flight=_INT,
+                    paused_for_s=_NUM, anomalies=_INT)})), **auth})},
+            "/dead-letters": {"get": _op(
+                "Dead letters, oldest first",
+                {**_ok("A page", _obj(total=_INT, dead_letters={"type": "array",
+                                                                "items": _ANY_OBJ})),
+                 **_problems(422), **auth},
+                parameters=[_query("site_id", _STR, "only this site's"),
+                            _query("limit", {"type": "integer", "minimum": 1,
+                                             "maximum": 1000}, "at most N (50)")])},
+            "/dead-letters/{letter_id}": {"get": _op(
+                "One dead letter in full", {**_ok("The dead letter", _ANY_OBJ),
+                                            **_problems(404, 422), **auth},
+                parameters=[_LETTER_PARAM])},
+            "/dead-letters/{letter_id}/requeue": {"post": _op(
+                "Put the task back on the stream (bypassing dedup) and drop its dead letter",
+                {**_ok("Requeued", _obj(requeued=_ANY_OBJ)), **_problems(404, 409, 422),
+                 **auth}, parameters=[_LETTER_PARAM])},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "METEORSEED_API_TOKEN"}},
+            "schemas": {"Problem": _obj(type=_STR, title=_STR, status=_INT, detail=_STR,
+                                        errors={"type": "array", "items": _FIELD_ERROR})},
+        },
+    }

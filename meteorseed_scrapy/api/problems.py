@@ -1,0 +1,102 @@
+"""Errors as RFC 9457 problem documents (``application/problem+json``), one middleware.
+
+Every error the API returns has the same shape: ``type``, ``title``, ``status``, ``detail``
+and, for bad input, ``errors``: a list of ``{"field": "seeds[2].payload.urls[5]",
+"problem": "..."}``. Redis being down is a 503 with the reason, never a crash or a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from meteorseed_scrapy.api.config import CONFIG
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One rejected input: ``field`` is its path in the request (``seeds[0].payload.urls[3]``,
+    ``query.limit``; ``body`` for the body as a whole)."""
+
+    field: str
+    problem: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"field": self.field, "problem": self.problem}
+
+
+class InvalidInput(Exception):
+    """Raised by a handler for a 422 naming each bad field."""
+
+    def __init__(self, errors: list[FieldError], detail: str = "the request has invalid fields"
+                 ) -> None:
+        super().__init__(detail)
+        self.errors = errors
+        self.detail = detail
+
+
+def problem(status: int, detail: str, *, title: str | None = None,
+            headers: dict[str, str] | None = None, **extra: Any) -> web.Response:
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": title or _reason(status),
+        "status": status,
+        "detail": detail,
+        **extra,
+    }
+    return web.Response(status=status, text=json.dumps(body, ensure_ascii=False),
+                        content_type=PROBLEM_JSON, headers=headers)
+
+
+def _reason(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def invalid(errors: list[FieldError], detail: str, **extra: Any) -> web.Response:
+    return problem(422, detail, errors=[e.to_json() for e in errors], **extra)
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except InvalidInput as exc:
+        return invalid(exc.errors, exc.detail)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return problem(413, f"the request body is larger than the limit of "
+                            f"{request.app[CONFIG].max_body} bytes", headers=_kept(exc))
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise  # redirects
+        detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else (
+            f"{request.method} {request.path}: {exc.reason.lower()}")
+        return problem(exc.status, detail, headers=_kept(exc))
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        logger.warning("Redis unavailable for %s %s: %s", request.method, request.path, exc)
+        return problem(503, f"Redis is unavailable: {exc}", headers={"Retry-After": "5"})
+    except RedisError as exc:
+        logger.error("Redis error for %s %s: %s", request.method, request.path, exc)
+        return problem(503, f"Redis error: {exc}", headers={"Retry-After": "5"})
+
+
+def _kept(exc: web.HTTPException) -> dict[str, str]:
+    # Allow (405) and WWW-Authenticate (401) must survive the rewrite into a problem document.
+    return {k: v for k, v in exc.headers.items() if k in ("Allow", "WWW-Authenticate")}

@@ -1,0 +1,110 @@
+"""What the running server holds: Redis clients, the writer, the seed registry, expansions.
+
+Built by :func:`meteorseed_scrapy.api.app.create_app`'s startup hook (no I/O in constructors:
+a redis-py client connects at its first command) and closed by its cleanup hook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from redis import Redis as SyncRedis
+from redis.asyncio import Redis
+
+from meteorseed_scrapy.api.config import ApiConfig
+from meteorseed_scrapy.api.expansion import Progress
+from meteorseed_scrapy.api.rules import SiteRules
+from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.streams.writer import TaskWriter
+
+logger = logging.getLogger(__name__)
+
+#: Finished expansions remembered for ``GET /seeds/{id}`` (the registry keeps the run itself).
+MAX_FINISHED = 1000
+
+
+class Expansions:
+    """Expansions started by this server, by seed id: running ones and the latest finished."""
+
+    def __init__(self) -> None:
+        self._progress: dict[str, Progress] = {}
+        self._tasks: dict[str, asyncio.Future[None]] = {}
+
+    def add(self, progress: Progress, task: asyncio.Future[None] | None) -> None:
+        self._progress.pop(progress.seed_id, None)
+        self._progress[progress.seed_id] = progress  # (re)inserted last: newest at the end
+        while len(self._progress) > MAX_FINISHED:
+            oldest = next(s for s, p in self._progress.items() if p.state != "expanding")
+            del self._progress[oldest]
+        if task is not None:
+            self._tasks[progress.seed_id] = task
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Future[None]) -> None:
+        for seed_id, running in list(self._tasks.items()):
+            if running is task:
+                del self._tasks[seed_id]
+        if not task.cancelled() and task.exception() is not None:
+            logger.debug("background expansion ended with %r", task.exception())
+
+    def progress(self, seed_id: str) -> Progress:
+        return self._progress[seed_id]
+
+    def get(self, seed_id: str) -> Progress | None:
+        return self._progress.get(seed_id)
+
+    def running(self, seed_id: str) -> bool:
+        progress = self._progress.get(seed_id)
+        return progress is not None and progress.state == "expanding"
+
+    async def cancel(self, seed_id: str) -> bool:
+        """Stop a background expansion; True when one was running."""
+        task = self._tasks.get(seed_id)
+        if task is None:
+            return False
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return True
+
+    async def cancel_all(self) -> None:
+        for seed_id in list(self._tasks):
+            await self.cancel(seed_id)
+
+
+@dataclass
+class ApiState:
+    config: ApiConfig
+    client: Redis
+    #: A synchronous client for the CLI's data functions, run in worker threads.
+    sync_client: SyncRedis
+    writer: TaskWriter
+    registry: SeedRegistry
+    rules: SiteRules
+    expansions: Expansions = field(default_factory=Expansions)
+
+    @classmethod
+    def build(cls, config: ApiConfig) -> ApiState:
+        url, timeout = config.redis_url, config.redis_timeout
+        client = Redis.from_url(url, decode_responses=True, socket_connect_timeout=timeout,
+                                socket_timeout=30)
+        keys = config.keys
+        return cls(
+            config=config,
+            client=client,
+            sync_client=SyncRedis.from_url(url, decode_responses=True,
+                                           socket_connect_timeout=timeout, socket_timeout=30),
+            writer=TaskWriter(client, keys),
+            registry=SeedRegistry(client, keys),
+            rules=SiteRules(config.sites_dir),
+        )
+
+    async def close(self) -> None:
+        await self.expansions.cancel_all()
+        await self.client.aclose()
+        await asyncio.to_thread(self.sync_client.close)
+
+
+STATE = web.AppKey("state", ApiState)

@@ -1,0 +1,89 @@
+"""``meteorseed serve``: the HTTP dispatch API and the web console (docs/api.md, console.md).
+
+It refuses to start without a token (``METEORSEED_API_TOKEN`` or ``--token``) unless
+``--insecure-no-auth`` says so explicitly. SIGINT/SIGTERM stop it gracefully: background
+expansions are cancelled, open requests finish, connections close.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any
+
+from meteorseed_scrapy.cli.common import (
+    EXIT_OK,
+    CliError,
+    Context,
+    add_target_options,
+    resolve_target,
+)
+from meteorseed_scrapy.settings import DEFAULTS
+
+TOKEN_ENV = "METEORSEED_API_TOKEN"
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser("serve", help="HTTP dispatch API and web console")
+    add_target_options(parser)
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default "
+                        "127.0.0.1; 0.0.0.0 for every interface)")
+    parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    parser.add_argument("--token", help=f"bearer token (default: env {TOKEN_ENV}); prefer the "
+                        "environment: a flag shows in the process list")
+    parser.add_argument("--insecure-no-auth", action="store_true",
+                        help="serve without any token (only on a trusted network)")
+    parser.add_argument("--sites-dir", help="site rule files, for allowed domains (default: "
+                        "env METEORSEED_SITES_DIR)")
+    parser.add_argument("--store-uri", help="store with the anomalies shown on the sites page "
+                        "(default: env METEORSEED_STORE_URI; none: anomalies not shown)")
+    parser.add_argument("--max-backlog", type=int,
+                        default=int(os.environ.get("METEORSEED_MAX_BACKLOG")
+                                    or DEFAULTS["METEORSEED_MAX_BACKLOG"]),
+                        help="tasks waiting above which a dispatch waits for workers")
+    parser.set_defaults(run=run)
+
+
+def config_from(args: argparse.Namespace) -> Any:
+    from meteorseed_scrapy.api import ApiConfig
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if token is None and not args.insecure_no_auth:
+        raise CliError(f"serve: no API token; set {TOKEN_ENV} (or --token), or pass "
+                       "--insecure-no-auth to serve without one")
+    if token is not None and args.insecure_no_auth:
+        raise CliError("serve: --insecure-no-auth with a token: choose one")
+    if not 0 < args.port < 65536:
+        raise CliError(f"serve: --port must be 1-65535, got {args.port}")
+    url, namespace = resolve_target(args.redis_url, args.namespace)
+    try:
+        return ApiConfig(
+            redis_url=url, namespace=namespace, token=token,
+            sites_dir=args.sites_dir or os.environ.get("METEORSEED_SITES_DIR") or None,
+            store_uri=args.store_uri or os.environ.get("METEORSEED_STORE_URI") or None,
+            max_backlog=args.max_backlog,
+        )
+    except ValueError as exc:
+        raise CliError(f"serve: {exc}") from None
+
+
+def run(args: argparse.Namespace, ctx: Context) -> int:
+    from aiohttp import web
+
+    from meteorseed_scrapy.api import create_app
+
+    config = config_from(args)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(name)s] %(levelname)s: "
+                        "%(message)s")
+    if config.token is None:
+        ctx.warn("serving WITHOUT authentication (--insecure-no-auth)")
+    ctx.warn(f"dispatch API on http://{args.host}:{args.port}/ (console /console/, "
+             f"OpenAPI /openapi.json), Redis {ctx.url}, namespace {config.namespace}")
+    # run_app handles SIGINT and SIGTERM: shutdown hooks, then cleanup, then return.
+    try:
+        web.run_app(create_app(config), host=args.host, port=args.port, print=None,
+                    shutdown_timeout=10.0, access_log=None)
+    except OSError as exc:  # the port is taken, the address is not ours
+        raise CliError(f"serve: cannot listen on {args.host}:{args.port}: {exc}") from None
+    return EXIT_OK

@@ -1,0 +1,272 @@
+// MeteorSeed console: plain JS, no dependencies. Everything from the server is rendered with
+// textContent / DOM nodes, never innerHTML, so a task URL cannot inject markup or script.
+"use strict";
+
+const TOKEN_KEY = "meteorseed.token";
+const REFRESH_MS = 2000;
+const pages = ["overview", "sites", "dead", "submit"];
+let timer = null;
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === "onclick") node.addEventListener("click", value);
+    else if (value !== null && value !== undefined) node.setAttribute(name, String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+function fmt(value) {
+  if (value === null || value === undefined) return "–";
+  if (typeof value === "number" && !Number.isInteger(value)) return value.toFixed(2);
+  return String(value);
+}
+
+function table(columns, rows, emptyText) {
+  if (!rows.length) return el("p", { class: "empty" }, emptyText);
+  const head = el("tr", {}, columns.map((c) => el("th", {}, c.label)));
+  const body = rows.map((row) => el("tr", {}, columns.map((c) => {
+    const value = c.render ? c.render(row) : fmt(row[c.key]);
+    return el("td", { class: c.cls || null }, value);
+  })));
+  return el("table", {}, el("thead", {}, head), el("tbody", {}, body));
+}
+
+function badge(state) {
+  return el("span", { class: `badge ${String(state).replace(/[^a-z]/g, "")}` }, state);
+}
+
+function flash(message, ok) {
+  const node = $("flash");
+  node.textContent = message;
+  node.className = ok ? "ok" : "";
+  node.hidden = !message;
+}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+class Unauthorized extends Error {}
+
+async function api(method, path, body) {
+  const headers = { Accept: "application/json" };
+  if (token()) headers.Authorization = `Bearer ${token()}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  let data = null;
+  try { data = await response.json(); } catch (_) { data = null; }
+  if (response.status === 401) throw new Unauthorized((data && data.detail) || "unauthorized");
+  return { status: response.status, data };
+}
+
+function problemText(result) {
+  const data = result.data || {};
+  return `${result.status} ${data.title || ""}: ${data.detail || "request failed"}`;
+}
+
+// --- pages ---------------------------------------------------------------------------------
+
+async function showOverview() {
+  const [status, seeds] = await Promise.all([api("GET", "/status"),
+    api("GET", "/seeds?limit=20")]);
+  if (status.status !== 200) { flash(problemText(status)); return; }
+  const s = status.data;
+  const t = s.throughput || {};
+  const cards = [
+    ["backlog", "Backlog", s.backlog], ["pending", "Pending", s.pending],
+    ["delayed", "Delayed", s.delayed], ["dead", "Dead letters", s.dead],
+    ["seeds", "Seeds", s.seeds], ["added", "Added / s", t.added_per_s],
+    ["finished", "Finished / s", t.finished_per_s],
+  ];
+  $("overview-cards").replaceChildren(...cards.map(([id, label, value]) => el("div",
+    { class: "card", id: `card-${id}` }, el("div", { class: "label" }, label),
+    el("div", { class: "value", "data-testid": id }, fmt(value)))));
+  $("overview-consumers").replaceChildren(table([
+    { key: "name", label: "Consumer" },
+    { key: "pending", label: "Pending", cls: "num" },
+    { label: "Idle", cls: "num", render: (c) => `${(c.idle_ms / 1000).toFixed(1)} s` },
+  ], s.consumers || [], "No consumer has read the stream yet."));
+  const seedRows = seeds.status === 200 ? seeds.data.seeds : [];
+  $("overview-seeds").replaceChildren(table([
+    { label: "Seed", render: (r) => r.seed.seed_id },
+    { label: "Site", render: (r) => r.seed.site_id },
+    { label: "Type", render: (r) => r.seed.task_type },
+    { label: "Expansion", render: (r) => (r.expansion ? badge(r.expansion.state) : "–") },
+    { label: "Tasks enqueued", cls: "num seed-enqueued", render: (r) => fmt(
+      r.expansion ? r.expansion.enqueued : r.last_yield && r.last_yield.new_urls) },
+    { label: "Duplicates", cls: "num", render: (r) => fmt(r.expansion && r.expansion.duplicates) },
+    { label: "Rejected", cls: "num", render: (r) => fmt(r.expansion && r.expansion.rejected) },
+    { label: "Runs", cls: "num", render: (r) => fmt(r.runs) },
+    { label: "Last error", render: (r) => fmt(r.last_error) },
+  ], seedRows, "No seed registered."));
+  const warnings = (s.redis && s.redis.warnings) || [];
+  $("overview-warnings").replaceChildren(...warnings.map((w) => el("li", {}, w)));
+}
+
+async function showSites() {
+  const result = await api("GET", "/sites");
+  if (result.status !== 200) { flash(problemText(result)); return; }
+  $("sites-table").replaceChildren(table([
+    { key: "site_id", label: "Site" },
+    { label: "Breaker", render: (r) => badge(r.breaker) },
+    { key: "requests_per_s", label: "Req / s", cls: "num" },
+    { label: "Errors", cls: "num", render: (r) => (r.error_ratio === null ? "–"
+      : `${(r.error_ratio * 100).toFixed(0)} %`) },
+    { key: "mean_latency_ms", label: "Latency ms", cls: "num" },
+    { key: "in_flight", label: "In flight", cls: "num" },
+    { key: "paused_for_s", label: "Paused s", cls: "num" },
+    { key: "rate_factor", label: "Rate factor", cls: "num" },
+    { key: "rate_limit", label: "Rate limit", cls: "num" },
+    { key: "anomalies", label: "Anomalies", cls: "num" },
+  ], result.data.sites, "No site has any state yet."));
+  const d = result.data;
+  $("sites-note").textContent = d.anomalies_error ? `Anomalies unavailable: ${d.anomalies_error}`
+    : d.anomalies_source ? `Anomalies from ${d.anomalies_source}.`
+      : "Anomalies: start serve with --store-uri to count them.";
+}
+
+async function showDead() {
+  const site = $("dead-site").value.trim();
+  const query = site ? `?site_id=${encodeURIComponent(site)}` : "";
+  const result = await api("GET", `/dead-letters${query}`);
+  if (result.status !== 200) { flash(problemText(result)); return; }
+  $("dead-table").replaceChildren(table([
+    { key: "id", label: "Id" },
+    { key: "site_id", label: "Site" },
+    { key: "url", label: "URL", cls: "url" },
+    { key: "reason", label: "Reason", cls: "url" },
+    { key: "deliveries", label: "Deliveries", cls: "num" },
+    { key: "at", label: "At" },
+    { label: "", render: (r) => el("span", {},
+      el("button", { type: "button", class: "secondary", onclick: () => inspect(r.id) }, "Inspect"),
+      " ",
+      r.requeueable ? el("button", { type: "button", onclick: () => requeue(r.id) }, "Requeue")
+        : "") },
+  ], result.data.dead_letters, "No dead letters."));
+}
+
+async function inspect(id) {
+  const result = await guarded(() => api("GET", `/dead-letters/${encodeURIComponent(id)}`));
+  if (!result) return;
+  if (result.status !== 200) { flash(problemText(result)); return; }
+  $("dead-detail-title").hidden = false;
+  $("dead-detail").hidden = false;
+  $("dead-detail").textContent = JSON.stringify(result.data, null, 2);
+}
+
+async function requeue(id) {
+  const result = await guarded(() => api("POST",
+    `/dead-letters/${encodeURIComponent(id)}/requeue`));
+  if (!result) return;
+  if (result.status === 200) flash(`Requeued ${id} as ${result.data.requeued.stream_id}.`, true);
+  else flash(problemText(result));
+  await guarded(showDead);
+}
+
+function seedFromForm() {
+  const type = $("seed-type").value;
+  const text = $("seed-payload").value.trim();
+  let payload;
+  if (text.startsWith("{")) {
+    payload = JSON.parse(text); // a syntax error is shown to the operator
+  } else if (type === "url_list") {
+    payload = { urls: text.split(/\r?\n/).map((u) => u.trim()).filter(Boolean) };
+  } else {
+    throw new Error(`the payload of a ${type} seed must be a JSON object`);
+  }
+  return {
+    seed_id: $("seed-id").value.trim(), site_id: $("seed-site").value.trim(),
+    task_type: type, priority: Number.parseInt($("seed-priority").value || "0", 10),
+    payload,
+  };
+}
+
+async function submitSeed(event) {
+  event.preventDefault();
+  let seed;
+  try { seed = seedFromForm(); } catch (error) { flash(`Payload: ${error.message}`); return; }
+  const result = await guarded(() => api("POST", "/dispatch", seed));
+  if (!result) return;
+  const out = $("seed-result");
+  const errors = ((result.data && result.data.errors) || []).map((e) => el("li", {},
+    el("code", {}, e.field), `: ${e.problem}`));
+  if (result.status === 202) {
+    const d = result.data;
+    const line = d.seeds[0] || {};
+    flash(`Seed ${line.seed_id} accepted: ${d.enqueued} tasks enqueued, ${d.duplicates} ` +
+      `duplicates, ${d.rejected_urls} URLs rejected (${line.state}).`, true);
+    out.replaceChildren(el("p", { id: "seed-result-summary" },
+      `enqueued ${d.enqueued}, duplicates ${d.duplicates}, rejected ${d.rejected_urls}`),
+      errors.length ? el("ul", { class: "errors" }, errors) : "");
+  } else {
+    flash(problemText(result));
+    out.replaceChildren(el("ul", { class: "errors" }, errors));
+  }
+}
+
+// --- navigation, token ---------------------------------------------------------------------
+
+const renderers = { overview: showOverview, sites: showSites, dead: showDead, submit: null };
+
+async function guarded(fn) {
+  try {
+    return await fn();
+  } catch (error) {
+    if (error instanceof Unauthorized) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      flash(`Token refused: ${error.message}`);
+      route();
+    } else {
+      flash(`Cannot reach the server: ${error.message}`);
+    }
+    return null;
+  }
+}
+
+function currentPage() {
+  const name = location.hash.replace(/^#/, "");
+  return pages.includes(name) ? name : "overview";
+}
+
+function route() {
+  clearInterval(timer);
+  const authed = Boolean(token());
+  $("login").hidden = authed;
+  $("nav").hidden = !authed;
+  const page = currentPage();
+  for (const name of pages) $(`page-${name}`).hidden = !authed || name !== page;
+  for (const link of document.querySelectorAll("nav a")) {
+    link.classList.toggle("active", link.dataset.page === page);
+  }
+  if (!authed) { $("token").focus(); return; }
+  const render = renderers[page];
+  if (render) {
+    guarded(render);
+    timer = setInterval(() => guarded(render), REFRESH_MS);
+  }
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+    $("token").value = "";
+    flash("");
+    route();
+  });
+  $("logout").addEventListener("click", () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    route();
+  });
+  $("seed-form").addEventListener("submit", submitSeed);
+  $("dead-filter").addEventListener("submit", (event) => { event.preventDefault(); guarded(showDead); });
+  window.addEventListener("hashchange", () => { flash(""); route(); });
+  route();
+});

@@ -1,0 +1,437 @@
+"""``meteorseed serve``: the dispatch API over real HTTP, on a real Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from meteorseed_scrapy.api import ApiConfig, create_app
+from meteorseed_scrapy.api.background import ServerThread
+from meteorseed_scrapy.api.openapi import build_spec
+from meteorseed_scrapy.keys import KeyLayout
+
+TOKEN = "s3cret-token"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Client:
+    def __init__(self, base: str, token: str | None = TOKEN) -> None:
+        self.base = base
+        self.token = token
+
+    def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+             token: str | None = "default", headers: dict[str, str] | None = None
+             ) -> tuple[int, dict[str, str], Any]:
+        data = raw if raw is not None else (
+            None if body is None else json.dumps(body).encode("utf-8"))
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        token = self.token if token == "default" else token
+        if token is not None:
+            request.add_header("Authorization", f"Bearer {token}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                status, head, text = response.status, dict(response.headers), response.read()
+        except urllib.error.HTTPError as exc:
+            status, head, text = exc.code, dict(exc.headers), exc.read()
+        try:
+            parsed = json.loads(text) if text else None
+        except ValueError:
+            parsed = text.decode("utf-8", "replace")
+        return status, head, parsed
+
+
+def url_list(seed_id: str, urls: list[str], site_id: str = "news", **extra: Any
+             ) -> dict[str, Any]:
+    return {"seed_id": seed_id, "site_id": site_id, "task_type": "url_list",
+            "payload": {"urls": urls}, **extra}
+
+
+def stream_tasks(sync_redis: redis.Redis, namespace: str) -> list[dict[str, Any]]:
+    entries = sync_redis.xrange(KeyLayout(namespace).stream)
+    return [json.loads(fields["t"]) for _id, fields in entries]  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def sites_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "sites"
+    directory.mkdir()
+    (directory / "news.json").write_text(json.dumps({
+        "site_id": "news", "version": 1, "allowed_domains": ["news.example"],
+        "list": {"links": "a::attr(href)"}, "fields": {"title": "h1::text"},
+        "blacklist": ["/login"],
+    }))
+    return directory
+
+
+@pytest.fixture
+def server(redis_url: str, namespace: str, sites_dir: Path) -> Iterator[ServerThread]:
+    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN,
+                       sites_dir=str(sites_dir))
+    with ServerThread(config) as running:
+        yield running
+
+
+@pytest.fixture
+def client(server: ServerThread) -> Client:
+    return Client(server.url)
+
+
+# --- authentication -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("token", [None, "wrong", TOKEN + "x", ""])
+def test_missing_or_wrong_token_is_401(client: Client, token: str | None) -> None:
+    for method, path in (("GET", "/seeds"), ("POST", "/dispatch"), ("GET", "/status"),
+                         ("DELETE", "/seeds/x"), ("GET", "/no-such-route")):
+        status, headers, body = client.call(method, path, {} if method == "POST" else None,
+                                            token=token)
+        assert status == 401, (method, path)
+        assert headers["Content-Type"].startswith("application/problem+json")
+        assert headers["WWW-Authenticate"].startswith("Bearer")
+        assert body["status"] == 401 and "token" in body["detail"]
+
+
+def test_basic_scheme_is_refused_and_bearer_is_case_insensitive(client: Client) -> None:
+    status, _, _ = client.call("GET", "/seeds", token=None,
+                               headers={"Authorization": f"Basic {TOKEN}"})
+    assert status == 401
+    status, _, _ = client.call("GET", "/seeds", token=None,
+                               headers={"Authorization": f"bearer {TOKEN}"})
+    assert status == 200
+
+
+def test_openapi_and_console_page_are_public(client: Client) -> None:
+    status, _, spec = client.call("GET", "/openapi.json", token=None)
+    assert status == 200 and spec["openapi"].startswith("3.")
+    status, headers, page = client.call("GET", "/console/", token=None)
+    assert status == 200 and "<title>MeteorSeed console</title>" in page
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+
+
+# --- dispatch -------------------------------------------------------------------------------
+
+def test_dispatch_one_seed_enqueues_its_tasks(client: Client, sync_redis: redis.Redis,
+                                              namespace: str) -> None:
+    urls = [f"https://news.example/a/{i}" for i in range(5)]
+    status, _, body = client.call("POST", "/dispatch", url_list("s1", urls))
+    assert status == 202, body
+    assert body["accepted"] == 1 and body["enqueued"] == 5 and body["rejected_urls"] == 0
+    assert body["seeds"][0] == {"index": 0, "seed_id": "s1", "state": "done", "enqueued": 5,
+                                "duplicates": 0, "rejected": 0, "href": "/seeds/s1"}
+    tasks = stream_tasks(sync_redis, namespace)
+    assert sorted(t["url"] for t in tasks) == sorted(urls)
+    assert {t["seed_id"] for t in tasks} == {"s1"} and {t["site_id"] for t in tasks} == {"news"}
+    # Again: fleet-wide dedup, nothing new in the stream.
+    status, _, body = client.call("POST", "/dispatch", url_list("s1", urls))
+    assert status == 202 and body["enqueued"] == 0 and body["duplicates"] == 5
+    assert len(stream_tasks(sync_redis, namespace)) == 5
+
+
+def test_dispatch_list_forms(client: Client, sync_redis: redis.Redis, namespace: str) -> None:
+    status, _, body = client.call("POST", "/dispatch", [
+        url_list("a", ["https://news.example/1"]), url_list("b", ["https://news.example/2"])])
+    assert status == 202 and body["accepted"] == 2 and body["enqueued"] == 2
+    status, _, body = client.call("POST", "/dispatch", {"seeds": [
+        url_list("c", ["https://news.example/3"])]})
+    assert status == 202 and body["enqueued"] == 1
+    assert len(stream_tasks(sync_redis, namespace)) == 3
+
+
+def test_bad_input_is_rejected_with_field_paths_and_the_rest_goes_through(
+        client: Client, sync_redis: redis.Redis, namespace: str) -> None:
+    long_url = "https://news.example/" + "a" * 2100
+    seeds = [
+        url_list("good", [
+            "https://news.example/ok/1",
+            "file:///etc/passwd",
+            "javascript:alert(1)",
+            "data:text/html,<script>alert(1)</script>",
+            "https://evil.example/x",
+            long_url,
+            "https://www.news.example/ok/2",
+            "https://news.example/login",
+        ]),
+        {"seed_id": "bad-type", "site_id": "news", "task_type": "ftp_list", "payload": {}},
+        {"seed_id": "huge", "site_id": "news", "task_type": "url_template",
+         "payload": {"template": "https://news.example/p/{a}/{b}",
+                     "params": {"a": {"start": 0, "stop": 100000},
+                                "b": {"start": 0, "stop": 100000}}}},
+        url_list("no-rules", ["https://anywhere.example/1"], site_id="unconfigured_site"),
+        {"seed_id": "missing", "site_id": "news", "task_type": "url_list"},
+        "not an object",
+    ]
+    status, _, body = client.call("POST", "/dispatch", seeds)
+    assert status == 202, body
+    fields = {e["field"]: e["problem"] for e in body["errors"]}
+    for i in (1, 2, 3):
+        assert "http(s)" in fields[f"seeds[0].payload.urls[{i}]"]
+    assert "allowed domains" in fields["seeds[0].payload.urls[4]"]
+    assert "2048" in fields["seeds[0].payload.urls[5]"]
+    assert "blacklist" in fields["seeds[0].payload.urls[7]"]
+    assert "ftp_list" in fields["seeds[1].task_type"]
+    assert "limit" in fields["seeds[2].payload.params"]
+    assert "missing" in fields["seeds[4].payload"]
+    assert "seeds[5]" in fields
+    assert body["accepted"] == 2 and body["rejected_seeds"] == 4
+    assert body["enqueued"] == 3 and body["rejected_urls"] == 6
+    urls = sorted(t["url"] for t in stream_tasks(sync_redis, namespace))
+    assert urls == ["https://anywhere.example/1", "https://news.example/ok/1",
+                    "https://www.news.example/ok/2"]
+
+
+def test_single_seed_errors_have_no_list_prefix(client: Client) -> None:
+    status, headers, body = client.call("POST", "/dispatch", {
+        "seed_id": "t", "site_id": "news", "task_type": "url_template",
+        "payload": {"template": "https://news.example/{x}", "params": {}}})
+    assert status == 422
+    assert headers["Content-Type"].startswith("application/problem+json")
+    assert body["errors"] == [{"field": "payload.params", "problem": "must be a non-empty object"}]
+
+
+@pytest.mark.parametrize("raw, problem", [
+    (b'{"seed_id": "x", ', "not valid JSON"),
+    (b"\xff\xfe", "UTF-8"),
+    (b"42", "must be a seed object"),
+    (b"[]", "must not be empty"),
+])
+def test_malformed_body_is_422_naming_the_body(client: Client, raw: bytes, problem: str) -> None:
+    status, _, body = client.call("POST", "/dispatch", raw=raw)
+    assert status == 422
+    assert len(body["errors"]) == 1 and problem in body["errors"][0]["problem"]
+    assert body["errors"][0]["field"] in ("body", "seeds")
+
+
+def test_nothing_accepted_is_422_listing_every_error(client: Client) -> None:
+    status, _, body = client.call("POST", "/dispatch", [
+        {"seed_id": "a", "site_id": "news", "task_type": "nope", "payload": {}},
+        {"seed_id": "b b", "site_id": "news", "task_type": "url_list", "payload": {"urls": []}},
+    ])
+    assert status == 422
+    assert [e["field"] for e in body["errors"]] == ["seeds[0].task_type", "seeds[1].seed_id"]
+
+
+def test_oversized_body_is_413(client: Client, sync_redis: redis.Redis, namespace: str) -> None:
+    urls = [f"https://news.example/{'x' * 1000}/{i}" for i in range(2200)]
+    status, headers, body = client.call("POST", "/dispatch", url_list("big", urls))
+    assert status == 413
+    assert headers["Content-Type"].startswith("application/problem+json")
+    assert "2097152" in body["detail"]
+    assert stream_tasks(sync_redis, namespace) == []
+
+
+def test_large_seed_expands_in_the_background(client: Client, sync_redis: redis.Redis,
+                                              namespace: str) -> None:
+    seed = {"seed_id": "pages", "site_id": "news", "task_type": "url_template",
+            "payload": {"template": "https://news.example/page/{n}",
+                        "params": {"n": {"start": 1, "stop": 3000}}}}
+    status, _, body = client.call("POST", "/dispatch", seed)
+    assert status == 202 and body["seeds"][0]["href"] == "/seeds/pages"
+    deadline = time.monotonic() + 60
+    while True:
+        status, _, record = client.call("GET", "/seeds/pages")
+        assert status == 200
+        if record["expansion"]["state"] != "expanding" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert record["expansion"]["state"] == "done"
+    assert record["expansion"]["enqueued"] == 3000
+    assert record["runs"] == 1 and record["last_enqueued"] == 3000
+    assert len(stream_tasks(sync_redis, namespace)) == 3000
+
+
+# --- seeds ----------------------------------------------------------------------------------
+
+def test_get_list_and_delete_seeds(client: Client) -> None:
+    client.call("POST", "/dispatch", [url_list("n1", ["https://news.example/1"]),
+                                      url_list("o1", ["https://other.example/1"], "other")])
+    status, _, record = client.call("GET", "/seeds/n1")
+    assert status == 200
+    assert record["seed"]["payload"] == {"urls": ["https://news.example/1"]}
+    assert record["runs"] == 1 and record["last_error"] is None
+    assert record["expansion"]["state"] == "done"
+    status, _, page = client.call("GET", "/seeds")
+    assert status == 200 and page["total"] == 2
+    assert [s["seed_id"] for s in page["seeds"]] == ["n1", "o1"]
+    status, _, page = client.call("GET", "/seeds?site_id=other")
+    assert [s["seed_id"] for s in page["seeds"]] == ["o1"]
+    status, _, page = client.call("GET", "/seeds?limit=1&offset=1")
+    assert [s["seed_id"] for s in page["seeds"]] == ["o1"]
+    status, _, body = client.call("GET", "/seeds?limit=0")
+    assert status == 422 and body["errors"][0]["field"] == "query.limit"
+    status, _, body = client.call("DELETE", "/seeds/n1")
+    assert status == 200 and body["deleted"] == "n1"
+    assert client.call("GET", "/seeds/n1")[0] == 404
+    assert client.call("DELETE", "/seeds/n1")[0] == 404
+
+
+def test_unknown_route_is_404_and_wrong_method_405(client: Client) -> None:
+    status, headers, body = client.call("GET", "/nowhere")
+    assert status == 404 and headers["Content-Type"].startswith("application/problem+json")
+    status, headers, body = client.call("GET", "/dispatch")
+    assert status == 405 and "POST" in headers["Allow"] and body["status"] == 405
+
+
+# --- console data ---------------------------------------------------------------------------
+
+def test_status_sites_and_dead_letters(client: Client, sync_redis: redis.Redis,
+                                       namespace: str) -> None:
+    client.call("POST", "/dispatch", url_list("s", [f"https://news.example/{i}" for i in range(4)]))
+    status, _, overview = client.call("GET", "/status")
+    assert status == 200 and overview["backlog"] == 4 and overview["seeds"] == 1
+    assert overview["throughput"]["added_total"] == 4
+    keys = KeyLayout(namespace)
+    sync_redis.hset(keys.site("news", "breaker"), mapping={"state": "open", "since": 1})
+    status, _, sites = client.call("GET", "/sites")
+    row = next(r for r in sites["sites"] if r["site_id"] == "news")
+    assert row["breaker"] == "open" and row["configured"] is True and row["anomalies"] is None
+    # (a site without dedup state: on main, requeue.lua still SADDs into the site's dedup
+    # root, which the two-layer dedup made a hash; the lanes change rewrites it)
+    task = {"task_id": "t1", "seed_id": "s", "site_id": "quiet",
+            "url": "https://quiet.example/<script>", "created_at": 1.0}
+    dead_id = sync_redis.xadd(keys.dead, {"t": json.dumps(task), "reason": "boom",
+                                          "deliveries": "5", "at": "1700000000"})
+    status, _, page = client.call("GET", "/dead-letters")
+    assert status == 200 and page["total"] == 1
+    assert page["dead_letters"][0]["url"] == "https://quiet.example/<script>"
+    status, _, letter = client.call("GET", f"/dead-letters/{dead_id}")
+    assert status == 200 and letter["task"]["task_id"] == "t1" and letter["reason"] == "boom"
+    assert client.call("GET", "/dead-letters/not-an-id")[0] == 422
+    assert client.call("GET", "/dead-letters/1-1")[0] == 404
+    status, _, body = client.call("POST", f"/dead-letters/{dead_id}/requeue")
+    assert status == 200 and body["requeued"]["task_id"] == "t1"
+    assert sync_redis.xlen(keys.dead) == 0
+    assert "https://quiet.example/<script>" in [t["url"] for t in stream_tasks(sync_redis,
+                                                                               namespace)]
+    assert client.call("POST", f"/dead-letters/{dead_id}/requeue")[0] == 404
+
+
+# --- OpenAPI --------------------------------------------------------------------------------
+
+def _check_openapi_structure(spec: dict[str, Any]) -> None:
+    assert spec["openapi"].startswith("3.")
+    assert spec["info"]["title"] and spec["info"]["version"]
+    schemes = spec["components"]["securitySchemes"]
+    for requirement in spec["security"]:
+        assert set(requirement) <= set(schemes)
+    for path, item in spec["paths"].items():
+        assert path.startswith("/")
+        params_in_path = {p.strip("{}") for p in path.split("/") if p.startswith("{")}
+        for method, op in item.items():
+            assert method in {"get", "post", "put", "delete", "patch", "head", "options"}
+            assert op["responses"], (path, method)
+            for code, response in op["responses"].items():
+                assert code.isdigit() and "description" in response
+            declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+            assert declared == params_in_path, (path, method)
+            for p in op.get("parameters", []):
+                assert p["in"] in {"path", "query", "header", "cookie"} and "schema" in p
+                assert p["in"] != "path" or p["required"] is True
+    refs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                refs.append(node["$ref"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(spec)
+    for ref in refs:
+        target: Any = spec
+        for part in ref.removeprefix("#/").split("/"):
+            target = target[part]
+
+
+def test_openapi_describes_every_route(client: Client, redis_url: str) -> None:
+    status, _, spec = client.call("GET", "/openapi.json", token=None)
+    assert status == 200 and spec == json.loads(json.dumps(build_spec()))
+    _check_openapi_structure(spec)
+    app = create_app(ApiConfig(redis_url=redis_url, token=TOKEN))
+    routes = {(r.method.lower(), r.resource.canonical) for r in app.router.routes()
+              if r.method != "HEAD" and r.resource is not None}
+    described = {(method, path) for path, item in spec["paths"].items() for method in item}
+    assert routes == described
+
+
+# --- Redis down, CLI ------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_redis_down_is_503_and_the_server_keeps_serving(namespace: str) -> None:
+    config = ApiConfig(redis_url=f"redis://127.0.0.1:{_free_port()}/0", namespace=namespace,
+                       token=TOKEN, redis_timeout=1.0)
+    with ServerThread(config) as server:
+        client = Client(server.url)
+        for method, path, body in (("GET", "/seeds", None), ("GET", "/status", None),
+                                   ("GET", "/dead-letters", None), ("GET", "/sites", None),
+                                   ("POST", "/dispatch", url_list("s", ["https://a.example/"]))):
+            status, headers, problem = client.call(method, path, body)
+            assert status == 503, (path, problem)
+            assert "Redis" in problem["detail"] and headers["Retry-After"]
+        status, _, _ = client.call("GET", "/openapi.json")
+        assert status == 200
+
+
+def _serve_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from meteorseed_scrapy.cli import main; "
+            "sys.exit(main())", "serve", *args]
+
+
+def test_serve_refuses_to_start_without_a_token(redis_url: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "METEORSEED_API_TOKEN"}
+    done = subprocess.run(_serve_cmd("--redis-url", redis_url, "--port", str(_free_port())),
+                          env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2
+    assert "METEORSEED_API_TOKEN" in done.stderr and "--insecure-no-auth" in done.stderr
+
+
+def test_serve_command_serves_and_stops_on_sigterm(redis_url: str, namespace: str) -> None:
+    port = _free_port()
+    env = {**os.environ, "METEORSEED_API_TOKEN": TOKEN}
+    proc = subprocess.Popen(_serve_cmd("--redis-url", redis_url, "--namespace", namespace,
+                                       "--port", str(port)),
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    try:
+        client = Client(f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status, _, body = client.call("POST", "/dispatch",
+                                              url_list("cli", ["https://news.example/1"]))
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        assert status == 202 and body["enqueued"] == 1
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
