@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
+from lxml import etree
 from parsel import Selector as Parsel
+from parsel.csstranslator import HTMLTranslator
 
 from meteorseed_scrapy.sites.processors import Context, ProcessorError, collapse
 from meteorseed_scrapy.sites.schema import FieldRule, Selector
@@ -24,6 +27,8 @@ INLINE_TAGS = frozenset({"a", "abbr", "b", "cite", "code", "em", "i", "label", "
                          "small", "span", "strong", "sub", "sup", "time", "u"})
 _MISSING = object()
 RAW_LIMIT = 300  # characters of raw text kept per field (samples and anomaly reports)
+_CSS = HTMLTranslator()  # parsel's, so ::text and ::attr(name) mean what they mean there
+_EXSLT_RE = {"re": "http://exslt.org/regular-expressions"}  # parsel registers it too
 
 
 @dataclass
@@ -49,9 +54,10 @@ def json_path(data: Any, path: str) -> Any:
     return value
 
 
-def element_text(node: Parsel, removed: set[Any]) -> str:
-    """Visible text of ``node``: dropped tags and ``removed`` elements left out."""
-    root = node.root
+def element_text(node: Any, removed: set[Any]) -> str:
+    """Visible text of ``node`` (an lxml element, a string, or a parsel Selector of either):
+    dropped tags and ``removed`` elements left out."""
+    root = node.root if isinstance(node, Parsel) else node
     if isinstance(root, str):
         return collapse(root)
     parts: list[str] = []
@@ -73,9 +79,46 @@ def element_text(node: Parsel, removed: set[Any]) -> str:
     return collapse("".join(parts))
 
 
+@lru_cache(maxsize=4096)
+def compiled(query: str, css: bool) -> etree.XPath:
+    """A rule's selector as one compiled XPath (CSS translated the way parsel does)."""
+    xpath = _CSS.css_to_xpath(query) if css else query
+    return etree.XPath(xpath, namespaces=_EXSLT_RE if "re:" in xpath else None,
+                       smart_strings=False)
+
+
+def find(scope: Any, select: Selector) -> list[Any]:
+    """What ``select``'s css/xpath matches in ``scope`` (a parsel Selector or an lxml element):
+    elements, strings (``::text``, ``@attr``), or a number/boolean (``count(...)``).
+
+    Same results as ``scope.css(...)`` / ``scope.xpath(...)``, without wrapping every match in a
+    parsel Selector: those objects cost more than the XPath evaluation on detail pages."""
+    root = scope.root if isinstance(scope, Parsel) else scope
+    if not hasattr(root, "xpath"):  # a text node: nothing below it (as in parsel)
+        return []
+    if select.css:
+        found = compiled(select.css, True)(root)
+    else:
+        found = compiled(select.xpath or "", False)(root)
+    return found if isinstance(found, list) else [found]
+
+
+def serialise(value: Any) -> str:
+    """A match as parsel's ``get()`` gives it: markup for elements, else text."""
+    if isinstance(value, str):
+        return value
+    if value is True or value is False:
+        return "1" if value else "0"
+    try:
+        return etree.tostring(value, method="html", encoding="unicode", with_tail=False)
+    except TypeError:
+        return str(value)
+
+
 def select_values(scope: Any, select: Selector, url: str, *, text: bool = False,
                   removed: set[Any] | None = None, first: bool = False) -> list[Any]:
-    """Values that ``select`` picks in ``scope`` (a parsel Selector or a JSON value)."""
+    """Values that ``select`` picks in ``scope`` (a parsel Selector, an lxml element or a JSON
+    value)."""
     values: list[Any]
     if select.from_url:
         values = [url]
@@ -83,15 +126,16 @@ def select_values(scope: Any, select: Selector, url: str, *, text: bool = False,
         found = json_path(scope, select.path)
         values = found if isinstance(found, list) else [] if found is None else [found]
     else:
-        nodes = scope.css(select.css) if select.css else scope.xpath(select.xpath or "")
+        nodes = find(scope, select)
         if first and select.regex is None:
             nodes = nodes[:1]  # one value is used: do not serialise the others
         if text:
             values = [element_text(node, removed or set()) for node in nodes]
         elif select.attr:
-            values = [node.attrib.get(select.attr) for node in nodes]
+            values = [node.get(select.attr) if hasattr(node, "attrib") else None
+                      for node in nodes]
         else:
-            values = nodes.getall()
+            values = [serialise(node) for node in nodes]
     if select.regex is not None:
         matched = []
         for value in values:

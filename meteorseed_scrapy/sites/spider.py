@@ -25,7 +25,7 @@ from twisted.internet import task, threads
 
 from meteorseed_scrapy.context import task_of
 from meteorseed_scrapy.sites import render
-from meteorseed_scrapy.sites.extract import extract, select_values
+from meteorseed_scrapy.sites.extract import extract, find, select_values
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
@@ -140,7 +140,7 @@ class RuleSpider(scrapy.Spider):
             removed = self._removed(config, response)
             for index, element in enumerate(select_values(scope, config.list_items, response.url)
                                             if config.format == "json"
-                                            else self._elements(scope, config.list_items)):
+                                            else find(scope, config.list_items)):
                 yield self._item(config, element, response.url, removed, index)
         if config.list_links is not None:
             for url in self._links(config, scope, config.list_links, response):
@@ -186,10 +186,6 @@ class RuleSpider(scrapy.Spider):
         if config.format == "json":
             return json.loads(response.text)
         return response.selector  # type: ignore[attr-defined]  # TextResponse
-
-    @staticmethod
-    def _elements(scope: Any, rule: Rule) -> Any:
-        return scope.css(rule.css) if rule.css else scope.xpath(rule.xpath or "")
 
     @staticmethod
     def _removed(config: SiteConfig, response: Response) -> set[Any]:
