@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from contextlib import ExitStack
 from typing import IO, Any, ClassVar
@@ -23,6 +24,7 @@ from scrapy.exceptions import UsageError
 
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.migrate import command as migration
+from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.expand import (
     MAX_LINE_BYTES,
     MAX_URLS_PER_LINE,
@@ -32,6 +34,7 @@ from meteorseed_scrapy.seeding.expand import (
     read_lines,
 )
 from meteorseed_scrapy.seeding.progress import Progress
+from meteorseed_scrapy.seeding.seeder import SeederConfig
 from meteorseed_scrapy.settings import DEFAULTS, redis_url_from
 from meteorseed_scrapy.streams.writer import TaskWriter
 
@@ -64,7 +67,7 @@ class Command(ScrapyCommand):
     default_settings: ClassVar[dict[str, Any]] = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "[options] FILE|-"
+        return "[options] FILE|-  |  --watch [FILE|-]"
 
     def short_desc(self) -> str:
         return "Expand JSON Lines seeds into exec tasks in the Redis task stream"
@@ -100,6 +103,11 @@ class Command(ScrapyCommand):
             "--dry-run", action="store_true",
             help="expand, validate and count the URLs; enqueue nothing (Redis is not used)",
         )
+        group.add_argument(
+            "--watch", action="store_true",
+            help="keep running: register FILE's seeds (if given; again when it changes) in the "
+            "seed registry and re-expand every seed when due (its schedule); stop with SIGTERM",
+        )
         migration.add_options(group)
 
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -118,6 +126,9 @@ class Command(ScrapyCommand):
             raise UsageError(f"unknown option {unknown[0]}", print_help=False)
         if opts.from_scrapy_redis:
             self._migrate(opts)
+            return
+        if opts.watch:
+            self.exitcode = self._watch(args, opts)
             return
         if len(args) != 1:
             raise UsageError("expected exactly one FILE argument (- reads stdin)")
@@ -173,6 +184,27 @@ class Command(ScrapyCommand):
         self.exitcode = migration.run_migration(
             self.settings, redis_url_from(self.settings), keys, opts, self._max_backlog(), redact
         )
+
+    def _watch(self, args: list[str], opts: argparse.Namespace) -> int:
+        assert self.settings is not None
+        if len(args) > 1 or opts.dry_run:
+            raise UsageError("--watch takes at most one FILE (- reads stdin) and no --dry-run",
+                             print_help=False)
+        namespace = self.settings.get("METEORSEED_NAMESPACE") or DEFAULTS["METEORSEED_NAMESPACE"]
+        try:
+            keys = KeyLayout(str(namespace))
+            bounds = runner.bounds_from(self.settings.get)
+        except ValueError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+        if args and args[0] != "-" and not os.path.isfile(args[0]):
+            _say(f"cannot read {args[0]}: no such file")
+            return EXIT_FAILED
+        runner.log_to(sys.stderr)
+        config = SeederConfig(batch_size=opts.batch_size, max_backlog=self._max_backlog())
+        sites = runner.SiteBounds(bounds, self.settings.get("METEORSEED_SITES_DIR"))
+        return asyncio.run(runner.watch(
+            redis_url_from(self.settings), keys, seed_file=args[0] if args else None,
+            config=config, bounds=sites, say=_say, on_error=_report_rejection))
 
     def _max_backlog(self) -> int:
         assert self.settings is not None
