@@ -64,8 +64,13 @@ def url_list(seed_id: str, urls: list[str], site_id: str = "news", **extra: Any
 
 
 def stream_tasks(sync_redis: redis.Redis, namespace: str) -> list[dict[str, Any]]:
-    entries = sync_redis.xrange(KeyLayout(namespace).stream)
-    return [json.loads(fields["t"]) for _id, fields in entries]  # type: ignore[union-attr]
+    """Tasks of every task stream (one today; one per lane and band once lanes exist)."""
+    keys = KeyLayout(namespace)
+    out = []
+    for stream in getattr(keys, "streams", (keys.stream,)):
+        for _id, fields in sync_redis.xrange(stream):  # type: ignore[union-attr]
+            out.append(json.loads(fields["t"]))
+    return out
 
 
 @pytest.fixture
@@ -319,6 +324,23 @@ def test_status_sites_and_dead_letters(client: Client, sync_redis: redis.Redis,
     assert "https://quiet.example/<script>" in [t["url"] for t in stream_tasks(sync_redis,
                                                                                namespace)]
     assert client.call("POST", f"/dead-letters/{dead_id}/requeue")[0] == 404
+
+
+def test_sites_count_anomalies_from_the_store(redis_url: str, namespace: str,
+                                              tmp_path: Path) -> None:
+    from meteorseed_scrapy.stores import open_store
+
+    uri = f"sqlite:///{tmp_path / 'items.db'}"
+    with open_store(uri) as store:
+        store.upsert_anomalies([{"_id": f"news:{i}", "site_id": "news"} for i in range(3)])
+    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN, store_uri=uri)
+    with ServerThread(config) as server:
+        client = Client(server.url)
+        client.call("POST", "/dispatch", url_list("s", ["https://news.example/1"]))
+        status, _, body = client.call("GET", "/sites")
+    assert status == 200 and body["anomalies_error"] is None
+    row = next(r for r in body["sites"] if r["site_id"] == "news")
+    assert row["anomalies"] == 3 and row["configured"] is False and row["breaker"] == "closed"
 
 
 # --- OpenAPI --------------------------------------------------------------------------------

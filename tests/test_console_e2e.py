@@ -14,6 +14,7 @@ import redis
 from meteorseed_scrapy.api import ApiConfig
 from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.keys import KeyLayout
+from tests.test_api import stream_tasks
 
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "console-token"
@@ -107,8 +108,7 @@ def test_console_submit_seed_and_see_its_tasks(server: ServerThread, sync_redis:
     assert [e for e in seen["console_errors"] if "401" not in e] == []
     assert seen["img_tags"] == 0
     assert seen["token_in_storage"] == TOKEN
-    urls = sorted(json.loads(fields["t"])["url"]
-                  for _id, fields in sync_redis.xrange(KeyLayout(namespace).stream))
+    urls = sorted(t["url"] for t in stream_tasks(sync_redis, namespace))
     assert urls == ["https://console.example/a", "https://console.example/b?x=<b>bold</b>",
                     "https://console.example/c\"><img/src=x/onerror=alert(1)>",
                     "https://quiet.example/<img/src=x/onerror=alert(2)>"]

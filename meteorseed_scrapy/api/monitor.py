@@ -42,26 +42,36 @@ class Throughput:
         self._samples: deque[tuple[float, int, int]] = deque()
 
     async def sample(self, state: ApiState) -> dict[str, Any]:
-        try:
-            info = await state.client.xinfo_stream(state.config.keys.stream)
-        except ResponseError:  # no stream yet
-            info = {"length": 0, "entries-added": 0}
-        added = info.get("entries-added")
-        if added is None:  # Redis 6.2
-            return {"added_per_s": None, "finished_per_s": None, "over_s": 0.0}
+        keys = state.config.keys
+        # Every task stream: one today, one per lane and band once lanes exist.
+        streams: tuple[str, ...] = getattr(keys, "streams", (keys.stream,))
+        async with state.client.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                pipe.xinfo_stream(stream)
+            replies = await pipe.execute(raise_on_error=False)
+        added = length = 0
+        for reply in replies:
+            if isinstance(reply, ResponseError):  # no such stream yet
+                continue
+            if isinstance(reply, Exception):
+                raise reply
+            if reply.get("entries-added") is None:  # Redis 6.2
+                return {"added_per_s": None, "finished_per_s": None, "over_s": 0.0}
+            added += int(reply["entries-added"])
+            length += int(reply["length"])
         now = time.monotonic()
-        finished = int(added) - int(info["length"])
-        self._samples.append((now, int(added), finished))
+        finished = added - length
+        self._samples.append((now, added, finished))
         while len(self._samples) > 2 and now - self._samples[1][0] >= THROUGHPUT_WINDOW_S:
             self._samples.popleft()
         then, added0, finished0 = self._samples[0]
         span = now - then
         if span <= 0:
             return {"added_per_s": None, "finished_per_s": None, "over_s": 0.0,
-                    "added_total": int(added), "finished_total": finished}
-        return {"added_per_s": round((int(added) - added0) / span, 2),
+                    "added_total": added, "finished_total": finished}
+        return {"added_per_s": round((added - added0) / span, 2),
                 "finished_per_s": round((finished - finished0) / span, 2),
-                "over_s": round(span, 1), "added_total": int(added),
+                "over_s": round(span, 1), "added_total": added,
                 "finished_total": finished}
 
 

@@ -95,6 +95,9 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
     except RedisError as exc:
         logger.error("Redis error for %s %s: %s", request.method, request.path, exc)
         return problem(503, f"Redis error: {exc}", headers={"Retry-After": "5"})
+    except Exception:  # a bug: logged in full, answered as a problem document
+        logger.exception("Error handling %s %s", request.method, request.path)
+        return problem(500, "internal error (see the server log)")
 
 
 def _kept(exc: web.HTTPException) -> dict[str, str]:
