@@ -58,6 +58,8 @@ class StreamScheduler:
         settings = crawler.settings
         self.capacity = settings.getint("CONCURRENT_REQUESTS")
         self.prefetch = max(1, self.capacity // 2)
+        self.max_settling = max(2, settings.getint("METEORSEED_MAX_SETTLING", self.capacity))
+        self._blocked = False  # next_request() refused for max_settling: wake the engine later
         self.freeze_gc = settings.getbool("METEORSEED_FREEZE_GC", True)
         self.ledger = TaskLedger()
         self.politeness = settings.getbool("METEORSEED_POLITENESS", True)
@@ -163,6 +165,11 @@ class StreamScheduler:
         pump = self.pump
         if pump is None or pump.stopping:
             return None
+        if self._settling() >= self.max_settling:
+            # Responses already waiting for the scraper and the store are enough to keep both
+            # busy; more would only wait in line, adding to every task's response-to-ack time.
+            self._blocked = True
+            return None
         desk = pump.desk
         if desk is not None:
             sites = list(desk.ready_sites())
@@ -246,6 +253,11 @@ class StreamScheduler:
         held = sum(len(v) for v in desk.available.values()) if desk is not None else 0
         return max(0, self.capacity - active - held)
 
+    def _settling(self) -> int:
+        """Tasks whose response reached the scraper and whose scrape (callback, item commits)
+        is not finished yet."""
+        return sum(1 for e in self.ledger.entries() if e.response_at and e.outcome is None)
+
     def _want(self) -> int:
         engine = self.crawler.engine
         active = len(engine.downloader.active) if engine and engine.downloader else 0
@@ -282,6 +294,9 @@ class StreamScheduler:
         settled = self.ledger.finish_scrape(entry.task.task_id, outcome, reason)
         if settled is not None and self.pump is not None:
             self.pump.settle(settled)
+        if self._blocked:  # a scrape finished: next_request() may hand out work again
+            self._blocked = False
+            self._wake()
         return passthrough
 
     def _judge(self, entry: Entry, result: Response | Failure,
