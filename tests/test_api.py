@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -260,6 +262,82 @@ def test_large_seed_expands_in_the_background(client: Client, sync_redis: redis.
     assert len(stream_tasks(sync_redis, namespace)) == 3000
 
 
+def _wait_expansion(client: Client, seed_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        status, _, record = client.call("GET", f"/seeds/{seed_id}")
+        assert status == 200, record
+        if record["expansion"]["state"] != "expanding" or time.monotonic() > deadline:
+            return record
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def sitemap_site() -> Iterator[str]:
+    body = ('<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            + "".join(f"<url><loc>{u}</loc></url>" for u in (
+                "https://news.example/s/1", "https://evil.example/s/2",
+                "https://news.example/s/3")) + "</urlset>").encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            found = self.path == "/sitemap.xml"
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/xml")
+            self.end_headers()
+            if found:
+                self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_sitemap_expands_in_the_background_with_its_rejections(
+        client: Client, sitemap_site: str, sync_redis: redis.Redis, namespace: str) -> None:
+    status, _, body = client.call("POST", "/dispatch", {"seeds": [
+        {"seed_id": "map", "site_id": "news", "task_type": "sitemap",
+         "payload": {"url": f"{sitemap_site}/sitemap.xml"}},
+        {"seed_id": "gone", "site_id": "news", "task_type": "sitemap",
+         "payload": {"url": f"{sitemap_site}/missing.xml"}}]})
+    assert status == 202 and [s["state"] for s in body["seeds"]] == ["expanding"] * 2
+    record = _wait_expansion(client, "map")
+    assert record["expansion"]["state"] == "done" and record["expansion"]["enqueued"] == 2
+    [error] = record["expansion"]["errors"]
+    assert error["field"] == "seeds[0].payload.url" and "URL #1" in error["problem"]
+    assert "evil.example" in error["problem"]
+    failed = _wait_expansion(client, "gone")
+    assert failed["expansion"]["state"] == "failed" and "404" in failed["expansion"]["error"]
+    assert failed["runs"] == 1 and failed["failures"] == 1 and "404" in failed["last_error"]
+    assert sorted(t["url"] for t in stream_tasks(sync_redis, namespace)) == [
+        "https://news.example/s/1", "https://news.example/s/3"]
+
+
+def test_delete_stops_a_running_expansion_and_a_running_seed_is_not_dispatched_twice(
+        client: Client, sync_redis: redis.Redis, namespace: str) -> None:
+    seed = {"seed_id": "million", "site_id": "news", "task_type": "url_template",
+            "payload": {"template": "https://news.example/m/{n}",
+                        "params": {"n": {"start": 1, "stop": 1_000_000}}}}
+    status, _, body = client.call("POST", "/dispatch", seed)
+    assert status == 202 and body["seeds"][0]["state"] == "expanding"
+    status, _, again = client.call("POST", "/dispatch", seed)
+    assert status == 422 and again["errors"][0]["field"] == "seed_id"
+    assert "still being expanded" in again["errors"][0]["problem"]
+    status, _, deleted = client.call("DELETE", "/seeds/million")
+    assert status == 200 and deleted["expansion_cancelled"] is True
+    assert client.call("GET", "/seeds/million")[0] == 404
+    enqueued = len(stream_tasks(sync_redis, namespace))
+    assert enqueued < 1_000_000
+    time.sleep(0.5)  # nothing more arrives once the DELETE has answered
+    assert len(stream_tasks(sync_redis, namespace)) == enqueued
+
+
 # --- seeds ----------------------------------------------------------------------------------
 
 def test_get_list_and_delete_seeds(client: Client) -> None:
@@ -428,6 +506,45 @@ def test_serve_refuses_to_start_without_a_token(redis_url: str) -> None:
                           env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 2
     assert "METEORSEED_API_TOKEN" in done.stderr and "--insecure-no-auth" in done.stderr
+
+
+@pytest.mark.parametrize("argv, env_token, expected", [
+    (["--token", "t1"], None, "t1"),
+    ([], "from-env", "from-env"),
+    (["--token", "flag"], "from-env", "flag"),
+    (["--insecure-no-auth"], None, None),
+])
+def test_serve_token_sources(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+                             env_token: str | None, expected: str | None) -> None:
+    from meteorseed_scrapy.cli import build_parser
+    from meteorseed_scrapy.cli.serve import config_from
+
+    monkeypatch.delenv("METEORSEED_API_TOKEN", raising=False)
+    if env_token:
+        monkeypatch.setenv("METEORSEED_API_TOKEN", env_token)
+    args = build_parser().parse_args(["serve", "--redis-url", "redis://127.0.0.1:1/0",
+                                      "--namespace", "ns1", *argv])
+    config = config_from(args)
+    assert config.token == expected
+    assert (config.redis_url, config.namespace) == ("redis://127.0.0.1:1/0", "ns1")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--token", "t", "--insecure-no-auth"], "choose one"),
+    (["--token", " "], "must not be empty"),
+    (["--token", "t", "--port", "0"], "--port"),
+    (["--token", "t", "--namespace", "a b"], "METEORSEED_NAMESPACE"),
+])
+def test_serve_bad_options_are_one_line_errors(monkeypatch: pytest.MonkeyPatch,
+                                               argv: list[str], message: str) -> None:
+    from meteorseed_scrapy.cli import build_parser
+    from meteorseed_scrapy.cli.common import CliError
+    from meteorseed_scrapy.cli.serve import config_from
+
+    monkeypatch.delenv("METEORSEED_API_TOKEN", raising=False)
+    args = build_parser().parse_args(["serve", "--redis-url", "redis://127.0.0.1:1/0", *argv])
+    with pytest.raises(CliError, match=message.replace("-", r"\-")):
+        config_from(args)
 
 
 def test_serve_command_serves_and_stops_on_sigterm(redis_url: str, namespace: str) -> None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from meteorseed_scrapy import console
-from meteorseed_scrapy.api import dispatch, monitor, seeds
+from meteorseed_scrapy.api import dead, dispatch, monitor, seeds
 from meteorseed_scrapy.api.auth import auth_middleware
 from meteorseed_scrapy.api.config import CONFIG, ApiConfig
 from meteorseed_scrapy.api.openapi import build_spec
@@ -41,9 +41,9 @@ def create_app(config: ApiConfig) -> web.Application:
     r.add_delete("/seeds/{seed_id}", seeds.delete_seed)
     r.add_get("/status", monitor.overview)
     r.add_get("/sites", monitor.sites)
-    r.add_get("/dead-letters", monitor.list_dead)
-    r.add_get("/dead-letters/{letter_id}", monitor.show_dead)
-    r.add_post("/dead-letters/{letter_id}/requeue", monitor.requeue_dead)
+    r.add_get("/dead-letters", dead.list_dead)
+    r.add_get("/dead-letters/{letter_id}", dead.show_dead)
+    r.add_post("/dead-letters/{letter_id}/requeue", dead.requeue_dead)
     console.add_routes(app)
     return app
 

@@ -9,10 +9,6 @@ from aiohttp import web
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.seeding.expand import MAX_LINE_BYTES
 
-#: ``url_list`` seeds of at most this many URLs are expanded before the 202 (counts final);
-#: bigger or slower seeds (templates, keywords, sitemaps) expand in the background.
-INLINE_URLS = 10_000
-
 
 @dataclass(frozen=True)
 class ApiConfig:

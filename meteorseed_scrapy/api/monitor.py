@@ -1,14 +1,13 @@
-"""The console's data: overview, sites, dead letters (list, inspect, requeue).
+"""The console's data: the overview (queue, throughput) and the sites (breakers, rates).
 
-The numbers come from the same functions as ``meteorseed status`` and ``meteorseed dead``
-(synchronous redis-py, run in worker threads so the event loop never blocks); per-site
-politeness state is read from the keys documented in :mod:`meteorseed_scrapy.keys`.
+The queue numbers come from the metrics endpoint's :class:`QueueSampler`; per-site politeness
+state is read from the keys documented in :mod:`meteorseed_scrapy.keys`; anything synchronous
+(SCAN, the store) runs in a worker thread so the event loop never blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections import deque
 from typing import Any
@@ -16,15 +15,12 @@ from typing import Any
 from aiohttp import web
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.cli import deadletters
 from meteorseed_scrapy.cli.common import redact, scan_namespace
 from meteorseed_scrapy.observability.queue import QueueSampler
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.settings import DEFAULTS
 
-_STREAM_ID = re.compile(r"^\d+-\d+$")
 #: Sites listed on the sites page (found by their politeness keys, rule files, dedup roots).
 MAX_SITES = 500
 #: Throughput is the growth of the stream's counters over this many seconds of samples.
@@ -217,62 +213,3 @@ class AnomalyCounts:
 
 
 ANOMALIES = web.AppKey("anomalies", AnomalyCounts)
-
-
-def _letter_id(request: web.Request) -> str:
-    letter_id = request.match_info["letter_id"]
-    if not _STREAM_ID.match(letter_id):
-        raise InvalidInput([FieldError("path.id", "must be a dead-letter id (<ms>-<seq>)")])
-    return letter_id
-
-
-async def list_dead(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    raw = request.query.get("limit", "50")
-    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-        raise InvalidInput([FieldError("query.limit", "must be an integer from 1 to 1000")])
-    limit, site = int(raw), request.query.get("site_id") or None
-
-    def read() -> list[dict[str, Any]]:
-        rows = []
-        for letter in deadletters.iter_dead(state.sync_client, state.config.keys, site=site):
-            rows.append(letter.summary())
-            if len(rows) == limit:
-                break
-        return rows
-
-    rows = await asyncio.to_thread(read)
-    total = int(await state.client.xlen(state.config.keys.dead))
-    return web.json_response({"total": total, "site_id": site, "dead_letters": rows})
-
-
-async def show_dead(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    letter_id = _letter_id(request)
-    found, _ = await asyncio.to_thread(deadletters.fetch, state.sync_client, state.config.keys,
-                                       [letter_id])
-    if not found:
-        return problem(404, f"no dead letter {letter_id}")
-    letter = found[0]
-    shown = letter.summary()
-    shown["task"] = letter.task.to_dict() if letter.task else None
-    shown["payload"] = letter.fields.get("t", "")
-    return web.json_response(shown)
-
-
-async def requeue_dead(request: web.Request) -> web.Response:
-    state = request.app[STATE]
-    letter_id = _letter_id(request)
-    keys = state.config.keys
-
-    def run() -> deadletters.RequeueResult:
-        found, missing = deadletters.fetch(state.sync_client, keys, [letter_id])
-        result = deadletters.RequeueResult(missing=missing)
-        return deadletters.requeue(state.sync_client, keys, found, result)
-
-    result = await asyncio.to_thread(run)
-    if result.missing:
-        return problem(404, f"no dead letter {letter_id}")
-    if result.kept:
-        return problem(409, f"cannot requeue {letter_id}: {result.kept[0]['error']}")
-    return web.json_response({"requeued": result.requeued[0]})

@@ -98,13 +98,18 @@ async function showOverview() {
     { label: "Seed", render: (r) => r.seed.seed_id },
     { label: "Site", render: (r) => r.seed.site_id },
     { label: "Type", render: (r) => r.seed.task_type },
+    { label: "Status", render: (r) => badge(r.status) },
     { label: "Expansion", render: (r) => (r.expansion ? badge(r.expansion.state) : "–") },
     { label: "Tasks enqueued", cls: "num seed-enqueued", render: (r) => fmt(
-      r.expansion ? r.expansion.enqueued : r.last_yield && r.last_yield.new_urls) },
-    { label: "Duplicates", cls: "num", render: (r) => fmt(r.expansion && r.expansion.duplicates) },
-    { label: "Rejected", cls: "num", render: (r) => fmt(r.expansion && r.expansion.rejected) },
+      r.expansion ? r.expansion.enqueued : r.last_enqueued) },
+    { label: "Duplicates", cls: "num", render: (r) => fmt(
+      r.expansion ? r.expansion.duplicates : r.last_duplicates) },
+    { label: "Rejected", cls: "num", render: (r) => fmt(
+      r.expansion ? r.expansion.rejected : r.last_rejected) },
     { label: "Runs", cls: "num", render: (r) => fmt(r.runs) },
-    { label: "Last error", render: (r) => fmt(r.last_error) },
+    { label: "Next run", render: (r) => (r.next_due ? new Date(r.next_due * 1000)
+      .toISOString().replace(".000", "") : "–") },
+    { label: "Last error", cls: "url", render: (r) => fmt(r.last_error) },
   ], seedRows, "No seed registered."));
   const warnings = (s.redis && s.redis.warnings) || [];
   $("overview-warnings").replaceChildren(...warnings.map((w) => el("li", {}, w)));

@@ -1,0 +1,78 @@
+"""The console's dead letters: list, inspect, requeue (``meteorseed dead``'s functions).
+
+:mod:`meteorseed_scrapy.cli.deadletters` uses synchronous redis-py; its calls run in worker
+threads so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from aiohttp import web
+
+from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
+from meteorseed_scrapy.api.state import STATE
+from meteorseed_scrapy.cli import deadletters
+
+_STREAM_ID = re.compile(r"^\d+-\d+$")
+
+
+def _letter_id(request: web.Request) -> str:
+    letter_id = request.match_info["letter_id"]
+    if not _STREAM_ID.match(letter_id):
+        raise InvalidInput([FieldError("path.id", "must be a dead-letter id (<ms>-<seq>)")])
+    return letter_id
+
+
+async def list_dead(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    raw = request.query.get("limit", "50")
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise InvalidInput([FieldError("query.limit", "must be an integer from 1 to 1000")])
+    limit, site = int(raw), request.query.get("site_id") or None
+
+    def read() -> list[dict[str, Any]]:
+        rows = []
+        for letter in deadletters.iter_dead(state.sync_client, state.config.keys, site=site):
+            rows.append(letter.summary())
+            if len(rows) == limit:
+                break
+        return rows
+
+    rows = await asyncio.to_thread(read)
+    total = int(await state.client.xlen(state.config.keys.dead))
+    return web.json_response({"total": total, "site_id": site, "dead_letters": rows})
+
+
+async def show_dead(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    letter_id = _letter_id(request)
+    found, _ = await asyncio.to_thread(deadletters.fetch, state.sync_client, state.config.keys,
+                                       [letter_id])
+    if not found:
+        return problem(404, f"no dead letter {letter_id}")
+    letter = found[0]
+    shown = letter.summary()
+    shown["task"] = letter.task.to_dict() if letter.task else None
+    shown["payload"] = letter.fields.get("t", "")
+    return web.json_response(shown)
+
+
+async def requeue_dead(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    letter_id = _letter_id(request)
+    keys = state.config.keys
+
+    def run() -> deadletters.RequeueResult:
+        found, missing = deadletters.fetch(state.sync_client, keys, [letter_id])
+        result = deadletters.RequeueResult(missing=missing)
+        return deadletters.requeue(state.sync_client, keys, found, result)
+
+    result = await asyncio.to_thread(run)
+    if result.missing:
+        return problem(404, f"no dead letter {letter_id}")
+    if result.kept:
+        return problem(409, f"cannot requeue {letter_id}: {result.kept[0]['error']}")
+    return web.json_response({"requeued": result.requeued[0]})
