@@ -351,6 +351,8 @@ def test_get_list_and_delete_seeds(client: Client) -> None:
     status, _, page = client.call("GET", "/seeds")
     assert status == 200 and page["total"] == 2
     assert [s["seed_id"] for s in page["seeds"]] == ["n1", "o1"]
+    assert "payload" not in page["seeds"][0]["seed"]
+    assert page["seeds"][0]["seed"]["payload_bytes"] == len('{"urls": ["https://news.example/1"]}')
     status, _, page = client.call("GET", "/seeds?site_id=other")
     assert [s["seed_id"] for s in page["seeds"]] == ["o1"]
     status, _, page = client.call("GET", "/seeds?limit=1&offset=1")

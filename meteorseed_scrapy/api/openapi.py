@@ -103,14 +103,14 @@ def build_spec() -> dict[str, Any]:
                     "oneOf": [_SEED, {"type": "array", "items": _SEED, "maxItems": 1000},
                               _obj(seeds={"type": "array", "items": _SEED})]}}}})},
             "/seeds": {"get": _op(
-                "Registered seeds with their run state",
+                "Registered seeds with their run state (payloads left out: payload_bytes)",
                 {**_ok("A page of seeds", _obj(total=_INT, offset=_INT, limit=_INT,
                                                seeds={"type": "array", "items": _ANY_OBJ})),
                  **_problems(422), **auth},
                 parameters=[_query("site_id", _STR, "only this site's seeds"),
                             _query("offset", {"type": "integer", "minimum": 0}, "skip N"),
                             _query("limit", {"type": "integer", "minimum": 1,
-                                             "maximum": 1000}, "at most N (100)")])},
+                                             "maximum": 200}, "at most N (100)")])},
             "/seeds/{seed_id}": {
                 "get": _op("One seed: definition, run state, expansion progress",
                            {**_ok("The seed", _ANY_OBJ), **_problems(404), **auth},

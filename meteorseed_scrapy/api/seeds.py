@@ -7,6 +7,7 @@ this server is expanding (or expanded lately), with its counts so far.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aiohttp import web
@@ -14,7 +15,9 @@ from aiohttp import web
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
 
-MAX_LIMIT = 1000
+#: Seeds per page. A seed's payload may be 2 MiB, so a page leaves payloads out (their size is
+#: given); ``GET /seeds/{id}`` has the seed in full.
+MAX_LIMIT = 200
 
 
 def _int_param(request: web.Request, name: str, default: int, low: int, high: int) -> int:
@@ -31,8 +34,13 @@ def _int_param(request: web.Request, name: str, default: int, low: int, high: in
     return value
 
 
-def _shown(state: ApiState, record: Any) -> dict[str, Any]:
+def _shown(state: ApiState, record: Any, full: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = dict(record.to_json())
+    if not full:
+        seed = dict(out["seed"])
+        payload = seed.pop("payload", {})
+        seed["payload_bytes"] = len(json.dumps(payload, ensure_ascii=False).encode("utf-8"))
+        out["seed"] = seed
     progress = state.expansions.get(record.seed.seed_id)
     out["expansion"] = progress.to_json() if progress is not None else None
     return out
@@ -49,7 +57,7 @@ async def list_seeds(request: web.Request) -> web.Response:
         "offset": offset,
         "limit": limit,
         "site_id": site_id,
-        "seeds": [_shown(state, r) for r in records],
+        "seeds": [_shown(state, r, full=False) for r in records],
     })
 
 
