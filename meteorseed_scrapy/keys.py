@@ -67,6 +67,12 @@ key                                 type    holds
 ``<ns>:seeds:yield``                hash    seed_id -> new child URLs counted by workers since
                                             the seed's last run (``SeedRegistry.add_yield``);
                                             taken by the next ``record_run``
+``<ns>:sites``                      hash    site rule files pushed by ``meteorseed sites push``:
+                                            site_id -> JSON (``source`` file name, ``text``,
+                                            ``version``, ``sha1``, ``pushed_at``); see
+                                            :mod:`meteorseed_scrapy.sites.remote`
+``<ns>:sites:rev``                  string  bumped with every change of ``<ns>:sites`` (workers
+                                            poll it: one GET while nothing changed)
 ==================================  ======  ===================================================
 """
 
@@ -145,3 +151,13 @@ class KeyLayout:
     @property
     def seeds_yield(self) -> str:
         return f"{self.namespace}:seeds:yield"
+
+    # -- site rules pushed to Redis (meteorseed_scrapy.sites.remote) ----------------------------
+
+    @property
+    def sites(self) -> str:
+        return f"{self.namespace}:sites"
+
+    @property
+    def sites_rev(self) -> str:
+        return f"{self.namespace}:sites:rev"
