@@ -348,6 +348,7 @@ def test_get_list_and_delete_seeds(client: Client) -> None:
     assert record["seed"]["payload"] == {"urls": ["https://news.example/1"]}
     assert record["runs"] == 1 and record["last_error"] is None
     assert record["expansion"]["state"] == "done"
+    assert record["next_due"] is None  # no schedule: it ran once, no seeder runs it again
     status, _, page = client.call("GET", "/seeds")
     assert status == 200 and page["total"] == 2
     assert [s["seed_id"] for s in page["seeds"]] == ["n1", "o1"]
@@ -363,6 +364,17 @@ def test_get_list_and_delete_seeds(client: Client) -> None:
     assert status == 200 and body["deleted"] == "n1"
     assert client.call("GET", "/seeds/n1")[0] == 404
     assert client.call("DELETE", "/seeds/n1")[0] == 404
+
+
+def test_a_scheduled_seed_runs_now_and_is_left_to_the_seeders(client: Client) -> None:
+    before = time.time()
+    status, _, body = client.call("POST", "/dispatch", url_list(
+        "hourly", ["https://news.example/latest"], schedule={"every": "1h"}))
+    assert status == 202 and body["enqueued"] == 1
+    status, _, record = client.call("GET", "/seeds/hourly")
+    assert record["runs"] == 1 and record["seed"]["schedule"] == {"every": "1h"}
+    # Due again later (its schedule), not now: the seeders take it from here.
+    assert record["next_due"] is not None and record["next_due"] > before + 60
 
 
 def test_unknown_route_is_404_and_wrong_method_405(client: Client) -> None:
