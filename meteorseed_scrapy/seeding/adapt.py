@@ -5,10 +5,10 @@ directly; :class:`~meteorseed_scrapy.seeding.registry.SeedRegistry` applies it i
 
 The rule (docs/seeding.md): ``rate`` is an exponentially weighted mean (weight
 :data:`EWMA_WEIGHT` on the newest run) of new URLs per hour, measured over the time since the
-previous run. The ideal interval is ``target / rate`` (the time in which ``target`` new URLs
-appear); the next interval moves towards it by at most a factor :data:`MAX_STEP` per run
-(smooth), and stays within the bounds. No yield at all (rate 0) doubles the interval up to
-the max; a flood halves it down to the min.
+previous run (at least the interval in use). The ideal interval is ``target / rate`` (the
+time in which ``target`` new URLs appear); the next interval moves towards it by at most a
+factor :data:`MAX_STEP` per run (smooth), and stays within the bounds. No yield at all (rate
+0) doubles the interval up to the max; a flood halves it down to the min.
 """
 
 from __future__ import annotations
@@ -112,7 +112,10 @@ def adapt(every: Every, bounds: Bounds, state: RunState, *, started_at: float,
     current = bounds.clamp(state.interval_s if state.interval_s is not None else every.seconds)
     if not every.adaptive:
         return every.seconds, state.rate
-    elapsed = started_at - state.previous_run if state.previous_run is not None else current
+    # Since the previous run, but at least the interval in use: a run brought forward (an
+    # edit makes a seed due at once) must not read as a burst of yield.
+    elapsed = current if state.previous_run is None else max(
+        current, started_at - state.previous_run)
     observed = max(0, new_urls) * 3600.0 / max(elapsed, 1.0)
     rate = observed if state.rate is None else (
         EWMA_WEIGHT * observed + (1 - EWMA_WEIGHT) * state.rate)

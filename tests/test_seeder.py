@@ -1,0 +1,370 @@
+"""The long-running seeder on a real Redis and a loopback sitemap site: re-fetching a seed's
+own pages, adaptive intervals from real runs, failures, edits taking effect at once, two
+seeders at once, Redis outages, graceful stop, and ``scrapy seed-expand --watch`` /
+``meteorseed seeder`` as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.seeding.adapt import Bounds
+from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry
+from meteorseed_scrapy.seeding.seeder import RunResult, Seeder, SeederConfig
+from meteorseed_scrapy.tasks import ExecTask, SeedTask
+from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
+from meteorseed_scrapy.testing.redis_server import RedisServer
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+T = TypeVar("T")
+
+
+class SitemapSite(LoopbackSite):
+    """Serves ``pages`` (path -> XML), which a test may change between runs; else 404."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pages: dict[str, bytes] = {}
+
+    class handler(LoopbackHandler):  # (the attribute name LoopbackSite expects)
+        site: SitemapSite
+
+        def serve(self, head: bool = False) -> None:
+            body = self.site.pages.get(self.path)
+            if body is None:
+                self.send_page(404, "text/plain", b"gone", {}, head)
+            else:
+                self.send_page(200, "application/xml", body, {}, head)
+
+    def set_urls(self, path: str, count: int) -> None:
+        locs = "".join(f"<url><loc>{self.url}/item/{i}</loc></url>" for i in range(count))
+        self.pages[path] = (
+            '<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+            f"{locs}</urlset>").encode()
+
+
+@pytest.fixture
+def site() -> Iterator[SitemapSite]:
+    with SitemapSite() as served:
+        yield served
+
+
+def run(redis_url: str, body: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
+    async def main() -> T:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def stream_urls(sync_redis: redis.Redis, namespace: str) -> list[str]:
+    entries: Any = sync_redis.xrange(KeyLayout(namespace).stream)
+    return [ExecTask.from_message(fields).url for _, fields in entries]
+
+
+def list_seed(seed_id: str = "list", schedule: Any = "every 1h", **payload: Any) -> SeedTask:
+    return SeedTask(seed_id=seed_id, site_id="news", task_type="url_list",
+                    payload=payload or {"urls": ["https://news.example/latest"]},
+                    schedule=schedule)
+
+
+def sitemap_seed(site: SitemapSite, schedule: Any, seed_id: str = "map") -> SeedTask:
+    return SeedTask(seed_id=seed_id, site_id="news", task_type="sitemap",
+                    payload={"url": f"{site.url}/sitemap.xml"}, schedule=schedule)
+
+
+async def run_now(seeder: Seeder, seed_id: str) -> RunResult:
+    """Run the seed now, whenever it is due (the loop claims it first)."""
+    record = await seeder.registry.get(seed_id)
+    assert record is not None
+    return await seeder.run_seed(record)
+
+
+def test_own_pages_are_refetched_and_sitemap_items_stay_deduplicated(
+        redis_url: str, namespace: str, site: SitemapSite, sync_redis: redis.Redis) -> None:
+    site.set_urls("/sitemap.xml", 5)
+
+    async def body(client: aioredis.Redis) -> list[RunResult]:
+        seeder = Seeder(client, KeyLayout(namespace))
+        await seeder.registry.put(list_seed())
+        await seeder.registry.put(sitemap_seed(site, "every 1h"))
+        return [await run_now(seeder, seed_id)
+                for seed_id in ("list", "map", "list", "map")]
+
+    _, map1, list2, map2 = run(redis_url, body)
+    urls = stream_urls(sync_redis, namespace)
+    assert urls.count("https://news.example/latest") == 2  # re-fetched on each run
+    assert sorted(set(urls) - {"https://news.example/latest"}) == sorted(
+        f"{site.url}/item/{i}" for i in range(5))  # items once
+    assert (map1.summary.enqueued, map2.summary.enqueued, map2.summary.duplicates) == (5, 0, 5)
+    assert map1.record and map1.record.last_yield == 5 and map2.record
+    assert map2.record.last_yield == 0 and map2.record.runs == 2
+    assert list2.record and list2.record.last_enqueued == 1 and list2.record.last_yield == 0
+
+
+def test_adaptive_interval_follows_real_yield_within_bounds(
+        redis_url: str, namespace: str, site: SitemapSite) -> None:
+    bounds = Bounds(60, 3600)
+
+    async def body(client: aioredis.Redis) -> list[float]:
+        seeder = Seeder(client, KeyLayout(namespace), bounds_for=lambda site_id: bounds)
+        await seeder.registry.put(sitemap_seed(site, "every 10m"))
+        intervals = []
+        count = 0
+        for growth in (300, 300, 300) + (0,) * 10:
+            count += growth
+            site.set_urls("/sitemap.xml", count)
+            result = await run_now(seeder, "map")
+            assert result.record is not None and result.record.interval_s is not None
+            assert result.record.last_yield == growth
+            intervals.append(result.record.interval_s)
+        return intervals
+
+    intervals = run(redis_url, body)
+    assert intervals[2] < intervals[0] < 600  # many new items: shorter
+    assert min(intervals) >= 60 and max(intervals) <= 3600  # within the bounds
+    assert intervals[-1] == 3600  # none: longer, to the max (once the mean yield decays)
+    assert sorted(intervals[3:]) == intervals[3:]  # never shorter while nothing is found
+
+
+def test_failing_seed_is_visible_and_backs_off(redis_url: str, namespace: str,
+                                               site: SitemapSite) -> None:
+    async def body(client: aioredis.Redis) -> list[SeedRecord]:
+        seeder = Seeder(client, KeyLayout(namespace),
+                        bounds_for=lambda site_id: Bounds(60, 600))
+        await seeder.registry.put(sitemap_seed(site, "every 1m"))  # no sitemap there: 404
+        records = []
+        for _ in range(3):
+            result = await run_now(seeder, "map")
+            assert not result.ok and result.record is not None
+            records.append(result.record)
+        return records
+
+    records = run(redis_url, body)
+    assert [r.failures for r in records] == [1, 2, 3]
+    assert all("404" in (r.last_error or "") for r in records), records[-1].last_error
+    assert records[-1].status == "failing" and records[-1].last_success is None
+    waits = [r.next_due - r.last_run for r in records]  # type: ignore[operator]
+    assert waits[0] < waits[1] < waits[2] <= 4 * 600 + 5
+
+
+def test_a_keyword_added_takes_effect_at_once(redis_url: str, namespace: str,
+                                              sync_redis: redis.Redis) -> None:
+    def keywords(*words: str) -> SeedTask:
+        return SeedTask(seed_id="kw", site_id="news", task_type="keywords", schedule="every 1d",
+                        payload={"search_template": "https://news.example/s?q={keyword}",
+                                 "keywords": list(words)})
+
+    async def body(client: aioredis.Redis) -> float:
+        seeder = Seeder(client, KeyLayout(namespace), config=SeederConfig(poll_s=0.2))
+        await seeder.registry.put(keywords("rust"))
+        stop = asyncio.Event()
+        loop = asyncio.ensure_future(seeder.run(stop))
+        try:
+            while seeder.runs < 1:
+                await asyncio.sleep(0.05)
+            started = time.monotonic()
+            await seeder.registry.put(keywords("rust", "python"))  # an edit, mid-schedule
+            while seeder.runs < 2:
+                await asyncio.sleep(0.05)
+            return time.monotonic() - started
+        finally:
+            stop.set()
+            await loop
+
+    run(redis_url, body)  # (not a day later: the loop above would time the test out)
+    assert stream_urls(sync_redis, namespace) == [
+        "https://news.example/s?q=rust", "https://news.example/s?q=rust",
+        "https://news.example/s?q=python"]
+
+
+def test_two_seeders_never_run_one_seed_at_once(redis_url: str, namespace: str) -> None:
+    in_flight: set[str] = set()
+    overlaps: list[str] = []
+    runs: list[str] = []
+
+    class SlowSeeder(Seeder):
+        async def run_seed(self, record: SeedRecord) -> RunResult:
+            if record.seed_id in in_flight:
+                overlaps.append(record.seed_id)
+            in_flight.add(record.seed_id)
+            try:
+                await asyncio.sleep(0.02)  # let the other seeder try to claim it meanwhile
+                return await super().run_seed(record)
+            finally:
+                in_flight.discard(record.seed_id)
+                runs.append(record.seed_id)
+
+    async def body(client: aioredis.Redis) -> None:
+        keys = KeyLayout(namespace)
+        registry = SeedRegistry(client, keys)
+        for i in range(20):
+            await registry.put(list_seed(f"once{i}", schedule=None))  # run exactly once each
+        for i in range(3):
+            await registry.put(list_seed(f"often{i}", schedule={"every": 1, "min": 1, "max": 1}))
+        other = aioredis.Redis.from_url(redis_url)
+        config = SeederConfig(poll_s=0.1, claim_limit=2)
+        seeders = [SlowSeeder(client, keys, config=config), SlowSeeder(other, keys, config=config)]
+        stop = asyncio.Event()
+        loops = [asyncio.ensure_future(s.run(stop)) for s in seeders]
+        try:
+            while sum(r.startswith("often") for r in runs) < 9:
+                await asyncio.sleep(0.05)
+        finally:
+            stop.set()
+            await asyncio.gather(*loops)
+            await other.aclose()
+        assert all(s.runs for s in seeders)  # both took part
+
+    run(redis_url, body)
+    assert overlaps == []
+    assert sorted(r for r in runs if r.startswith("once")) == sorted(f"once{i}" for i in range(20))
+
+
+def test_stop_during_a_blocked_run_hands_the_seed_back(redis_url: str, namespace: str,
+                                                       sync_redis: redis.Redis) -> None:
+    async def body(client: aioredis.Redis) -> tuple[SeedRecord | None, float]:
+        keys = KeyLayout(namespace)
+        await client.xadd(keys.stream, {"v": "1", "t": "{}"})  # a backlog of 1 ...
+        seeder = Seeder(client, keys, config=SeederConfig(max_backlog=0, grace_s=0.2,
+                                                          poll_s=0.1))  # ... is too much
+        await seeder.registry.put(list_seed())
+        stop = asyncio.Event()
+        loop = asyncio.ensure_future(seeder.run(stop))
+        await asyncio.sleep(0.5)  # claimed, now waiting for room
+        stop.set()
+        await asyncio.wait_for(loop, 10)
+        secs, usecs = await client.time()
+        return await seeder.registry.get("list"), int(secs) + int(usecs) / 1e6
+
+    record, now = run(redis_url, body)
+    assert record is not None and record.runs == 0  # nothing recorded: it did not run
+    assert record.next_due is not None and record.next_due <= now  # due again, at once
+
+
+def test_redis_outage_pauses_with_one_line_and_resumes(
+        namespace: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "meteorseed_scrapy.seeding")
+    server = RedisServer().start()
+
+    async def body() -> int:
+        client = aioredis.Redis.from_url(server.url, socket_connect_timeout=1)
+        seeder = Seeder(client, KeyLayout(namespace),
+                        config=SeederConfig(poll_s=0.1, retry_s=0.2))
+        await seeder.registry.put(list_seed(schedule={"every": 1, "min": 1, "max": 1}))
+        stop = asyncio.Event()
+        loop = asyncio.ensure_future(seeder.run(stop))
+        try:
+            while seeder.runs < 1:
+                await asyncio.sleep(0.05)
+            server.stop()
+            await asyncio.sleep(2.0)  # ~10 failed attempts
+            assert not loop.done()
+            server.start()
+            await client.set("x", 1)  # (a fresh, empty Redis: register the seed again)
+            await seeder.registry.put(list_seed(schedule={"every": 1, "min": 1, "max": 1}))
+            before = seeder.runs
+            while seeder.runs < before + 1:
+                await asyncio.sleep(0.05)
+            return seeder.runs
+        finally:
+            stop.set()
+            await loop
+            await client.aclose()
+
+    try:
+        assert asyncio.run(body()) >= 2
+    finally:
+        server.stop()
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum("Redis unavailable" in line for line in lines) == 1, lines
+    assert sum("Redis is back" in line for line in lines) == 1, lines
+
+
+# -- as real processes ---------------------------------------------------------------------------
+
+def _wait_for(predicate: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def _registry_runs(sync_redis: redis.Redis, namespace: str, seed_id: str) -> int:
+    return int(sync_redis.hget(KeyLayout(namespace).seed(seed_id), "runs") or 0)
+
+
+def _write_seeds(path: Path, site: SitemapSite) -> None:
+    fast = {"every": "1s", "min": "1s", "max": "1s"}
+    lines = [
+        {"seed_id": "list", "site_id": "news", "task_type": "url_list",
+         "payload": {"urls": ["https://news.example/latest"]}, "schedule": fast},
+        {"seed_id": "map", "site_id": "news", "task_type": "sitemap",
+         "payload": {"url": f"{site.url}/sitemap.xml"}, "schedule": fast},
+        {"seed_id": "bad", "site_id": "news", "task_type": "url_list",
+         "payload": {"urls": ["https://news.example/"]}, "schedule": "every now and then"},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+@pytest.mark.parametrize("how", ["scrapy", "meteorseed"])
+def test_watch_process_runs_due_seeds_until_sigterm(
+        how: str, redis_url: str, namespace: str, site: SitemapSite, sync_redis: redis.Redis,
+        tmp_path: Path) -> None:
+    site.set_urls("/sitemap.xml", 3)
+    seeds = tmp_path / "seeds.jsonl"
+    _write_seeds(seeds, site)
+    if how == "scrapy":
+        cmd = [str(BIN / "scrapy"), "seed-expand", "--watch", str(seeds),
+               "-s", f"METEORSEED_REDIS_URL={redis_url}", "-s", f"METEORSEED_NAMESPACE={namespace}"]
+    else:
+        cmd = [str(BIN / "meteorseed"), "seeder", str(seeds), "--redis-url", redis_url,
+               "--namespace", namespace]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("METEORSEED_")}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: _registry_runs(sync_redis, namespace, "map") >= 2
+                  and _registry_runs(sync_redis, namespace, "list") >= 2)
+        site.set_urls("/sitemap.xml", 5)  # two new items appear
+        _wait_for(lambda: len(set(stream_urls(sync_redis, namespace))) == 6)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    urls = stream_urls(sync_redis, namespace)
+    assert urls.count("https://news.example/latest") >= 2  # expanded on every run
+    assert sorted(u for u in urls if "/item/" in u) == sorted(
+        f"{site.url}/item/{i}" for i in range(5))  # each item once
+    assert "line 3: schedule.every:" in err
+    assert "registered 2, rejected 1" in err and "stopped after" in err
+    assert "seeder: seed map: enqueued 3" in err
+    if how == "meteorseed":
+        listing = subprocess.run(
+            [str(BIN / "meteorseed"), "seeder", "--list", "--json", "--redis-url", redis_url,
+             "--namespace", namespace], capture_output=True, text=True, env=env, timeout=60)
+        assert listing.returncode == 0, listing.stderr
+        by_id = {r["seed_id"]: r for r in json.loads(listing.stdout)}
+        assert set(by_id) == {"list", "map"} and by_id["map"]["runs"] >= 3
+        assert by_id["map"]["status"] == "ok" and by_id["map"]["last_error"] is None
