@@ -1,4 +1,5 @@
-"""Turning seeds (where data comes from) into exec tasks (one URL to fetch each)."""
+"""Turning seeds (where data comes from) into exec tasks (one URL to fetch each), once
+(``expand``) or on their schedules (``registry``, ``schedule``, ``seeder``)."""
 
 from __future__ import annotations
 
@@ -15,17 +16,28 @@ from meteorseed_scrapy.seeding.expand import (
     parse_seed_line,
     read_lines,
 )
+from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry
+from meteorseed_scrapy.seeding.schedule import Cron, Every, Schedule, parse_schedule
+from meteorseed_scrapy.seeding.seeder import Seeder, SeederConfig
 
 __all__ = [
     "MAX_LINE_BYTES",
     "MAX_URLS_PER_LINE",
+    "Cron",
+    "Every",
     "ExpandSummary",
     "Rejection",
+    "Schedule",
     "SeedLineError",
+    "SeedRecord",
+    "SeedRegistry",
+    "Seeder",
+    "SeederConfig",
     "UnsupportedTaskType",
     "UrlError",
     "expand",
     "expand_stream",
+    "parse_schedule",
     "parse_seed_line",
     "read_lines",
 ]
