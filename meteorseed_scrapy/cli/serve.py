@@ -76,6 +76,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     config = config_from(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(name)s] %(levelname)s: "
                         "%(message)s")
+    if ctx.json:  # --json: log lines as JSON objects, as workers with METEORSEED_LOG_JSON
+        from meteorseed_scrapy.observability.logging import install
+
+        install(logging.getLogger().handlers, json_lines=True)
     if config.token is None:
         ctx.warn("serving WITHOUT authentication (--insecure-no-auth)")
     ctx.warn(f"dispatch API on http://{args.host}:{args.port}/ (console /console/, "
