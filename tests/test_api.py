@@ -233,6 +233,14 @@ def test_nothing_accepted_is_422_listing_every_error(client: Client) -> None:
     assert [e["field"] for e in body["errors"]] == ["seeds[0].task_type", "seeds[1].seed_id"]
 
 
+def test_too_many_urls_in_one_seed_is_422(client: Client) -> None:
+    urls = [f"https://news.example/{i}" for i in range(10_001)]
+    status, _, body = client.call("POST", "/dispatch", url_list("many", urls))
+    assert status == 422
+    assert body["errors"][0]["field"] == "payload.urls"
+    assert "10000" in body["errors"][0]["problem"]
+
+
 def test_oversized_body_is_413(client: Client, sync_redis: redis.Redis, namespace: str) -> None:
     urls = [f"https://news.example/{'x' * 1000}/{i}" for i in range(2200)]
     status, headers, body = client.call("POST", "/dispatch", url_list("big", urls))
