@@ -513,6 +513,10 @@ def test_redis_down_is_503_and_the_server_keeps_serving(namespace: str) -> None:
             status, headers, problem = client.call(method, path, body)
             assert status == 503, (path, problem)
             assert "Redis" in problem["detail"] and headers["Retry-After"]
+        # The failed dispatch left nothing reserved: the same seed gets a 503 again, not a
+        # 422 "still being expanded".
+        status, _, problem = client.call("POST", "/dispatch", url_list("s", ["https://a.example/"]))
+        assert status == 503, problem
         status, _, _ = client.call("GET", "/openapi.json")
         assert status == 200
 

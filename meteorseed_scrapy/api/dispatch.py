@@ -120,7 +120,18 @@ async def dispatch(request: web.Request) -> web.Response:
             accepted.append((index, prefix, seed))
     if not accepted:
         raise InvalidInput(errors, "no seed was accepted")
-    started = [await _start(state, index, prefix, seed) for index, prefix, seed in accepted]
+    # Taken before the first await, so a concurrent request cannot start the same seed too.
+    reserved = [Progress(seed.seed_id) for _, _, seed in accepted]
+    for progress in reserved:
+        state.expansions.add(progress)
+    try:
+        started = [await _start(state, index, prefix, seed, progress)
+                   for (index, prefix, seed), progress in zip(accepted, reserved, strict=True)]
+    finally:
+        for progress in reserved:  # not started (Redis down): free the seed_id again
+            if progress.state == "expanding" and not state.expansions.has_task(
+                    progress.seed_id):
+                progress.finish("failed", "not started: the request failed")
     totals = {"enqueued": 0, "duplicates": 0, "rejected_urls": 0}
     for _line, progress in started:
         totals["enqueued"] += progress.enqueued
@@ -138,10 +149,9 @@ async def dispatch(request: web.Request) -> web.Response:
     }, status=202)
 
 
-async def _start(state: ApiState, index: int, prefix: str, seed: SeedTask
-                 ) -> tuple[dict[str, Any], Progress]:
+async def _start(state: ApiState, index: int, prefix: str, seed: SeedTask,
+                 progress: Progress) -> tuple[dict[str, Any], Progress]:
     """Register ``seed`` and expand it (now, or in the background); its line of the answer."""
-    progress = Progress(seed.seed_id)
     try:
         record = await state.registry.put(seed)
     except TaskError as exc:  # e.g. deleted by another client while being registered
@@ -153,10 +163,9 @@ async def _start(state: ApiState, index: int, prefix: str, seed: SeedTask
     await state.registry.renew(seed.seed_id, LEASE_S)
     coro = _run(state, seed, record.rev, prefix, progress)
     if seed.task_type in INLINE_TYPES:
-        state.expansions.add(progress, None)
         await coro
     else:
-        state.expansions.add(progress, asyncio.ensure_future(coro))
+        state.expansions.attach(seed.seed_id, asyncio.ensure_future(coro))
     return _line(index, seed, progress), progress
 
 

@@ -33,15 +33,21 @@ class Expansions:
         self._progress: dict[str, Progress] = {}
         self._tasks: dict[str, asyncio.Future[None]] = {}
 
-    def add(self, progress: Progress, task: asyncio.Future[None] | None) -> None:
+    def add(self, progress: Progress) -> None:
+        """Track ``progress`` (state ``expanding``: the seed_id is taken until it ends)."""
         self._progress.pop(progress.seed_id, None)
         self._progress[progress.seed_id] = progress  # (re)inserted last: newest at the end
         while len(self._progress) > MAX_FINISHED:
-            oldest = next(s for s, p in self._progress.items() if p.state != "expanding")
+            oldest = next((s for s, p in self._progress.items() if p.state != "expanding"),
+                          None)
+            if oldest is None:
+                break
             del self._progress[oldest]
-        if task is not None:
-            self._tasks[progress.seed_id] = task
-            task.add_done_callback(self._done)
+
+    def attach(self, seed_id: str, task: asyncio.Future[None]) -> None:
+        """The background task expanding ``seed_id`` (cancelled by :meth:`cancel`)."""
+        self._tasks[seed_id] = task
+        task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Future[None]) -> None:
         for seed_id, running in list(self._tasks.items()):
@@ -50,8 +56,8 @@ class Expansions:
         if not task.cancelled() and task.exception() is not None:
             logger.debug("background expansion ended with %r", task.exception())
 
-    def progress(self, seed_id: str) -> Progress:
-        return self._progress[seed_id]
+    def has_task(self, seed_id: str) -> bool:
+        return seed_id in self._tasks
 
     def get(self, seed_id: str) -> Progress | None:
         return self._progress.get(seed_id)
