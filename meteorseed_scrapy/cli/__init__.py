@@ -15,7 +15,7 @@ from typing import IO
 import redis
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.cli import dead, reset, seeder, serve, status
+from meteorseed_scrapy.cli import dead, reset, seeder, serve, sites, status
 from meteorseed_scrapy.cli.common import (
     EXIT_ERROR,
     CliError,
@@ -26,7 +26,7 @@ from meteorseed_scrapy.cli.common import (
 )
 from meteorseed_scrapy.keys import KeyLayout
 
-SUBCOMMANDS = (status, dead, reset, serve, seeder)
+SUBCOMMANDS = (status, dead, reset, serve, seeder, sites)
 
 
 def build_parser() -> argparse.ArgumentParser:

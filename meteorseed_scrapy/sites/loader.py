@@ -1,10 +1,12 @@
 """The site rule files of ``METEORSEED_SITES_DIR``, loaded and kept current (hot reload).
 
-One file per site: ``*.yaml``, ``*.yml`` or ``*.json``. :meth:`SiteRegistry.poll` is the
-blocking half (stat every file, read and validate only those whose mtime or size changed) and
-runs in a thread; :meth:`SiteRegistry.apply` is the cheap half and runs on the reactor thread,
-so the spider never sees a half-applied change. A file that fails to parse or validate never
-replaces a good version: the site keeps its last good config and the log says so.
+One file per site: ``*.yaml``, ``*.yml`` or ``*.json``; with a ``remote``
+(:class:`~meteorseed_scrapy.sites.remote.RemoteRules`), also the rule files pushed to Redis.
+:meth:`SiteRegistry.poll` is the blocking half (stat every file, read and validate only those
+whose mtime or size changed; one GET for the pushed rules) and runs in a thread;
+:meth:`SiteRegistry.apply` is the cheap half and runs on the reactor thread, so the spider never
+sees a half-applied change. A file that fails to parse or validate never replaces a good
+version: the site keeps its last good config and the log says so.
 """
 
 from __future__ import annotations
@@ -13,20 +15,26 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+from redis.exceptions import RedisError
 
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.schema import SiteConfig, parse_site
 
+if TYPE_CHECKING:
+    from meteorseed_scrapy.sites.remote import RemoteRules
+
 logger = logging.getLogger(__name__)
 SUFFIXES = (".yaml", ".yml", ".json")
-Stamp = tuple[int, int]  # (mtime_ns, size)
+Stamp = tuple[int, int]  # (mtime_ns, size); pushed rules: (digest prefix, size)
+Source = Path | str  # a file, or ``redis:<key>/<site_id>`` for a pushed rule file
 
 
 @dataclass(frozen=True)
 class FileResult:
-    path: Path
+    path: Source
     stamp: Stamp | None  # None: the file is gone
     config: SiteConfig | None = None
     error: ConfigError | None = None
@@ -39,10 +47,15 @@ def load_file(path: Path) -> SiteConfig:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(source, "", f"cannot read: {exc}") from None
+    return parse_text(text, path.suffix, source)
+
+
+def parse_text(text: str, suffix: str, source: str) -> SiteConfig:
+    """Validate the text of a rule file (``suffix`` ``.json``: JSON, else YAML)."""
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
-        kind = "JSON" if path.suffix == ".json" else "YAML"
+        kind = "JSON" if suffix == ".json" else "YAML"
         raise ConfigError(source, "", f"not valid {kind}: {exc}") from None
     return parse_site(data, source)
 
@@ -50,12 +63,15 @@ def load_file(path: Path) -> SiteConfig:
 class SiteRegistry:
     """Site configs by ``site_id``; reads happen on one thread, updates via :meth:`apply`."""
 
-    def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
+    def __init__(self, directory: str | Path | None,
+                 remote: RemoteRules | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else None
+        self.remote = remote
         self._sites: dict[str, SiteConfig] = {}
-        self._stamps: dict[Path, Stamp] = {}
-        self._owner: dict[Path, str] = {}  # file -> site_id it defines (last good version)
+        self._stamps: dict[Source, Stamp] = {}
+        self._owner: dict[Source, str] = {}  # file -> site_id it defines (last good version)
         self.errors = 0
+        self._remote_down = False
 
     def get(self, site_id: str) -> SiteConfig | None:
         return self._sites.get(site_id)
@@ -69,8 +85,33 @@ class SiteRegistry:
         self.apply(self.poll())
         return self
 
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+
     def poll(self) -> list[FileResult]:
-        """Blocking: what changed in the directory since the last :meth:`apply`."""
+        """Blocking: what changed in the directory (and Redis) since the last :meth:`apply`."""
+        results = self._poll_files() if self.directory is not None else []
+        if self.remote is not None:
+            results.extend(self._poll_remote(self.remote))
+        return results
+
+    def _poll_remote(self, remote: RemoteRules) -> list[FileResult]:
+        try:
+            results = remote.changes(self._stamps)
+        except RedisError as exc:
+            if not self._remote_down:
+                logger.warning("Cannot read the site rules pushed to Redis (%s): %s; keeping"
+                               " the %d sites loaded", remote.keys.sites, exc, len(self._sites))
+            self._remote_down = True
+            return []
+        if self._remote_down:
+            logger.info("Site rules in Redis (%s) readable again", remote.keys.sites)
+        self._remote_down = False
+        return results
+
+    def _poll_files(self) -> list[FileResult]:
+        assert self.directory is not None
         try:
             paths = sorted(p for p in self.directory.iterdir() if p.suffix in SUFFIXES)
         except OSError as exc:
@@ -90,7 +131,8 @@ class SiteRegistry:
                 results.append(FileResult(path, stamp, config=load_file(path)))
             except ConfigError as exc:
                 results.append(FileResult(path, stamp, error=exc))
-        results.extend(FileResult(path, None) for path in self._stamps if path not in paths)
+        results.extend(FileResult(path, None) for path in self._stamps
+                       if isinstance(path, Path) and path not in paths)
         return results
 
     def apply(self, results: list[FileResult]) -> None:
@@ -105,7 +147,7 @@ class SiteRegistry:
                 self._stamps[result.path] = result.stamp
                 self._accept(result.path, result.config)
 
-    def _accept(self, path: Path, config: SiteConfig) -> None:
+    def _accept(self, path: Source, config: SiteConfig) -> None:
         holder = next((p for p, s in self._owner.items() if s == config.site_id and p != path),
                       None)
         if holder is not None:
@@ -123,7 +165,7 @@ class SiteRegistry:
             logger.info("Reloaded site %s: version %s (was %s) from %s", config.site_id,
                         config.version, previous.version, path)
 
-    def _reject(self, path: Path, error: str) -> None:
+    def _reject(self, path: Source, error: str) -> None:
         self.errors += 1
         site_id = self._owner.get(path)
         kept = self._sites.get(site_id) if site_id else None
@@ -133,7 +175,7 @@ class SiteRegistry:
         else:
             logger.error("Invalid site rules, file ignored: %s", error)
 
-    def _forget(self, path: Path, why: str) -> None:
+    def _forget(self, path: Source, why: str) -> None:
         site_id = self._owner.pop(path, None)
         if site_id is not None and self._sites.pop(site_id, None) is not None:
             logger.warning("Site %s removed: %s (%s)", site_id, why, path)

@@ -24,11 +24,14 @@ from scrapy.http import Response
 from twisted.internet import task, threads
 
 from meteorseed_scrapy.context import task_of
+from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.settings import DEFAULTS, redis_url_from
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, find, select_values
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
+from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.schema import Selector as Rule
 from meteorseed_scrapy.sites.schema import SiteConfig
 from meteorseed_scrapy.tasks import url_fingerprint
@@ -79,18 +82,30 @@ class RuleSpider(scrapy.Spider):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> RuleSpider:
-        directory = crawler.settings.get("METEORSEED_SITES_DIR")
+        settings = crawler.settings
+        directory = settings.get("METEORSEED_SITES_DIR")
+        remote = None
+        if settings.getbool("METEORSEED_SITES_REDIS"):  # rules pushed by `meteorseed sites push`
+            namespace = settings.get("METEORSEED_NAMESPACE") or DEFAULTS["METEORSEED_NAMESPACE"]
+            remote = RemoteRules.from_url(redis_url_from(settings), KeyLayout(str(namespace)))
         if not directory or not Path(directory).is_dir():
-            raise NotConfigured(f"METEORSEED_SITES_DIR: set it to the directory of the site rule"
-                                f" files (got {directory!r})")
-        interval = crawler.settings.getfloat("METEORSEED_SITES_RELOAD_INTERVAL", 1.0)
-        spider = cls(*args, registry=SiteRegistry(directory).load(), reload_interval=interval,
-                     **kwargs)
+            if remote is None:
+                raise NotConfigured(f"METEORSEED_SITES_DIR: set it to the directory of the site"
+                                    f" rule files, or set METEORSEED_SITES_REDIS (got"
+                                    f" {directory!r})")
+            if directory:
+                logger.warning("METEORSEED_SITES_DIR %r is not a directory: site rules from"
+                               " Redis only", directory)
+            directory = None
+        interval = settings.getfloat("METEORSEED_SITES_RELOAD_INTERVAL", 1.0)
+        spider = cls(*args, registry=SiteRegistry(directory, remote=remote).load(),
+                     reload_interval=interval, **kwargs)
         spider._set_crawler(crawler)
         crawler.signals.connect(spider._start_reloading, signals.spider_opened)
         crawler.signals.connect(spider._stop_reloading, signals.spider_closed)
+        where = " and ".join(p for p in (directory, remote.keys.sites if remote else None) if p)
         logger.info("Sites spider serves %d sites from %s: %s", len(spider.registry.sites),
-                    directory, ", ".join(sorted(spider.registry.sites)) or "none")
+                    where, ", ".join(sorted(spider.registry.sites)) or "none")
         return spider
 
     # -- hot reload ---------------------------------------------------------------------
@@ -106,6 +121,8 @@ class RuleSpider(scrapy.Spider):
     def _stop_reloading(self) -> None:
         if self._reloader is not None and self._reloader.running:
             self._reloader.stop()
+        if not self._polling:  # else the poll in its thread still uses the client
+            self.registry.close()
 
     def _poll(self) -> None:
         if self._polling:

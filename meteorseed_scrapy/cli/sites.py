@@ -1,0 +1,82 @@
+"""``meteorseed sites push DIR | list | rm SITE...``: site rule files shared through Redis.
+
+``push`` validates every rule file of DIR as a worker would and stores them all in one
+transaction, or none when any is bad (each problem printed as ``file: field: problem``).
+Workers with ``METEORSEED_SITES_REDIS = True`` pick changes up within their reload interval
+(``METEORSEED_SITES_RELOAD_INTERVAL``, 1 s). See :mod:`meteorseed_scrapy.sites.remote`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from meteorseed_scrapy.cli.common import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    CliError,
+    Context,
+    add_target_options,
+    table,
+)
+from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.remote import RemoteRules, collect
+
+
+def register(sub: Any) -> None:
+    sites = sub.add_parser("sites", help="site rule files in Redis: push, list, rm")
+    actions = sites.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = actions.add_parser("push", help="validate the rule files of DIR and store them all")
+    p.add_argument("directory", type=Path, metavar="DIR")
+    p.add_argument("--prune", action="store_true",
+                   help="also remove pushed sites that DIR no longer defines")
+    add_target_options(p)
+    p.set_defaults(run=run_push)
+    p = actions.add_parser("list", help="the pushed sites, their versions and sources")
+    add_target_options(p)
+    p.set_defaults(run=run_list)
+    p = actions.add_parser("rm", help="remove pushed sites (workers drop them)")
+    p.add_argument("site_ids", nargs="+", metavar="SITE")
+    add_target_options(p)
+    p.set_defaults(run=run_rm)
+
+
+def run_push(args: argparse.Namespace, ctx: Context) -> int:
+    try:
+        pushed = collect(args.directory)
+    except ConfigError as exc:
+        raise CliError(str(exc), EXIT_INCOMPLETE) from None
+    removed = RemoteRules(ctx.client, ctx.keys).push(pushed, prune=args.prune)
+    if ctx.json:
+        ctx.emit_json({"pushed": {p.config.site_id: p.config.version for p in pushed},
+                       "removed": removed, "key": ctx.keys.sites})
+        return EXIT_OK
+    for p in pushed:
+        ctx.say(f"pushed {p.config.site_id} version {p.config.version} ({p.source})")
+    for site_id in removed:
+        ctx.say(f"removed {site_id}")
+    ctx.say(f"{len(pushed)} sites in {ctx.keys.sites} at {ctx.url}")
+    return EXIT_OK
+
+
+def run_list(args: argparse.Namespace, ctx: Context) -> int:
+    entries = RemoteRules(ctx.client, ctx.keys).entries()
+    if ctx.json:
+        ctx.emit_json({site: {k: v for k, v in record.items() if k != "text"}
+                       for site, record in entries.items()})
+        return EXIT_OK
+    rows = [{"site": site, **record} for site, record in entries.items()]
+    for line in table(rows, ["site", "version", "source", "pushed_at", "error"]):
+        ctx.say(line)
+    return EXIT_OK
+
+
+def run_rm(args: argparse.Namespace, ctx: Context) -> int:
+    deleted = RemoteRules(ctx.client, ctx.keys).remove(args.site_ids)
+    missing = len(args.site_ids) - deleted
+    if ctx.json:
+        ctx.emit_json({"removed": deleted, "missing": missing})
+    else:
+        ctx.say(f"removed {deleted} of {len(args.site_ids)} sites from {ctx.keys.sites}")
+    return EXIT_OK if not missing else EXIT_INCOMPLETE
