@@ -267,3 +267,22 @@ def test_site_bounds_come_from_bounds_for(redis_url: str, namespace: str) -> Non
 
     done = run(redis_url, namespace, body, bounds_for=lambda site: Bounds(60, 2400))
     assert done is not None and done.interval_s == 2400  # doubled, capped by the site max
+
+
+def test_put_with_a_lease_leaves_nothing_for_seeders_to_claim(redis_url: str,
+                                                                namespace: str) -> None:
+    async def body(reg: SeedRegistry) -> dict[str, Any]:
+        leased = await reg.put(seed(), lease_s=300)
+        out: dict[str, Any] = {"claimable": await reg.claim_due(None, 10, 60)}
+        assert leased.next_due is not None
+        out["lease"] = leased.next_due - leased.added_at
+        await reg.put(seed("s2"))
+        [held] = await reg.claim_due(None, 10, 600)  # a seeder holds s2 now
+        again = await reg.put(seed("s2"), lease_s=300)  # unchanged and held: not leased
+        out["held_kept"] = again.next_due == held.next_due
+        return out
+
+    out = run(redis_url, namespace, body)
+    assert out["claimable"] == []
+    assert 299 < out["lease"] < 301
+    assert out["held_kept"]

@@ -5,13 +5,28 @@
 -- KEYS[3]  by-site index (zset)       KEYS[4]  due set (zset)
 -- ARGV[1]  seed_id    ARGV[2]  definition JSON (canonical)    ARGV[3]  site_id
 -- ARGV[4]  schedule JSON ("" = none)
--- Returns {status, now}: status 0 unchanged, 1 added, 2 changed; now as a decimal string.
+-- ARGV[5]  lease, seconds ("" = none): the caller runs the seed itself, so instead of "due now"
+--          it is leased to the caller (due at now + lease) in this same step, when it is new,
+--          changed or due; a seed leased by someone else (due in the future) is left alone.
+-- Returns {status, now, leased}: status 0 unchanged, 1 added, 2 changed; now as a decimal
+-- string; leased 1 when the lease was taken.
 local t = redis.call('TIME')
 local now = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000)
 local old = redis.call('HMGET', KEYS[1], 'def', 'site', 'sched')
 local id = ARGV[1]
+local due_at = now
+if ARGV[5] ~= '' then
+  due_at = string.format('%.6f', tonumber(now) + tonumber(ARGV[5]))
+end
 if old[1] == ARGV[2] then
-  return {0, now}
+  if ARGV[5] ~= '' then
+    local score = redis.call('ZSCORE', KEYS[4], id)
+    if not score or tonumber(score) <= tonumber(now) then
+      redis.call('ZADD', KEYS[4], due_at, id)
+      return {0, now, 1}
+    end
+  end
+  return {0, now, 0}
 end
 local status = 1
 if old[1] then
@@ -30,5 +45,5 @@ end
 redis.call('HSET', KEYS[1], 'def', ARGV[2], 'site', ARGV[3], 'sched', ARGV[4], 'updated_at', now)
 redis.call('ZADD', KEYS[2], 0, id)
 redis.call('ZADD', KEYS[3], 0, ARGV[3] .. '\t' .. id)
-redis.call('ZADD', KEYS[4], now, id)
-return {status, now}
+redis.call('ZADD', KEYS[4], due_at, id)
+return {status, now, ARGV[5] ~= '' and 1 or 0}

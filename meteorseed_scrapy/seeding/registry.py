@@ -155,12 +155,16 @@ class SeedRegistry:
             self._scripts[name] = scripts.register(self._redis, name)
         return self._scripts[name]
 
-    async def put(self, seed: SeedTask) -> SeedRecord:
+    async def put(self, seed: SeedTask, *, lease_s: float | None = None) -> SeedRecord:
         """Add or update ``seed``'s definition, keeping its run state; raises
         :class:`TaskError` (field ``schedule``, ``payload...``) for a seed that cannot run.
 
         A new or changed seed is due at once (scheduled or not: a seed without a schedule
-        runs once); an unchanged one keeps its due time.
+        runs once); an unchanged one keeps its due time. With ``lease_s`` the caller means to
+        expand the seed itself: instead of due at once, a new, changed or due seed is leased
+        to the caller for ``lease_s`` seconds in the same atomic step (no seeder can claim
+        it in between; the returned ``next_due`` is the lease's end). An unchanged seed that
+        a seeder holds (not due) is not leased: compare ``next_due`` to tell.
         """
         check_payload(seed)  # the schedule too
         definition = seed_to_dict(seed)
@@ -168,7 +172,8 @@ class SeedRegistry:
         keys = self._keys
         await self._script("seed_put")(
             keys=[keys.seed(seed.seed_id), keys.seeds, keys.seeds_by_site, keys.seeds_due],
-            args=[seed.seed_id, _canonical(definition), seed.site_id, sched],
+            args=[seed.seed_id, _canonical(definition), seed.site_id, sched,
+                  "" if lease_s is None else repr(float(lease_s))],
         )
         record = await self.get(seed.seed_id)
         if record is None:  # deleted by someone else in between: say so, do not pretend
