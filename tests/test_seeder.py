@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -40,11 +41,13 @@ class SitemapSite(LoopbackSite):
     def __init__(self) -> None:
         super().__init__()
         self.pages: dict[str, bytes] = {}
+        self.delay = 0.0  # seconds before each answer (a slow site)
 
     class handler(LoopbackHandler):  # (the attribute name LoopbackSite expects)
         site: SitemapSite
 
         def serve(self, head: bool = False) -> None:
+            time.sleep(self.site.delay)
             body = self.site.pages.get(self.path)
             if body is None:
                 self.send_page(404, "text/plain", b"gone", {}, head)
@@ -258,6 +261,52 @@ def test_stop_during_a_blocked_run_hands_the_seed_back(redis_url: str, namespace
     record, now = run(redis_url, body)
     assert record is not None and record.runs == 0  # nothing recorded: it did not run
     assert record.next_due is not None and record.next_due <= now  # due again, at once
+
+
+def test_a_slow_sitemap_keeps_its_lease_and_the_loop_free(
+        redis_url: str, namespace: str, site: SitemapSite, sync_redis: redis.Redis) -> None:
+    site.set_urls("/sitemap.xml", 3)
+    site.delay = 1.5  # longer than the lease: only renewals keep it
+    keys = KeyLayout(namespace)
+    margins: list[float] = []
+    watching = threading.Event()
+
+    def watch_lease() -> None:  # on its own thread and connection: sees what another seeder would
+        while watching.is_set():
+            score = sync_redis.zscore(keys.seeds_due, "map")
+            secs, usecs = sync_redis.time()
+            if score is not None:
+                margins.append(float(score) - (secs + usecs / 1e6))
+            time.sleep(0.05)
+
+    async def body(client: aioredis.Redis) -> tuple[RunResult, int]:
+        seeder = Seeder(client, keys, config=SeederConfig(lease_s=0.6))
+        await seeder.registry.put(sitemap_seed(site, "every 1h"))
+        [record] = await seeder.registry.claim_due(None, 1, 0.6)
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        ticker = asyncio.ensure_future(tick())
+        watching.set()
+        watcher = threading.Thread(target=watch_lease)
+        watcher.start()
+        try:
+            result = await seeder.run_seed(record)
+        finally:
+            watching.clear()
+            watcher.join()
+            ticker.cancel()
+        return result, ticks
+
+    result, ticks = run(redis_url, body)
+    assert result.ok and result.summary.enqueued == 3
+    assert ticks >= 15  # the event loop kept running during the 1.5 s fetch
+    assert len(margins) > 10 and min(margins) > 0, margins  # leased all along
 
 
 def test_redis_outage_pauses_with_one_line_and_resumes(

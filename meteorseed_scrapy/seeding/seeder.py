@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
@@ -35,6 +35,7 @@ from meteorseed_scrapy.seeding.expand import (
 )
 from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry, seed_to_dict
 from meteorseed_scrapy.seeding.schedule import format_duration
+from meteorseed_scrapy.seeding.threaded import expand_on_thread
 from meteorseed_scrapy.streams.writer import TaskWriter
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 #: Seed types whose expanded URLs are the items themselves (deduplicated on every run).
 ITEM_SEED_TYPES = frozenset({"sitemap"})
+#: Seed types whose expansion blocks on I/O (fetched by the seeder): run on a thread.
+BLOCKING_SEED_TYPES = frozenset({"sitemap"})
 
 
 @dataclass(frozen=True)
@@ -209,10 +212,14 @@ class Seeder:
         error: str | None = None
         try:
             line = json.dumps(seed_to_dict(seed), ensure_ascii=False)
-            await expand_stream(
-                [line], self.writer, batch_size=self.config.batch_size,
-                on_error=rejections.append, max_backlog=self.config.max_backlog, dedup=dedup,
-                on_wait=self._on_wait, summary=summary)
+            options: dict[str, Any] = {
+                "batch_size": self.config.batch_size, "on_error": rejections.append,
+                "max_backlog": self.config.max_backlog, "dedup": dedup,
+                "on_wait": self._on_wait}
+            if seed.task_type in BLOCKING_SEED_TYPES:
+                await expand_on_thread(self._redis, self.registry.keys, line, summary, **options)
+            else:
+                await expand_stream([line], self.writer, summary=summary, **options)
         except (RedisError, OSError):
             raise  # an outage: the lease runs out and the seed is run again later
         except Exception as exc:  # a bug must not stop the seeder: make it visible instead
