@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,36 @@ def test_chromium_path_setting_and_launch_options() -> None:
     assert render.chromium_path(launch) == "/srv/chromium"
     assert render.chromium_missing("/nonexistent/chromium") == (
         "Chromium not found at /nonexistent/chromium")
+
+
+HANDLER_PROBE = """
+import json
+from pydispatch import dispatcher
+from scrapy import signals
+from scrapy.utils.reactor import install_reactor
+install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+from scrapy.utils.test import get_crawler
+from meteorseed_scrapy.sites.render import BrowserHandler
+from meteorseed_scrapy.sites.spider import RuleSpider
+
+crawler = get_crawler(RuleSpider, {"METEORSEED_CHROMIUM_PATH": "/opt/chromium/chrome"})
+http, https = BrowserHandler(crawler), BrowserHandler(crawler)
+launchers = [r for r in dispatcher.getAllReceivers(crawler.signals.sender,
+                                                   signals.engine_started)
+             if getattr(r, "__self__", None) in (http, https)]
+print(json.dumps({"shared": http.owner is http and https.owner is http,
+                  "started": http.started or hasattr(http, "browser_provider"),
+                  "launchers": len(launchers), "launch": http.config.launch_options}))
+"""
+
+
+def test_browser_handler_is_lazy_shared_and_uses_the_system_chromium() -> None:
+    proc = subprocess.run([sys.executable, "-c", HANDLER_PROBE], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found == {"shared": True, "started": False, "launchers": 0,
+                     "launch": {"executable_path": "/opt/chromium/chrome", "headless": True}}
 
 
 def _middleware(sites_dir: Path, **settings: Any) -> render.RenderMiddleware:

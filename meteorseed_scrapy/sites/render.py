@@ -9,6 +9,7 @@
   scrapy-playwright starts Playwright's driver when the engine starts and the browser at the
   first page; here both wait for the first rendered request, so a worker whose sites do not
   render runs neither. Requests without ``meta["playwright"]`` take Scrapy's HTTP/1.1 path.
+  The http and https handlers share one browser.
 * :class:`RenderMiddleware` marks the requests of a rendering site's tasks for the browser, with
   ``PageMethod("wait_for_selector", wait_for)``. Tasks carry no browser objects (they are JSON):
   the marking happens here, on the worker, just before the download. Pages are closed by the
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import weakref
 from typing import Any
 
 from scrapy import Request, Spider, signals
@@ -103,6 +105,8 @@ def configure(settings: BaseSettings) -> bool:
     return True
 
 
+_OWNERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
 if _pw is not None:
 
     class BrowserHandler(_pw.ScrapyPlaywrightDownloadHandler):
@@ -113,6 +117,9 @@ if _pw is not None:
             started = (self._maybe_launch_in_thread if _pw._SCRAPY_ASYNC_API
                        else self._engine_started)
             crawler.signals.disconnect(started, signals.engine_started)
+            # Scrapy builds one handler per scheme: https renders through the http one's
+            # browser, so the page and context caps hold per worker, with one browser.
+            self.owner: BrowserHandler = _OWNERS.setdefault(crawler, self)
             if not remote_browser(crawler.settings):
                 options = self.config.launch_options
                 options["executable_path"] = chromium_path(crawler.settings)
@@ -121,6 +128,8 @@ if _pw is not None:
             self.started = False
 
         async def _download_request(self, request: Request, spider: Spider | None = None) -> Any:
+            if self.owner is not self:
+                return await self.owner._download_request(request, spider)
             if not self.started:
                 async with self._start_lock:
                     if not self.started:
