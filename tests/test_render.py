@@ -222,3 +222,31 @@ def test_without_chromium_only_the_rendering_site_fails(
     assert "Chromium not found at /nonexistent/chromium" in str(dead[1])
     assert "Site example_quotes renders with a browser, but Chromium not found at" in log
     assert "Starting download handler" not in log and "playwright/browser_count" not in log
+
+
+NEVER_READY = """site_id: never_ready
+version: 1
+render: {mode: browser, wait_for: "div.never"}
+list: {items: "div.quote"}
+fields: {text: ".text::text"}
+unique_key: text
+limits: {timeout: 1, retries: 0}
+robots: false
+"""
+
+
+@needs_chromium
+@pytest.mark.e2e
+def test_a_page_that_never_gets_ready_times_out_and_is_closed(
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: Any,
+        demo_site: DemoSite) -> None:
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "never.yaml").write_text(NEVER_READY)
+    enqueue(redis_url, namespace, [f"{demo_site.url}/js/quotes/1"], site_id="never_ready")
+    log = finish(start_sites_worker(tmp_path, redis_url, namespace, sites), tmp_path,
+                 timeout=180)
+    (dead,) = sync_redis.xrange(f"{namespace}:dead")
+    assert "TimeoutError" in dead[1]["reason"] and "div.never" in dead[1]["reason"]
+    assert "'playwright/page_count': 1" in log and "'playwright/page_count/closed': 1" in log
+    assert stored_docs(tmp_path / "items.db") == {}
