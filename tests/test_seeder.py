@@ -23,6 +23,7 @@ import redis
 import redis.asyncio as aioredis
 
 from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.adapt import Bounds
 from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry
 from meteorseed_scrapy.seeding.seeder import RunResult, Seeder, SeederConfig
@@ -417,3 +418,25 @@ def test_watch_process_runs_due_seeds_until_sigterm(
         by_id = {r["seed_id"]: r for r in json.loads(listing.stdout)}
         assert set(by_id) == {"list", "map"} and by_id["map"]["runs"] >= 3
         assert by_id["map"]["status"] == "ok" and by_id["map"]["last_error"] is None
+
+
+def test_site_bounds_from_rule_files_and_settings(tmp_path: Path) -> None:
+    text = (REPO / "example_project/sites/news.yaml").read_text()
+    assert "schedule: {every: 6h, priority: 0}" in text
+    (tmp_path / "news.yaml").write_text(text.replace(
+        "schedule: {every: 6h, priority: 0}", "schedule: {every: 6h, min: 2m, max: 20m}"))
+    defaults = runner.bounds_from({"METEORSEED_SCHEDULE_MIN_INTERVAL": "300",
+                                   "METEORSEED_SCHEDULE_MAX_INTERVAL": "3h"}.get)
+    assert defaults == Bounds(300, 10800)
+    assert runner.bounds_from(dict[str, str]().get) == Bounds(600, 7200)
+    with pytest.raises(ValueError, match="METEORSEED_SCHEDULE_MIN_INTERVAL"):
+        runner.bounds_from({"METEORSEED_SCHEDULE_MIN_INTERVAL": "soon"}.get)
+    with pytest.raises(ValueError, match="must not be above"):
+        runner.bounds_from({"METEORSEED_SCHEDULE_MIN_INTERVAL": "3h"}.get)
+    sites = runner.SiteBounds(defaults, str(tmp_path))
+    asyncio.run(sites.refresh())
+    site_id = next(line.split(":", 1)[1].strip() for line in text.splitlines()
+                   if line.startswith("site_id:"))
+    assert sites(site_id) == Bounds(120, 1200)
+    assert sites("unknown_site") == defaults
+    assert runner.SiteBounds(defaults, None)("x") == defaults
