@@ -85,7 +85,10 @@ class Command(ScrapyCommand):
             f"nothing was rejected, {EXIT_REJECTED} when something was, {EXIT_FAILED} when Redis "
             "or the input failed. While more than METEORSEED_MAX_BACKLOG tasks wait in the "
             "stream, the command pauses until workers catch up. Settings: METEORSEED_REDIS_URL, "
-            "METEORSEED_NAMESPACE, METEORSEED_MAX_BACKLOG (use -s NAME=VALUE)."
+            "METEORSEED_NAMESPACE, METEORSEED_MAX_BACKLOG (use -s NAME=VALUE). With --watch it "
+            "keeps running as a seeder: seeds are registered in the seed registry and expanded "
+            "again whenever their schedule makes them due (METEORSEED_SCHEDULE_MIN_INTERVAL, "
+            "METEORSEED_SCHEDULE_MAX_INTERVAL, METEORSEED_SITES_DIR; see docs/seeding.md)."
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
