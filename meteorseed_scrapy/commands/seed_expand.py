@@ -16,6 +16,7 @@ from typing import IO, Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio
+from redis.asyncio.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -205,8 +206,14 @@ class Command(ScrapyCommand):
         runner.log_to(sys.stderr)
         config = SeederConfig(batch_size=opts.batch_size, max_backlog=self._max_backlog())
         sites = runner.SiteBounds(bounds, self.settings.get("METEORSEED_SITES_DIR"))
+        redis_url = redis_url_from(self.settings)
+        try:
+            parse_url(redis_url)
+        except ValueError as exc:
+            _say(f"invalid Redis URL {redact(redis_url)!r}: {exc}")
+            return EXIT_FAILED
         return asyncio.run(runner.watch(
-            redis_url_from(self.settings), keys, seed_file=args[0] if args else None,
+            redis_url, keys, seed_file=args[0] if args else None,
             config=config, bounds=sites, say=_say, on_error=_report_rejection))
 
     def _max_backlog(self) -> int:
