@@ -286,3 +286,20 @@ def test_put_with_a_lease_leaves_nothing_for_seeders_to_claim(redis_url: str,
     assert out["claimable"] == []
     assert 299 < out["lease"] < 301
     assert out["held_kept"]
+
+
+def test_claim_drops_orphans_and_keeps_unreadable_seeds(redis_url: str, namespace: str,
+                                                        sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+
+    async def body(reg: SeedRegistry) -> list[SeedRecord]:
+        await reg.put(seed("ok"))
+        await reg.put(seed("odd"))
+        sync_redis.hset(keys.seed("odd"), "def", '{"seed_id": "odd", "future": 1}')
+        sync_redis.zadd(keys.seeds_due, {"orphan": 0})
+        return await reg.claim_due(None, 10, 60)
+
+    claimed = run(redis_url, namespace, body)
+    assert [r.seed_id for r in claimed] == ["ok"]
+    assert sync_redis.zscore(keys.seeds_due, "orphan") is None
+    assert sync_redis.zscore(keys.seeds_due, "odd") is not None

@@ -239,8 +239,13 @@ class SeedRegistry:
                                                repr(float(lease_s))])
         ids = [_text(member) for member in reply[1:]]
         records = await self._load(ids)
-        gone = [seed_id for seed_id, record in zip(ids, records, strict=True) if record is None]
-        if gone:  # a due entry without its seed (a crash mid-delete): drop it
+        missing = [seed_id for seed_id, record in zip(ids, records, strict=True)
+                   if record is None]
+        # A due entry without its seed (a crash mid-delete) is dropped; one whose definition
+        # is unreadable (logged) keeps its schedule for a version that can read it.
+        gone = [seed_id for seed_id in missing
+                if not await self._redis.exists(self._keys.seed(seed_id))]
+        if gone:
             await self._redis.zrem(self._keys.seeds_due, *gone)
         return [record for record in records if record is not None]
 
