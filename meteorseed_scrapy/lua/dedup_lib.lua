@@ -29,6 +29,8 @@ local DD_SLACK = 60         -- seconds kept past a generation's last useful mome
 
 local dd_gens = {}          -- generation states read during this call, by key
 local dd_touched = {}       -- bucket key -> expire-at, for keys written during this call
+local dd_pairs = {}         -- root -> {w, g, generations} last used (one lookup per URL)
+local DD_P2 = {[0] = 1, 2, 4, 8, 16, 32, 64, 128}  -- bit values (2 ^ x is slow in Lua 5.1)
 
 local function dd_now(arg)
   if arg ~= nil and arg ~= '' then return tonumber(arg) end
@@ -63,19 +65,22 @@ local function dd_gen(root, w, g)
   st = {key = key, w = w, g = g, n = tonumber(v[1]) or 0, b = tonumber(v[2]) or DD_BASE_LEVEL,
         p = tonumber(v[3]) or 0, s = tonumber(v[4]) or 0, f = tonumber(v[5]) or 0,
         dirty = false, expire = (w > 0) and ((g + 2) * w + DD_SLACK) or nil}
+  st.m = 2 ^ st.b  -- buckets before the split pointer: 2^b (cached; changes on a split)
+  st.key_ = key .. ':'
   dd_gens[key] = st
   return st
 end
 
 local function dd_bucket_index(st, fp)
-  local h = string.byte(fp, 1) * 65536 + string.byte(fp, 2) * 256 + string.byte(fp, 3)
-  local idx = h % (2 ^ st.b)
-  if idx < st.p then idx = h % (2 ^ (st.b + 1)) end
+  local b1, b2, b3 = string.byte(fp, 1, 3)
+  local h = b1 * 65536 + b2 * 256 + b3
+  local idx = h % st.m
+  if idx < st.p then idx = h % (st.m * 2) end
   return idx
 end
 
 local function dd_bucket(st, fp)
-  return st.key .. ':' .. dd_bucket_index(st, fp)
+  return st.key_ .. dd_bucket_index(st, fp)
 end
 
 -- The Bloom block of fp in a slice of `capacity` URLs: its first byte offset, and the five
@@ -83,16 +88,17 @@ end
 -- URL means one GETRANGE per probe instead of five GETBITs.
 local function dd_bloom_block(fp, capacity)
   local blocks = capacity * DD_BITS / 64
-  local x = ((string.byte(fp, 7) * 256 + string.byte(fp, 8)) * 256 + string.byte(fp, 9)) * 256
-    + string.byte(fp, 10)
+  local c7, c8, c9, c10 = string.byte(fp, 7, 10)
+  local x = ((c7 * 256 + c8) * 256 + c9) * 256 + c10
   return (x % blocks) * 8
 end
 
 local function dd_block_has(block, fp)
   for i = 11, 15 do
     local q = string.byte(fp, i) % 64
-    local byte = string.byte(block, math.floor(q / 8) + 1) or 0
-    if bit.band(byte, 2 ^ (q % 8)) == 0 then return false end
+    local r = q % 8
+    local byte = string.byte(block, (q - r) / 8 + 1) or 0
+    if bit.band(byte, DD_P2[r]) == 0 then return false end
   end
   return true
 end
@@ -119,14 +125,19 @@ local function dd_bloom_add(st, fp)
   end
   local slice = st.key .. ':f' .. (st.s - 1)
   local at = dd_bloom_block(fp, DD_SLICE0 * DD_GROWTH ^ (st.s - 1))
-  local block = {string.byte(redis.call('GETRANGE', slice, at, at + 7), 1, 8)}
+  local b1, b2, b3, b4, b5, b6, b7, b8 = string.byte(redis.call('GETRANGE', slice, at, at + 7),
+                                                    1, 8)
+  -- (or 0: a slice that expired under a skewed clock reads short)
+  local block = {b1 or 0, b2 or 0, b3 or 0, b4 or 0, b5 or 0, b6 or 0, b7 or 0, b8 or 0}
+  local bor = bit.bor
   for i = 11, 15 do
     local q = string.byte(fp, i) % 64
-    local j = math.floor(q / 8) + 1
-    block[j] = bit.bor(block[j] or 0, 2 ^ (q % 8))
+    local r = q % 8
+    local j = (q - r) / 8 + 1
+    block[j] = bor(block[j], DD_P2[r])
   end
-  for j = 1, 8 do block[j] = block[j] or 0 end  -- (a slice that expired under a skewed clock)
-  redis.call('SETRANGE', slice, at, string.char(unpack(block)))
+  redis.call('SETRANGE', slice, at, string.char(block[1], block[2], block[3], block[4],
+                                                block[5], block[6], block[7], block[8]))
   st.f = st.f + 1
 end
 
@@ -161,8 +172,9 @@ local function dd_split(st)
     if st.expire then dd_touched[dst] = st.expire; dd_touched[src] = st.expire end
   end
   st.p = st.p + 1
-  if st.p >= 2 ^ st.b then
+  if st.p >= st.m then
     st.b = st.b + 1
+    st.m = 2 ^ st.b
     st.p = 0
   end
 end
@@ -183,15 +195,23 @@ local function dd_insert(st, fp, now)
   end
   st.n = st.n + 1
   st.dirty = true
-  if st.b < DD_MAX_LEVEL and st.n > DD_LOAD * (2 ^ st.b + st.p) then dd_split(st) end
+  if st.b < DD_MAX_LEVEL and st.n > DD_LOAD * (st.m + st.p) then dd_split(st) end
   return true
 end
 
 -- The generations to consult at time now: the current one and (with a window) the previous.
+-- The same list is returned while root, window and generation stay the same (every URL of a
+-- batch, usually): callers must not modify it.
 local function dd_generations(root, w, now)
-  if w == 0 then return {dd_gen(root, 0, 0)} end
-  local g = math.floor(now / w)
-  return {dd_gen(root, w, g), dd_gen(root, w, g - 1)}
+  local g = (w == 0) and 0 or math.floor(now / w)
+  local last = dd_pairs[root]
+  if last and last[1] == w and last[2] == g then return last[3] end
+  local gens
+  if w == 0 then gens = {dd_gen(root, 0, 0)} else
+    gens = {dd_gen(root, w, g), dd_gen(root, w, g - 1)}
+  end
+  dd_pairs[root] = {w, g, gens}
+  return gens
 end
 
 -- True when fp was new (and is now recorded), false when the site has seen it in its window.
