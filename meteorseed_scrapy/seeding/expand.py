@@ -315,16 +315,7 @@ async def expand_stream(
             on_batch(summary)
 
     try:
-        for lineno, line in enumerate(lines, start=1):
-            summary.lines += 1
-            if not line or line.isspace():  # (isspace: no copy of a 2 MiB line)
-                continue
-            try:
-                seed = parse_seed_line(line, lineno)
-            except SeedLineError as exc:
-                summary.bad_lines += 1
-                on_error(Rejection(lineno, exc.reason))
-                continue
+        for lineno, seed in parse_lines(lines, on_error, summary):
             try:
                 for item in expand(seed):
                     if isinstance(item, UrlError):
@@ -351,6 +342,23 @@ async def expand_stream(
         await settle()
     logger.debug("expand_stream done: %s", summary)
     return summary
+
+
+def parse_lines(lines: Iterable[str | bytes], on_error: Callable[[Rejection], None],
+                summary: ExpandSummary) -> Iterator[tuple[int, SeedTask]]:
+    """``(line number, seed)`` of each valid seed line; a bad line is reported to ``on_error``
+    and counted in ``summary.bad_lines``, every line (blank ones too) in ``summary.lines``."""
+    for lineno, line in enumerate(lines, start=1):
+        summary.lines += 1
+        if not line or line.isspace():  # (isspace: no copy of a 2 MiB line)
+            continue
+        try:
+            seed = parse_seed_line(line, lineno)
+        except SeedLineError as exc:
+            summary.bad_lines += 1
+            on_error(Rejection(lineno, exc.reason))
+            continue
+        yield lineno, seed
 
 
 def _ignore_wait(backlog: int) -> None:

@@ -29,9 +29,8 @@ from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor
 from meteorseed_scrapy.seeding.expand import (
     ExpandSummary,
     Rejection,
-    SeedLineError,
     expand_stream,
-    parse_seed_line,
+    parse_lines,
 )
 from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry, seed_to_dict
 from meteorseed_scrapy.seeding.schedule import format_duration
@@ -113,20 +112,12 @@ class Seeder:
                        on_error: Callable[[Rejection], None]) -> RegisterSummary:
         """Put every valid seed of ``lines`` (JSON Lines) in the registry; a bad line is
         reported with its number and skipped. Redis errors propagate."""
-        summary = RegisterSummary()
-        for lineno, line in enumerate(lines, start=1):
-            summary.lines += 1
-            if not line or line.isspace():
-                continue
-            try:
-                seed = parse_seed_line(line, lineno)
-            except SeedLineError as exc:
-                summary.rejected += 1
-                on_error(Rejection(lineno, exc.reason))
-                continue
+        counts = ExpandSummary()
+        registered = 0
+        for _, seed in parse_lines(lines, on_error, counts):
             await self.registry.put(seed)
-            summary.registered += 1
-        return summary
+            registered += 1
+        return RegisterSummary(counts.lines, registered, counts.bad_lines)
 
     async def run(self, stop: asyncio.Event, *,
                   before_claim: Callable[[], object] | None = None) -> None:
