@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +22,8 @@ from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.scheduler import StreamScheduler
 from meteorseed_scrapy.sites.schema import Limits
 from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
+from tests.e2e_helpers import enqueue, start_worker, stored_docs
 from tests.test_politeness_gate import make_gate, run
 
 SITE = """site_id: {site_id}
@@ -190,3 +193,58 @@ def test_breaker_degrade_needs_the_breaker_open() -> None:
     assert breaker.degraded("x", 0) == 600.0
     assert breaker.degraded("x", 1) == 0.0
     asyncio.run(asyncio.sleep(0))  # nothing left pending
+
+
+# -- end to end: what the server sees -----------------------------------------------------------
+
+
+class ArrivalSite(LoopbackSite):
+    """Small pages; records when each path arrived (monotonic seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.arrivals: list[tuple[float, str]] = []
+
+
+class _Arrivals(LoopbackHandler):
+    site: ArrivalSite
+
+    def serve(self, head: bool = False) -> None:
+        with self.site.lock:
+            self.site.arrivals.append((time.monotonic(), self.path))
+        self.send_page(200, "text/html", f"<html><title>{self.path}</title></html>".encode(),
+                       {}, head)
+
+
+ArrivalSite.handler = _Arrivals
+
+
+@pytest.mark.e2e
+def test_worker_honours_rule_config_rates_and_a_shared_quota(
+    tmp_path: Path, redis_url: str, namespace: str
+) -> None:
+    sites = tmp_path / "sites"
+    # The probe project's defaults are 1000 req/s: only the rule files can slow these down.
+    write_site(sites, "alone", "  rate: 4\n  burst: 1")
+    write_site(sites, "host_a", "  rate: 4\n  burst: 1\n  quota_key: one-host")
+    write_site(sites, "host_b", "  rate: 4\n  burst: 1\n  quota_key: one-host")
+    with ArrivalSite() as site:
+        for site_id in ("alone", "host_a", "host_b"):
+            enqueue(redis_url, namespace, [f"{site.url}/{site_id}/{i}" for i in range(9)],
+                    site_id=site_id)
+        worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_SITES_DIR=str(sites))
+        assert worker.wait() == 0, worker.log()[-3000:]
+        arrivals = list(site.arrivals)
+
+    def span(prefixes: tuple[str, ...]) -> tuple[int, float]:
+        times = [t for t, path in arrivals if path.startswith(prefixes)]
+        return len(times), max(times) - min(times)
+
+    # 1 token at once, then 4 a second (Redis TIME): 9 requests take at least 8 / 4 = 2 s.
+    n, seconds = span(("/alone/",))
+    assert n == 9 and seconds >= 1.9
+    # The two sites of one host share it: 18 requests at 4 a second take at least 17 / 4 s.
+    n, seconds = span(("/host_a/", "/host_b/"))
+    assert n == 18 and seconds >= 4.1
+    assert len(stored_docs(tmp_path / "items.db")) == 27
