@@ -202,6 +202,23 @@ def test_bad_input_is_rejected_with_field_paths_and_the_rest_goes_through(
                     "https://www.news.example/ok/2"]
 
 
+def test_rules_pushed_to_redis_restrict_domains_too(redis_url: str, namespace: str,
+                                                    sites_dir: Path,
+                                                    sync_redis: redis.Redis) -> None:
+    from meteorseed_scrapy.sites.remote import RemoteRules, collect
+
+    RemoteRules(sync_redis, KeyLayout(namespace)).push(collect(sites_dir))
+    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)  # no sites_dir
+    with ServerThread(config) as server:
+        status, _, body = Client(server.url).call("POST", "/dispatch", url_list(
+            "pushed", ["https://news.example/1", "https://evil.example/2"]))
+        assert status == 202 and body["enqueued"] == 1
+        assert body["errors"][0]["field"] == "payload.urls[1]"
+        assert "allowed domains of site news" in body["errors"][0]["problem"]
+        status, _, sites = Client(server.url).call("GET", "/sites")
+        assert next(r for r in sites["sites"] if r["site_id"] == "news")["configured"] is True
+
+
 def test_single_seed_errors_have_no_list_prefix(client: Client) -> None:
     status, headers, body = client.call("POST", "/dispatch", {
         "seed_id": "t", "site_id": "news", "task_type": "url_template",
@@ -560,6 +577,7 @@ def test_serve_token_sources(monkeypatch: pytest.MonkeyPatch, argv: list[str],
     (["--token", " "], "must not be empty"),
     (["--token", "t", "--port", "0"], "--port"),
     (["--token", "t", "--namespace", "a b"], "METEORSEED_NAMESPACE"),
+    (["--token", "t", "--sites-dir", "/nonexistent/dir"], "not a directory"),
 ])
 def test_serve_bad_options_are_one_line_errors(monkeypatch: pytest.MonkeyPatch,
                                                argv: list[str], message: str) -> None:

@@ -1,9 +1,10 @@
 """The site rule configs the API checks dispatched URLs against (allowed domains, blacklist).
 
-The files of ``METEORSEED_SITES_DIR`` are read with :class:`~meteorseed_scrapy.sites.loader.
-SiteRegistry`, off the event loop and at most once a second, so an edited rule file applies to
-the next dispatch without a restart. A site without a rule file has no domain restriction
-(default limits), as for ``seed-expand``.
+The rules pushed to Redis (``meteorseed sites push``, :mod:`meteorseed_scrapy.sites.remote`)
+and the files of ``--sites-dir`` are read with :class:`~meteorseed_scrapy.sites.loader.
+SiteRegistry`, off the event loop and at most once a second, so an edited rule applies to the
+next dispatch without a restart. A site without rules has no domain restriction (default
+limits), as for ``seed-expand``.
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ import time
 from urllib.parse import urlsplit
 
 from meteorseed_scrapy.sites.loader import SiteRegistry
+from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.schema import SiteConfig
 
 RELOAD_INTERVAL_S = 1.0
 
 
 class SiteRules:
-    def __init__(self, directory: str | None) -> None:
-        self._registry = SiteRegistry(directory) if directory else None
+    def __init__(self, directory: str | None, remote: RemoteRules | None = None) -> None:
+        self._registry = SiteRegistry(directory or None, remote) \
+            if directory or remote is not None else None
         self._next_poll = 0.0
         self._lock = asyncio.Lock()
 

@@ -18,6 +18,7 @@ from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.expansion import Progress
 from meteorseed_scrapy.api.rules import SiteRules
 from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.streams.writer import TaskWriter
 
 logger = logging.getLogger(__name__)
@@ -96,15 +97,17 @@ class ApiState:
         url, timeout = config.redis_url, config.redis_timeout
         client = Redis.from_url(url, decode_responses=True, socket_connect_timeout=timeout,
                                 socket_timeout=30)
+        sync_client = SyncRedis.from_url(url, decode_responses=True,
+                                         socket_connect_timeout=timeout, socket_timeout=30)
         keys = config.keys
         return cls(
             config=config,
             client=client,
-            sync_client=SyncRedis.from_url(url, decode_responses=True,
-                                           socket_connect_timeout=timeout, socket_timeout=30),
+            sync_client=sync_client,
             writer=TaskWriter(client, keys),
             registry=SeedRegistry(client, keys),
-            rules=SiteRules(config.sites_dir),
+            # Rules pushed to the namespace always count; --sites-dir adds local files.
+            rules=SiteRules(config.sites_dir, RemoteRules(sync_client, keys)),
         )
 
     async def close(self) -> None:

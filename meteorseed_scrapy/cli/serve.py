@@ -34,8 +34,8 @@ def register(sub: Any) -> None:
                         "environment: a flag shows in the process list")
     parser.add_argument("--insecure-no-auth", action="store_true",
                         help="serve without any token (only on a trusted network)")
-    parser.add_argument("--sites-dir", help="site rule files, for allowed domains (default: "
-                        "env METEORSEED_SITES_DIR)")
+    parser.add_argument("--sites-dir", help="site rule files, for allowed domains, besides "
+                        "those pushed to Redis (default: env METEORSEED_SITES_DIR)")
     parser.add_argument("--store-uri", help="store with the anomalies shown on the sites page "
                         "(default: env METEORSEED_STORE_URI; none: anomalies not shown)")
     parser.add_argument("--max-backlog", type=int,
@@ -56,11 +56,15 @@ def config_from(args: argparse.Namespace) -> Any:
         raise CliError("serve: --insecure-no-auth with a token: choose one")
     if not 0 < args.port < 65536:
         raise CliError(f"serve: --port must be 1-65535, got {args.port}")
+    sites_dir = args.sites_dir or os.environ.get("METEORSEED_SITES_DIR") or None
+    if sites_dir is not None and not os.path.isdir(sites_dir):
+        raise CliError(f"serve: --sites-dir / METEORSEED_SITES_DIR {sites_dir!r} is not a "
+                       "directory")
     url, namespace = resolve_target(args.redis_url, args.namespace)
     try:
         return ApiConfig(
             redis_url=url, namespace=namespace, token=token,
-            sites_dir=args.sites_dir or os.environ.get("METEORSEED_SITES_DIR") or None,
+            sites_dir=sites_dir,
             store_uri=args.store_uri or os.environ.get("METEORSEED_STORE_URI") or None,
             max_backlog=args.max_backlog,
         )
