@@ -361,3 +361,31 @@ def test_redact_hides_only_the_password() -> None:
 def test_rejection_formats() -> None:
     assert str(Rejection(3, "bad")) == "line 3: bad"
     assert str(Rejection(3, "bad", 0)) == "line 3, url 0: bad"
+
+
+def test_cli_rejects_urls_outside_a_ruled_sites_domains_by_position(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "news.yaml").write_text(
+        'site_id: news\nversion: "1"\nstart: detail\nallowed_domains: [a.example]\n'
+        'blacklist: ["/admin/"]\nfields:\n  title: {css: "title::text"}\n'
+    )
+    seeds = tmp_path / "seeds.jsonl"
+    seeds.write_text("\n".join([
+        seed_line(["https://a.example/1", "https://evil.example/2", "https://a.example/admin/3"]),
+        seed_line(["https://elsewhere.example/1"], seed_id="s2", site_id="unruled"),
+    ]) + "\n")
+    proc = run_cli([seeds.name], tmp_path, settings={
+        "METEORSEED_REDIS_URL": redis_url, "METEORSEED_NAMESPACE": namespace,
+        "METEORSEED_SITES_DIR": str(sites)})
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "line 1, url 1: url: host 'evil.example' is not in the allowed domains of site news"
+        " (a.example)",
+        "line 1, url 2: url: matches the blacklist pattern '/admin/' of site news",
+    ]
+    # A site without a rule config has no domain restriction.
+    assert stream_urls(sync_redis, namespace) == [
+        "https://a.example/1", "https://elsewhere.example/1"]

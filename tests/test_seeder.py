@@ -440,3 +440,22 @@ def test_site_bounds_from_rule_files_and_settings(tmp_path: Path) -> None:
     assert sites(site_id) == Bounds(120, 1200)
     assert sites("unknown_site") == defaults
     assert runner.SiteBounds(defaults, None)("x") == defaults
+    # The same rule files keep a seed's URLs inside the site's allowed domains.
+    assert sites.rejects(site_id, "https://elsewhere.invalid/x") is not None
+    assert sites.rejects("unknown_site", "https://elsewhere.invalid/x") is None
+
+
+def test_a_seed_url_outside_its_sites_domains_is_rejected_by_position(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    def rejects(site_id: str, url: str) -> str | None:
+        return "outside news.example" if "news.example" not in url else None
+
+    async def body(client: aioredis.Redis) -> RunResult:
+        seeder = Seeder(client, KeyLayout(namespace), rejects=rejects)
+        await seeder.registry.put(list_seed(urls=["https://news.example/a", "https://x.test/b"]))
+        return await run_now(seeder, "list")
+
+    result = run(redis_url, body)
+    assert stream_urls(sync_redis, namespace) == ["https://news.example/a"]
+    assert (result.summary.enqueued, result.summary.rejected) == (1, 1)
+    assert result.ok  # one bad URL does not fail the seed

@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
+from meteorseed_scrapy.api.rules import SiteRules
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.migrate import command as migration
 from meteorseed_scrapy.seeding import runner
@@ -240,9 +241,12 @@ class Command(ScrapyCommand):
             redis_url, socket_connect_timeout=10, socket_timeout=60
         )
         progress = Progress(sys.stderr)
+        assert self.settings is not None
+        rules = SiteRules(self.settings.get("METEORSEED_SITES_DIR") or None)
         try:
             if not opts.dry_run:
                 await client.ping()  # fail before reading any input when Redis is not there
+            await rules.refresh()
             await expand_stream(
                 read_lines(source),
                 TaskWriter(client, keys),
@@ -257,6 +261,7 @@ class Command(ScrapyCommand):
                 summary=summary,
                 dry_run=opts.dry_run,
                 on_batch=progress,
+                rejects=rules.rejects,
             )
         finally:
             progress.done()

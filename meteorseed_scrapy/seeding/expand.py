@@ -273,6 +273,7 @@ async def expand_stream(
     summary: ExpandSummary | None = None,
     dry_run: bool = False,
     on_batch: Callable[[ExpandSummary], None] | None = None,
+    rejects: Callable[[str, str], str | None] | None = None,
 ) -> ExpandSummary:
     """Expand JSON Lines seeds into exec tasks and enqueue them in batches of ``batch_size``.
 
@@ -280,7 +281,9 @@ async def expand_stream(
     the writer waits while the stream's backlog is above ``max_backlog``, calling ``on_wait``.
     Pass ``summary`` to keep the counts when Redis fails half-way (the exception propagates).
     ``dry_run`` expands, validates and counts (``summary.expanded``) but sends nothing to
-    Redis. ``on_batch`` is called after each batch (progress reports).
+    Redis. ``on_batch`` is called after each batch (progress reports). ``rejects(site_id,
+    url)`` says why a URL may not be enqueued for its site (outside its allowed domains, on its
+    blacklist: see :class:`~meteorseed_scrapy.api.rules.SiteRules`), or None.
 
     While Redis runs one batch's script, the next batch is built: one batch in flight at a
     time, so Python's work and Redis's overlap instead of adding up.
@@ -317,10 +320,15 @@ async def expand_stream(
     try:
         for lineno, seed in parse_lines(lines, on_error, summary):
             try:
-                for item in expand(seed):
+                for position, item in enumerate(expand(seed)):
                     if isinstance(item, UrlError):
                         summary.bad_urls += 1
                         on_error(Rejection(lineno, item.reason, item.position))
+                        continue
+                    reason = rejects(seed.site_id, item.url) if rejects is not None else None
+                    if reason is not None:
+                        summary.bad_urls += 1
+                        on_error(Rejection(lineno, f"url: {reason}", position))
                         continue
                     try:
                         batch.append(writer.encode(item, dedup, cached_canonical_url(item.url)))

@@ -67,24 +67,19 @@ class SiteBounds:
     default bounds; the directory is re-read (in a thread) by :meth:`refresh`."""
 
     def __init__(self, defaults: Bounds, sites_dir: str | None) -> None:
+        from meteorseed_scrapy.api.rules import SiteRules
+
         self.defaults = defaults
-        self._sites: Any = None
-        self._sites_dir = sites_dir or None
-        self._checked = 0.0
+        self._rules = SiteRules(sites_dir or None)
+        #: why a URL may not be enqueued for a site (allowed domains, blacklist), or None
+        self.rejects = self._rules.rejects
 
     def __call__(self, site_id: str) -> Bounds:
-        config = self._sites.get(site_id) if self._sites is not None else None
+        config = self._rules.get(site_id)
         return site_bounds(getattr(config, "schedule", None), self.defaults, site_id)
 
     async def refresh(self) -> None:
-        if self._sites_dir is None or time.monotonic() - self._checked < RELOAD_INTERVAL:
-            return
-        self._checked = time.monotonic()
-        if self._sites is None:
-            from meteorseed_scrapy.sites.loader import SiteRegistry
-
-            self._sites = SiteRegistry(self._sites_dir)
-        self._sites.apply(await asyncio.to_thread(self._sites.poll))
+        await self._rules.refresh()
 
 
 @dataclass
@@ -146,7 +141,7 @@ async def watch(redis_url: str, keys: KeyLayout, *, seed_file: str | None, confi
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     source = SeedFile(seed_file) if seed_file else None
-    seeder = Seeder(client, keys, config=config, bounds_for=bounds,
+    seeder = Seeder(client, keys, config=config, bounds_for=bounds, rejects=bounds.rejects,
                     on_wait=lambda backlog: say(
                         f"{backlog} tasks waiting (more than {config.max_backlog}); pausing "
                         "until workers catch up"))

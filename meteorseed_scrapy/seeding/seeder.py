@@ -96,8 +96,10 @@ class Seeder:
     def __init__(self, redis: redis.asyncio.Redis, keys: KeyLayout, *,
                  config: SeederConfig | None = None, bounds_for: BoundsFor | None = None,
                  on_run: Callable[[RunResult], None] | None = None,
-                 on_wait: Callable[[int], None] | None = None) -> None:
+                 on_wait: Callable[[int], None] | None = None,
+                 rejects: Callable[[str, str], str | None] | None = None) -> None:
         # No I/O here.
+        self._rejects = rejects  # site rules: allowed domains, blacklist
         self.config = config or SeederConfig()
         self.registry = SeedRegistry(redis, keys, bounds_for or (lambda site_id: Bounds()))
         self.writer = TaskWriter(redis, keys)
@@ -206,7 +208,7 @@ class Seeder:
             options: dict[str, Any] = {
                 "batch_size": self.config.batch_size, "on_error": rejections.append,
                 "max_backlog": self.config.max_backlog, "dedup": dedup,
-                "on_wait": self._on_wait}
+                "on_wait": self._on_wait, "rejects": self._rejects}
             if seed.task_type in BLOCKING_SEED_TYPES:
                 await expand_on_thread(self._redis, self.registry.keys, line, summary, **options)
             else:
