@@ -7,9 +7,18 @@ the namespace: ``<ns>:{site}:...``.
 ==================================  ======  ===================================================
 key                                 type    holds
 ==================================  ======  ===================================================
-``<ns>:tasks``                      stream  exec tasks (fields ``v``, ``t``); consumer group
-                                            ``workers``. An entry is XDEL'd only after XACK, so
-                                            XLEN = tasks waiting + tasks pending.
+``<ns>:tasks``                      stream  exec tasks (fields ``v``, ``t``) of the scheduled
+                                            lane, normal band; consumer group ``workers``. An
+                                            entry is XDEL'd only after XACK, so XLEN = tasks
+                                            waiting + tasks pending. The name predates lanes:
+                                            older namespaces and migrations keep working.
+``<ns>:tasks:<lane>:<band>``        stream  the other task streams, same fields and group:
+                                            lane ``realtime``/``scheduled``/``retry`` times band
+                                            ``high``/``normal``/``low`` (from the task's
+                                            ``priority``: > 0, 0, < 0), except scheduled/normal
+                                            which is ``<ns>:tasks``. Workers read them weighted
+                                            by lane (``METEORSEED_LANE_WEIGHTS``), bands strictly
+                                            in order; see ``docs/lanes.md``.
 ``<ns>:dead``                       stream  dead letters: ``t`` (original message or raw fields),
                                             ``reason``, ``source_id``, ``consumer``, ``at``,
                                             ``deliveries``
@@ -29,9 +38,11 @@ key                                 type    holds
                                             committed and its children durable, just before
                                             its ack; a redelivery of it is acked without a
                                             refetch. Expires after ``METEORSEED_DONE_TTL``.
-``<ns>:delayed``                    zset    deferred tasks (message JSON -> due time, ms):
-                                            durable retries with backoff, tasks of paused
-                                            sites; moved back into ``<ns>:tasks`` when due.
+``<ns>:delayed``                    zset    deferred tasks (``<lane>:<band>|<message JSON>``
+                                            -> due time, ms): durable retries with backoff (to
+                                            the retry lane), tasks of paused sites (to their own
+                                            lane); moved into that task stream when due. A bare
+                                            JSON member (older versions) goes to ``<ns>:tasks``.
 ``<ns>:{<site>}:bucket``            hash    the site's token bucket (tokens, ts in Redis TIME
                                             ms); the rate quota shared by every worker
 ``<ns>:{<site>}:leases``            zset    concurrency leases (lease id -> expiry ms), one per
@@ -79,8 +90,20 @@ key                                 type    holds
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 GROUP = "workers"
+#: Task lanes in the order a worker prefers them (ties of the weighted read go to the first).
+LANES = ("realtime", "scheduled", "retry")
+DEFAULT_LANE = "scheduled"
+RETRY_LANE = "retry"
+#: Priority bands within a lane, read strictly in this order.
+BANDS = ("high", "normal", "low")
+
+
+def band_of(priority: int) -> str:
+    """A task's band: Scrapy's convention, a higher priority goes first."""
+    return "high" if priority > 0 else "low" if priority < 0 else "normal"
 
 
 @dataclass(frozen=True)
@@ -98,6 +121,28 @@ class KeyLayout:
     @property
     def stream(self) -> str:
         return f"{self.namespace}:tasks"
+
+    def task_stream(self, lane: str, band: str) -> str:
+        """The stream of one lane and band (``<ns>:tasks`` for scheduled/normal)."""
+        if lane not in LANES or band not in BANDS:
+            raise ValueError(f"no task stream for lane {lane!r}, band {band!r}")
+        if lane == DEFAULT_LANE and band == "normal":
+            return self.stream
+        return f"{self.namespace}:tasks:{lane}:{band}"
+
+    @cached_property
+    def streams(self) -> tuple[str, ...]:
+        """Every task stream, lane by lane in :data:`LANES` order, bands in :data:`BANDS` order."""
+        return tuple(self.task_stream(lane, band) for lane in LANES for band in BANDS)
+
+    @cached_property
+    def stream_lanes(self) -> dict[str, tuple[str, str]]:
+        """Task stream -> its (lane, band)."""
+        return {self.task_stream(lane, band): (lane, band) for lane in LANES for band in BANDS}
+
+    def stream_for(self, lane: str, priority: int) -> str:
+        """Where a task of ``lane`` and ``priority`` waits."""
+        return self.task_stream(lane, band_of(priority))
 
     @property
     def dead(self) -> str:

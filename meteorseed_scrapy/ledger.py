@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from meteorseed_scrapy.context import Scrape
-from meteorseed_scrapy.streams.consumer import Delivery
+from meteorseed_scrapy.streams.consumer import Delivery, Ref
 from meteorseed_scrapy.tasks import ExecTask
 
 
@@ -42,10 +42,12 @@ class Entry:
     status: int = 0
     defer_s: float = 0.0  # for DEFERRED: when to try again
     defer_task: ExecTask | None = None  # for DEFERRED: the task to put back (retry_count)
+    defer_lane: str = ""  # for DEFERRED: the lane it goes back to ("" = its own)
 
     @property
-    def msg_ids(self) -> list[str]:
-        return [d.msg_id for d in self.deliveries]
+    def refs(self) -> list[Ref]:
+        """Its messages as ``(stream, id)``: each delivery knows the stream (lane) it came from."""
+        return [d.ref for d in self.deliveries]
 
     def record(self) -> str:
         """The completion record stored in Redis when the task is acked."""
@@ -80,8 +82,8 @@ class TaskLedger:
     def entries(self) -> Iterator[Entry]:
         return iter(list(self._entries.values()))
 
-    def msg_ids(self) -> list[str]:
-        return [m for e in self._entries.values() for m in e.msg_ids]
+    def refs(self) -> list[Ref]:
+        return [r for e in self._entries.values() for r in e.refs]
 
     def add(self, delivery: Delivery) -> Entry | None:
         """Book a delivery; returns None when the task is already held (the entry absorbs it)."""
@@ -128,9 +130,9 @@ class TaskLedger:
     def pop(self, task_id: str) -> Entry | None:
         return self._entries.pop(task_id, None)
 
-    def forget_msg(self, msg_id: str) -> None:
+    def forget_msg(self, ref: Ref) -> None:
         """Drop a delivery another worker took over (its entry goes when it has none left)."""
         for task_id, entry in list(self._entries.items()):
-            entry.deliveries = [d for d in entry.deliveries if d.msg_id != msg_id]
+            entry.deliveries = [d for d in entry.deliveries if d.ref != ref]
             if not entry.deliveries and not entry.started:
                 del self._entries[task_id]

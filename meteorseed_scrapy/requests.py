@@ -13,6 +13,7 @@ from typing import Any
 from scrapy import Request, Spider
 
 from meteorseed_scrapy.context import LEASE_META_KEY, TASK_META_KEY
+from meteorseed_scrapy.keys import DEFAULT_LANE
 from meteorseed_scrapy.tasks import ExecTask, TaskError
 
 #: Per-download meta keys that Scrapy's own middlewares set; a new task starts without them.
@@ -116,4 +117,6 @@ def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | 
         meta=meta,
         cb_kwargs=dict(request.cb_kwargs),
         priority=request.priority,
+        # Children stay in their parent's lane (a realtime page's links are realtime too).
+        lane=parent.lane if parent is not None else DEFAULT_LANE,
     )

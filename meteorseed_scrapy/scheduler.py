@@ -32,7 +32,7 @@ from meteorseed_scrapy.context import (
     task_of,
 )
 from meteorseed_scrapy.exceptions import TaskDeferred
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.keys import RETRY_LANE, KeyLayout
 from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
 from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
@@ -42,6 +42,7 @@ from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.requests import request_to_task, status_allowed, task_to_request
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.streams.consumer import StreamConsumer
+from meteorseed_scrapy.streams.lanes import LaneWeights
 from meteorseed_scrapy.streams.pump import StreamPump
 from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import TaskError
@@ -68,6 +69,7 @@ class StreamScheduler:
         self._limits: dict[str, tuple[Any, SiteLimits]] = {}  # site -> (its config, limits)
         self.backoff = Backoff.from_settings(settings)
         self.breaker_config = BreakerConfig.from_settings(settings)
+        self.lane_weights = LaneWeights.from_settings(settings)
         self.spider: Spider | None = None
         self.redis: Any = None
         self.pump: StreamPump | None = None
@@ -95,7 +97,7 @@ class StreamScheduler:
             self.config.redis_url, decode_responses=True, socket_timeout=10,
             socket_connect_timeout=5, health_check_interval=15,
         )
-        consumer = StreamConsumer(self.redis, self.keys, self.config.consumer)
+        consumer = StreamConsumer(self.redis, self.keys, self.config.consumer, self.lane_weights)
         gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer, self.backoff,
                         self.breaker_config.probe_interval)
         breaker = Breaker(self.redis, self.keys, self.breaker_config, self.stats)
@@ -115,8 +117,8 @@ class StreamScheduler:
         sig.connect(self._on_spider_error, signals.spider_error)
         sig.connect(self._on_opened, signals.spider_opened)
         logger.info(
-            "StreamScheduler reading %s as consumer %r of group %r (Redis %s)",
-            self.keys.stream, self.config.consumer, self.keys.group,
+            "StreamScheduler reading %s* (lanes %s) as consumer %r of group %r (Redis %s)",
+            self.keys.stream, self.lane_weights, self.config.consumer, self.keys.group,
             self.redis.connection_pool.connection_kwargs.get("host"),
         )
         self.pump.start()
@@ -308,6 +310,8 @@ class StreamScheduler:
                 if deferred.count_retry:
                     task = replace(task, retry_count=task.retry_count + 1)
                 entry.defer_s, entry.defer_task = deferred.delay_s, task
+                # A durable retry waits in the retry lane; a pause goes back to its own lane.
+                entry.defer_lane = RETRY_LANE if deferred.count_retry else ""
                 return Outcome.DEFERRED, deferred.reason
             if result.check(IgnoreRequest):
                 return Outcome.IGNORED, f"ignored: {result.getErrorMessage()}"

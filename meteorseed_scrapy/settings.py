@@ -21,6 +21,8 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_CLAIM_IDLE": 30,
     "METEORSEED_MAX_DELIVERIES": 5,
     "METEORSEED_MAX_BACKLOG": 1_000_000,
+    # Shares of a worker's reads per task lane (meteorseed_scrapy.streams.lanes, docs/lanes.md).
+    "METEORSEED_LANE_WEIGHTS": "realtime:6,scheduled:3,retry:1",
     "METEORSEED_CONSUMER": "",
     # Completion records and failure notes matter only while a task can still be redelivered.
     "METEORSEED_DONE_TTL": 600,

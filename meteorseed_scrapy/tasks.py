@@ -19,6 +19,8 @@ from typing import Any
 
 from w3lib.url import canonicalize_url
 
+from meteorseed_scrapy.keys import DEFAULT_LANE, LANES
+
 MESSAGE_VERSION = "1"
 #: Upper bound of one encoded exec task; messages stay small (no HTML ever goes through Redis).
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -55,6 +57,11 @@ def check_url(value: Any, name: str = "url") -> str:
     if not host or _SPACE.search(value):
         raise TaskError(name, f"is not a valid URL: {value[:200]!r}")
     return value
+
+
+def _check_lane(value: Any) -> None:
+    if value not in LANES:
+        raise TaskError("lane", f"must be one of {', '.join(LANES)}, got {value!r}"[:300])
 
 
 def _check_json_safe(name: str, value: Any) -> None:
@@ -139,6 +146,7 @@ class ExecTask:
     priority: int = 0
     retry_count: int = 0
     created_at: float = 0.0
+    lane: str = DEFAULT_LANE  # realtime / scheduled / retry: which task streams it waits in
 
     def __post_init__(self) -> None:
         _check_id("task_id", self.task_id)
@@ -177,6 +185,7 @@ class ExecTask:
             raise TaskError("retry_count", "must not be negative")
         if not isinstance(self.created_at, (int, float)) or isinstance(self.created_at, bool):
             raise TaskError("created_at", "must be a number (epoch seconds)")
+        _check_lane(self.lane)
 
     @classmethod
     def create(cls, *, seed_id: str, site_id: str, url: str, **kwargs: Any) -> ExecTask:
@@ -210,6 +219,8 @@ class ExecTask:
             out["priority"] = self.priority
         if self.retry_count:
             out["retry_count"] = self.retry_count
+        if self.lane != DEFAULT_LANE:
+            out["lane"] = self.lane
         out["created_at"] = self.created_at
         return out
 
@@ -279,6 +290,7 @@ class SeedTask:
     parse_rule: str | None = None
     callback: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
+    lane: str = DEFAULT_LANE
 
     def __post_init__(self) -> None:
         _check_id("seed_id", self.seed_id)
@@ -300,6 +312,7 @@ class SeedTask:
         if not isinstance(self.meta, Mapping):
             raise TaskError("meta", "must be an object")
         _check_json_safe("meta", dict(self.meta))
+        _check_lane(self.lane)
 
     @classmethod
     def from_dict(cls, data: Any) -> SeedTask:
@@ -371,5 +384,6 @@ class SeedTask:
             callback=self.callback,
             priority=self.priority,
             meta=meta,
+            lane=self.lane,
             **extra,
         )

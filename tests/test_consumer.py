@@ -189,10 +189,10 @@ def test_ack_acks_and_deletes_entries(
         out: dict[str, Any] = {"before": (sync_redis.xlen(keys.stream),
                                           pending_count(sync_redis, keys))}
         out["empty"] = await consumer.ack([])
-        out["first"] = await consumer.ack([id1])
+        out["first"] = await consumer.ack([(keys.stream, id1)])
         out["after_first"] = (sync_redis.xlen(keys.stream), pending_count(sync_redis, keys))
-        out["again"] = await consumer.ack([id1])
-        out["second"] = await consumer.ack([id2])
+        out["again"] = await consumer.ack([(keys.stream, id1)])
+        out["second"] = await consumer.ack([(keys.stream, id2)])
         return out
 
     out = arun(redis_url, body)
@@ -215,7 +215,7 @@ def test_ack_many_at_once(redis_url: str, keys: KeyLayout, sync_redis: redis.Red
         consumer = StreamConsumer(client, keys, "worker-a")
         await consumer.ensure_group()
         await consumer.read(3, 100)
-        return await consumer.ack(ids)
+        return await consumer.ack([(keys.stream, i) for i in ids])
 
     assert arun(redis_url, body) == 3
     assert [entry_id for entry_id, _ in sync_redis.xrange(keys.stream)] == [waiting]
@@ -335,14 +335,14 @@ def test_touch_resets_idle_time_without_counting_a_delivery(
     id1 = add(sync_redis, keys, make_task(1).to_message())
     id2 = add(sync_redis, keys, make_task(2).to_message())
 
-    async def body(client: Redis) -> tuple[set[str], list[str]]:
+    async def body(client: Redis) -> tuple[set[str], list[tuple[str, str]]]:
         a = StreamConsumer(client, keys, "worker-a")
         await a.ensure_group()
         await a.read(10, 100)
         for msg_id in (id1, id2):
             set_idle(sync_redis, keys, "worker-a", msg_id, 120_000)
         idle_before = set(pending(sync_redis, keys, idle_ms=60_000))
-        return idle_before, await a.touch([id1])
+        return idle_before, await a.touch([(keys.stream, id1)])
 
     idle_before, lost = arun(redis_url, body)
     assert idle_before == {id1, id2}
@@ -362,7 +362,7 @@ def test_touch_reports_entries_no_longer_ours(
     id2 = add(sync_redis, keys, make_task(2).to_message())
     id3 = add(sync_redis, keys, t3.to_message())
 
-    async def body(client: Redis) -> tuple[list[str], list[str]]:
+    async def body(client: Redis) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         a = StreamConsumer(client, keys, "worker-a")
         b = StreamConsumer(client, keys, "worker-b")
         await a.ensure_group()
@@ -370,12 +370,12 @@ def test_touch_reports_entries_no_longer_ours(
         set_idle(sync_redis, keys, "worker-a", id2, 120_000)
         taken = await b.reclaim(60, 10)
         assert [d.msg_id for d in taken] == [id2]
-        await a.ack([id3])
+        await a.ack([(keys.stream, id3)])
         set_idle(sync_redis, keys, "worker-b", id2, 120_000)
-        return await a.touch([id1, id2, id3]), await a.touch([])
+        return await a.touch([(keys.stream, i) for i in (id1, id2, id3)]), await a.touch([])
 
     lost, none = arun(redis_url, body)
-    assert sorted(lost) == sorted([id2, id3])
+    assert sorted(lost) == sorted([(keys.stream, id2), (keys.stream, id3)])
     assert none == []
     rows = pending(sync_redis, keys)
     assert rows[id2]["consumer"] == "worker-b"  # touch did not take it back
@@ -558,7 +558,7 @@ def test_namespace_quiet(redis_url: str, keys: KeyLayout, sync_redis: redis.Redi
         states.append(await a.namespace_quiet())  # waiting
         await a.read(10, 100)
         states.append(await a.namespace_quiet())  # pending
-        await a.ack([msg_id])
+        await a.ack([(keys.stream, msg_id)])
         states.append(await a.namespace_quiet())  # acked and deleted
         return states
 

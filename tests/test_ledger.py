@@ -17,8 +17,12 @@ def make_task(url: str = "https://example.com/a") -> ExecTask:
     return ExecTask.create(seed_id="s1", site_id="news", url=url)
 
 
-def delivery(task: ExecTask, msg_id: str, deliveries: int = 1) -> Delivery:
-    return Delivery(msg_id, task.to_message(), deliveries, task)
+STREAM = "ns:tasks"
+
+
+def delivery(task: ExecTask, msg_id: str, deliveries: int = 1, stream: str = STREAM
+             ) -> Delivery:
+    return Delivery(stream, msg_id, task.to_message(), deliveries, task)
 
 
 def booked(ledger: TaskLedger, task: ExecTask, msg_id: str = "1-0") -> Entry:
@@ -32,7 +36,7 @@ def test_add_books_a_new_task() -> None:
     task = make_task()
     entry = booked(ledger, task)
     assert entry.task is task
-    assert entry.msg_ids == ["1-0"]
+    assert entry.refs == [(STREAM, "1-0")]
     assert len(ledger) == 1
     assert task.task_id in ledger
     assert ledger.get(task.task_id) is entry
@@ -45,8 +49,8 @@ def test_duplicate_delivery_is_absorbed() -> None:
     entry = booked(ledger, task, "1-0")
     assert ledger.add(delivery(task, "2-0", 2)) is None
     assert len(ledger) == 1
-    assert entry.msg_ids == ["1-0", "2-0"]
-    assert sorted(ledger.msg_ids()) == ["1-0", "2-0"]
+    assert entry.refs == [(STREAM, "1-0"), (STREAM, "2-0")]
+    assert sorted(ledger.refs()) == [(STREAM, "1-0"), (STREAM, "2-0")]
 
 
 def test_distinct_tasks_get_distinct_entries() -> None:
@@ -55,7 +59,7 @@ def test_distinct_tasks_get_distinct_entries() -> None:
     booked(ledger, a, "1-0")
     booked(ledger, b, "2-0")
     assert len(ledger) == 2
-    assert sorted(ledger.msg_ids()) == ["1-0", "2-0"]
+    assert sorted(ledger.refs()) == [(STREAM, "1-0"), (STREAM, "2-0")]
 
 
 def test_done_without_children_settles_at_once() -> None:
@@ -171,9 +175,9 @@ def test_forget_msg_drops_unstarted_entry_with_no_delivery_left() -> None:
     ledger = TaskLedger()
     task = make_task()
     booked(ledger, task, "1-0")
-    ledger.forget_msg("1-0")
+    ledger.forget_msg((STREAM, "1-0"))
     assert task.task_id not in ledger
-    assert ledger.msg_ids() == []
+    assert ledger.refs() == []
 
 
 def test_forget_msg_keeps_started_entry() -> None:
@@ -181,7 +185,7 @@ def test_forget_msg_keeps_started_entry() -> None:
     task = make_task()
     entry = booked(ledger, task, "1-0")
     entry.started = True
-    ledger.forget_msg("1-0")
+    ledger.forget_msg((STREAM, "1-0"))
     assert ledger.get(task.task_id) is entry
     assert entry.deliveries == []
 
@@ -192,10 +196,10 @@ def test_forget_msg_keeps_other_deliveries() -> None:
     entry = booked(ledger, task, "1-0")
     ledger.add(delivery(task, "3-0", 2))
     booked(ledger, other, "2-0")
-    ledger.forget_msg("1-0")
-    assert entry.msg_ids == ["3-0"]
-    assert sorted(ledger.msg_ids()) == ["2-0", "3-0"]
-    ledger.forget_msg("9-9")  # unknown id: nothing changes
+    ledger.forget_msg((STREAM, "1-0"))
+    assert entry.refs == [(STREAM, "3-0")]
+    assert sorted(ledger.refs()) == [(STREAM, "2-0"), (STREAM, "3-0")]
+    ledger.forget_msg((STREAM, "9-9"))  # unknown id: nothing changes
     assert len(ledger) == 2
 
 

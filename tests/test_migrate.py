@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from scrapy import FormRequest, Request, Spider
 from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.keys import BANDS, KeyLayout, band_of
 from meteorseed_scrapy.migrate.convert import Origin
 from meteorseed_scrapy.migrate.scrapy_redis import (
     MigrationSummary,
@@ -65,7 +65,8 @@ def run(redis_url: str, namespace: str, source: ScrapyRedisSource, **kwargs: Any
 
 
 def stream_tasks(sync_redis: redis.Redis, namespace: str) -> list[ExecTask]:
-    entries: Any = sync_redis.xrange(KeyLayout(namespace).stream)
+    """Every task of every stream, in the order workers prefer them (priority bands first)."""
+    entries: Any = [e for s in KeyLayout(namespace).streams for e in sync_redis.xrange(s)]
     return [ExecTask.from_message(fields) for _, fields in entries]
 
 
@@ -109,11 +110,13 @@ def test_queue_of_each_kind(queue_cls: Any, raw_redis: redis.Redis, sync_redis: 
     login = by_url["https://shop.example/login"]
     assert (login.method, login.body) == ("POST", "user=u")
     assert login.headers["Content-Type"] == ["application/x-www-form-urlencoded"]
-    # The stream holds them in the order scrapy-redis would have popped them.
+    # The streams hold them in the order scrapy-redis would have popped them, within each
+    # priority band (bands go strictly by priority, even for scrapy-redis's FIFO/LIFO queues).
     popped = []
     while (request := queue.pop()) is not None:
         popped.append(request.url)
-    assert [t.url for t in tasks] == popped
+    rank = {t.url: BANDS.index(band_of(t.priority)) for t in tasks}
+    assert [t.url for t in tasks] == sorted(popped, key=rank.__getitem__)
     assert len(queue) == 0  # popping above, not the migration, emptied the source
 
 

@@ -152,7 +152,7 @@ def test_deferred_tasks_come_back_when_due_exactly_once(
         reply = await client.xreadgroup(keys.group, "c1", {keys.stream: ">"}, count=1)
         msg_id = reply[0][1][0][0]
         gate = make_gate(client, namespace, limits)
-        moved = await gate.defer(msg_id, task, 0.3)
+        moved = await gate.defer((keys.stream, msg_id), task, 0.3)
         early = await gate.promote()
         await asyncio.sleep(0.4)
         other = make_gate(client, namespace, limits)

@@ -36,8 +36,8 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run_show)
 
     p = actions.add_parser(
-        "requeue", help="put tasks back on the task stream, bypassing dedup, and drop their "
-        "dead letters")
+        "requeue", help="put tasks back on their lanes' task streams, bypassing dedup, and drop "
+        "their dead letters")
     add_target_options(p)
     _add_selection(p)
     p.add_argument("--site", help="with --all: only dead letters of this site_id")
@@ -132,7 +132,7 @@ def run_requeue(args: argparse.Namespace, ctx: Context) -> int:
             ctx.warn(f"cannot requeue {kept['id']}: {kept['error']}; kept in {ctx.keys.dead}")
         for missing in result.missing:
             ctx.warn(f"no dead letter {missing}")
-        ctx.say(f"requeued {len(result.requeued)} tasks onto {ctx.keys.stream}"
+        ctx.say(f"requeued {len(result.requeued)} tasks onto their lanes' task streams"
                 f"; kept {len(result.kept)}; not found {len(result.missing)}")
     return EXIT_INCOMPLETE if result.kept or result.missing else EXIT_OK
 

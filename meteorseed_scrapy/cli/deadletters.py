@@ -147,11 +147,12 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
             valid.append((letter, letter.task))
     for i in range(0, len(valid), BATCH):
         chunk = valid[i:i + BATCH]
-        script_keys = [keys.stream, keys.dead]
+        script_keys = [keys.dead]
         args: list[str] = [MESSAGE_VERSION]
         for letter, task in chunk:
-            script_keys += [keys.done(task.task_id), keys.failed(task.task_id),
-                            keys.seen(task.site_id)]
+            # Back to the task's own lane (and the band of its priority).
+            script_keys += [keys.stream_for(task.lane, task.priority), keys.done(task.task_id),
+                            keys.failed(task.task_id), keys.seen(task.site_id)]
             try:
                 fp = fingerprint(task)
             except ValueError:  # unreachable for a task that decoded; keep dedup untouched

@@ -1,69 +1,92 @@
-"""``meteorseed status``: backlog, pending work per consumer, dead letters, dedup sets, Redis.
+"""``meteorseed status``: backlog and pending per lane, pending work per consumer, dead letters,
+dedup sets, Redis.
 
-The three counts that must agree (stream length, pending, dead) are read in one MULTI, so
-``backlog = stream_length - pending`` is exact at one instant, as in ``TaskWriter.backlog``
+The counts that must agree (each task stream's length and pending, dead) are read in one MULTI,
+so ``backlog = stream_length - pending`` is exact at one instant, as in ``TaskWriter.backlog``
 (workers XDEL an entry right after XACKing it, so XLEN counts waiting + pending entries).
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 import redis
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.cli.common import Context, add_target_options, scan_namespace, table
+from meteorseed_scrapy.keys import BANDS, LANES
+from meteorseed_scrapy.streams.writer import StreamCount
 
 #: At most this many ``<ns>:seen:*`` sets are sized: status must stay cheap on a big Redis.
 MAX_SEEN_KEYS = 200
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("status", help="backlog, pending, consumers, dead letters, Redis")
+    parser = sub.add_parser("status", help="backlog and pending per lane, consumers, dead "
+                            "letters, Redis")
     add_target_options(parser)
     parser.set_defaults(run=run)
 
 
-def _pending(reply: Any) -> int:
-    if isinstance(reply, ResponseError) and str(reply).startswith("NOGROUP"):
-        return 0  # no worker ever started: every entry is waiting
-    if isinstance(reply, Exception):
-        raise reply
-    return int(reply["pending"])
-
-
 def _consumers(client: redis.Redis, ctx: Context) -> list[dict[str, Any]]:
-    try:
-        infos = client.xinfo_consumers(ctx.keys.stream, ctx.keys.group)
-    except ResponseError as exc:  # no stream or no group yet
-        if "NOGROUP" in str(exc) or "no such key" in str(exc):
-            return []
-        raise
-    # Redis 6.2 and 7.0 both report name, pending and idle (7.2 adds inactive).
-    return [{"name": c["name"], "pending": int(c["pending"]), "idle_ms": int(c["idle"])}
-            for c in infos]
+    """Consumers of the group over every task stream: pending summed, the least idle time."""
+    pipe = client.pipeline(transaction=False)
+    for stream in ctx.keys.streams:
+        pipe.xinfo_consumers(stream, ctx.keys.group)
+    found: dict[str, dict[str, Any]] = {}
+    for reply in pipe.execute(raise_on_error=False):
+        if isinstance(reply, ResponseError):  # no stream or no group yet
+            if "NOGROUP" in str(reply) or "no such key" in str(reply):
+                continue
+            raise reply
+        # Redis 6.2 and 7.0 both report name, pending and idle (7.2 adds inactive).
+        for c in reply:
+            row = found.setdefault(c["name"], {"name": c["name"], "pending": 0,
+                                               "idle_ms": int(c["idle"])})
+            row["pending"] += int(c["pending"])
+            row["idle_ms"] = min(row["idle_ms"], int(c["idle"]))
+    return list(found.values())
 
 
 def _seen_sizes(client: redis.Redis, ctx: Context) -> tuple[dict[str, int], bool]:
-    keys: list[str] = []
+    """URLs recorded per site: a dedup root ``<ns>:seen:{site}`` is a hash whose live
+    generations ``<root>:<w>:<g>`` count their entries in ``n`` (``lua/dedup_lib.lua``); an
+    older namespace may still hold a plain set there."""
+    roots: list[str] = []
     truncated = False
-    for key in scan_namespace(client, ctx.keys, "seen:*"):
-        if len(keys) == MAX_SEEN_KEYS:
+    # Roots only (they end with "}"): a site's generations and buckets are many more keys.
+    for key in scan_namespace(client, ctx.keys, "seen:{*}"):
+        if len(roots) == MAX_SEEN_KEYS:
             truncated = True
             break
-        keys.append(key)
+        roots.append(key)
     pipe = client.pipeline(transaction=False)
-    for key in keys:
-        pipe.scard(key)
-    sizes = pipe.execute() if keys else []
+    for key in roots:
+        pipe.type(key)
+        pipe.hget(key, "w")  # (an error for a set root: ignored below)
+    replies = pipe.execute(raise_on_error=False) if roots else []
+    now = int(time.time())
+    pipe = client.pipeline(transaction=False)
+    shapes: list[tuple[str, int]] = []  # (kind, how many replies it takes)
+    for key, kind, window in zip(roots, replies[::2], replies[1::2], strict=True):
+        if kind == "set":
+            pipe.scard(key)
+            shapes.append(("set", 1))
+        elif kind == "hash":
+            w = int(window or 0) if not isinstance(window, Exception) else 0
+            gens = [now // w, now // w - 1] if w > 0 else [0]
+            for g in gens:
+                pipe.hget(f"{key}:{w}:{g}", "n")
+            shapes.append(("hash", len(gens)))
+        else:
+            shapes.append(("none", 0))
+    sizes = iter(pipe.execute() if len(pipe) else [])
     prefix = f"{ctx.keys.namespace}:seen:"
     out = {}
-    for key, size in zip(keys, sizes, strict=True):
-        site = key[len(prefix):]
-        if site.startswith("{") and site.endswith("}"):
-            site = site[1:-1]
-        out[site] = int(size)
+    for key, (_, n) in zip(roots, shapes, strict=True):
+        out[key[len(prefix) + 1:-1]] = sum(int(next(sizes) or 0) for _ in range(n))
     return dict(sorted(out.items())), truncated
 
 
@@ -96,22 +119,34 @@ def _server(client: redis.Redis) -> dict[str, Any]:
 
 
 def collect(client: redis.Redis, ctx: Context) -> dict[str, Any]:
+    streams = ctx.keys.streams
     pipe = client.pipeline(transaction=True)
-    pipe.xlen(ctx.keys.stream)
-    pipe.xpending(ctx.keys.stream, ctx.keys.group)
+    for stream in streams:
+        pipe.xlen(stream)
+        pipe.xpending(stream, ctx.keys.group)
     pipe.xlen(ctx.keys.dead)
-    length, pending_reply, dead = pipe.execute(raise_on_error=False)
-    for reply in (length, dead):
-        if isinstance(reply, Exception):
-            raise reply
-    pending = _pending(pending_reply)
+    *counts, dead = pipe.execute(raise_on_error=False)
+    if isinstance(dead, Exception):
+        raise dead
+    lanes: dict[str, dict[str, Any]] = {
+        lane: {"backlog": 0, "pending": 0, "bands": {}} for lane in LANES
+    }
+    total = StreamCount()
+    for stream, length, pending in zip(streams, counts[::2], counts[1::2], strict=True):
+        count = StreamCount.of(length, pending)
+        total += count
+        lane, band = ctx.keys.stream_lanes[stream]
+        lanes[lane]["backlog"] += count.waiting
+        lanes[lane]["pending"] += count.pending
+        lanes[lane]["bands"][band] = {"backlog": count.waiting, "pending": count.pending}
     seen, seen_truncated = _seen_sizes(client, ctx)
     return {
         "namespace": ctx.keys.namespace,
         "stream": ctx.keys.stream,
-        "backlog": max(0, int(length) - pending),
-        "pending": pending,
-        "stream_length": int(length),
+        "backlog": total.waiting,  # tasks waiting in every stream
+        "pending": total.pending,
+        "stream_length": total.waiting + total.pending,
+        "lanes": lanes,
         "dead": int(dead),
         "consumers": _consumers(client, ctx),
         "seen": seen,
@@ -130,6 +165,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ctx.say(f"backlog    {status['backlog']:>10}   tasks waiting to be delivered")
     ctx.say(f"pending    {status['pending']:>10}   delivered, not acked yet")
     ctx.say(f"dead       {status['dead']:>10}   dead letters ({ctx.keys.dead})")
+    ctx.say()
+    rows = [{"lane": lane, "backlog": v["backlog"], "pending": v["pending"],
+             **{f"backlog_{b}": v["bands"][b]["backlog"] for b in BANDS}}
+            for lane, v in status["lanes"].items()]
+    ctx.say("\n".join(table(rows, ("lane", "backlog", "pending",
+                                   *(f"backlog_{b}" for b in BANDS)))))
     ctx.say()
     if status["consumers"]:
         ctx.say("\n".join(table(status["consumers"], ("name", "pending", "idle_ms"))))

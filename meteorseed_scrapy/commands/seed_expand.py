@@ -24,7 +24,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from meteorseed_scrapy.api.rules import SiteRules
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.keys import DEFAULT_LANE, LANES, KeyLayout
 from meteorseed_scrapy.migrate import command as migration
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.expand import (
@@ -112,6 +112,11 @@ class Command(ScrapyCommand):
             "--watch", action="store_true",
             help="keep running: register FILE's seeds (if given; again when it changes) in the "
             "seed registry and re-expand every seed when due (its schedule); stop with SIGTERM",
+        )
+        group.add_argument(
+            "--lane", choices=LANES, default=None,
+            help="put every task of this run in this lane (default: each seed's 'lane' field, "
+            f"else {DEFAULT_LANE}); realtime tasks are read first",
         )
         migration.add_options(group)
 
@@ -249,7 +254,7 @@ class Command(ScrapyCommand):
             await rules.refresh()
             await expand_stream(
                 read_lines(source),
-                TaskWriter(client, keys),
+                TaskWriter(client, keys, lane=opts.lane),
                 batch_size=opts.batch_size,
                 on_error=_report_rejection,
                 max_backlog=max_backlog,

@@ -1,6 +1,6 @@
 -- Move one task to the dead-letter stream, acknowledge it, and release its URL from dedup
 -- so that a later seed or a requeue can try it again (never "blocked forever").
--- KEYS[1]  the task stream
+-- KEYS[1]  the task stream the entry was delivered from
 -- KEYS[2]  the dead-letter stream
 -- KEYS[3]  the site's dedup root <ns>:seen:{site} (absent when the message could not be
 --          decoded); its generations are derived from it (dedup_lib.lua)

@@ -1,16 +1,28 @@
--- Move due tasks from the delayed set back into the task stream, atomically (any worker may run
--- this; each task is moved exactly once).
--- KEYS[1]  the delayed set
--- KEYS[2]  the task stream
--- ARGV[1]  maximum number to move
--- ARGV[2]  message format version
+-- Move due tasks from the delayed set into their task streams, atomically (any worker may run
+-- this; each task is moved exactly once). A member is '<lane>:<band>|<message JSON>' (defer.lua);
+-- a bare JSON member (written before lanes) or an unknown route goes to the default stream.
+-- KEYS[1]    the delayed set
+-- KEYS[2..]  the task streams
+-- ARGV[1]    maximum number to move
+-- ARGV[2]    message format version
+-- ARGV[3]    position (1-based, among KEYS[2..]) of the default stream <ns>:tasks
+-- ARGV[4..]  the route '<lane>:<band>' of each of KEYS[2..], in the same order
 -- Returns {moved, ms until the next one is due (-1: none left)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local routes = {}
+for k = 4, #ARGV do routes[ARGV[k]] = KEYS[k - 2] end
+local default = KEYS[1 + tonumber(ARGV[3])]
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
-for _, message in ipairs(due) do
-  redis.call('XADD', KEYS[2], '*', 'v', ARGV[2], 't', message)
-  redis.call('ZREM', KEYS[1], message)
+for _, member in ipairs(due) do
+  local stream, message = default, member
+  local bar = string.find(member, '|', 1, true)
+  if string.sub(member, 1, 1) ~= '{' and bar then
+    stream = routes[string.sub(member, 1, bar - 1)] or default
+    message = string.sub(member, bar + 1)
+  end
+  redis.call('XADD', stream, '*', 'v', ARGV[2], 't', message)
+  redis.call('ZREM', KEYS[1], member)
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local wait = -1

@@ -108,13 +108,19 @@ class MetricsExtension:
         gauge = Gauge  # short lines below
         self.gauges = {
             "backlog": gauge("meteorseed_queue_backlog", "Tasks waiting to be delivered "
-                             "(XLEN - pending)", registry=self.registry),
+                             "over every lane (XLEN - pending)", registry=self.registry),
             "pending": gauge("meteorseed_queue_pending", "Tasks delivered, not acked",
                              registry=self.registry),
             "lag": gauge("meteorseed_queue_lag_seconds", "Age of the oldest task waiting "
                          "to be delivered", registry=self.registry),
-            "length": gauge("meteorseed_queue_length", "XLEN of the task stream",
+            "length": gauge("meteorseed_queue_length", "XLEN summed over the task streams",
                             registry=self.registry),
+        }
+        self.per_lane = {
+            "backlog": Gauge("meteorseed_lane_backlog", "Tasks waiting per lane", ["lane"],
+                             registry=self.registry),
+            "pending": Gauge("meteorseed_lane_pending", "Tasks delivered, not acked, per lane",
+                             ["lane"], registry=self.registry),
         }
         self.per_consumer = Gauge("meteorseed_consumer_pending", "Pending tasks per consumer",
                                   ["consumer"], registry=self.registry)
@@ -180,6 +186,9 @@ class MetricsExtension:
             else:
                 for name, gauge in self.gauges.items():
                     gauge.set(getattr(sample, name))
+                for lane, (backlog, pending) in sample.lanes.items():
+                    self.per_lane["backlog"].labels(lane).set(backlog)
+                    self.per_lane["pending"].labels(lane).set(pending)
                 self.per_consumer.clear()
                 self.consumer_idle.clear()
                 for consumer, pending, idle_s in sample.consumers:

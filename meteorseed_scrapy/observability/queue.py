@@ -1,4 +1,4 @@
-"""Samples of a namespace's task stream for the metrics endpoint (a few cheap reads)."""
+"""Samples of a namespace's task streams for the metrics endpoint (two pipelined round trips)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.keys import LANES, KeyLayout
 
 
 @dataclass(frozen=True)
 class QueueSample:
+    """Totals over every task stream, and (backlog, pending) per lane."""
+
     length: int
     pending: int
     backlog: int  # XLEN - pending: tasks waiting to be delivered
     lag: float  # seconds since the oldest waiting task was added (0 when none waits)
     consumers: list[tuple[str, int, float]] = field(default_factory=list)  # name, pending, idle s
+    lanes: dict[str, tuple[int, int]] = field(default_factory=dict)  # lane -> backlog, pending
 
 
 class QueueSampler:
@@ -29,34 +31,52 @@ class QueueSampler:
         )
 
     async def sample(self) -> QueueSample:
-        stream, group = self.keys.stream, self.keys.group
+        streams, group = self.keys.streams, self.keys.group
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xlen(stream)
-            pipe.xinfo_groups(stream)
-            pipe.xinfo_consumers(stream, group)
+            for stream in streams:
+                pipe.xlen(stream)
+                pipe.xinfo_groups(stream)
+                pipe.xinfo_consumers(stream, group)
             replies = await pipe.execute(raise_on_error=False)
-        length = replies[0] if isinstance(replies[0], int) else 0
-        groups = replies[1] if isinstance(replies[1], list) else []
-        info = next((g for g in groups if g.get("name") == group), None)
-        if isinstance(replies[1], ResponseError) or info is None:
-            return QueueSample(length, 0, length, await self._lag("0-0", length))
-        pending = int(info.get("pending") or 0)
-        backlog = max(0, length - pending)
-        consumers = [
-            (str(c["name"]), int(c.get("pending") or 0), int(c.get("idle") or 0) / 1000)
-            for c in (replies[2] if isinstance(replies[2], list) else [])
-        ]
-        lag = await self._lag(str(info.get("last-delivered-id") or "0-0"), backlog)
-        return QueueSample(length, pending, backlog, lag, consumers)
+        lanes = {lane: (0, 0) for lane in LANES}
+        consumers: dict[str, tuple[int, float]] = {}  # name -> pending, least idle (s)
+        waiting: list[tuple[str, str]] = []  # (stream, last delivered id) with a backlog
+        length = pending = 0
+        for i, stream in enumerate(streams):
+            n, groups, members = replies[3 * i: 3 * i + 3]
+            n = n if isinstance(n, int) else 0
+            info = None
+            if isinstance(groups, list):  # (a ResponseError when the stream does not exist)
+                info = next((g for g in groups if g.get("name") == group), None)
+            p = int(info.get("pending") or 0) if info is not None else 0
+            backlog = max(0, n - p)
+            length, pending = length + n, pending + p
+            lane = self.keys.stream_lanes[stream][0]
+            lanes[lane] = (lanes[lane][0] + backlog, lanes[lane][1] + p)
+            if backlog:
+                last = str(info.get("last-delivered-id") or "0-0") if info is not None else "0-0"
+                waiting.append((stream, last))
+            for c in members if isinstance(members, list) else []:
+                name, idle = str(c["name"]), int(c.get("idle") or 0) / 1000
+                before = consumers.get(name, (0, idle))
+                consumers[name] = (before[0] + int(c.get("pending") or 0), min(before[1], idle))
+        return QueueSample(
+            length, pending, max(0, length - pending), await self._lag(waiting),
+            [(name, p, idle) for name, (p, idle) in consumers.items()], lanes,
+        )
 
-    async def _lag(self, last_delivered: str, backlog: int) -> float:
-        if backlog <= 0:
+    async def _lag(self, waiting: list[tuple[str, str]]) -> float:
+        """Age of the oldest entry not yet delivered, over the streams that have one."""
+        if not waiting:
             return 0.0
-        entries = await self.redis.xrange(self.keys.stream, f"({last_delivered}", "+", count=1)
-        if not entries:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream, last in waiting:
+                pipe.xrange(stream, f"({last}", "+", count=1)
+            replies = await pipe.execute()
+        added = [int(str(r[0][0]).split("-", 1)[0]) for r in replies if r]
+        if not added:
             return 0.0
-        added_ms = int(str(entries[0][0]).split("-", 1)[0])
-        return max(0.0, time.time() - added_ms / 1000)
+        return max(0.0, time.time() - min(added) / 1000)
 
     async def close(self) -> None:
         await self.redis.aclose()

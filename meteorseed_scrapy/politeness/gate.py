@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from meteorseed_scrapy import scripts
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.keys import KeyLayout, band_of
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.tasks import MESSAGE_VERSION, ExecTask
 
@@ -92,19 +92,25 @@ class SiteGate:
         ms = int(await self.redis.pttl(*self._quota_keys(site, "pause")))
         return max(0.0, ms / 1000)
 
-    async def defer(self, msg_id: str, task: ExecTask, delay_s: float) -> bool:
-        """Ack ``msg_id`` and put ``task`` in the delayed set, due in ``delay_s`` (Redis time)."""
-        message = task.to_message()["t"]
+    async def defer(self, ref: tuple[str, str], task: ExecTask, delay_s: float,
+                    lane: str = "") -> bool:
+        """Ack the message ``ref`` (stream, id) and put ``task`` in the delayed set, due in
+        ``delay_s`` (Redis time), for the task stream of ``lane`` ("" = the task's own)."""
+        route = f"{lane or task.lane}:{band_of(task.priority)}"
         done = await self._defer(
-            keys=[self.keys.stream, self.keys.delayed],
-            args=[self.keys.group, msg_id, int(delay_s * 1000), message, "1"],
+            keys=[ref[0], self.keys.delayed],
+            args=[self.keys.group, ref[1], int(delay_s * 1000), f"{route}|{task.to_message()['t']}",
+                  "1"],
         )
         return bool(done)
 
     async def promote(self, limit: int = 500) -> float:
-        """Move due tasks back to the stream; returns seconds until the next is due (-1: none)."""
+        """Move due tasks to their streams; returns seconds until the next is due (-1: none)."""
+        streams = self.keys.streams
+        routes = [":".join(self.keys.stream_lanes[s]) for s in streams]
         moved, wait_ms = await self._promote(
-            keys=[self.keys.delayed, self.keys.stream], args=[limit, MESSAGE_VERSION]
+            keys=[self.keys.delayed, *streams],
+            args=[limit, MESSAGE_VERSION, streams.index(self.keys.stream) + 1, *routes],
         )
         if int(moved) >= limit:
             return 0.0

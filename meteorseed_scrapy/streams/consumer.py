@@ -1,7 +1,9 @@
-"""The worker's side of the task stream: read, reclaim, keep alive, ack, dead-letter, hand back.
+"""The worker's side of the task streams: read, reclaim, keep alive, ack, dead-letter, hand back.
 
-Every method is one round trip (a command or one Lua script) on a ``redis.asyncio`` client
-created with ``decode_responses=True``. Nothing here knows about Scrapy.
+Every method is one round trip (a command, a pipeline or one Lua script) on a ``redis.asyncio``
+client created with ``decode_responses=True``. Every delivery names the stream (lane and band)
+it came from, and everything done to it later goes to that stream. Nothing here knows about
+Scrapy.
 """
 
 from __future__ import annotations
@@ -16,90 +18,132 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy import scripts
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.keys import BANDS, KeyLayout
+from meteorseed_scrapy.streams.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
 from meteorseed_scrapy.tasks import ExecTask, TaskError
 
 logger = logging.getLogger(__name__)
+
+
+#: A message in a task stream: ``(stream key, message id)``. Ids are unique per stream only.
+Ref = tuple[str, str]
 
 
 @dataclass(frozen=True)
 class Delivery:
     """One stream entry as delivered to this consumer; ``task`` is None when it is malformed."""
 
+    stream: str
     msg_id: str
     fields: Mapping[str, str]
     deliveries: int
     task: ExecTask | None = None
     error: str = ""
 
+    @property
+    def ref(self) -> Ref:
+        return (self.stream, self.msg_id)
+
     @classmethod
-    def decode(cls, msg_id: str, fields: Mapping[str, str] | None, deliveries: int) -> Delivery:
+    def decode(cls, stream: str, msg_id: str, fields: Mapping[str, str] | None,
+               deliveries: int) -> Delivery:
         fields = fields or {}
         try:
-            return cls(msg_id, fields, deliveries, ExecTask.from_message(fields))
+            return cls(stream, msg_id, fields, deliveries, ExecTask.from_message(fields))
         except TaskError as exc:
-            return cls(msg_id, fields, deliveries, None, f"malformed message: {exc}")
+            return cls(stream, msg_id, fields, deliveries, None, f"malformed message: {exc}")
+
+
+def by_stream(refs: Sequence[Ref]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for stream, msg_id in refs:
+        out.setdefault(stream, []).append(msg_id)
+    return out
 
 
 class StreamConsumer:
-    def __init__(self, redis: Any, keys: KeyLayout, consumer: str) -> None:
+    """Reads every task stream of ``keys`` (lanes x bands) as one consumer of the group."""
+
+    def __init__(self, redis: Any, keys: KeyLayout, consumer: str,
+                 weights: LaneWeights | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.consumer = consumer
+        self.streams = keys.streams
+        self._index = {stream: i for i, stream in enumerate(self.streams, start=1)}
+        self.shares = LaneShares(weights or LaneWeights.parse(DEFAULT_WEIGHTS))
+        self._read = scripts.register(redis, "read")
         self._dead = scripts.register(redis, "dead")
         self._touch = scripts.register(redis, "touch")
         self._handback = scripts.register(redis, "handback")
         self._reclaim = scripts.register(redis, "reclaim")
-        self._reclaim_cursor = "0-0"
+        self._reclaim_cursors = ["0-0"] * len(self.streams)
 
     async def ensure_group(self) -> None:
-        """Create the consumer group (from the stream's start) unless it exists."""
-        try:
-            await self.redis.xgroup_create(self.keys.stream, self.keys.group, id="0", mkstream=True)
-        except ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise
+        """Create the consumer group of every task stream (from its start) unless it exists."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xgroup_create(stream, self.keys.group, id="0", mkstream=True)
+            replies = await pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+                raise reply
 
     async def read(self, count: int, block_ms: int) -> list[Delivery]:
-        reply = await self.redis.xreadgroup(
-            self.keys.group, self.consumer, {self.keys.stream: ">"}, count=count, block=block_ms
+        """Up to ``count`` new entries, shared between the lanes by weight (one script call);
+        when every stream is empty, one blocking XREADGROUP over all of them, so an idle
+        worker wakes as soon as a task arrives in any lane."""
+        shares = self.shares.split(count)
+        reply = await self._read(
+            keys=self.streams,
+            args=[self.keys.group, self.consumer, len(BANDS), *self.shares.weights, *shares],
         )
+        if not reply and block_ms > 0:
+            # (Several streams filled at the same instant may give up to count each.)
+            reply = await self.redis.xreadgroup(
+                self.keys.group, self.consumer, dict.fromkeys(self.streams, ">"),
+                count=count, block=block_ms,
+            )
         out: list[Delivery] = []
-        for _stream, entries in reply or []:
+        for stream, entries in reply or []:
             for msg_id, fields in entries:
-                out.append(Delivery.decode(msg_id, fields, 1))
+                if isinstance(fields, list):  # from the script: a flat field list
+                    fields = dict(zip(fields[::2], fields[1::2], strict=True))
+                out.append(Delivery.decode(stream, msg_id, fields, 1))
         return out
 
     async def reclaim(self, min_idle_s: float, count: int) -> list[Delivery]:
         """Entries idle for ``min_idle_s`` on any consumer (dead workers, failed tasks)."""
-        cursor, entries = await self._reclaim(
-            keys=[self.keys.stream],
-            args=[self.keys.group, self.consumer, int(min_idle_s * 1000), self._reclaim_cursor,
-                  count],
+        cursors, entries = await self._reclaim(
+            keys=self.streams,
+            args=[self.keys.group, self.consumer, int(min_idle_s * 1000), count,
+                  *self._reclaim_cursors],
         )
-        self._reclaim_cursor = cursor
+        self._reclaim_cursors = [str(c) for c in cursors]
         out = []
-        for msg_id, flat, deliveries in entries:
+        for index, msg_id, flat, deliveries in entries:
             fields = dict(zip(flat[::2], flat[1::2], strict=True))
-            out.append(Delivery.decode(msg_id, fields, int(deliveries)))
+            out.append(Delivery.decode(self.streams[int(index) - 1], msg_id, fields,
+                                       int(deliveries)))
         return out
 
-    async def touch(self, msg_ids: Sequence[str]) -> list[str]:
-        """Reset the idle time of our pending entries; returns the ids that are no longer ours."""
-        if not msg_ids:
+    async def touch(self, refs: Sequence[Ref]) -> list[Ref]:
+        """Reset the idle time of our pending entries; returns those that are no longer ours."""
+        if not refs:
             return []
-        lost = await self._touch(
-            keys=[self.keys.stream], args=[self.keys.group, self.consumer, *msg_ids]
-        )
-        return list(lost)
+        args: list[Any] = [self.keys.group, self.consumer]
+        for stream, msg_id in refs:
+            args += [self._index[stream], msg_id]
+        lost = await self._touch(keys=self.streams, args=args)
+        return [(self.streams[int(index) - 1], str(msg_id)) for index, msg_id in lost]
 
     async def hand_back(self, deliveries: Sequence[Delivery], idle_s: float) -> int:
         if not deliveries:
             return 0
         args: list[Any] = [self.keys.group, self.consumer, int(idle_s * 1000)]
         for d in deliveries:
-            args += [d.msg_id, max(0, d.deliveries - 1)]
-        return int(await self._handback(keys=[self.keys.stream], args=args))
+            args += [self._index[d.stream], d.msg_id, max(0, d.deliveries - 1)]
+        return int(await self._handback(keys=self.streams, args=args))
 
     async def record_completions(self, records: Sequence[tuple[str, str]], ttl: int) -> None:
         """Write ``(task_id, record JSON)`` completion records, before the tasks are acked.
@@ -109,27 +153,28 @@ class StreamConsumer:
         """
         await self.complete(records, (), ttl)
 
-    async def ack(self, msg_ids: Sequence[str]) -> int:
+    async def ack(self, refs: Sequence[Ref]) -> int:
         """XACK then XDEL (so XLEN = waiting + pending); returns how many were still pending."""
-        return await self.complete((), msg_ids, 0)
+        return await self.complete((), refs, 0)
 
-    async def complete(self, records: Sequence[tuple[str, str]], msg_ids: Sequence[str],
+    async def complete(self, records: Sequence[tuple[str, str]], refs: Sequence[Ref],
                        ttl: int) -> int:
-        """Completion records first, then XACK and XDEL of ``msg_ids``: one round trip.
+        """Completion records first, then XACK and XDEL of ``refs``: one round trip.
 
         Commands of a pipeline run in order, so no entry is acked before the records sent
         with it are written, and no entry is deleted before it is acked.
         """
+        streams = by_stream(refs)
         async with self.redis.pipeline(transaction=False) as pipe:
             for task_id, record in records:
                 pipe.set(self.keys.done(task_id), record, ex=ttl)
-            if msg_ids:
-                pipe.xack(self.keys.stream, self.keys.group, *msg_ids)
-                pipe.xdel(self.keys.stream, *msg_ids)
+            for stream, msg_ids in streams.items():
+                pipe.xack(stream, self.keys.group, *msg_ids)
+                pipe.xdel(stream, *msg_ids)
             if not len(pipe):
                 return 0
             replies = await pipe.execute()
-        return int(replies[len(records)]) if msg_ids else 0
+        return sum(int(n) for n in replies[len(records)::2])
 
     async def completion_records(self, task_ids: Sequence[str]) -> list[str | None]:
         if not task_ids:
@@ -153,23 +198,24 @@ class StreamConsumer:
         task = delivery.task
         if task is not None:
             payload = delivery.fields.get("t", "")
-            keys = [self.keys.stream, self.keys.dead, self.keys.seen(task.site_id)]
+            keys = [delivery.stream, self.keys.dead, self.keys.seen(task.site_id)]
         else:
             payload = json.dumps(dict(delivery.fields), ensure_ascii=False)[:65536]
-            keys = [self.keys.stream, self.keys.dead]
+            keys = [delivery.stream, self.keys.dead]
             fingerprint = ""
         args = [self.keys.group, delivery.msg_id, payload, reason[:2000], self.consumer,
                 delivery.deliveries, f"{time.time():.3f}", fingerprint]
         return str(await self._dead(keys=keys, args=args))
 
     async def namespace_quiet(self) -> bool:
-        """True when no task waits, is pending on any consumer (entries are XDEL'd on ack) or
-        is deferred in the delayed set."""
+        """True when no task waits in any stream, is pending on any consumer (entries are
+        XDEL'd on ack) or is deferred in the delayed set."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xlen(self.keys.stream)
+            for stream in self.streams:
+                pipe.xlen(stream)
             pipe.zcard(self.keys.delayed)
-            waiting, delayed = await pipe.execute()
-        return int(waiting) == 0 and int(delayed) == 0
+            counts = await pipe.execute()
+        return not any(int(n) for n in counts)
 
     async def check_durability(self) -> list[str]:
         """Warnings about Redis settings that can lose tasks (empty when all is well)."""

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import random
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,7 +32,7 @@ from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.settings import WorkerConfig
-from meteorseed_scrapy.streams.consumer import Delivery, StreamConsumer
+from meteorseed_scrapy.streams.consumer import Delivery, Ref, StreamConsumer
 from meteorseed_scrapy.streams.writer import TaskWriter, fingerprint
 from meteorseed_scrapy.tasks import ExecTask
 
@@ -86,7 +86,8 @@ class StreamPump:
         self.gate = gate
         self.buffer = SiteQueues()  # entries read but not started, per site
         self.hops = SiteQueues()  # retries/redirects of tasks we hold, per site
-        self.deferrals: list[tuple[Delivery, ExecTask, float]] = []
+        # (delivery, task to put back, delay s, lane it goes back to)
+        self.deferrals: list[tuple[Delivery, ExecTask, float, str]] = []
         self.desk: PermitDesk | None = None
         self.dispatcher: Dispatcher | None = None
         if limits_for is not None:  # None: politeness off, every task may go at once
@@ -97,7 +98,7 @@ class StreamPump:
             )
         self.outbox: list[tuple[ExecTask, str | None, bool]] = []
         self.records: list[tuple[str, str]] = []  # (task_id, completion record)
-        self.acks: list[tuple[str, float]] = []  # (message id, response time or 0)
+        self.acks: list[tuple[Ref, float]] = []  # ((stream, message id), response time or 0)
         self.dead: list[tuple[Delivery, str]] = []
         self.failures: list[tuple[str, str]] = []
         self.latencies_ms: deque[float] = deque(maxlen=20000)
@@ -231,6 +232,9 @@ class StreamPump:
             return
         if deliveries:
             self.stats.inc_value("meteorseed/read", len(deliveries))
+            lanes = self.consumer.keys.stream_lanes
+            for lane, n in Counter(lanes[d.stream][0] for d in deliveries).items():
+                self.stats.inc_value(f"meteorseed/read/{lane}", n)
             await self._accept(deliveries)
 
     async def _accept(self, deliveries: Sequence[Delivery]) -> None:
@@ -238,7 +242,7 @@ class StreamPump:
         records = await self.consumer.completion_records(
             [d.task.task_id for d in redelivered if d.task is not None]
         )
-        done = {d.msg_id for d, r in zip(redelivered, records, strict=True) if r}
+        done = {d.ref for d, r in zip(redelivered, records, strict=True) if r}
         reasons = await self.consumer.failure_notes(
             [d.task.task_id for d in redelivered if d.task is not None
              and d.deliveries > self.config.max_deliveries]
@@ -246,9 +250,9 @@ class StreamPump:
         for d in deliveries:
             if d.task is None:
                 self.dead.append((d, d.error))
-            elif d.msg_id in done:
+            elif d.ref in done:
                 # Committed before its worker died, not yet acked: ack without a refetch.
-                self.acks.append((d.msg_id, 0.0))
+                self.acks.append((d.ref, 0.0))
                 self.stats.inc_value("meteorseed/acked_without_refetch")
             elif d.deliveries > self.config.max_deliveries:
                 last = reasons.get(d.task.task_id) or "no failure recorded (worker died?)"
@@ -271,10 +275,11 @@ class StreamPump:
         now = time.monotonic()
         if now >= self._next_touch:
             self._next_touch = now + claim_idle / 3
-            lost = await self.consumer.touch(self.ledger.msg_ids())
-            for msg_id in lost:
-                logger.warning("Task message %s was taken over by another worker", msg_id)
-                self.ledger.forget_msg(msg_id)
+            lost = await self.consumer.touch(self.ledger.refs())
+            for ref in lost:
+                logger.warning("Task message %s of %s was taken over by another worker",
+                               ref[1], ref[0])
+                self.ledger.forget_msg(ref)
         want = self._want() - len(self.buffer)
         if want > 0 and now >= self._next_reclaim:
             reclaimed = await self.consumer.reclaim(claim_idle, min(want, 100))
@@ -335,8 +340,8 @@ class StreamPump:
                              extra={"task_id": task and task.task_id,
                                     "seed_id": task and task.seed_id})
             while self.deferrals:
-                delivery, task, delay = self.deferrals[0]
-                await self.gate.defer(delivery.msg_id, task, delay)
+                delivery, task, delay, lane = self.deferrals[0]
+                await self.gate.defer(delivery.ref, task, delay, lane)
                 self.deferrals.pop(0)
                 self.stats.inc_value("meteorseed/deferred")
             if self.failures:
@@ -369,8 +374,8 @@ class StreamPump:
         """Put a task that has not started back for later (its site may not be fetched now)."""
         self.ledger.pop(entry.task.task_id)
         first, *dups = entry.deliveries
-        self.deferrals.append((first, entry.task, delay_s))
-        self.acks.extend((d.msg_id, 0.0) for d in dups)
+        self.deferrals.append((first, entry.task, delay_s, entry.task.lane))
+        self.acks.extend((d.ref, 0.0) for d in dups)
         self.kick()
 
     def settle(self, entry: Entry) -> None:
@@ -387,15 +392,16 @@ class StreamPump:
                            extra={"task_id": entry.task.task_id, "seed_id": entry.task.seed_id})
         elif outcome is Outcome.DEFERRED:
             first, *dups = entry.deliveries
-            self.deferrals.append((first, entry.defer_task or entry.task, entry.defer_s))
-            self.acks.extend((d.msg_id, 0.0) for d in dups)
+            task = entry.defer_task or entry.task
+            self.deferrals.append((first, task, entry.defer_s, entry.defer_lane or task.lane))
+            self.acks.extend((d.ref, 0.0) for d in dups)
         elif outcome is Outcome.DEAD:
             first, *dups = entry.deliveries
             self.dead.append((first, entry.reason))
-            self.acks.extend((d.msg_id, 0.0) for d in dups)
+            self.acks.extend((d.ref, 0.0) for d in dups)
         else:
             self.records.append((entry.task.task_id, entry.record()))
-            self.acks.extend((d.msg_id, entry.response_at) for d in entry.deliveries)
+            self.acks.extend((d.ref, entry.response_at) for d in entry.deliveries)
         if self.on_settled is not None:
             self.on_settled(entry)
         self.kick()

@@ -1,10 +1,10 @@
-"""Writing exec tasks into the task stream: fleet-wide dedup, enqueue, backlog and backpressure.
+"""Writing exec tasks into the task streams: fleet-wide dedup, enqueue, backlog, backpressure.
 
 Dedup and enqueue happen in one Lua script (``lua/enqueue.lua`` with the two-layer dedup of
 ``lua/dedup_lib.lua``), so concurrent writers (several ``seed-expand`` runs, workers yielding
-child requests) never enqueue one URL twice. The stream is never trimmed: an entry leaves it
-only when a worker has acked it (and then XDELs it), which is also what makes
-:meth:`TaskWriter.backlog` cheap.
+child requests) never enqueue one URL twice. Each task goes to the stream of its lane and band
+(``KeyLayout.stream_for``). A stream is never trimmed: an entry leaves it only when a worker has
+acked it (and then XDELs it), which is also what makes :meth:`TaskWriter.backlog` cheap.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import ResponseError
@@ -26,13 +26,13 @@ from meteorseed_scrapy.dedup import (
     fingerprint_bytes,
     recrawl_window,
 )
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.keys import LANES, KeyLayout
 from meteorseed_scrapy.tasks import MESSAGE_VERSION, ExecTask, TaskError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "TaskWriter", "fingerprint"]
+__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "StreamCount", "TaskWriter", "fingerprint"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class Encoded(NamedTuple):
     fingerprint: bytes
     window: str  # re-crawl window argument ("" = the site's stored one)
     payload: str  # the task JSON
+    stream: str  # the task stream of its lane and band
 
 
 @dataclass(frozen=True)
@@ -72,15 +73,42 @@ class AddResult:
         return AddResult(self.enqueued + other.enqueued, self.duplicates + other.duplicates)
 
 
+@dataclass(frozen=True)
+class StreamCount:
+    """Tasks of one stream (or a sum of streams): waiting to be delivered, and pending."""
+
+    waiting: int = 0
+    pending: int = 0
+
+    def __add__(self, other: StreamCount) -> StreamCount:
+        return StreamCount(self.waiting + other.waiting, self.pending + other.pending)
+
+    @classmethod
+    def of(cls, length: Any, pending: Any) -> StreamCount:
+        """From the replies of XLEN and XPENDING (summary form) of one stream."""
+        if isinstance(length, Exception):
+            raise length
+        if isinstance(pending, ResponseError) and str(pending).startswith("NOGROUP"):
+            # No consumer group yet (no worker ever started): every entry is waiting.
+            pending_count = 0
+        elif isinstance(pending, Exception):
+            raise pending
+        else:
+            pending_count = int(pending["pending"])
+        return cls(max(0, int(length) - pending_count), pending_count)
+
+
 class TaskWriter:
-    """Adds exec tasks to ``keys.stream`` (deduplicated per site) and watches its backlog.
+    """Adds exec tasks to their lanes' streams (deduplicated per site) and watches the backlog.
 
     ``clock`` (epoch seconds) replaces the Redis server's TIME for the re-crawl windows; only
     tests pass one. Every writer of a namespace must share one clock, which the server's is.
+    ``lane`` puts every task this writer adds in that lane (``seed-expand --lane``); None
+    keeps each task's own.
     """
 
     def __init__(self, redis: Redis, keys: KeyLayout,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, lane: str | None = None) -> None:
         # No I/O here (not even reading the script file): writers are built in constructors.
         self._redis = redis
         self._keys = keys
@@ -88,6 +116,9 @@ class TaskWriter:
         self._scripts: dict[str, Any] = {}
         self._config_checked = False
         self._last_window: tuple[int | None, str] = (None, "")
+        if lane is not None and lane not in LANES:
+            raise ValueError(f"lane must be one of {', '.join(LANES)}, got {lane!r}")
+        self._lane = lane
 
     @property
     def keys(self) -> KeyLayout:
@@ -104,6 +135,9 @@ class TaskWriter:
     def encode(self, task: ExecTask, dedup: bool = True, canonical: str | None = None) -> Encoded:
         """Everything :meth:`add` sends for ``task``; raises :class:`TaskError` (too large, not
         encodable, a URL that cannot be canonicalised, a bad ``meta.recrawl_after``)."""
+        if self._lane is not None and task.lane != self._lane:
+            task = replace(task, lane=self._lane)
+        stream = self._keys.stream_for(task.lane, task.priority)
         try:
             payload = task.to_message()["t"]
         except TaskError:
@@ -111,7 +145,7 @@ class TaskWriter:
         except ValueError as exc:  # e.g. a lone surrogate that UTF-8 cannot encode
             raise TaskError("task", f"cannot be encoded as UTF-8 JSON ({exc})") from None
         if not dedup:
-            return Encoded(None, b"", "", payload)
+            return Encoded(None, b"", "", payload, stream)
         value = task.meta.get(RECRAWL_META_KEY)
         if type(value) is int and value == self._last_window[0]:  # (bool is not int here)
             window = self._last_window[1]  # the same window as the task before: checked then
@@ -123,16 +157,17 @@ class TaskWriter:
             fp = fingerprint_bytes(task, canonical)
         except ValueError as exc:
             raise TaskError("url", f"cannot be canonicalised: {exc}") from None
-        return Encoded(self._keys.seen(task.site_id), fp, window, payload)
+        return Encoded(self._keys.seen(task.site_id), fp, window, payload, stream)
 
-    def _script_args(self, chunk: Sequence[Encoded]) -> tuple[list[str], list[str | bytes | int]]:
+    def _script_args(self, stream: str, chunk: Sequence[Encoded]
+                     ) -> tuple[list[str], list[str | bytes | int]]:
         positions: dict[str, int] = {}  # dedup root -> 1-based position after the stream key
         # A window equal to the one already sent for that root in this call goes as "": the
         # script then reuses the window it holds for the root (the same value) instead of
         # reading it from Redis again for every task.
         sent: dict[int, str] = {}
         args: list[str | bytes | int] = [self._now()]
-        for root, fp, window, payload in chunk:
+        for root, fp, window, payload, _ in chunk:
             if root is None:
                 args.extend((0, b"", "", payload))
                 continue
@@ -143,7 +178,7 @@ class TaskWriter:
                 else:
                     sent[index] = window
             args.extend((index, fp, window, payload))
-        return [self._keys.stream, *positions], args
+        return [stream, *positions], args
 
     async def add(self, tasks: Sequence[ExecTask], *, dedup: bool = True) -> AddResult:
         """Enqueue ``tasks``, skipping those the site has already seen within its window.
@@ -155,7 +190,7 @@ class TaskWriter:
 
     async def add_encoded(self, encoded: Sequence[Encoded]) -> AddResult:
         """Enqueue tasks already encoded by :meth:`encode`, in script calls of
-        :data:`CHUNK_SIZE`, all sent in one round trip."""
+        :data:`CHUNK_SIZE` per stream, all sent in one round trip."""
         if not encoded:
             return AddResult()
         if not self._config_checked:
@@ -163,9 +198,13 @@ class TaskWriter:
             for warning in await check_server_config(self._redis):
                 logger.warning("%s", warning)
         script = self._script("enqueue")
+        streams: dict[str, list[Encoded]] = {}
+        for item in encoded:
+            streams.setdefault(item.stream, []).append(item)
         calls = [
-            self._script_args(encoded[i : i + CHUNK_SIZE])
-            for i in range(0, len(encoded), CHUNK_SIZE)
+            self._script_args(stream, items[i : i + CHUNK_SIZE])
+            for stream, items in streams.items()
+            for i in range(0, len(items), CHUNK_SIZE)
         ]
         if len(calls) == 1:
             keys, args = calls[0]
@@ -180,7 +219,7 @@ class TaskWriter:
             result += AddResult(int(enqueued), int(duplicates))
         logger.debug(
             "enqueued %d tasks, %d duplicates, into %s", result.enqueued, result.duplicates,
-            self._keys.stream,
+            ", ".join(streams),
         )
         return result
 
@@ -202,26 +241,25 @@ class TaskWriter:
         return bool(int(seen))
 
     async def backlog(self) -> int:
-        """Tasks in the stream that no worker has received yet.
+        """Tasks in the streams that no worker has received yet (every lane and band)."""
+        return sum((await self.stream_counts()).values(), StreamCount()).waiting
+
+    async def stream_counts(self) -> dict[str, StreamCount]:
+        """Waiting and pending tasks per task stream, read in one MULTI so they agree.
 
         Workers XDEL an entry right after XACKing it, so XLEN counts waiting plus pending
         entries, and XPENDING's summary gives the pending ones. This works on Redis 6.2, whose
-        XINFO GROUPS has no ``lag``. Both are read in one MULTI so the two numbers agree.
+        XINFO GROUPS has no ``lag``.
         """
+        streams = self._keys.streams
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.xlen(self._keys.stream)
-            pipe.xpending(self._keys.stream, self._keys.group)
-            length, pending = await pipe.execute(raise_on_error=False)
-        if isinstance(length, Exception):
-            raise length
-        if isinstance(pending, ResponseError) and str(pending).startswith("NOGROUP"):
-            # No consumer group yet (no worker ever started): every entry is waiting.
-            pending_count = 0
-        elif isinstance(pending, Exception):
-            raise pending
-        else:
-            pending_count = int(pending["pending"])
-        return max(0, int(length) - pending_count)
+            for stream in streams:
+                pipe.xlen(stream)
+                pipe.xpending(stream, self._keys.group)
+            replies = await pipe.execute(raise_on_error=False)
+        return {stream: StreamCount.of(length, pending)
+                for stream, length, pending in zip(streams, replies[::2], replies[1::2],
+                                                   strict=True)}
 
     async def wait_for_room(
         self, max_backlog: int, on_wait: Callable[[int], None], poll: float = 1.0
