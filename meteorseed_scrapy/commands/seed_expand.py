@@ -124,6 +124,9 @@ class Command(ScrapyCommand):
         super().process_options(args, opts)
         if opts.batch_size < 1:
             raise UsageError("--batch-size must be at least 1", print_help=False)
+        if opts.lane and opts.watch:
+            raise UsageError("--lane does not go with --watch: give the seeds a 'lane' field",
+                             print_help=False)
         problem = migration.check_options(args, opts)
         if problem:
             raise UsageError(problem, print_help=False)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy import scripts
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.keys import DEFAULT_LANE, KeyLayout
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor, RunState, plan_next
 from meteorseed_scrapy.seeding.expand import check_payload
 from meteorseed_scrapy.seeding.schedule import schedule_of
@@ -44,6 +44,8 @@ def seed_to_dict(seed: SeedTask) -> dict[str, Any]:
             out[name] = getattr(seed, name)
     if seed.meta:
         out["meta"] = dict(seed.meta)
+    if seed.lane != DEFAULT_LANE:
+        out["lane"] = seed.lane
     return out
 
 
