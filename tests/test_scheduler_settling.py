@@ -17,7 +17,7 @@ from meteorseed_scrapy.tasks import ExecTask
 
 def book(scheduler: StreamScheduler, n: int) -> Any:
     task = ExecTask.create(seed_id="s", site_id="site", url=f"https://site.test/{n}")
-    entry = scheduler.ledger.add(Delivery(f"1-{n}", {}, 1, task))
+    entry = scheduler.ledger.add(Delivery("ns:tasks", f"1-{n}", {}, 1, task))
     assert entry is not None
     entry.started = True
     return entry
