@@ -128,7 +128,9 @@ class KeyLayout:
             raise ValueError(f"no task stream for lane {lane!r}, band {band!r}")
         if lane == DEFAULT_LANE and band == "normal":
             return self.stream
-        return f"{self.namespace}:tasks:{lane}:{band}"
+        # Named after the main stream, so a layout that hash-tags it (a shard, a test on a
+        # Redis Cluster) keeps all its lanes in that one slot.
+        return f"{self.stream}:{lane}:{band}"
 
     @cached_property
     def streams(self) -> tuple[str, ...]:
