@@ -96,6 +96,9 @@ async def overview(request: web.Request) -> web.Response:
         "delayed": int(delayed),
         "consumers": [{"name": name, "pending": pending, "idle_ms": int(idle * 1000)}
                       for name, pending, idle in queue.consumers],
+        # Per lane (realtime / scheduled / retry) once the sampler reports lanes.
+        "lanes": {lane: {"backlog": backlog, "pending": pending}
+                  for lane, (backlog, pending) in getattr(queue, "lanes", {}).items()},
         "throughput": await request.app[THROUGHPUT].sample(state),
         "seeds": await state.registry.count(),
     })

@@ -124,6 +124,8 @@ def build_spec() -> dict[str, Any]:
                 "Overview: backlog, pending, consumers, dead letters, throughput",
                 {**_ok("As `meteorseed status --json`, plus delayed, throughput, seeds",
                        _obj(backlog=_INT, pending=_INT, dead=_INT, delayed=_INT, seeds=_INT,
+                            lanes={"type": "object", "additionalProperties": _obj(
+                                backlog=_INT, pending=_INT)},
                             consumers={"type": "array", "items": _obj(
                                 name=_STR, pending=_INT, idle_ms=_INT)},
                             throughput=_obj(added_per_s=_NUM, finished_per_s=_NUM,

@@ -88,6 +88,12 @@ async function showOverview() {
   $("overview-cards").replaceChildren(...cards.map(([id, label, value]) => el("div",
     { class: "card", id: `card-${id}` }, el("div", { class: "label" }, label),
     el("div", { class: "value", "data-testid": id }, fmt(value)))));
+  const lanes = Object.entries(s.lanes || {}).map(([lane, v]) => ({ lane, ...v }));
+  $("overview-lanes").replaceChildren(lanes.length ? table([
+    { key: "lane", label: "Lane" },
+    { key: "backlog", label: "Backlog", cls: "num" },
+    { key: "pending", label: "Pending", cls: "num" },
+  ], lanes, "") : "");
   $("overview-consumers").replaceChildren(table([
     { key: "name", label: "Consumer" },
     { key: "pending", label: "Pending", cls: "num" },
