@@ -52,6 +52,11 @@ key                                 type    holds
                                             after a 429/403
 ``<ns>:{<site>}:strikes``           string  consecutive 429/403s (the backoff exponent)
 ``<ns>:{<site>}:tighten``           string  rate factor (< 1) for a while after a 429/403
+                                            (bucket, leases, pause, strikes and tighten are
+                                            keyed by the site's ``limits.quota_key`` instead
+                                            when its rule config names one: the sites of one
+                                            host share them; breaker, probe and health stay
+                                            the site's own)
 ``<ns>:failed:<task_id>``           string  why the task's last delivery failed (callback or
                                             store error); quoted in its dead letter when it
                                             keeps failing. Expires after ``METEORSEED_DONE_TTL``.
