@@ -66,10 +66,9 @@ def url_list(seed_id: str, urls: list[str], site_id: str = "news", **extra: Any
 
 
 def stream_tasks(sync_redis: redis.Redis, namespace: str) -> list[dict[str, Any]]:
-    """Tasks of every task stream (one today; one per lane and band once lanes exist)."""
-    keys = KeyLayout(namespace)
+    """Tasks of every task stream (each lane and band)."""
     out = []
-    for stream in getattr(keys, "streams", (keys.stream,)):
+    for stream in KeyLayout(namespace).streams:
         for _id, fields in sync_redis.xrange(stream):  # type: ignore[union-attr]
             out.append(json.loads(fields["t"]))
     return out
@@ -144,10 +143,26 @@ def test_dispatch_one_seed_enqueues_its_tasks(client: Client, sync_redis: redis.
     tasks = stream_tasks(sync_redis, namespace)
     assert sorted(t["url"] for t in tasks) == sorted(urls)
     assert {t["seed_id"] for t in tasks} == {"s1"} and {t["site_id"] for t in tasks} == {"news"}
+    # Dispatched tasks wait in the realtime lane, ahead of scheduled re-crawls.
+    realtime = KeyLayout(namespace).stream_for("realtime", 0)
+    assert {t["lane"] for t in tasks} == {"realtime"}
+    assert sync_redis.xlen(realtime) == 5
     # Again: fleet-wide dedup, nothing new in the stream.
     status, _, body = client.call("POST", "/dispatch", url_list("s1", urls))
     assert status == 202 and body["enqueued"] == 0 and body["duplicates"] == 5
     assert len(stream_tasks(sync_redis, namespace)) == 5
+
+
+def test_a_seed_may_name_its_lane(client: Client, sync_redis: redis.Redis,
+                                  namespace: str) -> None:
+    status, _, body = client.call("POST", "/dispatch", [
+        url_list("sched", ["https://news.example/s"], lane="scheduled"),
+        url_list("bad-lane", ["https://news.example/b"], lane="express")])
+    assert status == 202 and body["enqueued"] == 1
+    assert body["errors"][0]["field"] == "seeds[1].lane"
+    [task] = stream_tasks(sync_redis, namespace)
+    assert task.get("lane", "scheduled") == "scheduled"
+    assert sync_redis.xlen(KeyLayout(namespace).stream_for("scheduled", 0)) == 1
 
 
 def test_dispatch_list_forms(client: Client, sync_redis: redis.Redis, namespace: str) -> None:
@@ -422,15 +437,14 @@ def test_status_sites_and_dead_letters(client: Client, sync_redis: redis.Redis,
     status, _, sites = client.call("GET", "/sites")
     row = next(r for r in sites["sites"] if r["site_id"] == "news")
     assert row["breaker"] == "open" and row["configured"] is True and row["anomalies"] is None
-    # (a site without dedup state: on main, requeue.lua still SADDs into the site's dedup
-    # root, which the two-layer dedup made a hash; the lanes change rewrites it)
-    task = {"task_id": "t1", "seed_id": "s", "site_id": "quiet",
-            "url": "https://quiet.example/<script>", "created_at": 1.0}
+    # A site with dedup state (its URLs dispatched above): requeue records the URL again.
+    task = {"task_id": "t1", "seed_id": "s", "site_id": "news",
+            "url": "https://news.example/<script>", "created_at": 1.0}
     dead_id = sync_redis.xadd(keys.dead, {"t": json.dumps(task), "reason": "boom",
                                           "deliveries": "5", "at": "1700000000"})
     status, _, page = client.call("GET", "/dead-letters")
     assert status == 200 and page["total"] == 1
-    assert page["dead_letters"][0]["url"] == "https://quiet.example/<script>"
+    assert page["dead_letters"][0]["url"] == "https://news.example/<script>"
     status, _, letter = client.call("GET", f"/dead-letters/{dead_id}")
     assert status == 200 and letter["task"]["task_id"] == "t1" and letter["reason"] == "boom"
     assert client.call("GET", "/dead-letters/not-an-id")[0] == 422
@@ -438,8 +452,8 @@ def test_status_sites_and_dead_letters(client: Client, sync_redis: redis.Redis,
     status, _, body = client.call("POST", f"/dead-letters/{dead_id}/requeue")
     assert status == 200 and body["requeued"]["task_id"] == "t1"
     assert sync_redis.xlen(keys.dead) == 0
-    assert "https://quiet.example/<script>" in [t["url"] for t in stream_tasks(sync_redis,
-                                                                               namespace)]
+    assert "https://news.example/<script>" in [t["url"] for t in stream_tasks(sync_redis,
+                                                                              namespace)]
     assert client.call("POST", f"/dead-letters/{dead_id}/requeue")[0] == 404
 
 

@@ -82,8 +82,7 @@ def validate_seed(data: Any, prefix: str) -> SeedTask:
         raise InvalidInput([FieldError(where, "holds an unpaired surrogate escape "
                                               "(\\ud800-\\udfff)")]) from None
     if isinstance(data, dict) and "lane" not in data:
-        # LANE: pass lane="realtime" once SeedTask has a ``lane`` field (lanes land separately).
-        data = {**data, "lane": LANE} if "lane" in SeedTask.__dataclass_fields__ else data
+        data = {**data, "lane": LANE}  # a seed may still name its lane itself
     try:
         seed = SeedTask.from_dict(data)
         check_payload(seed)

@@ -28,21 +28,19 @@ THROUGHPUT_WINDOW_S = 60.0
 
 
 class Throughput:
-    """Tasks added to and finished in the stream per second, from successive overviews.
+    """Tasks added to and finished in the task streams (every lane and band) per second, from
+    successive overviews.
 
     ``entries-added`` (XINFO STREAM, Redis 7) counts every task ever enqueued; entries leave
-    the stream only when acked (or dead-lettered), so ``added - length`` counts finished ones.
+    a stream only when acked (or dead-lettered), so ``added - length`` counts finished ones.
     """
 
     def __init__(self) -> None:
         self._samples: deque[tuple[float, int, int]] = deque()
 
     async def sample(self, state: ApiState) -> dict[str, Any]:
-        keys = state.config.keys
-        # Every task stream: one today, one per lane and band once lanes exist.
-        streams: tuple[str, ...] = getattr(keys, "streams", (keys.stream,))
         async with state.client.pipeline(transaction=False) as pipe:
-            for stream in streams:
+            for stream in state.config.keys.streams:  # every lane and band
                 pipe.xinfo_stream(stream)
             replies = await pipe.execute(raise_on_error=False)
         added = length = 0
@@ -77,9 +75,9 @@ THROUGHPUT = web.AppKey("throughput", Throughput)
 async def overview(request: web.Request) -> web.Response:
     state = request.app[STATE]
     keys = state.config.keys
-    # QueueSampler is the metrics endpoint's view of the stream (async, a few cheap reads).
-    # (``meteorseed status``'s collect() is not used: it SCARDs every ``seen:*`` key, which
-    # are hashes and strings since the two-layer dedup, and fails with WRONGTYPE.)
+    # QueueSampler is the metrics endpoint's view of the streams: a few cheap reads, fine every
+    # 2 s per open console. (``meteorseed status``'s collect() also SCANs the keyspace for
+    # dedup roots: too heavy to repeat that often on a big Redis.)
     queue = await QueueSampler(state.config.redis_url, keys, client=state.client).sample()
     async with state.client.pipeline(transaction=False) as pipe:
         pipe.xlen(keys.dead)
@@ -87,7 +85,7 @@ async def overview(request: web.Request) -> web.Response:
         dead, delayed = await pipe.execute()
     return web.json_response({
         "namespace": keys.namespace,
-        "stream": keys.stream,
+        "streams": list(keys.streams),
         "backlog": queue.backlog,
         "pending": queue.pending,
         "stream_length": queue.length,
@@ -96,9 +94,8 @@ async def overview(request: web.Request) -> web.Response:
         "delayed": int(delayed),
         "consumers": [{"name": name, "pending": pending, "idle_ms": int(idle * 1000)}
                       for name, pending, idle in queue.consumers],
-        # Per lane (realtime / scheduled / retry) once the sampler reports lanes.
         "lanes": {lane: {"backlog": backlog, "pending": pending}
-                  for lane, (backlog, pending) in getattr(queue, "lanes", {}).items()},
+                  for lane, (backlog, pending) in queue.lanes.items()},
         "throughput": await request.app[THROUGHPUT].sample(state),
         "seeds": await state.registry.count(),
     })
