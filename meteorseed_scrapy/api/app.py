@@ -31,6 +31,7 @@ def create_app(config: ApiConfig) -> web.Application:
     app[CONFIG] = config
     app[monitor.THROUGHPUT] = monitor.Throughput()
     app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri)
+    app[monitor.KNOWN_SITES] = monitor.KnownSites()
     app.cleanup_ctx.append(_lifecycle)
     app.on_shutdown.append(_stop_expansions)
     r = app.router

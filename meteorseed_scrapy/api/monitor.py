@@ -116,10 +116,28 @@ def _site_ids(state: ApiState) -> set[str]:
     return found
 
 
+class KnownSites:
+    """The sites found by :func:`_site_ids` (a SCAN of the keyspace), kept for a while: the
+    sites page refreshes every 2 s, new sites appear rarely."""
+
+    TTL_S = 30.0
+
+    def __init__(self) -> None:
+        self._found: tuple[float, set[str]] | None = None
+
+    async def get(self, state: ApiState) -> set[str]:
+        if self._found is None or time.monotonic() - self._found[0] >= self.TTL_S:
+            self._found = (time.monotonic(), await asyncio.to_thread(_site_ids, state))
+        return self._found[1]
+
+
+KNOWN_SITES = web.AppKey("known_sites", KnownSites)
+
+
 async def sites(request: web.Request) -> web.Response:
     state = request.app[STATE]
     await state.rules.refresh()
-    names = sorted(await asyncio.to_thread(_site_ids, state) | set(state.rules.sites))
+    names = sorted(await request.app[KNOWN_SITES].get(state) | set(state.rules.sites))
     names = names[:MAX_SITES]
     keys = state.config.keys
     async with state.client.pipeline(transaction=False) as pipe:
