@@ -605,7 +605,8 @@ def test_serve_bad_options_are_one_line_errors(monkeypatch: pytest.MonkeyPatch,
         config_from(args)
 
 
-def test_serve_command_serves_and_stops_on_sigterm(redis_url: str, namespace: str) -> None:
+def test_serve_command_serves_and_stops_on_sigterm(redis_url: str, namespace: str,
+                                                  sync_redis: redis.Redis) -> None:
     port = _free_port()
     env = {**os.environ, "METEORSEED_API_TOKEN": TOKEN}
     proc = subprocess.Popen(_serve_cmd("--redis-url", redis_url, "--namespace", namespace,
@@ -624,6 +625,12 @@ def test_serve_command_serves_and_stops_on_sigterm(redis_url: str, namespace: st
                 assert proc.poll() is None and time.monotonic() < deadline
                 time.sleep(0.2)
         assert status == 202 and body["enqueued"] == 1
+        # Stopped in the middle of a background expansion (a million URLs).
+        status, _, body = client.call("POST", "/dispatch", {
+            "seed_id": "long", "site_id": "news", "task_type": "url_template",
+            "payload": {"template": "https://news.example/l/{n}",
+                        "params": {"n": {"start": 1, "stop": 1_000_000}}}})
+        assert status == 202 and body["seeds"][0]["state"] == "expanding"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:
@@ -631,4 +638,8 @@ def test_serve_command_serves_and_stops_on_sigterm(redis_url: str, namespace: st
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "Task was destroyed" not in err
+    # The interrupted seed is handed back to the seeders: due now, not leased for minutes.
+    due = sync_redis.zscore(KeyLayout(namespace).seeds_due, "long")
+    now = float(sync_redis.time()[0])  # type: ignore[index]
+    assert due is not None and due <= now + 1
