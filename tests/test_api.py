@@ -125,8 +125,11 @@ def test_basic_scheme_is_refused_and_bearer_is_case_insensitive(client: Client) 
 def test_openapi_and_console_page_are_public(client: Client) -> None:
     status, _, spec = client.call("GET", "/openapi.json", token=None)
     assert status == 200 and spec["openapi"].startswith("3.")
-    status, headers, page = client.call("GET", "/console/", token=None)
-    assert status == 200 and "<title>MeteorSeed console</title>" in page
+    for path in ("/console/", "/console", "/"):  # (urllib follows the redirects)
+        status, headers, page = client.call("GET", path, token=None)
+        assert status == 200 and "<title>MeteorSeed console</title>" in page
+    assert client.call("GET", "/console/nope.js", token=None)[0] == 404
+    assert client.call("GET", "/console/..%2Fapp.py", token=None)[0] == 404
     assert "script-src 'self'" in headers["Content-Security-Policy"]
 
 

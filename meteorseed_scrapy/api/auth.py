@@ -15,7 +15,7 @@ from meteorseed_scrapy.api.config import CONFIG
 from meteorseed_scrapy.api.problems import Handler, problem
 
 #: Paths (exact) and prefixes served without a token: nothing behind them reads Redis.
-PUBLIC_PATHS = frozenset({"/", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/", "/console", "/openapi.json"})
 PUBLIC_PREFIXES = ("/console/",)
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="meteorseed"'}
 

@@ -78,6 +78,8 @@ def build_spec() -> dict[str, Any]:
         "paths": {
             "/": {"get": _op("Redirect to the web console", {"302": {"description": "to "
                              "/console/"}}, public=True)},
+            "/console": {"get": _op("Redirect to the web console", {"302": {
+                "description": "to /console/"}}, public=True)},
             "/openapi.json": {"get": _op("This description", _ok("OpenAPI 3.1", _ANY_OBJ),
                                          public=True)},
             "/console/": {"get": _op("The web console (static page; its data needs the token)",

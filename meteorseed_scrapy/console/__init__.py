@@ -53,5 +53,6 @@ def _file(name: str) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/", root)
+    app.router.add_get("/console", root)
     app.router.add_get("/console/", index)
     app.router.add_get("/console/{name}", asset)
