@@ -8,6 +8,8 @@ durable in the stream.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 import statistics
@@ -44,6 +46,7 @@ from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.streams.consumer import StreamConsumer
 from meteorseed_scrapy.streams.lanes import LaneWeights
 from meteorseed_scrapy.streams.pump import StreamPump
+from meteorseed_scrapy.streams.retention import DeadLetterRetention
 from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import TaskError
 
@@ -69,6 +72,8 @@ class StreamScheduler:
         self._limits: dict[str, tuple[Any, SiteLimits]] = {}  # site -> (its config, limits)
         self.backoff = Backoff.from_settings(settings)
         self.breaker_config = BreakerConfig.from_settings(settings)
+        self.retention = DeadLetterRetention.from_settings(settings)
+        self._trimmer: asyncio.Future[None] | None = None
         self.lane_weights = LaneWeights.from_settings(settings)
         self.spider: Spider | None = None
         self.redis: Any = None
@@ -122,6 +127,9 @@ class StreamScheduler:
             self.redis.connection_pool.connection_kwargs.get("host"),
         )
         self.pump.start()
+        if self.retention.active:
+            self._trimmer = asyncio.ensure_future(
+                self.retention.run(self.redis, self.keys, self.stats))
 
     def _on_opened(self, spider: Spider) -> None:
         if self.freeze_gc:
@@ -134,6 +142,10 @@ class StreamScheduler:
         return deferred_from_coro(self._close(reason))
 
     async def _close(self, reason: str) -> None:
+        if self._trimmer is not None:
+            self._trimmer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._trimmer
         if self.pump is not None:
             await self.pump.stop()
             samples = list(self.pump.latencies_ms)

@@ -26,6 +26,9 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_CONSUMER": "",
     # Completion records and failure notes matter only while a task can still be redelivered.
     "METEORSEED_DONE_TTL": 600,
+    # Dead letters older than this (s) or beyond the newest N are trimmed; 0 = keep them.
+    "METEORSEED_DEAD_RETENTION": 30 * 86400,
+    "METEORSEED_DEAD_MAXLEN": 1_000_000,
     "METEORSEED_STORE_BATCH_SIZE": 100,
     "METEORSEED_STORE_BATCH_WAIT": 0.0,
     "METEORSEED_STORE_RETRY_MAX": 30.0,

@@ -175,6 +175,22 @@ def test_purge_needs_confirmation(sync_redis: redis.Redis, redis_url: str, names
     assert sync_redis.xlen(keys.dead) == 0
 
 
+def test_purge_older_than_trims_by_the_age_of_dead_letters(
+        sync_redis: redis.Redis, redis_url: str, namespace: str) -> None:
+    keys = KeyLayout(namespace)
+    now_ms = int(sync_redis.time()[0]) * 1000  # type: ignore[index]
+    old = [str(sync_redis.xadd(keys.dead, {"t": "{}"}, id=f"{now_ms - 3 * 86400_000 + i}-0"))
+           for i in range(3)]
+    recent = add_dead(sync_redis, keys, "{}")
+    code, _, err = run(redis_url, namespace, "dead", "purge", "--older-than", "soon", "--yes")
+    assert code == 2 and "--older-than" in err
+    code, _, err = run(redis_url, namespace, "dead", "purge", old[0], "--older-than", "1d")
+    assert code == 2 and "one of them" in err
+    assert run_json(redis_url, namespace, "dead", "purge", "--older-than", "2d", "--yes") == {
+        "purged": 3}
+    assert [i for i, _ in sync_redis.xrange(keys.dead)] == [recent]  # type: ignore[misc]
+
+
 def test_reset_deletes_only_the_namespace(
         sync_redis: redis.Redis, redis_url: str, namespace: str) -> None:
     keys = KeyLayout(namespace)

@@ -16,6 +16,8 @@ from meteorseed_scrapy.cli.common import (
     add_target_options,
     table,
 )
+from meteorseed_scrapy.seeding.schedule import format_duration, parse_duration
+from meteorseed_scrapy.tasks import TaskError
 
 _STREAM_ID = re.compile(r"^\d+-\d+$")
 
@@ -46,6 +48,8 @@ def register(sub: Any) -> None:
     p = actions.add_parser("purge", help="delete dead letters for good")
     add_target_options(p)
     _add_selection(p)
+    p.add_argument("--older-than", metavar="AGE", help="instead of IDs or --all: every dead "
+                   "letter older than AGE (seconds, or 45s, 30m, 2h, 7d)")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.set_defaults(run=run_purge)
 
@@ -138,6 +142,8 @@ def run_requeue(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def run_purge(args: argparse.Namespace, ctx: Context) -> int:
+    if args.older_than is not None:
+        return _purge_older(args, ctx)
     ids = _selection(args)
     if args.all:
         upto = deadletters.last_id(ctx.client, ctx.keys)
@@ -156,3 +162,22 @@ def run_purge(args: argparse.Namespace, ctx: Context) -> int:
         ctx.say(f"purged {deleted} dead letters" +
                 (f"; {len(ids) - deleted} not found" if len(ids) > deleted else ""))
     return EXIT_OK if deleted == len(ids) else EXIT_INCOMPLETE
+
+
+def _purge_older(args: argparse.Namespace, ctx: Context) -> int:
+    if args.ids or args.all:
+        raise CliError("give dead-letter IDs, --all or --older-than (one of them)")
+    try:
+        age = parse_duration(args.older_than, "--older-than")
+    except TaskError as exc:
+        raise CliError(str(exc)) from None
+    if not ctx.confirm(f"delete every dead letter older than {format_duration(age)} from "
+                       f"{ctx.keys.dead}?", args.yes):
+        ctx.warn("nothing deleted")
+        return EXIT_INCOMPLETE
+    deleted = deadletters.purge_older(ctx.client, ctx.keys, age)
+    if ctx.json:
+        ctx.emit_json({"purged": deleted})
+    else:
+        ctx.say(f"purged {deleted} dead letters older than {format_duration(age)}")
+    return EXIT_OK

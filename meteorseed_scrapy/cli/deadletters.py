@@ -176,6 +176,14 @@ def purge(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]) -> int:
     return deleted
 
 
+def purge_older(client: redis.Redis, keys: KeyLayout, seconds: float) -> int:
+    """Delete every dead letter older than ``seconds`` (by Redis's clock: the ids are its
+    millisecond times); returns how many went."""
+    secs, _ = client.time()
+    min_id = max(0, int((secs - seconds) * 1000))
+    return int(client.xtrim(keys.dead, minid=min_id, approximate=False))
+
+
 def last_id(client: redis.Redis, keys: KeyLayout) -> str | None:
     """The newest dead letter's id: ``--all`` acts on what existed when it was confirmed."""
     newest = cast(_Entries, client.xrevrange(keys.dead, "+", "-", count=1))
