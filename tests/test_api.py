@@ -285,6 +285,22 @@ def test_oversized_body_is_413(client: Client, sync_redis: redis.Redis, namespac
     assert stream_tasks(sync_redis, namespace) == []
 
 
+def test_a_full_backlog_is_503_before_anything_is_registered(redis_url: str,
+                                                              namespace: str) -> None:
+    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN, max_backlog=2)
+    with ServerThread(config) as server:
+        client = Client(server.url)
+        status, _, _ = client.call("POST", "/dispatch", url_list(
+            "first", [f"https://news.example/{i}" for i in range(3)]))
+        assert status == 202
+        status, headers, body = client.call("POST", "/dispatch", url_list(
+            "second", ["https://news.example/x"]))
+        assert status == 503 and headers["Retry-After"] == "30"
+        assert "3 tasks are waiting" in body["detail"]
+        assert "METEORSEED_MAX_BACKLOG" in body["detail"]
+        assert client.call("GET", "/seeds/second")[0] == 404
+
+
 def test_large_seed_expands_in_the_background(client: Client, sync_redis: redis.Redis,
                                               namespace: str) -> None:
     seed = {"seed_id": "pages", "site_id": "news", "task_type": "url_template",

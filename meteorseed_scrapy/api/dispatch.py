@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from meteorseed_scrapy.api.expansion import MAX_LISTED_ERRORS, Progress, expand_seed
-from meteorseed_scrapy.api.problems import FieldError, InvalidInput
+from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.seeding.expand import check_payload
 from meteorseed_scrapy.tasks import SeedTask, TaskError
@@ -119,6 +119,13 @@ async def dispatch(request: web.Request) -> web.Response:
             accepted.append((index, prefix, seed))
     if not accepted:
         raise InvalidInput(errors, "no seed was accepted")
+    if any(seed.task_type in INLINE_TYPES for _, _, seed in accepted):
+        # An inline expansion would hold the request until workers catch up: say so instead.
+        backlog = await state.writer.backlog()
+        if backlog > state.config.max_backlog:
+            return problem(503, f"{backlog} tasks are waiting, more than the limit of "
+                                f"{state.config.max_backlog} (METEORSEED_MAX_BACKLOG): retry "
+                                "when workers have caught up", headers={"Retry-After": "30"})
     # Taken before the first await, so a concurrent request cannot start the same seed too.
     reserved = [Progress(seed.seed_id) for _, _, seed in accepted]
     for progress in reserved:
