@@ -571,6 +571,31 @@ def test_redis_down_is_503_and_the_server_keeps_serving(namespace: str) -> None:
         assert status == 200
 
 
+def test_redis_lost_and_back(namespace: str) -> None:
+    """Redis killed under a running server: 503s, then normal answers once it is back."""
+    from meteorseed_scrapy.testing.redis_server import RedisServer
+
+    with RedisServer(appendonly=True) as own_redis:
+        config = ApiConfig(redis_url=own_redis.url, namespace=namespace, token=TOKEN,
+                           redis_timeout=1.0)
+        with ServerThread(config) as server:
+            client = Client(server.url)
+            assert client.call("POST", "/dispatch", url_list(
+                "before", ["https://news.example/1"]))[0] == 202
+            own_redis.kill()
+            for path in ("/seeds/before", "/status", "/sites"):
+                assert client.call("GET", path)[0] == 503
+            assert client.call("POST", "/dispatch", url_list(
+                "during", ["https://news.example/2"]))[0] == 503
+            own_redis.start()
+            status, _, record = client.call("GET", "/seeds/before")
+            assert status == 200 and record["runs"] == 1
+            status, _, body = client.call("POST", "/dispatch", url_list(
+                "after", ["https://news.example/3"]))
+            assert status == 202 and body["enqueued"] == 1
+            assert client.call("GET", "/status")[2]["backlog"] == 2
+
+
 def _serve_cmd(*args: str) -> list[str]:
     return [sys.executable, "-c", "import sys; from meteorseed_scrapy.cli import main; "
             "sys.exit(main())", "serve", *args]
