@@ -19,6 +19,7 @@ from meteorseed_scrapy.keys import BANDS, LANES, KeyLayout, band_of
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.requests import request_to_task
+from meteorseed_scrapy.seeding.registry import seed_to_dict
 from meteorseed_scrapy.streams.consumer import Delivery, StreamConsumer
 from meteorseed_scrapy.streams.lanes import LaneShares, LaneWeights
 from meteorseed_scrapy.streams.writer import TaskWriter
@@ -83,6 +84,14 @@ def test_lane_is_a_validated_task_field_left_out_of_messages_when_default() -> N
     assert ExecTask.from_message(fast.to_message()).lane == "realtime"
     with pytest.raises(TaskError, match="lane"):
         SeedTask(seed_id="s", site_id="n", task_type="url_list", payload={}, lane="x")
+
+
+def test_the_seed_registry_keeps_a_seeds_lane() -> None:
+    seed = SeedTask(seed_id="s", site_id="news", task_type="url_list", payload={"urls": []},
+                    lane="realtime")
+    assert SeedTask.from_dict(seed_to_dict(seed)) == seed
+    assert "lane" not in seed_to_dict(SeedTask(seed_id="s", site_id="news",
+                                               task_type="url_list", payload={}))
 
 
 def test_children_inherit_their_parents_lane() -> None:

@@ -148,6 +148,9 @@ def test_seed_expand_lane_option_and_seed_lane_field(
     assert ExecTask.from_message(fields).lane == "retry"
     bad = seed_expand(tmp_path, redis_url, namespace, "--lane", "urgent", stdin="")
     assert bad.returncode != 0 and "invalid choice" in bad.stderr
+    watch = seed_expand(tmp_path, redis_url, namespace, "--lane", "realtime", "--watch",
+                        stdin="")
+    assert watch.returncode != 0 and "--lane does not go with --watch" in watch.stderr
 
 
 def test_seed_expand_backpressure_counts_every_lane(
