@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import redis
@@ -24,19 +23,7 @@ from meteorseed_scrapy.streams.consumer import Delivery, StreamConsumer
 from meteorseed_scrapy.streams.lanes import LaneShares, LaneWeights
 from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import ExecTask, SeedTask, TaskError
-
-T = TypeVar("T")
-
-
-def arun(redis_url: str, body: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = Redis.from_url(redis_url, decode_responses=True)
-        try:
-            return await body(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
+from tests.test_consumer import arun
 
 
 def task(n: int, lane: str = "scheduled", priority: int = 0, site: str = "news") -> ExecTask:
