@@ -195,30 +195,35 @@ async def _run(state: ApiState, seed: SeedTask, rev: int, prefix: str,
         await state.registry.renew(seed.seed_id, LEASE_S)
 
     try:
-        await expand_seed(seed, prefix, progress, state.writer, state.rules,
-                          state.config.max_backlog, keep_lease)
+        outcome, error = await expand_seed(seed, prefix, progress, state.writer, state.rules,
+                                           state.config.max_backlog, keep_lease)
     except asyncio.CancelledError:
         progress.finish("cancelled", "cancelled (seed deleted or server stopping)")
+        # Hand it back to the seeders (a deleted seed is not in the due set: a no-op).
+        await _quietly(state.registry.renew(seed.seed_id, 0))
         raise
     except Exception as exc:  # Redis down half-way: keep the counts, say why
-        progress.finish("failed", f"{type(exc).__name__}: {exc}")
         logger.warning("Expansion of seed %s failed after %d tasks: %s", seed.seed_id,
                        progress.enqueued, exc)
+        try:
+            await _record(state, seed.seed_id, started, rev, progress, False, str(exc))
+        finally:
+            progress.finish("failed", f"{type(exc).__name__}: {exc}")
         if seed.task_type in INLINE_TYPES:
             raise
+        return
+    # Recorded first: whoever sees the expansion finished sees its run in the registry.
+    try:
+        await _record(state, seed.seed_id, started, rev, progress, outcome == "done", error)
     finally:
-        if progress.state != "cancelled":
-            await _record(state, seed.seed_id, started, rev, progress)
-        else:  # hand it back to the seeders (a deleted seed is not in the due set: no-op)
-            await _quietly(state.registry.renew(seed.seed_id, 0))
+        progress.finish(outcome, error)
 
 
 async def _record(state: ApiState, seed_id: str, started: float, rev: int,
-                  progress: Progress) -> None:
+                  progress: Progress, ok: bool, error: str | None) -> None:
     await _quietly(state.registry.record_run(
-        seed_id, started_at=started, ok=progress.state == "done", error=progress.error,
-        new_urls=progress.enqueued, duplicates=progress.duplicates,
-        rejected=progress.rejected, rev=rev))
+        seed_id, started_at=started, ok=ok, error=error, new_urls=progress.enqueued,
+        duplicates=progress.duplicates, rejected=progress.rejected, rev=rev))
 
 
 async def _quietly(call: Awaitable[Any]) -> None:

@@ -87,12 +87,15 @@ def _take(items: Iterator[ExecTask | UrlError], n: int) -> list[ExecTask | UrlEr
 
 async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: TaskWriter,
                       rules: SiteRules, max_backlog: int,
-                      keepalive: Callable[[], Awaitable[None]] | None = None) -> Progress:
-    """Expand ``seed`` into the task stream, recording counts and rejections in ``progress``.
+                      keepalive: Callable[[], Awaitable[None]] | None = None
+                      ) -> tuple[str, str | None]:
+    """Expand ``seed`` into the task stream, recording counts and rejections in ``progress``;
+    returns the outcome (``done`` or ``failed``) and why it failed, for the caller to record
+    and then :meth:`Progress.finish` (in that order: a reader seeing ``done`` sees the run).
 
     ``prefix`` starts every field path (``seeds[2].``). ``keepalive`` is awaited every
     :data:`KEEPALIVE_S` seconds (the seed's lease). A sitemap that cannot be read fails the
-    expansion (``progress.error``); Redis errors propagate with the counts kept so far.
+    expansion; Redis errors propagate with the counts kept so far.
     """
     await rules.refresh()
     items = expand(seed)  # the payload was checked when the request was validated
@@ -113,10 +116,8 @@ async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: T
                 progress.duplicates += result.duplicates
     except SitemapError as exc:
         progress.reject(f"{prefix}payload.url", str(exc))
-        progress.finish("failed", str(exc))
-        return progress
-    progress.finish("done")
-    return progress
+        return "failed", str(exc)
+    return "done", None
 
 
 def _encode(seed: SeedTask, prefix: str, chunk: list[ExecTask | UrlError], progress: Progress,
