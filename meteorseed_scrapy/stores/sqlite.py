@@ -147,6 +147,16 @@ class SQLiteStore(Store):
             return
 
         def write(conn: sqlite3.Connection) -> None:
+            if len(rows) <= CHUNK_ROWS:
+                # One statement is its own (atomic) transaction in autocommit mode: one
+                # sqlite3_step, so this thread takes the GIL back once instead of three times
+                # (BEGIN, INSERT, COMMIT), each a wait of up to the switch interval while the
+                # reactor thread is busy.
+                values = ",".join(["(?, ?)"] * len(rows))
+                tail = _UPSERT_TAIL.format(table=table)
+                conn.execute(f"INSERT INTO {table} (_id, doc) VALUES {values}{tail}",
+                             [value for row in rows for value in row])
+                return
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for start in range(0, len(rows), CHUNK_ROWS):
