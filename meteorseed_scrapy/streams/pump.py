@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 READ_BLOCK_MS = 500
+MAX_COMPLETING = 2  # completion pipelines on the wire at once
 
 
 class Outage:
@@ -114,6 +115,8 @@ class StreamPump:
         self._room = asyncio.Event()
         self._flush_needed = asyncio.Event()
         self._flushing = False
+        self._completing: set[asyncio.Future[None]] = set()  # completion pipelines in flight
+        self._complete_error: BaseException | None = None  # raised by the next flush
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- control ---------------------------------------------------------------------------
@@ -139,7 +142,8 @@ class StreamPump:
 
     @property
     def local_quiet(self) -> bool:
-        return not (self._has_output() or self.buffer or len(self.ledger) or self._flushing)
+        return not (self._has_output() or self.buffer or len(self.ledger) or self._flushing
+                    or self._completing)
 
     async def stop(self, deadline_s: float = 15.0) -> None:
         """Stop reading, flush what is queued (within a deadline), hand back the rest."""
@@ -156,6 +160,7 @@ class StreamPump:
         while time.monotonic() < end:
             try:
                 await self._flush_once()
+                await self._settle_completing()
                 if self.desk is not None:
                     await self.desk.flush()
                 unsettled = [d for e in self.ledger.entries() for d in e.deliveries]
@@ -313,6 +318,9 @@ class StreamPump:
                     or self.deferrals)
 
     async def _flush_once(self) -> None:
+        if self._complete_error is not None:  # a pipeline sent earlier failed: back off
+            error, self._complete_error = self._complete_error, None
+            raise error
         self._flushing = True
         try:
             await self._flush_children()
@@ -320,14 +328,15 @@ class StreamPump:
                 # The records of these tasks were queued with (or before) their acks.
                 records = self.records[:500]
                 batch = self.acks[:500] if len(records) == len(self.records) else []
-                await self.consumer.complete(records, [m for m, _ in batch],
-                                             self.config.done_ttl)
                 del self.records[: len(records)]
                 del self.acks[: len(batch)]
-                now = time.monotonic()
-                self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
-                if batch:
-                    self.stats.inc_value("meteorseed/acked", len(batch))
+                # Sent without waiting for the pipeline already on the wire: on a busy reactor
+                # a round trip is long, and an ack queued meanwhile would wait for it first.
+                done = asyncio.ensure_future(self._complete(records, batch))
+                self._completing.add(done)
+                done.add_done_callback(self._completing.discard)
+                if len(self._completing) >= MAX_COMPLETING:
+                    await asyncio.wait(self._completing, return_when=asyncio.FIRST_COMPLETED)
             while self.dead:
                 delivery, reason = self.dead[0]
                 fp = fingerprint(delivery.task) if delivery.task is not None else ""
@@ -352,6 +361,32 @@ class StreamPump:
             self._flushing = False
         if self._has_output():
             self._flush_needed.set()
+
+    async def _complete(self, records: list[tuple[str, str]],
+                        batch: list[tuple[Ref, float]]) -> None:
+        """One completion pipeline (records, XACK, XDEL); on failure its records and acks go
+        back to the front of the queues (nothing is lost) and the next flush backs off."""
+        try:
+            await self.consumer.complete(records, [m for m, _ in batch], self.config.done_ttl)
+        except BaseException as exc:
+            self.records[:0] = records
+            self.acks[:0] = batch
+            if not isinstance(exc, asyncio.CancelledError):
+                self._complete_error = exc
+                self._flush_needed.set()
+            raise
+        now = time.monotonic()
+        self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
+        if batch:
+            self.stats.inc_value("meteorseed/acked", len(batch))
+
+    async def _settle_completing(self) -> None:
+        """Wait for the completion pipelines in flight; raise the first failure."""
+        if self._completing:
+            await asyncio.gather(*self._completing, return_exceptions=True)
+        if self._complete_error is not None:
+            error, self._complete_error = self._complete_error, None
+            raise error
 
     async def _flush_children(self) -> None:
         while self.outbox:
