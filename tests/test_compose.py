@@ -80,13 +80,15 @@ def test_worker_image_and_commands(compose: dict[str, Any]) -> None:
     assert "meteorseed" in scripts
 
 
-def test_console_runs_a_meteorseed_command(compose: dict[str, Any]) -> None:
-    script = command_of(compose["services"]["console"])[-1]
-    calls = re.findall(r"meteorseed ([^;&|]+)", script)
-    assert calls, script
-    for call in calls:
-        args = build_parser().parse_args(shlex.split(call))
-        assert args.command == "status" and args.json
+def test_console_serves_the_api_and_console_behind_a_token(compose: dict[str, Any]) -> None:
+    console = compose["services"]["console"]
+    command = command_of(console)
+    assert command[0] == "meteorseed"
+    args = build_parser().parse_args(command[1:])
+    assert args.command == "serve" and args.host == "0.0.0.0" and not args.insecure_no_auth
+    assert console["ports"] == [f"{args.port}:{args.port}"]
+    # The token comes from the environment (never the command line, which `ps` shows).
+    assert "METEORSEED_API_TOKEN" in console["environment"] and args.token is None
 
 
 def test_scrapyd_knows_the_project() -> None:
