@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from meteorseed_scrapy import scripts
 from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.streams.writer import pack_tasks
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 BATCH = 500
@@ -52,10 +53,8 @@ def run(n: int, dup_ratio: float) -> tuple[float, int, int, dict[str, str]]:
             enqueued = 0
             pipe = client.pipeline(transaction=False)
             for start in range(0, len(ids), BATCH):
-                args: list[object] = [""]
-                for i in ids[start : start + BATCH]:
-                    args += [1, fp(i), WINDOW, "t"]
-                script(keys=[keys.stream, keys.seen("site")], args=args, client=pipe)
+                batch = pack_tasks((1, fp(i), WINDOW, "t") for i in ids[start : start + BATCH])
+                script(keys=[keys.stream, keys.seen("site")], args=["", batch], client=pipe)
                 if len(pipe) >= 20:
                     enqueued += sum(int(r[0]) for r in pipe.execute())
             enqueued += sum(int(r[0]) for r in pipe.execute())

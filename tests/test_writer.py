@@ -97,7 +97,9 @@ def test_dedup_within_a_batch_and_across_batches(
 
     r1, r2 = with_writer(redis_url, namespace, body)
     assert r1 == AddResult(enqueued=3, duplicates=1)
+    assert r1.fresh == (True, True, False, True)  # which task went in, in the given order
     assert r2 == AddResult(enqueued=1, duplicates=1)
+    assert r2.fresh == (False, True)
     got = [(t.site_id, t.url) for t in stream_tasks(sync_redis, namespace)]
     assert got == [
         ("site_a", "https://example.com/1"),

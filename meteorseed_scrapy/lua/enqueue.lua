@@ -4,17 +4,22 @@
 -- processes (or a seeder and a worker yielding child requests) can never both see a URL as
 -- new: exactly one enqueues it. The dedup layer itself is dedup_lib.lua (Bloom + exact).
 --
--- KEYS[1]      the task stream (<ns>:tasks)
+-- KEYS[1]      the task stream (<ns>:tasks or another lane's stream)
 -- KEYS[2..n]   the distinct per-site dedup roots (<ns>:seen:{site}) that this batch uses
 -- ARGV[1]      now, epoch seconds ('' = the server's TIME; tests pass a fixed clock)
--- ARGV[2..]    one quadruple per task, in order:
---                root index  1-based position of the task's dedup root among KEYS[2..n]
---                            (1 means KEYS[2]); 0 = no dedup, always enqueue
---                fingerprint 16 raw bytes (see dedup_lib.lua)
---                window      re-crawl window in seconds for the site ('' = the site's stored
---                            window; '0' = never re-crawl)
---                task JSON   the stream field "t"; the field "v" is the message version, 1
--- Returns      {enqueued, duplicates}
+-- ARGV[2]      the batch, packed into one string (one argument instead of four per task:
+--              the client's command encoding was the larger cost of a big seed file). Per
+--              task, in order:
+--                2 bytes  root index, big-endian: 1-based position of the task's dedup root
+--                         among KEYS[2..n]; 0 = no dedup, always enqueue
+--                1 byte   length of the window
+--                4 bytes  length of the task JSON, big-endian
+--                16 bytes fingerprint (see dedup_lib.lua), only when the root index > 0
+--                the window: re-crawl window in seconds for the site, decimal ('' = the
+--                         site's stored window; '0' = never re-crawl)
+--                the task JSON: the stream field "t"; the field "v" is the message version, 1
+-- Returns      {enqueued, duplicates, flags}: flags has one character per task, in order,
+--              '1' = enqueued, '0' = a duplicate
 --
 -- The stream is never trimmed here: an entry leaves the stream only after it was acked.
 -- All keys must live on one node (one Redis, not a Cluster spanning several slots); the
@@ -24,10 +29,7 @@
 --#include dedup_lib
 
 local stream = KEYS[1]
-if (#ARGV - 1) % 4 ~= 0 then
-  return redis.error_reply('ERR enqueue.lua: ARGV must hold now, then (root index, '
-    .. 'fingerprint, window, task) quadruples')
-end
+local blob = ARGV[2] or ''
 
 local function check_type(key, expected)
   local found = redis.call('TYPE', key)['ok']
@@ -45,41 +47,63 @@ for k = 2, #KEYS do
   if err then return err end
 end
 
-for i = 2, #ARGV, 4 do
-  local root = tonumber(ARGV[i])
-  if root == nil or root < 0 or root + 1 > #KEYS then
-    return redis.error_reply('ERR enqueue.lua: bad root index ' .. tostring(ARGV[i]))
+-- Unpack and check everything before the first write, so a bad call fails as a whole.
+local roots, fps, windows_in, jsons = {}, {}, {}, {}
+local pos, size, n = 1, #blob, 0
+local byte, sub = string.byte, string.sub
+while pos <= size do
+  if pos + 6 > size then
+    return redis.error_reply('ERR enqueue.lua: truncated batch at byte ' .. pos)
   end
-  if root > 0 and #ARGV[i + 1] ~= 16 then
-    return redis.error_reply('ERR enqueue.lua: a fingerprint must be 16 bytes')
+  local r1, r2, wl, j1, j2, j3, j4 = byte(blob, pos, pos + 6)
+  local r = r1 * 256 + r2
+  local jl = ((j1 * 256 + j2) * 256 + j3) * 256 + j4
+  if r + 1 > #KEYS then
+    return redis.error_reply('ERR enqueue.lua: bad root index ' .. r)
   end
-  local w = ARGV[i + 2]
-  if w ~= '' and (tonumber(w) == nil or tonumber(w) < 0 or tonumber(w) % 1 ~= 0) then
+  pos = pos + 7
+  local fp = ''
+  if r > 0 then
+    fp = sub(blob, pos, pos + 15)
+    pos = pos + 16
+  end
+  local w = sub(blob, pos, pos + wl - 1)
+  pos = pos + wl
+  if pos + jl - 1 > size or #fp ~= (r > 0 and 16 or 0) then
+    return redis.error_reply('ERR enqueue.lua: truncated batch at byte ' .. pos)
+  end
+  if w ~= '' and not string.match(w, '^%d+$') then
     return redis.error_reply('ERR enqueue.lua: bad window ' .. w)
   end
+  n = n + 1
+  roots[n], fps[n], windows_in[n], jsons[n] = r, fp, w, sub(blob, pos, pos + jl - 1)
+  pos = pos + jl
 end
 
 local now = dd_now(ARGV[1])
 local windows = {}  -- root index -> window for this call (read once per root)
 local enqueued, duplicates = 0, 0
-for i = 2, #ARGV, 4 do
-  local r = tonumber(ARGV[i])
+local flags = {}
+for i = 1, n do
+  local r = roots[i]
   local is_new = true
   if r > 0 then
     local root = KEYS[r + 1]
     local w = windows[r]
-    if w == nil or ARGV[i + 2] ~= '' then
-      w = dd_window(root, ARGV[i + 2])
+    if w == nil or windows_in[i] ~= '' then
+      w = dd_window(root, windows_in[i])
       windows[r] = w
     end
-    is_new = dd_add(root, w, ARGV[i + 1], now)
+    is_new = dd_add(root, w, fps[i], now)
   end
   if is_new then
-    redis.call('XADD', stream, '*', 'v', '1', 't', ARGV[i + 3])
+    redis.call('XADD', stream, '*', 'v', '1', 't', jsons[i])
     enqueued = enqueued + 1
+    flags[i] = '1'
   else
     duplicates = duplicates + 1
+    flags[i] = '0'
   end
 end
 dd_flush()
-return {enqueued, duplicates}
+return {enqueued, duplicates, table.concat(flags)}

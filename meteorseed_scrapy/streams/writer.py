@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import ResponseError
@@ -32,7 +33,8 @@ from meteorseed_scrapy.tasks import MESSAGE_VERSION, ExecTask, TaskError
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "StreamCount", "TaskWriter", "fingerprint"]
+__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "StreamCount", "TaskWriter", "fingerprint",
+           "pack_tasks"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +66,36 @@ class Encoded(NamedTuple):
 
 @dataclass(frozen=True)
 class AddResult:
-    """What one :meth:`TaskWriter.add` call did."""
+    """What one :meth:`TaskWriter.add` call did; ``fresh[i]`` says whether its i-th task was
+    enqueued (False: a duplicate), in the order the tasks were given."""
 
     enqueued: int = 0
     duplicates: int = 0
+    fresh: tuple[bool, ...] = field(default=(), compare=False)
 
     def __add__(self, other: AddResult) -> AddResult:
-        return AddResult(self.enqueued + other.enqueued, self.duplicates + other.duplicates)
+        return AddResult(self.enqueued + other.enqueued, self.duplicates + other.duplicates,
+                         self.fresh + other.fresh)
+
+
+_RECORD_HEAD = struct.Struct(">HBI")  # root index, window length, task JSON length
+
+
+def pack_tasks(records: Iterable[tuple[int, bytes, str, str]]) -> bytes:
+    """``enqueue.lua``'s batch argument from ``(root index, fingerprint, window, task JSON)``
+    per task (root index 0: no dedup, the fingerprint is then left out); see the script."""
+    pack = _RECORD_HEAD.pack
+    parts: list[bytes] = []
+    append = parts.append
+    for root, fp, window, payload in records:
+        data = payload.encode()
+        append(pack(root, len(window), len(data)))
+        if root:
+            append(fp)
+        if window:
+            append(window.encode())
+        append(data)
+    return b"".join(parts)
 
 
 @dataclass(frozen=True)
@@ -160,16 +185,16 @@ class TaskWriter:
         return Encoded(self._keys.seen(task.site_id), fp, window, payload, stream)
 
     def _script_args(self, stream: str, chunk: Sequence[Encoded]
-                     ) -> tuple[list[str], list[str | bytes | int]]:
+                     ) -> tuple[list[str], list[str | bytes]]:
         positions: dict[str, int] = {}  # dedup root -> 1-based position after the stream key
         # A window equal to the one already sent for that root in this call goes as "": the
         # script then reuses the window it holds for the root (the same value) instead of
         # reading it from Redis again for every task.
         sent: dict[int, str] = {}
-        args: list[str | bytes | int] = [self._now()]
+        records: list[tuple[int, bytes, str, str]] = []
         for root, fp, window, payload, _ in chunk:
             if root is None:
-                args.extend((0, b"", "", payload))
+                records.append((0, b"", "", payload))
                 continue
             index = positions.setdefault(root, len(positions) + 1)
             if window:
@@ -177,8 +202,8 @@ class TaskWriter:
                     window = ""
                 else:
                     sent[index] = window
-            args.extend((index, fp, window, payload))
-        return [stream, *positions], args
+            records.append((index, fp, window, payload))
+        return [stream, *positions], [self._now(), pack_tasks(records)]
 
     async def add(self, tasks: Sequence[ExecTask], *, dedup: bool = True) -> AddResult:
         """Enqueue ``tasks``, skipping those the site has already seen within its window.
@@ -198,14 +223,13 @@ class TaskWriter:
             for warning in await check_server_config(self._redis):
                 logger.warning("%s", warning)
         script = self._script("enqueue")
-        streams: dict[str, list[Encoded]] = {}
-        for item in encoded:
-            streams.setdefault(item.stream, []).append(item)
-        calls = [
-            self._script_args(stream, items[i : i + CHUNK_SIZE])
-            for stream, items in streams.items()
-            for i in range(0, len(items), CHUNK_SIZE)
-        ]
+        streams: dict[str, list[int]] = {}  # stream -> positions of its tasks in ``encoded``
+        for position, item in enumerate(encoded):
+            streams.setdefault(item.stream, []).append(position)
+        chunks = [positions[i : i + CHUNK_SIZE] for positions in streams.values()
+                  for i in range(0, len(positions), CHUNK_SIZE)]
+        calls = [self._script_args(encoded[chunk[0]].stream, [encoded[p] for p in chunk])
+                 for chunk in chunks]
         if len(calls) == 1:
             keys, args = calls[0]
             replies = [await script(keys=keys, args=args)]
@@ -214,9 +238,15 @@ class TaskWriter:
                 for keys, args in calls:
                     await script(keys=keys, args=args, client=pipe)
                 replies = await pipe.execute()
-        result = AddResult()
-        for enqueued, duplicates in replies:
-            result += AddResult(int(enqueued), int(duplicates))
+        fresh = [False] * len(encoded)
+        enqueued = duplicates = 0
+        for chunk, (added, dups, flags) in zip(chunks, replies, strict=True):
+            enqueued += int(added)
+            duplicates += int(dups)
+            flag_text = flags.decode() if isinstance(flags, bytes) else str(flags)
+            for position, flag in zip(chunk, flag_text, strict=True):
+                fresh[position] = flag == "1"
+        result = AddResult(enqueued, duplicates, tuple(fresh))
         logger.debug(
             "enqueued %d tasks, %d duplicates, into %s", result.enqueued, result.duplicates,
             ", ".join(streams),
