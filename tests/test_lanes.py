@@ -16,6 +16,7 @@ from scrapy.settings import Settings
 
 from meteorseed_scrapy.keys import BANDS, LANES, KeyLayout, band_of
 from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.permits import SiteQueues
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.requests import request_to_task
 from meteorseed_scrapy.seeding.registry import seed_to_dict
@@ -360,3 +361,19 @@ def test_retries_go_to_the_retry_lane_and_pauses_back_to_their_own(
     assert sync_redis.zcard(keys.delayed) == 0
     promoted = ExecTask.from_message(sync_redis.xrange(keys.task_stream("retry", "high"))[0][1])
     assert promoted.lane == "realtime"  # its children stay realtime
+
+
+def test_realtime_tasks_go_ahead_in_their_sites_local_queue() -> None:
+    queue = SiteQueues()
+    for item in ("s1", "s2"):
+        queue.append("news", item)
+    queue.append("news", "r1", urgent=True)
+    queue.append("news", "r2", urgent=True)
+    queue.append("news", "s3")
+    assert queue.pop("news") == "r1"
+    queue.append("news", "r3", urgent=True)  # behind r2, the urgent one still waiting
+    assert list(queue) == ["r2", "r3", "s1", "s2", "s3"]
+    assert queue.take_all("news") == ["r2", "r3", "s1", "s2", "s3"] and not queue
+    queue.append("news", "s4")
+    queue.append("news", "r4", urgent=True)  # take_all forgot the old urgent count
+    assert [queue.pop("news"), queue.pop("news"), queue.pop("news")] == ["r4", "s4", None]

@@ -16,10 +16,12 @@ from meteorseed_scrapy.politeness.gate import LEASE_TTL_S, SiteGate, group_by_si
 
 
 class SiteQueues:
-    """FIFO queues per site, with a round-robin order over sites."""
+    """FIFO queues per site, with a round-robin order over sites. An ``urgent`` item (a
+    realtime-lane task) goes ahead of the site's other items, behind earlier urgent ones."""
 
     def __init__(self) -> None:
         self._queues: dict[str, deque[Any]] = {}
+        self._urgent: dict[str, int] = {}  # site -> urgent items at the front of its queue
         self._size = 0
 
     def __len__(self) -> int:
@@ -28,8 +30,14 @@ class SiteQueues:
     def __bool__(self) -> bool:
         return self._size > 0
 
-    def append(self, site: str, item: Any) -> None:
-        self._queues.setdefault(site, deque()).append(item)
+    def append(self, site: str, item: Any, urgent: bool = False) -> None:
+        queue = self._queues.setdefault(site, deque())
+        if urgent:
+            ahead = self._urgent.get(site, 0)
+            queue.insert(ahead, item)
+            self._urgent[site] = ahead + 1
+        else:
+            queue.append(item)
         self._size += 1
 
     def count(self, site: str) -> int:
@@ -42,12 +50,17 @@ class SiteQueues:
             return None
         self._size -= 1
         item = queue.popleft()
+        if self._urgent.get(site):
+            self._urgent[site] -= 1
         if not queue:
             del self._queues[site]
+            self._urgent.pop(site, None)
         return item
 
     def take_all(self, site: str) -> list[Any]:
+        """The site's items, urgent ones first (append them again to keep that order)."""
         queue = self._queues.pop(site, None) or deque()
+        self._urgent.pop(site, None)
         self._size -= len(queue)
         return list(queue)
 

@@ -79,6 +79,11 @@ class StreamConsumer:
         self._reclaim = scripts.register(redis, "reclaim")
         self._reclaim_cursors = ["0-0"] * len(self.streams)
 
+    def lane_of(self, delivery: Delivery) -> str:
+        """The lane whose stream ``delivery`` came from (not the task's own: a retry of a
+        realtime task waits in the retry lane)."""
+        return self.keys.stream_lanes[delivery.stream][0]
+
     async def ensure_group(self) -> None:
         """Create the consumer group of every task stream (from its start) unless it exists."""
         async with self.redis.pipeline(transaction=False) as pipe:

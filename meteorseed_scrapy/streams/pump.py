@@ -237,8 +237,7 @@ class StreamPump:
             return
         if deliveries:
             self.stats.inc_value("meteorseed/read", len(deliveries))
-            lanes = self.consumer.keys.stream_lanes
-            for lane, n in Counter(lanes[d.stream][0] for d in deliveries).items():
+            for lane, n in Counter(self.consumer.lane_of(d) for d in deliveries).items():
                 self.stats.inc_value(f"meteorseed/read/{lane}", n)
             await self._accept(deliveries)
 
@@ -267,7 +266,10 @@ class StreamPump:
             else:
                 entry = self.ledger.add(d)
                 if entry is not None:
-                    self.buffer.append(entry.task.site_id, entry)
+                    # A realtime task goes ahead of its site's scheduled and retry tasks
+                    # already buffered (kept, too, when the site's excess is parked).
+                    self.buffer.append(entry.task.site_id, entry,
+                                       urgent=self.consumer.lane_of(d) == "realtime")
                     self.want_permits()
         if self.dead or done:
             self.kick()
