@@ -293,6 +293,10 @@ async def expand_stream(
     summary = summary if summary is not None else ExpandSummary()
     batch: list[Encoded] = []
     in_flight: asyncio.Task[AddResult] | None = None
+    # Tasks that may still be sent before the backlog must be looked at again: workers only
+    # ever shrink it, so after a look showing room for N, N more cannot pass the limit. (One
+    # look per batch was a round trip with Redis idle, for every 500 URLs.)
+    room = 0
 
     async def settle() -> None:
         nonlocal in_flight
@@ -303,13 +307,16 @@ async def expand_stream(
             summary.duplicates += result.duplicates
 
     async def flush() -> None:
-        nonlocal in_flight
+        nonlocal in_flight, room
         if not batch:
             return
         summary.expanded += len(batch)
         if not dry_run:
             await settle()
-            await writer.wait_for_room(max_backlog, on_wait or _ignore_wait)
+            if room < len(batch):
+                backlog = await writer.wait_for_room(max_backlog, on_wait or _ignore_wait)
+                room = max_backlog - backlog
+            room -= len(batch)
             in_flight = asyncio.ensure_future(writer.add_encoded(list(batch)))
             for _ in range(_YIELDS_AFTER_SEND):  # let it go out before building the next batch
                 await asyncio.sleep(0)

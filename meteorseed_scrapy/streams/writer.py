@@ -293,9 +293,10 @@ class TaskWriter:
 
     async def wait_for_room(
         self, max_backlog: int, on_wait: Callable[[int], None], poll: float = 1.0
-    ) -> None:
-        """Return once the backlog is at most ``max_backlog``; until then sleep ``poll`` seconds
-        between checks and call ``on_wait(backlog)`` every :data:`WAIT_REPORT_INTERVAL` seconds.
+    ) -> int:
+        """Return the backlog once it is at most ``max_backlog``; until then sleep ``poll``
+        seconds between checks and call ``on_wait(backlog)`` every
+        :data:`WAIT_REPORT_INTERVAL` seconds.
 
         Backpressure only: nothing is ever trimmed to make room.
         """
@@ -305,7 +306,7 @@ class TaskWriter:
         while True:
             backlog = await self.backlog()
             if backlog <= max_backlog:
-                return
+                return backlog
             now = time.monotonic()
             if last_report is None or now - last_report >= WAIT_REPORT_INTERVAL:
                 last_report = now
