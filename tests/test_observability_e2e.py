@@ -111,6 +111,9 @@ def test_metrics_endpoint_shows_queue_outcomes_and_latency(
                  "meteorseed_acked_total", "meteorseed_site_breaker_state"):
         assert f"# TYPE {name.removesuffix('_total')}" in text, name
     assert re.search(r'^meteorseed_consumer_pending\{consumer="w1"\} \d', text, re.M), text
+    for lane in ("realtime", "scheduled", "retry"):  # every lane, drained
+        assert sample(text, "meteorseed_lane_backlog", lane=lane) == 0, lane
+        assert sample(text, "meteorseed_lane_pending", lane=lane) == 0, lane
     log = worker.log()
     assert f"Prometheus metrics on http://127.0.0.1:{port}/metrics" in log
     assert "Traceback" not in log and "Error caught on signal handler" not in log, log[-3000:]

@@ -175,7 +175,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if status["consumers"]:
         ctx.say("\n".join(table(status["consumers"], ("name", "pending", "idle_ms"))))
     else:
-        ctx.say("no consumers (no worker has read the stream yet)")
+        ctx.say("no consumers (no worker has read the streams yet)")
     if status["seen"]:
         ctx.say()
         rows = [{"site": s, "seen_urls": n} for s, n in status["seen"].items()]
