@@ -104,10 +104,11 @@ def _stored_per_site(db: Path) -> dict[str, int]:
 
 
 def _stream_lengths(url: str, keys: KeyLayout) -> tuple[int | str, int | str]:
-    """XLEN of the dead-letter and task streams, or ``"?"`` when Redis is gone (Ctrl-C)."""
+    """XLEN of the dead-letter stream and of every task stream (all lanes and bands, summed),
+    or ``"?"`` when Redis is gone (Ctrl-C)."""
     client = redis.Redis.from_url(url, socket_timeout=10)
     try:
-        return int(client.xlen(keys.dead)), int(client.xlen(keys.stream))
+        return int(client.xlen(keys.dead)), sum(int(client.xlen(s)) for s in keys.streams)
     except redis.RedisError:
         return "?", "?"
     finally:
