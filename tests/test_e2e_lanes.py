@@ -19,8 +19,8 @@ from tests.e2e_helpers import start_worker, stored_docs, wait_for
 pytestmark = pytest.mark.e2e
 
 
-def add(redis_url: str, namespace: str, urls: list[str], lane: str) -> None:
-    tasks = [ExecTask.create(seed_id=lane, site_id="probe", url=u, lane=lane) for u in urls]
+def add(redis_url: str, namespace: str, urls: list[str], lane: str, site: str = "probe") -> None:
+    tasks = [ExecTask.create(seed_id=lane, site_id=site, url=u, lane=lane) for u in urls]
 
     async def run() -> None:
         client = aioredis.Redis.from_url(redis_url, decode_responses=True)
@@ -40,6 +40,8 @@ def test_realtime_tasks_overtake_a_scheduled_backlog_and_every_lane_drains(
     retry_lane = [f"/news/article/{i}" for i in range(1, 16)]
     realtime = [f"/news/article/{i}" for i in range(16, 24)]
     flaky = f"/flaky/{namespace}/1"  # a 503 once: its durable retry waits in the retry lane
+    # A 429 once (on a site of its own, so only that one is paused): back to its own lane.
+    throttled = f"/flaky/{namespace}-429/1?code=429"
     add(redis_url, namespace, [site + p for p in scheduled], "scheduled")
     add(redis_url, namespace, [site + p for p in retry_lane], "retry")
     worker = start_worker(
@@ -49,6 +51,7 @@ def test_realtime_tasks_overtake_a_scheduled_backlog_and_every_lane_drains(
     store = tmp_path / "items.db"
     wait_for(lambda: len(stored_docs(store)) >= 5, 60, 0.05)
     add(redis_url, namespace, [site + p for p in [*realtime, flaky]], "realtime")
+    add(redis_url, namespace, [site + throttled], "realtime", site="paused")
 
     def realtime_done() -> bool:
         return all(f"probe:{p}" in stored_docs(store) for p in realtime)
@@ -61,9 +64,11 @@ def test_realtime_tasks_overtake_a_scheduled_backlog_and_every_lane_drains(
     assert scheduled_by_then < len(scheduled)
     docs = stored_docs(store)
     assert {f"probe:{p}" for p in [*scheduled, *retry_lane, *realtime, flaky]} <= set(docs)
+    assert f"paused:{throttled}" in docs
     stats = worker.stats()
     assert stats["meteorseed/read/scheduled"] == len(scheduled)
-    assert stats["meteorseed/read/realtime"] == len(realtime) + 1
+    # + the flaky page, + the throttled one twice (before and after its pause)
+    assert stats["meteorseed/read/realtime"] == len(realtime) + 3
     assert stats["meteorseed/read/retry"] == len(retry_lane) + 1  # + the flaky page's retry
     keys = KeyLayout(namespace)
     for stream in keys.streams:
