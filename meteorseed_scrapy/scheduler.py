@@ -42,6 +42,8 @@ from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.hygiene import site_configs
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.requests import request_to_task, status_allowed, task_to_request
+from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.seeding.yields import YieldReporter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.streams.consumer import StreamConsumer
 from meteorseed_scrapy.streams.lanes import LaneWeights
@@ -74,6 +76,8 @@ class StreamScheduler:
         self.breaker_config = BreakerConfig.from_settings(settings)
         self.retention = DeadLetterRetention.from_settings(settings)
         self._trimmer: asyncio.Future[None] | None = None
+        self._yields: YieldReporter | None = None
+        self._yield_task: asyncio.Future[None] | None = None
         self.lane_weights = LaneWeights.from_settings(settings)
         self.spider: Spider | None = None
         self.redis: Any = None
@@ -130,6 +134,8 @@ class StreamScheduler:
         if self.retention.active:
             self._trimmer = asyncio.ensure_future(
                 self.retention.run(self.redis, self.keys, self.stats))
+        self._yields = YieldReporter(SeedRegistry(self.redis, self.keys), self.pump.child_yield)
+        self._yield_task = asyncio.ensure_future(self._yields.run())
 
     def _on_opened(self, spider: Spider) -> None:
         if self.freeze_gc:
@@ -142,10 +148,11 @@ class StreamScheduler:
         return deferred_from_coro(self._close(reason))
 
     async def _close(self, reason: str) -> None:
-        if self._trimmer is not None:
-            self._trimmer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._trimmer
+        for task in (self._trimmer, self._yield_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.pump is not None:
             await self.pump.stop()
             samples = list(self.pump.latencies_ms)
@@ -154,6 +161,8 @@ class StreamScheduler:
                 p50 = round(statistics.median(samples), 1)
                 self.stats.set_value("meteorseed/ack_latency_ms/p50", p50)
                 self.stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))
+        if self._yields is not None:
+            await self._yields.close()
         if self._orig_enqueue_scrape is not None:
             self.crawler.engine.scraper.enqueue_scrape = self._orig_enqueue_scrape
         if self.redis is not None:

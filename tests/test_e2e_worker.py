@@ -12,8 +12,9 @@ import redis
 import redis.asyncio as aioredis
 
 from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.tasks import ExecTask, SeedTask
 from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import enqueue, start_worker, stored_docs, wait_for
@@ -165,6 +166,32 @@ def test_two_workers_share_links_and_fetch_each_page_once(
     dup = sum(w.stats().get("meteorseed/children/duplicates", 0) for w in workers)
     assert dup > 0
     _assert_drained(sync_redis, namespace)
+
+
+def test_new_child_urls_count_as_the_yield_of_their_registered_seed(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    demo_site.reset()
+    keys = KeyLayout(namespace)
+    hub = f"{demo_site.url}/links/6"
+
+    async def register() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            await SeedRegistry(client, keys).put(SeedTask(
+                seed_id="hub", site_id="probe", task_type="url_list", payload={"urls": [hub]},
+                schedule="every 1h"))
+        finally:
+            await client.aclose()
+
+    asyncio.run(register())
+    enqueue(redis_url, namespace, [hub], seed_id="hub")
+    enqueue(redis_url, namespace, [f"{demo_site.url}/links/4"], seed_id="one-shot")
+    worker = start_worker(tmp_path, redis_url, namespace, spider_args={"follow": "1"})
+    assert worker.wait() == 0, worker.log()[-3000:]
+    # The hub's 6 children were new URLs; their links back were duplicates. A seed that was
+    # never registered leaves no count behind.
+    assert sync_redis.hgetall(keys.seeds_yield) == {"hub": "6"}
 
 
 def test_graceful_stop_acks_in_flight_and_hands_back_the_rest(

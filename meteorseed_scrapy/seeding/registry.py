@@ -262,13 +262,15 @@ class SeedRegistry:
         """Add new child URLs per seed_id, as counted by workers (children enqueued, not
         duplicates), in one round trip. The next :meth:`record_run` of each seed takes them
         into its yield (and so into its adaptive interval)."""
-        counts = {seed_id: n for seed_id, n in counts.items() if n > 0}
-        if not counts:
-            return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for seed_id, n in counts.items():
-                pipe.hincrby(self._keys.seeds_yield, seed_id, int(n))
-            await pipe.execute()
+        args: list[str | int] = []
+        for seed_id, n in counts.items():
+            if n > 0:
+                args += [seed_id, int(n)]
+        if args:
+            # Only registered seeds are counted (lua/seed_yield.lua): children of one-shot
+            # seeds must not pile up in the hash.
+            await self._script("seed_yield")(
+                keys=[self._keys.seeds, self._keys.seeds_yield], args=args)
 
     async def record_run(self, seed_id: str, *, started_at: float, ok: bool, error: str | None,
                          new_urls: int, duplicates: int, rejected: int,

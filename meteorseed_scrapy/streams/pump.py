@@ -103,6 +103,7 @@ class StreamPump:
         self.dead: list[tuple[Delivery, str]] = []
         self.failures: list[tuple[str, str]] = []
         self.latencies_ms: deque[float] = deque(maxlen=20000)
+        self.child_yield: Counter[str] = Counter()  # seed_id -> new child URLs not yet reported
         self.on_settled: Callable[[Entry], None] | None = None  # e.g. the metrics extension
         self.outage = Outage()
         self.read_batch = 4
@@ -399,6 +400,10 @@ class StreamPump:
                     result = await self.writer.add(tasks, dedup=dedup)
                     self.stats.inc_value("meteorseed/children/enqueued", result.enqueued)
                     self.stats.inc_value("meteorseed/children/duplicates", result.duplicates)
+                    if dedup:  # new URLs found: the yield of their seed (adaptive schedules)
+                        for task, fresh in zip(tasks, result.fresh, strict=True):
+                            if fresh:
+                                self.child_yield[task.seed_id] += 1
             del self.outbox[: len(batch)]
             for _, parent, _ in batch:
                 if parent is not None:
