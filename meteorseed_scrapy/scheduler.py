@@ -40,7 +40,7 @@ from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddl
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.hygiene import site_configs
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, positive_number
 from meteorseed_scrapy.requests import request_to_task, status_allowed, task_to_request
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.yields import YieldReporter
@@ -48,7 +48,7 @@ from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.streams.consumer import StreamConsumer
 from meteorseed_scrapy.streams.lanes import LaneWeights
 from meteorseed_scrapy.streams.pump import StreamPump
-from meteorseed_scrapy.streams.retention import DeadLetterRetention
+from meteorseed_scrapy.streams.retention import DeadLetterRetention, housekeeping
 from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import TaskError
 
@@ -75,6 +75,9 @@ class StreamScheduler:
         self.backoff = Backoff.from_settings(settings)
         self.breaker_config = BreakerConfig.from_settings(settings)
         self.retention = DeadLetterRetention.from_settings(settings)
+        self.prune_idle = positive_number(
+            "METEORSEED_CONSUMER_PRUNE_IDLE", settings.get("METEORSEED_CONSUMER_PRUNE_IDLE", 3600),
+            allow_zero=True)
         self._trimmer: asyncio.Future[None] | None = None
         self._yields: YieldReporter | None = None
         self._yield_task: asyncio.Future[None] | None = None
@@ -131,9 +134,8 @@ class StreamScheduler:
             self.redis.connection_pool.connection_kwargs.get("host"),
         )
         self.pump.start()
-        if self.retention.active:
-            self._trimmer = asyncio.ensure_future(
-                self.retention.run(self.redis, self.keys, self.stats))
+        self._trimmer = asyncio.ensure_future(
+            housekeeping(self.retention, consumer, self.prune_idle, self.stats))
         self._yields = YieldReporter(SeedRegistry(self.redis, self.keys), self.pump.child_yield)
         self._yield_task = asyncio.ensure_future(self._yields.run())
 
@@ -155,6 +157,8 @@ class StreamScheduler:
                     await task
         if self.pump is not None:
             await self.pump.stop()
+            with contextlib.suppress(Exception):  # (Redis away: the consumer stays listed)
+                await self.pump.consumer.leave()
             samples = list(self.pump.latencies_ms)
             if samples:
                 cuts = statistics.quantiles(samples, n=20) if len(samples) > 1 else samples * 19

@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     # Dead letters older than this (s) or beyond the newest N are trimmed; 0 = keep them.
     "METEORSEED_DEAD_RETENTION": 30 * 86400,
     "METEORSEED_DEAD_MAXLEN": 1_000_000,
+    # Consumers holding nothing, unseen for this long (s), leave the group; 0 = kept.
+    "METEORSEED_CONSUMER_PRUNE_IDLE": 3600,
     "METEORSEED_STORE_BATCH_SIZE": 100,
     "METEORSEED_STORE_BATCH_WAIT": 0.0,
     "METEORSEED_STORE_RETRY_MAX": 30.0,

@@ -597,3 +597,33 @@ def test_check_durability_warnings(
     finally:
         sync_redis.config_set("maxmemory-policy", "noeviction")
         sync_redis.config_set("save", original_save)
+
+
+def test_consumers_holding_nothing_leave_and_long_gone_ones_are_pruned(
+        sync_redis: redis.Redis, redis_url: str, namespace: str) -> None:
+    keys = KeyLayout(namespace)
+    sync_redis.xgroup_create(keys.stream, GROUP, id="0", mkstream=True)
+    for n in range(2):
+        add(sync_redis, keys, make_task(n).to_message())
+    sync_redis.xreadgroup(GROUP, "holder", {keys.stream: ">"}, count=1)  # holds one entry
+    sync_redis.xreadgroup(GROUP, "gone", {keys.stream: ">"}, count=1)
+    (gone_id,) = [i for i, row in pending(sync_redis, keys).items() if row["consumer"] == "gone"]
+    sync_redis.xack(keys.stream, GROUP, gone_id)  # "gone" holds nothing now
+    time.sleep(0.1)
+
+    def names() -> set[str]:
+        return {c["name"] for c in sync_redis.xinfo_consumers(keys.stream, GROUP)}
+
+    async def body(client: Redis) -> tuple[list[str], list[str], int, int]:
+        me = StreamConsumer(client, keys, "me")
+        await me.ensure_group()
+        await me.read(10, 0)  # "me" exists now, holding nothing
+        kept = await me.prune(60)  # nobody was gone that long
+        pruned = await me.prune(0.05)  # "gone" only: "holder" holds an entry, "me" is live
+        return kept, pruned, await me.leave(), await StreamConsumer(client, keys, "holder").leave()
+
+    kept, pruned, me_left, holder_left = arun(redis_url, body)
+    assert (kept, pruned) == ([], ["gone"])
+    assert me_left == len(keys.streams)  # it read every lane stream, holds nothing
+    assert holder_left == len(keys.streams) - 1  # not the stream where it holds an entry
+    assert names() == {"holder"}

@@ -212,6 +212,48 @@ class StreamConsumer:
                 delivery.deliveries, f"{time.time():.3f}", fingerprint]
         return str(await self._dead(keys=keys, args=args))
 
+    async def leave(self) -> int:
+        """Remove this consumer from the group of every stream where it holds nothing pending
+        (a graceful stop after its hand-back): otherwise every worker process ever started
+        stays listed. A stream where it still holds entries keeps it, or they could never be
+        reclaimed. Returns how many streams it left."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xpending_range(stream, self.keys.group, "-", "+", 1,
+                                    consumername=self.consumer)
+            held = await pipe.execute(raise_on_error=False)
+        empty = [s for s, reply in zip(self.streams, held, strict=True)
+                 if isinstance(reply, list) and not reply]
+        if not empty:
+            return 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in empty:
+                pipe.xgroup_delconsumer(stream, self.keys.group, self.consumer)
+            await pipe.execute(raise_on_error=False)
+        return len(empty)
+
+    async def prune(self, min_idle_s: float) -> list[str]:
+        """Remove consumers that hold nothing and were not seen for ``min_idle_s`` (workers that
+        crashed, or stopped after handing tasks back that others took over). A live worker
+        reads every fraction of a second, so it is never idle that long; one that holds
+        entries is kept whatever its idle time, or they could not be reclaimed."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xinfo_consumers(stream, self.keys.group)
+            listed = await pipe.execute(raise_on_error=False)
+        gone: list[tuple[str, str]] = []
+        for stream, consumers in zip(self.streams, listed, strict=True):
+            if isinstance(consumers, list):
+                gone += [(stream, str(c["name"])) for c in consumers
+                         if int(c["pending"]) == 0 and int(c["idle"]) >= min_idle_s * 1000
+                         and str(c["name"]) != self.consumer]
+        if gone:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for stream, name in gone:
+                    pipe.xgroup_delconsumer(stream, self.keys.group, name)
+                await pipe.execute(raise_on_error=False)
+        return sorted({name for _, name in gone})
+
     async def namespace_quiet(self) -> bool:
         """True when no task waits in any stream, is pending on any consumer (entries are
         XDEL'd on ack) or is deferred in the delayed set."""

@@ -1,4 +1,4 @@
-"""How long dead letters are kept: trimmed by age and count, by every worker, now and then.
+"""How long dead letters and departed consumers are kept: a worker's periodic chores.
 
 Acknowledged tasks leave no history in the task streams (an entry is XDEL'd with its XACK);
 what is kept of them is their completion record, for ``METEORSEED_DONE_TTL`` seconds. Dead
@@ -17,6 +17,7 @@ from typing import Any
 
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.politeness.policy import positive_number
+from meteorseed_scrapy.streams.consumer import StreamConsumer
 
 logger = logging.getLogger(__name__)
 
@@ -55,21 +56,34 @@ class DeadLetterRetention:
             removed += int(await redis.xtrim(keys.dead, maxlen=self.maxlen, approximate=True))
         return removed
 
-    async def run(self, redis: Any, keys: KeyLayout, stats: Any) -> None:
-        """Trim every ~minute until cancelled; Redis errors are logged and retried later."""
-        # Workers started together should not all trim at the same moment.
-        await asyncio.sleep(random.uniform(1.0, TRIM_EVERY_S))
-        while True:
-            try:
-                removed = await self.trim(redis, keys)
-            except Exception as exc:  # Redis away: the pump says so; try again later
-                logger.debug("Dead-letter trim failed: %s", exc)
-            else:
-                if removed:
-                    stats.inc_value("meteorseed/dead/trimmed", removed)
-                    logger.info("Trimmed %d dead letters past their retention (%s)", removed,
-                                self)
-            await asyncio.sleep(TRIM_EVERY_S * random.uniform(0.8, 1.2))
+    async def trim_logged(self, redis: Any, keys: KeyLayout, stats: Any) -> None:
+        if not self.active:
+            return
+        removed = await self.trim(redis, keys)
+        if removed:
+            stats.inc_value("meteorseed/dead/trimmed", removed)
+            logger.info("Trimmed %d dead letters past their retention (%s)", removed, self)
+
+
+async def housekeeping(retention: DeadLetterRetention, consumer: StreamConsumer,
+                       prune_idle_s: float, stats: Any) -> None:
+    """A worker's chores about once a minute until cancelled: dead-letter retention, and the
+    removal of consumers that hold nothing and were gone for ``prune_idle_s`` (0: kept).
+    Redis errors are logged and the chores tried again later."""
+    # Workers started together should not all do it at the same moment.
+    await asyncio.sleep(random.uniform(1.0, TRIM_EVERY_S))
+    while True:
+        try:
+            await retention.trim_logged(consumer.redis, consumer.keys, stats)
+            if prune_idle_s > 0:
+                pruned = await consumer.prune(prune_idle_s)
+                if pruned:
+                    stats.inc_value("meteorseed/consumers/pruned", len(pruned))
+                    logger.info("Removed %d consumer(s) holding nothing, gone for over %.0f s:"
+                                " %s", len(pruned), prune_idle_s, ", ".join(pruned))
+        except Exception as exc:  # Redis away: the pump says so; try again later
+            logger.debug("Housekeeping failed: %s", exc)
+        await asyncio.sleep(TRIM_EVERY_S * random.uniform(0.8, 1.2))
 
     def __str__(self) -> str:
         age = f"{self.seconds:g} s" if self.seconds > 0 else "any age"
