@@ -31,11 +31,10 @@ from meteorseed_scrapy.politeness.hygiene import (
     CookieWarmupMiddleware,
     ProxyPoolMiddleware,
     RobotsTxtMiddleware,
-    SiteConfigs,
     UserAgentPoolMiddleware,
-    site_configs,
 )
 from meteorseed_scrapy.politeness.policy import Backoff, parse_retry_after
+from meteorseed_scrapy.politeness.site_configs import SiteConfigs, site_configs
 from meteorseed_scrapy.requests import status_allowed
 
 logger = logging.getLogger(__name__)

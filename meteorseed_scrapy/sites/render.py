@@ -31,7 +31,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
 from meteorseed_scrapy.context import task_of
-from meteorseed_scrapy.politeness.hygiene import site_configs
+from meteorseed_scrapy.politeness.site_configs import site_configs
 
 try:
     from scrapy_playwright import handler as _pw

@@ -1,0 +1,23 @@
+"""Per-site blacklist: a URL matching one of the site's ``blacklist`` patterns is never fetched."""
+
+from __future__ import annotations
+
+from scrapy import Request, Spider
+from scrapy.exceptions import IgnoreRequest
+
+from meteorseed_scrapy.politeness.site_configs import SiteMiddleware
+
+
+class BlacklistMiddleware(SiteMiddleware):
+    def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        found = self.config_for(request)
+        if found is None:
+            return
+        site, config = found
+        if not config.robots:
+            request.meta.setdefault("dont_obey_robotstxt", True)
+        for pattern in config.blacklist:
+            if pattern.search(request.url):
+                if self.stats is not None:
+                    self.stats.inc_value(f"meteorseed/blacklisted/{site}")
+                raise IgnoreRequest(f"blacklisted by site {site}: pattern {pattern.pattern!r}")
