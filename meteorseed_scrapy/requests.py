@@ -7,7 +7,6 @@ Requests that a callback yields become tasks: their callback and errback must be
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from scrapy import Request, Spider
@@ -15,6 +14,7 @@ from scrapy import Request, Spider
 from meteorseed_scrapy.context import LEASE_META_KEY, TASK_META_KEY
 from meteorseed_scrapy.keys import DEFAULT_LANE
 from meteorseed_scrapy.tasks import ExecTask, TaskError
+from meteorseed_scrapy.validation import check_json_safe
 
 #: Per-download meta keys that Scrapy's own middlewares set; a new task starts without them.
 _DOWNLOAD_META = frozenset({
@@ -90,11 +90,7 @@ def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | 
     meta = {k: v for k, v in request.meta.items() if k not in _DOWNLOAD_META}
     for name, mapping in (("meta", meta), ("cb_kwargs", request.cb_kwargs)):
         for key, value in mapping.items():
-            try:
-                json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-            except (TypeError, ValueError):
-                problem = f"is not JSON-serialisable: {value!r}"[:300]
-                raise TaskError(f"{name}.{key}", problem) from None
+            check_json_safe(f"{name}.{key}", value)
     try:
         body = request.body.decode("utf-8")
     except UnicodeDecodeError:

@@ -188,6 +188,21 @@ def test_non_json_cb_kwargs_names_the_key(spider: ShopSpider, parent: ExecTask) 
     assert info.value.field == "cb_kwargs.when"
 
 
+def test_json_safety_has_one_wording_for_tasks_and_yielded_requests(
+    spider: ShopSpider, parent: ExecTask
+) -> None:
+    when = datetime.date(2024, 1, 1)
+    with pytest.raises(TaskError) as from_request:
+        request_to_task(Request("https://example.com/x", meta={"when": when}), spider, parent)
+    with pytest.raises(TaskError) as from_task:
+        ExecTask.create(seed_id="s1", site_id="shop", url="https://example.com/x",
+                        meta={"when": when})
+    assert from_request.value.field == from_task.value.field == "meta.when"
+    assert str(from_request.value) == str(from_task.value)
+    assert str(from_task.value).startswith("meta.when: is not JSON-serialisable (")
+    assert str(from_task.value).endswith("): datetime.date(2024, 1, 1)")
+
+
 def test_meta_with_non_string_key_is_rejected(spider: ShopSpider, parent: ExecTask) -> None:
     meta: dict[Any, Any] = {("a", "b"): 1}
     request = Request("https://example.com/x", meta=meta)

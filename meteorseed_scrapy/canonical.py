@@ -1,0 +1,53 @@
+"""The canonical form of a URL (dedup, default document keys) and its fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from w3lib.url import canonicalize_url
+
+# URLs that w3lib's canonicalize_url returns unchanged, recognised without parsing them: a
+# lowercase http(s) scheme; a lowercase ASCII host of LDH labels (no "--", so no punycode; the
+# last label starts with a letter, so no IPv4) without port or userinfo; a path of unreserved
+# characters (dot segments are checked apart); an optional query of key=value pairs of
+# unreserved characters, already in sorted order; no fragment. tests/test_tasks.py compares
+# this with w3lib over many varied URLs.
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_UNRESERVED = r"[A-Za-z0-9._~-]"
+_CANONICAL_AS_IS = re.compile(
+    rf"https?://((?:{_LABEL}\.)*[a-z](?:[a-z0-9-]{{0,61}}[a-z0-9])?)"
+    rf"(/[A-Za-z0-9._~/-]*)"
+    rf"(?:\?({_UNRESERVED}+={_UNRESERVED}*(?:&{_UNRESERVED}+={_UNRESERVED}*)*))?"
+)
+_DOT_SEGMENT = re.compile(r"/\.\.?(?:/|$)")
+
+
+def _is_canonical(url: str) -> bool:
+    match = _CANONICAL_AS_IS.fullmatch(url)
+    if match is None:
+        return False
+    host, path, query = match.groups()
+    if len(host) > 253 or "--" in host or ("/." in path and _DOT_SEGMENT.search(path)):
+        return False
+    if query and "&" in query:
+        pairs = [tuple(pair.split("=", 1)) for pair in query.split("&")]
+        if pairs != sorted(pairs):
+            return False
+    return True
+
+
+def canonical_url(url: str) -> str:
+    """The URL form used for dedup and for default document keys (w3lib's canonicalize_url;
+    a URL already in that form is recognised and returned without parsing it)."""
+    if _is_canonical(url):
+        return url
+    return canonicalize_url(url, keep_fragments=False)
+
+
+def url_fingerprint(url: str) -> str:
+    """Hex SHA-256 of the canonical URL (the default ``unique_key`` of stored documents)."""
+    return hashlib.sha256(canonical_url(url).encode("utf-8")).hexdigest()
+
+
+__all__ = ["canonical_url", "url_fingerprint"]
