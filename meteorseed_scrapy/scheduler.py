@@ -14,12 +14,11 @@ import gc
 import logging
 import statistics
 import time
-from dataclasses import replace
 from typing import Any
 
 import redis.asyncio as aioredis
 from scrapy import Request, Spider, signals
-from scrapy.exceptions import DontCloseSpider, IgnoreRequest
+from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred
@@ -33,15 +32,16 @@ from meteorseed_scrapy.context import (
     current_scrape,
     task_of,
 )
-from meteorseed_scrapy.exceptions import TaskDeferred
-from meteorseed_scrapy.keys import RETRY_LANE, KeyLayout
+from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
 from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
+from meteorseed_scrapy.outcomes import judge
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.hygiene import site_configs
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, positive_number
-from meteorseed_scrapy.requests import request_to_task, status_allowed, task_to_request
+from meteorseed_scrapy.politeness.site_configs import site_configs
+from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
+from meteorseed_scrapy.requests import request_to_task, task_to_request
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.yields import YieldReporter
 from meteorseed_scrapy.settings import WorkerConfig
@@ -71,7 +71,7 @@ class StreamScheduler:
         self.politeness = settings.getbool("METEORSEED_POLITENESS", True)
         self.limits = SiteLimits.from_settings(settings)
         self.site_configs = site_configs(crawler)
-        self._limits: dict[str, tuple[Any, SiteLimits]] = {}  # site -> (its config, limits)
+        self._site_limits = SiteLimitsLookup(self.limits, self.site_configs)
         self.backoff = Backoff.from_settings(settings)
         self.breaker_config = BreakerConfig.from_settings(settings)
         self.retention = DeadLetterRetention.from_settings(settings)
@@ -159,12 +159,7 @@ class StreamScheduler:
             await self.pump.stop()
             with contextlib.suppress(Exception):  # (Redis away: the consumer stays listed)
                 await self.pump.consumer.leave()
-            samples = list(self.pump.latencies_ms)
-            if samples:
-                cuts = statistics.quantiles(samples, n=20) if len(samples) > 1 else samples * 19
-                p50 = round(statistics.median(samples), 1)
-                self.stats.set_value("meteorseed/ack_latency_ms/p50", p50)
-                self.stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))
+            _record_ack_latency(self.stats, list(self.pump.latencies_ms))
         if self._yields is not None:
             await self._yields.close()
         if self._orig_enqueue_scrape is not None:
@@ -175,13 +170,7 @@ class StreamScheduler:
 
     def limits_for(self, site_id: str) -> SiteLimits:
         """The settings' defaults, overridden by the site's rule config (hot-reloaded)."""
-        config = self.site_configs.get(site_id)
-        if config is None:
-            return self.limits
-        cached = self._limits.get(site_id)
-        if cached is None or cached[0] is not config:
-            cached = self._limits[site_id] = (config, self.limits.overridden(config.limits))
-        return cached[1]
+        return self._site_limits(site_id)
 
     # -- the engine's side -------------------------------------------------------------------
     def has_pending_requests(self) -> bool:
@@ -274,11 +263,14 @@ class StreamScheduler:
 
     def _budget(self) -> int:
         """Permits worth leasing now: free download capacity not already covered by permits."""
-        engine = self.crawler.engine
-        active = len(engine.downloader.active) if engine and engine.downloader else 0
+        active = self._downloading()
         desk = self.pump.desk if self.pump is not None else None
         held = sum(len(v) for v in desk.available.values()) if desk is not None else 0
         return max(0, self.capacity - active - held)
+
+    def _downloading(self) -> int:
+        engine = self.crawler.engine
+        return len(engine.downloader.active) if engine and engine.downloader else 0
 
     def _settling(self) -> int:
         """Tasks whose response reached the scraper and whose scrape (callback, item commits)
@@ -286,8 +278,7 @@ class StreamScheduler:
         return sum(1 for e in self.ledger.entries() if e.response_at and e.outcome is None)
 
     def _want(self) -> int:
-        engine = self.crawler.engine
-        active = len(engine.downloader.active) if engine and engine.downloader else 0
+        active = self._downloading()
         # Tasks whose response arrived and only wait for their commit hold no download capacity.
         started = sum(1 for e in self.ledger.entries() if e.started and not e.response_at)
         return max(0, self.capacity + self.prefetch - max(active, started))
@@ -317,7 +308,8 @@ class StreamScheduler:
 
     def _scrape_finished(self, passthrough: Any, entry: Entry, result: Response | Failure,
                          request: Request) -> Any:
-        outcome, reason = self._judge(entry, result, request)
+        outcome, reason = judge(entry, result, request, self.spider, self.crawler.settings,
+                                self.stats)
         settled = self.ledger.finish_scrape(entry.task.task_id, outcome, reason)
         if settled is not None and self.pump is not None:
             self.pump.settle(settled)
@@ -326,44 +318,11 @@ class StreamScheduler:
             self._wake()
         return passthrough
 
-    def _judge(self, entry: Entry, result: Response | Failure,
-               request: Request) -> tuple[Outcome, str]:
-        if isinstance(result, Failure):
-            deferred = result.check(TaskDeferred) and result.value
-            if isinstance(deferred, TaskDeferred):
-                task = entry.task
-                if deferred.count_retry:
-                    task = replace(task, retry_count=task.retry_count + 1)
-                entry.defer_s, entry.defer_task = deferred.delay_s, task
-                # A durable retry waits in the retry lane; a pause goes back to its own lane.
-                entry.defer_lane = RETRY_LANE if deferred.count_retry else ""
-                return Outcome.DEFERRED, deferred.reason
-            if result.check(IgnoreRequest):
-                return Outcome.IGNORED, f"ignored: {result.getErrorMessage()}"
-            retries = request.meta.get("retry_times", 0) + entry.task.retry_count
-            error = f"{type(result.value).__name__}: {result.getErrorMessage()}"
-            return Outcome.DEAD, f"download failed after {retries} retries: {error}"[:2000]
-        entry.status = result.status
-        if result.status < 400 or status_allowed(result.status, request, self.spider,
-                                                 self.crawler.settings):
-            return Outcome.DONE, ""
-        if result.status in (404, 410):
-            self.stats.inc_value(f"meteorseed/gone/{result.status}")
-            return Outcome.GONE, f"HTTP {result.status}"
-        retries = request.meta.get("retry_times", 0) + entry.task.retry_count
-        return Outcome.DEAD, f"HTTP {result.status} after {retries} retries"
-
     def _on_item_error(self, item: Any, response: Any, spider: Spider, failure: Failure) -> None:
-        scrape = current_scrape()
-        if scrape is not None:
-            error = f"{type(failure.value).__name__}: {failure.getErrorMessage()}"
-            scrape.fail(f"item not committed: {error}")
+        _fail_scrape("item not committed", failure)
 
     def _on_spider_error(self, failure: Failure, response: Any, spider: Spider) -> None:
-        scrape = current_scrape()
-        if scrape is not None:
-            error = f"{type(failure.value).__name__}: {failure.getErrorMessage()}"
-            scrape.fail(f"callback error: {error}")
+        _fail_scrape("callback error", failure)
 
     def _on_idle(self, spider: Spider) -> None:
         pump = self.pump
@@ -375,6 +334,20 @@ class StreamScheduler:
                             self.keys.namespace, quiet_for)
                 return
         raise DontCloseSpider
+
+
+def _record_ack_latency(stats: Any, samples: list[float]) -> None:
+    if samples:
+        cuts = statistics.quantiles(samples, n=20) if len(samples) > 1 else samples * 19
+        stats.set_value("meteorseed/ack_latency_ms/p50", round(statistics.median(samples), 1))
+        stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))
+
+
+def _fail_scrape(what: str, failure: Failure) -> None:
+    """Mark the scrape in progress (if any) failed: its task is not acked."""
+    scrape = current_scrape()
+    if scrape is not None:
+        scrape.fail(f"{what}: {type(failure.value).__name__}: {failure.getErrorMessage()}")
 
 
 __all__ = ["TASK_META_KEY", "StreamScheduler"]
