@@ -5,224 +5,45 @@ number and reason, a bad URL inside a good line with its 0-based position in ``p
 and everything else still goes to the stream.
 """
 
+
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 import logging
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from meteorseed_scrapy.dedup.fingerprint import RECRAWL_META_KEY, check_recrawl_after
-from meteorseed_scrapy.seeding.schedule import parse_schedule
-from meteorseed_scrapy.seeding.sitemap import SitemapError, check_sitemap_payload, expand_sitemap
-from meteorseed_scrapy.seeding.templates import (
-    expand_keywords,
-    expand_template,
-    plan_keywords,
-    plan_template,
+from meteorseed_scrapy.seeding.payload import (
+    MAX_URLS_PER_LINE,
+    SUPPORTED_TASK_TYPES,
+    UnsupportedTaskType,
+    check_payload,
 )
-from meteorseed_scrapy.tasks import ExecTask, SeedTask, TaskError, canonical_url
+from meteorseed_scrapy.seeding.seed_lines import (
+    MAX_LINE_BYTES,
+    SeedLineError,
+    parse_seed_line,
+    read_lines,
+)
+from meteorseed_scrapy.seeding.seed_urls import (
+    MAX_URL_BYTES,
+    UrlError,
+    cached_canonical_url,
+    expand,
+)
+from meteorseed_scrapy.seeding.sitemap import SitemapError
+from meteorseed_scrapy.tasks import SeedTask, TaskError
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.streams.writer import AddResult, Encoded, TaskWriter
 
 logger = logging.getLogger(__name__)
 
-#: canonical_url of the URLs just expanded: the check here and the fingerprint in
-#: TaskWriter.encode then canonicalise each URL once (w3lib is the costliest step per URL).
-cached_canonical_url = functools.lru_cache(maxsize=4096)(canonical_url)
-
-#: Longest accepted seed line, in UTF-8 bytes, line ending excluded.
-MAX_LINE_BYTES = 2 * 1024 * 1024
-#: Most URLs accepted in one ``url_list`` seed line.
-MAX_URLS_PER_LINE = 10_000
-#: Longest accepted URL, in UTF-8 bytes.
-MAX_URL_BYTES = 2048
 #: URLs built between two yields to the event loop while a batch is in flight.
 _YIELD_EVERY = 100
 #: Event-loop steps given to a batch just handed to Redis (redis-py needs several to send it).
 _YIELDS_AFTER_SEND = 10
-SUPPORTED_TASK_TYPES = frozenset({"url_list", "url_template", "sitemap", "keywords"})
-
-# json.loads turns "\ud800" escapes into lone surrogates, which UTF-8 (and so Redis keys and
-# messages) cannot carry. Only lines holding such an escape pay for the full check.
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-
-class SeedLineError(ValueError):
-    """A seed line that cannot be used at all; nothing of it is enqueued."""
-
-    def __init__(self, lineno: int, reason: str) -> None:
-        super().__init__(f"line {lineno}: {reason}")
-        self.lineno = lineno
-        self.reason = reason
-
-
-class UnsupportedTaskType(TaskError):
-    """A valid seed of a type this version cannot expand yet."""
-
-
-@dataclass(frozen=True)
-class UrlError:
-    """A bad URL inside a good ``url_list`` line: ``position`` is its 0-based index in
-    ``payload.urls``."""
-
-    position: int
-    reason: str
-
-
-def check_payload(seed: SeedTask) -> None:
-    """Check the type-specific payload and the ``schedule`` of ``seed``; raises
-    :class:`TaskError`."""
-    if seed.task_type not in SUPPORTED_TASK_TYPES:
-        raise UnsupportedTaskType("task_type", f"{seed.task_type!r} is not supported")
-    parse_schedule(seed.schedule)
-    for where, holder in (("payload", seed.payload), ("meta", seed.meta)):
-        if RECRAWL_META_KEY in holder:
-            check_recrawl_after(holder[RECRAWL_META_KEY], f"{where}.{RECRAWL_META_KEY}")
-    if seed.task_type == "url_template":
-        plan_template(seed.payload)
-        return
-    if seed.task_type == "keywords":
-        plan_keywords(seed.payload)
-        return
-    if seed.task_type == "sitemap":
-        check_sitemap_payload(seed.payload)
-        return
-    urls = seed.payload.get("urls")
-    if not isinstance(urls, list):
-        raise TaskError("payload.urls", "must be a list of URLs")
-    if len(urls) > MAX_URLS_PER_LINE:
-        raise TaskError(
-            "payload.urls",
-            f"has {len(urls)} URLs, more than the limit of {MAX_URLS_PER_LINE} per line",
-        )
-
-
-def parse_seed_line(line: str | bytes, lineno: int) -> SeedTask:
-    """Parse and validate one JSON Lines seed; raises :class:`SeedLineError` with the reason.
-
-    ``bytes`` are checked against :data:`MAX_LINE_BYTES` before decoding (so a reader can hand
-    over a cut-off prefix of an over-long line) and must be UTF-8.
-    """
-    if isinstance(line, bytes):
-        raw = line
-        if len(raw) > MAX_LINE_BYTES:
-            raise SeedLineError(lineno, _too_long())
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise SeedLineError(lineno, f"is not valid UTF-8 (byte {exc.start})") from None
-    elif len(line) > MAX_LINE_BYTES // 4 and len(line.encode("utf-8", "replace")) > MAX_LINE_BYTES:
-        # (a str of at most MAX/4 characters cannot exceed MAX bytes: skip the encode)
-        raise SeedLineError(lineno, _too_long())
-    try:
-        data = json.loads(line)
-    except RecursionError:
-        raise SeedLineError(lineno, "is not valid JSON (nested too deeply)") from None
-    except ValueError as exc:
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        column = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise SeedLineError(lineno, f"is not valid JSON ({reason}{column})") from None
-    if _SURROGATE_ESCAPE.search(line):
-        try:
-            json.dumps(data, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise SeedLineError(
-                lineno, "holds an unpaired surrogate escape (\\ud800-\\udfff)"
-            ) from None
-    try:
-        seed = SeedTask.from_dict(data)
-        check_payload(seed)
-    except TaskError as exc:
-        raise SeedLineError(lineno, str(exc)) from None
-    except TypeError as exc:  # e.g. a list as task_type: unhashable, so no set lookup
-        raise SeedLineError(lineno, f"is not a valid seed ({exc})") from None
-    return seed
-
-
-def _too_long() -> str:
-    return f"is longer than the limit of {MAX_LINE_BYTES} bytes (2 MiB) per line"
-
-
-def expand(seed: SeedTask) -> Iterator[ExecTask | UrlError]:
-    """Exec tasks of ``seed``, one per URL, in order; a bad URL yields a :class:`UrlError`
-    whose position counts URLs in expansion order (for ``url_list``: the index in
-    ``payload.urls``; ``keywords``: in ``payload.keywords``; a failing child sitemap takes
-    the position where its URLs would have been).
-
-    The seed's payload is checked now (raising :class:`TaskError`), the URLs lazily, so a seed
-    of a million URLs never exists as a million tasks at once. A sitemap that cannot be read
-    raises :class:`SitemapError` while iterating.
-    """
-    check_payload(seed)
-    if RECRAWL_META_KEY not in seed.meta and RECRAWL_META_KEY in seed.payload:
-        # The window travels with each task (tasks.meta) to enqueue.lua, which stores it as
-        # the site's window, so child requests (which carry none) inherit it.
-        seed = SeedTask(**{**seed.__dict__, "meta": {
-            **seed.meta, RECRAWL_META_KEY: seed.payload[RECRAWL_META_KEY]}})
-    urls: Iterable[Any]
-    if seed.task_type == "url_template":
-        urls = expand_template(seed.payload)
-    elif seed.task_type == "keywords":
-        urls = expand_keywords(seed.payload)
-    elif seed.task_type == "sitemap":
-        urls = expand_sitemap(seed.payload)
-    else:
-        urls = seed.payload["urls"]
-    return _expand_urls(seed, urls)
-
-
-def _expand_urls(seed: SeedTask, urls: Iterable[Any]) -> Iterator[ExecTask | UrlError]:
-    # Seed-level fields validated once, per URL only the URL (same errors as seed.exec_task).
-    make_task = seed.exec_task_factory() or seed.exec_task
-    for position, url in enumerate(urls):
-        # Everything that could fail later in TaskWriter.add is checked here, per URL, so one
-        # bad URL is rejected alone instead of failing a whole batch.
-        if isinstance(url, (TaskError, SitemapError)):
-            yield UrlError(position, str(url))
-            continue
-        if isinstance(url, str) and len(url) > MAX_URL_BYTES // 4 and (
-            len(url.encode("utf-8", "replace")) > MAX_URL_BYTES
-        ):
-            yield UrlError(position, f"url: is longer than {MAX_URL_BYTES} bytes")
-            continue
-        try:
-            task = make_task(url)  # validates the URL (any JSON value may come in)
-            try:
-                cached_canonical_url(task.url)  # a bad port or IPv6 host fails here
-            except ValueError as exc:
-                raise TaskError("url", f"cannot be canonicalised ({exc})") from None
-            task.to_message()  # too large (seed meta + URL), or not encodable
-        except ValueError as exc:  # TaskError included
-            yield UrlError(position, str(exc))
-            continue
-        yield task
-
-
-def read_lines(stream: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
-    """Lines of a binary stream without their line ending, holding at most ~``max_bytes`` each.
-
-    A longer line is yielded cut to more than ``max_bytes`` bytes (so :func:`parse_seed_line`
-    rejects it and line numbers stay right) and the rest of it is skipped unread into memory.
-    """
-    limit = max_bytes + 2  # room for "\r\n" after a line of exactly max_bytes
-    while True:
-        chunk = stream.readline(limit)
-        if not chunk:
-            return
-        if chunk.endswith(b"\n") or len(chunk) < limit:
-            yield chunk.rstrip(b"\n").rstrip(b"\r")
-            continue
-        while True:  # over-long: drop the rest of the line
-            rest = stream.readline(64 * 1024)
-            if not rest or rest.endswith(b"\n"):
-                break
-        yield chunk
 
 
 @dataclass(frozen=True)
@@ -378,3 +199,9 @@ def parse_lines(lines: Iterable[str | bytes], on_error: Callable[[Rejection], No
 
 def _ignore_wait(backlog: int) -> None:
     pass
+
+
+__all__ = ["MAX_LINE_BYTES", "MAX_URLS_PER_LINE", "MAX_URL_BYTES", "SUPPORTED_TASK_TYPES",
+           "ExpandSummary", "Rejection", "SeedLineError", "UnsupportedTaskType", "UrlError",
+           "cached_canonical_url", "check_payload", "expand", "expand_stream", "parse_lines",
+           "parse_seed_line", "read_lines"]
