@@ -130,5 +130,4 @@ class SeedTask:
         )
 
 
-
 __all__ = ["TASK_TYPES", "SeedTask"]

@@ -47,7 +47,6 @@ def check_lane(value: Any) -> None:
         raise TaskError("lane", f"must be one of {', '.join(LANES)}, got {value!r}"[:300])
 
 
-
 def check_json_safe(name: str, value: Any) -> None:
     """Raise :class:`TaskError` naming ``name`` unless ``value`` encodes as strict JSON in UTF-8
     (the one check of task ``meta``/``cb_kwargs``, whether set directly or by a yielded request).

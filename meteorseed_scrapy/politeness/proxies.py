@@ -136,5 +136,4 @@ class ProxyPoolMiddleware(SiteMiddleware):
                 self.stats.inc_value("meteorseed/proxy/cooldowns")
 
 
-
 __all__ = ["PROXY_META_KEY", "ProxyPool", "ProxyPoolMiddleware", "ProxyState"]
