@@ -11,15 +11,18 @@ compare two versions with the same harness).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -36,6 +39,24 @@ sys.path.insert(0, SRC)  # the harness enqueues with the same code the workers r
 from meteorseed_scrapy.keys import KeyLayout  # noqa: E402
 from meteorseed_scrapy.streams.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.tasks import ExecTask  # noqa: E402
+from meteorseed_scrapy.testing.polling import wait_for  # noqa: E402
+from meteorseed_scrapy.testing.redis_server import RedisServer  # noqa: E402
+
+
+@contextlib.contextmanager
+def bench_rig(keep: str | None, prefix: str,
+              linger: float = 0.0) -> Iterator[tuple[Path, RedisServer, BenchSite]]:
+    """A work directory (``keep``, else a temporary one removed at the end, ``linger`` seconds
+    after the workers are gone), a throwaway Redis server and the benchmark site."""
+    workdir = Path(keep or tempfile.mkdtemp(prefix=prefix))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        with RedisServer() as server, BenchSite() as site:
+            yield workdir, server, site
+    finally:
+        if not keep:
+            time.sleep(linger)
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 class BenchSite:
@@ -174,10 +195,4 @@ def log_errors(worker: Worker) -> list[str]:
 
 
 def wait_until(predicate: Any, timeout: float, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise RuntimeError(f"condition not met within {timeout}s")
+    return wait_for(predicate, timeout, interval, error=RuntimeError)

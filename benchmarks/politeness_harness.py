@@ -35,6 +35,7 @@ from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import ExecTask
 from meteorseed_scrapy.testing.faults import FaultSite
+from meteorseed_scrapy.testing.polling import poll_until
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -207,13 +208,8 @@ def _children_cpu() -> float:
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.005) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    return None
+    """The predicate's first truthy value, or None when ``timeout`` passed first."""
+    return poll_until(predicate, timeout, interval)
 
 
 def window_rates(arrivals: list[float], width: float) -> list[float]:

@@ -16,10 +16,8 @@ otherwise (``--claim-idle 5`` for a quick run). The last line is the figure.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _crawl_rig import (
     BenchSite,
     Worker,
+    bench_rig,
     enqueue_tasks,
     log_errors,
     median,
@@ -179,28 +178,22 @@ def main(argv: list[str] | None = None) -> None:
     claim_idle = args.claim_idle if args.claim_idle is not None else 30.0
     target = claim_idle + 5
 
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="meteorseed-reclaim-"))
-    workdir.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
-    try:
-        with RedisServer() as server, BenchSite() as site:
-            print(source_label(), flush=True)
-            print(f"{args.pages} pages of {args.delay_ms} ms, 2 workers x "
-                  f"CONCURRENT_REQUESTS={args.concurrency}, CLAIM_IDLE={claim_idle:g}, "
-                  f"{args.rounds} rounds; work dir {workdir}", flush=True)
-            for rnd in range(1, args.rounds + 1):
-                r = run_round(rnd, args, server, site, workdir)
-                results.append(r)
-                s = r.survivor_stats
-                print(f"round {rnd}: reclaimed {r.held} tasks {r.reclaim_s:.1f}s after SIGKILL; "
-                      f"stored {r.stored}/{args.pages}, lost {r.lost}; refetched pages "
-                      f"{r.refetched}; w2 reclaimed {s.get('meteorseed/reclaimed', 0)}, acked "
-                      f"without refetch {s.get('meteorseed/acked_without_refetch', 0)}; "
-                      + ("problems: " + "; ".join(r.problems) if r.problems else "all checks ok"),
-                      flush=True)
-    finally:
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
+    with bench_rig(args.keep, "meteorseed-reclaim-") as (workdir, server, site):
+        print(source_label(), flush=True)
+        print(f"{args.pages} pages of {args.delay_ms} ms, 2 workers x "
+              f"CONCURRENT_REQUESTS={args.concurrency}, CLAIM_IDLE={claim_idle:g}, "
+              f"{args.rounds} rounds; work dir {workdir}", flush=True)
+        for rnd in range(1, args.rounds + 1):
+            r = run_round(rnd, args, server, site, workdir)
+            results.append(r)
+            s = r.survivor_stats
+            print(f"round {rnd}: reclaimed {r.held} tasks {r.reclaim_s:.1f}s after SIGKILL; "
+                  f"stored {r.stored}/{args.pages}, lost {r.lost}; refetched pages "
+                  f"{r.refetched}; w2 reclaimed {s.get('meteorseed/reclaimed', 0)}, acked "
+                  f"without refetch {s.get('meteorseed/acked_without_refetch', 0)}; "
+                  + ("problems: " + "; ".join(r.problems) if r.problems else "all checks ok"),
+                  flush=True)
 
     times = [r.reclaim_s for r in results]
     lost = sum(r.lost for r in results)

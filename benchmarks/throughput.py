@@ -27,8 +27,6 @@ import argparse
 import shutil
 import sqlite3
 import sys
-import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,16 +36,14 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _crawl_rig import (
-    BenchSite,
     Worker,
+    bench_rig,
     enqueue_tasks,
     log_errors,
     median,
     source_label,
     start_worker,
 )
-
-from meteorseed_scrapy.testing.redis_server import RedisServer
 
 CONTENDERS = ("stock", "meteorseed", "scrapy-redis")
 LABEL = {"stock": "stock", "meteorseed": "meteorseed", "scrapy-redis": "scrapy-redis"}
@@ -163,39 +159,32 @@ def main(argv: list[str] | None = None) -> None:
         wrapper = [spy, "record", "--format", "raw", "--rate", "200", "--subprocesses",
                    "--threads", "--output"]
 
-    workdir = Path(args.keep or tempfile.mkdtemp(prefix="meteorseed-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
     runs: list[Run] = []
-    try:
-        with RedisServer() as server, BenchSite() as site:
-            urls = [f"{site.url}/item/{i}" for i in range(args.pages)]
-            urls_file = workdir / "urls.txt"
-            urls_file.write_text("\n".join(urls) + "\n")
-            print(source_label(), flush=True)
-            print(f"{args.pages} pages of ~5 KB from {site.url}, Redis {server.url}, "
-                  f"CONCURRENT_REQUESTS=16, {args.rounds} rounds; work dir {workdir}",
-                  flush=True)
-            for rnd in range(1, args.rounds + 1):
-                shift = (rnd - 1) % len(contenders)
-                order = contenders[shift:] + contenders[:shift]
-                for contender in order:
-                    run = run_one(contender, rnd, args.pages, urls_file, urls, server.url,
-                                  workdir, args.timeout, wrapper)
-                    runs.append(run)
-                    extra = ""
-                    if contender == "meteorseed":
-                        p50 = run.stats.get("meteorseed/ack_latency_ms/p50")
-                        p95 = run.stats.get("meteorseed/ack_latency_ms/p95")
-                        extra = f"  ack latency p50 {p50} ms, p95 {p95} ms"
-                    print(f"round {rnd} {LABEL[contender]:<12} {run.seconds:7.2f} s "
-                          f"{run.pages_per_s(args.pages):7.1f} pages/s  "
-                          f"cpu {run.cpu_seconds:6.2f} s "
-                          f"({1000 * run.cpu_seconds / args.pages:.2f} ms/page){extra}",
-                          flush=True)
-    finally:
-        if not args.keep:
-            time.sleep(0.2)
-            shutil.rmtree(workdir, ignore_errors=True)
+    with bench_rig(args.keep, "meteorseed-bench-", linger=0.2) as (workdir, server, site):
+        urls = [f"{site.url}/item/{i}" for i in range(args.pages)]
+        urls_file = workdir / "urls.txt"
+        urls_file.write_text("\n".join(urls) + "\n")
+        print(source_label(), flush=True)
+        print(f"{args.pages} pages of ~5 KB from {site.url}, Redis {server.url}, "
+              f"CONCURRENT_REQUESTS=16, {args.rounds} rounds; work dir {workdir}",
+              flush=True)
+        for rnd in range(1, args.rounds + 1):
+            shift = (rnd - 1) % len(contenders)
+            order = contenders[shift:] + contenders[:shift]
+            for contender in order:
+                run = run_one(contender, rnd, args.pages, urls_file, urls, server.url,
+                              workdir, args.timeout, wrapper)
+                runs.append(run)
+                extra = ""
+                if contender == "meteorseed":
+                    p50 = run.stats.get("meteorseed/ack_latency_ms/p50")
+                    p95 = run.stats.get("meteorseed/ack_latency_ms/p95")
+                    extra = f"  ack latency p50 {p50} ms, p95 {p95} ms"
+                print(f"round {rnd} {LABEL[contender]:<12} {run.seconds:7.2f} s "
+                      f"{run.pages_per_s(args.pages):7.1f} pages/s  "
+                      f"cpu {run.cpu_seconds:6.2f} s "
+                      f"({1000 * run.cpu_seconds / args.pages:.2f} ms/page){extra}",
+                      flush=True)
 
     by = {(r.contender, r.round): r for r in runs}
     rounds = range(1, args.rounds + 1)

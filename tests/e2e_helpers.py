@@ -9,8 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import redis.asyncio as aioredis
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.testing.polling import wait_for  # noqa: F401 (the e2e tests import it here)
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = Path(__file__).resolve().parent / "e2e_project"
@@ -107,13 +107,3 @@ def stored_docs(store: Path) -> dict[str, dict[str, Any]]:
         except sqlite3.OperationalError:  # the worker has not created the table yet
             return {}
         return {row[0]: json.loads(row[1]) for row in rows}
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 60, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s: {predicate}")

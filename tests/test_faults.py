@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from email.message import Message
 import pytest
 
 from meteorseed_scrapy.testing.faults import RESET, FaultSite, Mode, parse_mode, site_of
+from meteorseed_scrapy.testing.polling import wait_for
 
 
 @pytest.fixture
@@ -35,15 +35,6 @@ def get_json(url: str) -> dict:
     status, _, body = get(url)
     assert status == 200, body
     return dict(json.loads(body))
-
-
-def wait_for(predicate: object, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met")
 
 
 def test_normal_pages_have_a_title_unique_per_path_and_query(site: FaultSite) -> None:
@@ -77,7 +68,7 @@ def test_counts_parallel_slow_requests_in_flight(site: FaultSite) -> None:
                for i in range(n)]
     for thread in threads:
         thread.start()
-    wait_for(lambda: site.in_flight("a") == n)
+    wait_for(lambda: site.in_flight("a") == n, timeout=30, interval=0.01)
     for thread in threads:
         thread.join()
     assert results == [200] * n
@@ -85,7 +76,8 @@ def test_counts_parallel_slow_requests_in_flight(site: FaultSite) -> None:
     assert site.max_in_flight("a") == n
     assert sorted(h.in_flight for h in site.hits("a")) == list(range(1, n + 1))
     # finish is stamped after the response went out: the client may have it a moment earlier.
-    wait_for(lambda: all(h.finish is not None for h in site.hits("a")))
+    wait_for(lambda: all(h.finish is not None for h in site.hits("a")), timeout=30,
+             interval=0.01)
     assert all(h.finish is not None and h.finish - h.arrival >= 3 for h in site.hits("a"))
 
 
@@ -125,7 +117,7 @@ def test_status_for_a_time_window_then_the_lasting_mode(site: FaultSite) -> None
     site.set_mode("a", 503, duration=0.5)
     assert get(f"{site.url}/a/1")[0] == 503
     assert site.mode("a").status == 503
-    wait_for(lambda: site.mode("a") == Mode())
+    wait_for(lambda: site.mode("a") == Mode(), timeout=30, interval=0.01)
     assert get(f"{site.url}/a/2")[0] == 200
 
 
