@@ -7,9 +7,9 @@ from scrapy.http import HtmlResponse
 
 from meteorseed_scrapy.sites.extract import find, select_values, serialise
 from meteorseed_scrapy.sites.schema import Selector
-from meteorseed_scrapy.testing.sites import _article, _product
+from meteorseed_scrapy.testing.demo_pages import article, product
 
-PAGES = [_article(3), _product(7), b"<html><body><p>a<!-- c --><b>b</b></p>"
+PAGES = [article(3), product(7), b"<html><body><p>a<!-- c --><b>b</b></p>"
          b"<ul><li class='x y'>1</li><li>2</li></ul></body></html>"]
 QUERIES = [
     ("css", "h1::text"), ("css", ".author::text"), ("css", "time::attr(datetime)"),

@@ -27,73 +27,31 @@ response never makes the count overshoot. ``GET /_stats[?site=a][&hits=0]`` retu
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import socket
 import struct
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
-
-RESET = 0  #: the status recorded for a connection closed without a response
-MAX_DELAY = 600.0
-
-
-@dataclass(frozen=True)
-class Mode:
-    status: int = 200  #: RESET for a connection reset
-    delay: float = 0.0
-    retry_after: str | None = None
-
-
-@dataclass
-class Hit:
-    site: str
-    target: str  #: path and query
-    arrival: float  #: time.monotonic()
-    arrival_wall: float  #: time.time()
-    in_flight: int  #: requests to the site in flight at arrival, this one included
-    finish: float | None = None
-    finish_wall: float | None = None
-    status: int | None = None  #: sent status, RESET (0) for a reset, None while in flight
-
-
-@dataclass
-class _Temporary:
-    mode: Mode
-    remaining: int | None
-    until: float | None
-
-
-def parse_mode(mode: str | int = "ok", *, delay: float | None = None,
-               retry_after: float | str | None = None) -> Mode:
-    """``"ok"``, ``"slow"``, ``"reset"`` or a status code (``429``, ``"503"``) → :class:`Mode`."""
-    text = str(mode).strip().lower()
-    if text == "slow":
-        status, delay = 200, 1.0 if delay is None else delay
-    elif text in ("ok", "reset"):
-        status = 200 if text == "ok" else RESET
-    elif text.isdigit() and 200 <= int(text) <= 599:
-        status = int(text)
-    else:
-        raise ValueError(f"unknown mode {mode!r}: ok, slow, reset or a status code 200-599")
-    delay = 0.0 if delay is None else float(delay)
-    if not 0 <= delay <= MAX_DELAY:
-        raise ValueError(f"delay must be within 0-{MAX_DELAY:g} s, not {delay}")
-    if retry_after is not None and status in (200, RESET):
-        raise ValueError("retry_after goes with an error status")
-    if isinstance(retry_after, float) and retry_after.is_integer():
-        retry_after = int(retry_after)
-    return Mode(status, delay, None if retry_after is None else str(retry_after))
-
-
-def site_of(path: str) -> str:
-    return path.strip("/").split("/", 1)[0]
+from meteorseed_scrapy.testing.fault_modes import (
+    MAX_DELAY,
+    RESET,
+    Hit,
+    Mode,
+    Temporary,
+    page,
+    parse_mode,
+    site_of,
+)
+from meteorseed_scrapy.testing.loopback import (
+    LoopbackHandler,
+    LoopbackSite,
+    serve_until_interrupted,
+)
 
 
 class FaultSite(LoopbackSite):
@@ -107,7 +65,7 @@ class FaultSite(LoopbackSite):
         self._hits: dict[str, list[Hit]] = {}
         self._in_flight: Counter[str] = Counter()
         self._modes: dict[str, Mode] = {}
-        self._temporary: dict[str, _Temporary] = {}
+        self._temporary: dict[str, Temporary] = {}
 
     # -- modes ---------------------------------------------------------------------------------
     def set_mode(self, site: str, mode: str | int = "ok", *, delay: float | None = None,
@@ -126,7 +84,7 @@ class FaultSite(LoopbackSite):
                 self._temporary.pop(site, None)
             else:
                 until = None if duration is None else time.monotonic() + duration
-                self._temporary[site] = _Temporary(parsed, times, until)
+                self._temporary[site] = Temporary(parsed, times, until)
 
     def mode(self, site: str) -> Mode:
         """The mode the next request to ``site`` would get (without using up a temporary one)."""
@@ -243,14 +201,6 @@ class FaultSite(LoopbackSite):
             return 400, {"error": str(exc)}
         return 404, {"error": "control paths: /_stats, /_mode?site=..&mode=.., /_reset"}
 
-
-def page(target: str, status: int) -> bytes:
-    title = html.escape(f"Fault site {target}" if status == 200 else f"{status} {target}")
-    return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
-            f"<body><h1>{title}</h1></body></html>\n").encode()
-
-
-
 class _Handler(LoopbackHandler):
     server_version = "MeteorSeedFaults/1.0"
     timeout = 60
@@ -284,6 +234,7 @@ class _Handler(LoopbackHandler):
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.connection.close()
 
+
 FaultSite.handler = _Handler
 
 
@@ -296,13 +247,11 @@ def main(argv: list[str] | None = None) -> None:
         site = FaultSite(args.port, args.host)
     except ValueError as exc:
         parser.error(str(exc))
-    with site:
-        print(site.url, flush=True)
-        try:
-            while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+    serve_until_interrupted(site, lambda started: started.url)
+
+
+__all__ = ["MAX_DELAY", "RESET", "FaultSite", "Hit", "Mode", "page", "parse_mode",
+           "site_of"]
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, TypeVar
@@ -92,3 +94,15 @@ class LoopbackSite:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def serve_until_interrupted(site: _S, banner: Callable[[_S], str]) -> None:
+    """Serve ``site`` in the foreground (``python -m …``), printing ``banner(site)`` once it is
+    listening, until Ctrl-C."""
+    with site:
+        print(banner(site), flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
