@@ -11,125 +11,28 @@ Every time that matters across machines is Redis ``TIME``, read inside the Lua s
 from __future__ import annotations
 
 import builtins
-import json
-import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy import scripts
-from meteorseed_scrapy.keys import DEFAULT_LANE, KeyLayout
+from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor, RunState, plan_next
-from meteorseed_scrapy.seeding.expand import check_payload
+from meteorseed_scrapy.seeding.payload import check_payload
+from meteorseed_scrapy.seeding.records import (
+    SeedRecord,
+    canonical_json,
+    record_from_hash,
+    seed_to_dict,
+    text,
+)
 from meteorseed_scrapy.seeding.schedule import schedule_of
 from meteorseed_scrapy.tasks import SeedTask, TaskError
 
 if TYPE_CHECKING:
     import redis.asyncio
 
-logger = logging.getLogger(__name__)
-
 #: Longest ``last_error`` kept (a traceback-sized message is cut).
 MAX_ERROR_CHARS = 2000
-
-
-def seed_to_dict(seed: SeedTask) -> dict[str, Any]:
-    """``seed`` as its JSON line would hold it (defaults left out)."""
-    out: dict[str, Any] = {"seed_id": seed.seed_id, "site_id": seed.site_id,
-                           "task_type": seed.task_type, "payload": dict(seed.payload)}
-    if seed.priority:
-        out["priority"] = seed.priority
-    for name in ("schedule", "parse_rule", "callback"):
-        if getattr(seed, name) is not None:
-            out[name] = getattr(seed, name)
-    if seed.meta:
-        out["meta"] = dict(seed.meta)
-    if seed.lane != DEFAULT_LANE:
-        out["lane"] = seed.lane
-    return out
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-@dataclass(frozen=True)
-class SeedRecord:
-    """A seed's definition plus its run state (times are epoch seconds, Redis clock)."""
-
-    seed: SeedTask
-    added_at: float
-    last_run: float | None
-    last_success: float | None
-    last_error: str | None  # of the last run; None once a run succeeds
-    last_yield: int | None  # new URLs of the last run (not duplicates), workers' children too
-    runs: int
-    failures: int  # consecutive failed runs (0 after a success)
-    next_due: float | None  # None: not scheduled (a one-shot seed that ran)
-    interval_s: float | None  # the adaptive interval in use (every schedules)
-    updated_at: float | None = None
-    rev: int = 0  # definition revision, + 1 on each change
-    last_enqueued: int | None = None
-    last_duplicates: int | None = None
-    last_rejected: int | None = None
-    yield_rate: float | None = None  # EWMA of new URLs per hour
-    pending_yield: int = 0  # children counted by workers since the last run
-
-    @property
-    def seed_id(self) -> str:
-        return self.seed.seed_id
-
-    @property
-    def status(self) -> str:
-        """``new`` (never run), ``ok`` or ``failing``."""
-        if self.failures:
-            return "failing"
-        return "ok" if self.runs else "new"
-
-    def to_json(self) -> dict[str, Any]:
-        """JSON-safe, for the API and ``status --json``."""
-        out: dict[str, Any] = {"seed_id": self.seed.seed_id, "site_id": self.seed.site_id,
-                               "status": self.status, "seed": seed_to_dict(self.seed)}
-        for f in fields(self):
-            if f.name != "seed":
-                out[f.name] = getattr(self, f.name)
-        return out
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _float(raw: Mapping[str, str], name: str) -> float | None:
-    value = raw.get(name)
-    return None if value is None or value == "" else float(value)
-
-
-def _int(raw: Mapping[str, str], name: str) -> int | None:
-    value = raw.get(name)
-    return None if value is None or value == "" else int(value)
-
-
-def _record(seed_id: str, hash_: Mapping[Any, Any], due: Any, pending: Any) -> SeedRecord | None:
-    raw = {_text(k): _text(v) for k, v in hash_.items()}
-    if "def" not in raw:
-        return None  # deleted between the index read and this one
-    try:
-        seed = SeedTask.from_dict(json.loads(raw["def"]))
-    except (ValueError, TypeError) as exc:  # written by an older/newer version: say which
-        logger.error("seed %s: stored definition is unreadable (%s)", seed_id, exc)
-        return None
-    return SeedRecord(
-        seed=seed, added_at=_float(raw, "added_at") or 0.0,
-        last_run=_float(raw, "last_run"), last_success=_float(raw, "last_success"),
-        last_error=raw.get("last_error") or None, last_yield=_int(raw, "last_yield"),
-        runs=_int(raw, "runs") or 0, failures=_int(raw, "failures") or 0,
-        next_due=None if due is None else float(due), interval_s=_float(raw, "interval_s"),
-        updated_at=_float(raw, "updated_at"), rev=_int(raw, "rev") or 0,
-        last_enqueued=_int(raw, "last_enqueued"), last_duplicates=_int(raw, "last_duplicates"),
-        last_rejected=_int(raw, "last_rejected"), yield_rate=_float(raw, "rate"),
-        pending_yield=int(pending or 0),
-    )
 
 
 class SeedRegistry:
@@ -170,11 +73,11 @@ class SeedRegistry:
         """
         check_payload(seed)  # the schedule too
         definition = seed_to_dict(seed)
-        sched = "" if seed.schedule is None else _canonical(seed.schedule)
+        sched = "" if seed.schedule is None else canonical_json(seed.schedule)
         keys = self._keys
         await self._script("seed_put")(
             keys=[keys.seed(seed.seed_id), keys.seeds, keys.seeds_by_site, keys.seeds_due],
-            args=[seed.seed_id, _canonical(definition), seed.site_id, sched,
+            args=[seed.seed_id, canonical_json(definition), seed.site_id, sched,
                   "" if lease_s is None else repr(float(lease_s))],
         )
         record = await self.get(seed.seed_id)
@@ -194,7 +97,7 @@ class SeedRegistry:
                 pipe.zscore(self._keys.seeds_due, seed_id)
                 pipe.hget(self._keys.seeds_yield, seed_id)
             replies = await pipe.execute()
-        return [_record(seed_id, replies[3 * i], replies[3 * i + 1], replies[3 * i + 2])
+        return [record_from_hash(seed_id, replies[3 * i], replies[3 * i + 1], replies[3 * i + 2])
                 for i, seed_id in enumerate(seed_ids)]
 
     async def list(self, *, site_id: str | None = None, offset: int = 0,
@@ -206,11 +109,11 @@ class SeedRegistry:
             return []
         if site_id is None:
             raw = await self._redis.zrange(self._keys.seeds, offset, offset + limit - 1)
-            ids = [_text(member) for member in raw]
+            ids = [text(member) for member in raw]
         else:
             raw = await self._redis.zrangebylex(
                 self._keys.seeds_by_site, f"[{site_id}\t", f"({site_id}\n", offset, limit)
-            ids = [_text(member).split("\t", 1)[1] for member in raw]
+            ids = [text(member).split("\t", 1)[1] for member in raw]
         return [record for record in await self._load(ids) if record is not None]
 
     async def count(self, *, site_id: str | None = None) -> int:
@@ -239,7 +142,7 @@ class SeedRegistry:
         reply = await self._script("seed_claim")(
             keys=[self._keys.seeds_due], args=["" if now is None else repr(float(now)), limit,
                                                repr(float(lease_s))])
-        ids = [_text(member) for member in reply[1:]]
+        ids = [text(member) for member in reply[1:]]
         records = await self._load(ids)
         missing = [seed_id for seed_id, record in zip(ids, records, strict=True)
                    if record is None]
@@ -291,7 +194,7 @@ class SeedRegistry:
             pipe.hget(keys.seeds_yield, seed_id)
             (secs, usecs), hash_, pending = await pipe.execute()
         now = int(secs) + int(usecs) / 1e6
-        before = _record(seed_id, hash_, None, pending)
+        before = record_from_hash(seed_id, hash_, None, pending)
         if before is None:
             return None
         children = before.pending_yield
@@ -320,3 +223,6 @@ class SeedRegistry:
         if not int(written):
             return None
         return await self.get(seed_id)
+
+
+__all__ = ["MAX_ERROR_CHARS", "SeedRecord", "SeedRegistry", "seed_to_dict"]
