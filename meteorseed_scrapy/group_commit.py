@@ -21,7 +21,8 @@ from meteorseed_scrapy.stores import Store, StoreUnavailable, open_store
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
-logger = logging.getLogger(__name__)
+# Logged under the store stage's name, as before this was split out of it.
+logger = logging.getLogger("meteorseed_scrapy.pipelines")
 
 _T = TypeVar("_T")
 BACKOFF_FIRST = 0.1

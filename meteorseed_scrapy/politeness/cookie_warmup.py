@@ -14,7 +14,8 @@ from meteorseed_scrapy.politeness.site_configs import (
     SiteMiddleware,
 )
 
-logger = logging.getLogger(__name__)
+# Logged under the name these middlewares always had (users' logging config refers to it).
+logger = logging.getLogger("meteorseed_scrapy.politeness.hygiene")
 
 
 class CookieWarmupMiddleware(SiteMiddleware):

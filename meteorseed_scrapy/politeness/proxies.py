@@ -15,7 +15,8 @@ from scrapy.http import Response
 
 from meteorseed_scrapy.politeness.site_configs import SiteMiddleware
 
-logger = logging.getLogger(__name__)
+# Logged under the name these middlewares always had (users' logging config refers to it).
+logger = logging.getLogger("meteorseed_scrapy.politeness.hygiene")
 
 #: meta key of the proxy the pool chose for a request
 PROXY_META_KEY = "meteorseed_proxy"

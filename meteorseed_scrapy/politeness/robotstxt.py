@@ -17,7 +17,8 @@ from twisted.internet.defer import Deferred
 
 from meteorseed_scrapy.politeness.site_configs import FETCH_ATTEMPTS, SITE_META_KEY, site_of
 
-logger = logging.getLogger(__name__)
+# Logged under the name these middlewares always had (users' logging config refers to it).
+logger = logging.getLogger("meteorseed_scrapy.politeness.hygiene")
 
 
 class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):

@@ -19,7 +19,8 @@ from meteorseed_scrapy.context import task_of
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.schema import SiteConfig
 
-logger = logging.getLogger(__name__)
+# Logged under the name these middlewares always had (users' logging config refers to it).
+logger = logging.getLogger("meteorseed_scrapy.politeness.hygiene")
 
 #: meta key naming the site of a request that carries no task (the warm-up fetch)
 SITE_META_KEY = "meteorseed_site"
