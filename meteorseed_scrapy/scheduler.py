@@ -51,6 +51,7 @@ from meteorseed_scrapy.streams.pump import StreamPump
 from meteorseed_scrapy.streams.retention import DeadLetterRetention, housekeeping
 from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import TaskError
+from meteorseed_scrapy.work_budget import WorkBudget
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ class StreamScheduler:
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
         self.freeze_gc = settings.getbool("METEORSEED_FREEZE_GC", True)
         self.ledger = TaskLedger()
+        self.work = WorkBudget(crawler, self.ledger, self.capacity, self.prefetch)
         self.politeness = settings.getbool("METEORSEED_POLITENESS", True)
         self.limits = SiteLimits.from_settings(settings)
         self.site_configs = site_configs(crawler)
@@ -116,7 +118,7 @@ class StreamScheduler:
         self.pump = StreamPump(
             consumer, TaskWriter(self.redis, self.keys), self.ledger, self.config, self.stats,
             gate=gate, breaker=breaker, limits_for=self.limits_for if self.politeness else None,
-            want=self._want, budget=self._budget, on_change=self._wake,
+            want=self.work.want, budget=self._budget, on_change=self._wake,
         )
         self.pump.read_batch = max(1, self.capacity // 4)
         for mw_class in (BackoffMiddleware, CircuitBreakerMiddleware):
@@ -181,7 +183,7 @@ class StreamScheduler:
         pump = self.pump
         if pump is None or pump.stopping:
             return None
-        if self._settling() >= self.max_settling:
+        if self.work.settling() >= self.max_settling:
             # Responses already waiting for the scraper and the store are enough to keep both
             # busy; more would only wait in line, adding to every task's response-to-ack time.
             self._blocked = True
@@ -262,26 +264,7 @@ class StreamScheduler:
         return True
 
     def _budget(self) -> int:
-        """Permits worth leasing now: free download capacity not already covered by permits."""
-        active = self._downloading()
-        desk = self.pump.desk if self.pump is not None else None
-        held = sum(len(v) for v in desk.available.values()) if desk is not None else 0
-        return max(0, self.capacity - active - held)
-
-    def _downloading(self) -> int:
-        engine = self.crawler.engine
-        return len(engine.downloader.active) if engine and engine.downloader else 0
-
-    def _settling(self) -> int:
-        """Tasks whose response reached the scraper and whose scrape (callback, item commits)
-        is not finished yet."""
-        return sum(1 for e in self.ledger.entries() if e.response_at and e.outcome is None)
-
-    def _want(self) -> int:
-        active = self._downloading()
-        # Tasks whose response arrived and only wait for their commit hold no download capacity.
-        started = sum(1 for e in self.ledger.entries() if e.started and not e.response_at)
-        return max(0, self.capacity + self.prefetch - max(active, started))
+        return self.work.permits(self.pump.desk if self.pump is not None else None)
 
     def _wake(self) -> None:
         engine = self.crawler.engine
