@@ -22,30 +22,21 @@ import sys
 from collections import Counter
 from datetime import date, timedelta
 
-WORDS = (
-    "market", "city", "river", "council", "report", "season", "energy", "garden", "school",
-    "harbour", "festival", "bridge", "museum", "railway", "forest", "island", "valley", "station",
-    "library", "weather", "village", "summit", "record", "project", "science", "music", "theatre",
-    "budget", "airport", "history", "coast", "tower", "storm", "harvest", "quiet", "bright",
-)
-FIRST = ("Ada", "Alan", "Grace", "Linus", "Margaret", "Ken", "Barbara", "Dennis", "Radia")
-LAST = ("Lovelace", "Turing", "Hopper", "Torvalds", "Hamilton", "Thompson", "Liskov", "Ritchie")
+# The demo site's words: the same seeded text, built by the same code.
+from meteorseed_scrapy.testing.demo_pages import FIRST, LAST, sentence
+
 VARIANTS = 64
 MAX_DELAY_MS = 60_000
-
-
-def _sentence(rng: random.Random, low: int, high: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high))).capitalize()
 
 
 def _template(variant: int) -> str:
     """An article page with ``{n}`` placeholders; ~5 KB once filled in."""
     rng = random.Random(f"bench-article-{variant}")
-    title = _sentence(rng, 4, 8)
+    title = sentence(rng, 4, 8)
     author = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
     day = date(2024, 1, 1) + timedelta(days=variant)
     paragraphs = "\n".join(
-        "<p>" + ". ".join(_sentence(rng, 8, 14) for _ in range(5)) + ".</p>" for _ in range(10)
+        "<p>" + ". ".join(sentence(rng, 8, 14) for _ in range(5)) + ".</p>" for _ in range(10)
     )
     related = "\n".join(
         f'<li><a href="/item/{{n}}/related/{i}">Related story {i}</a></li>' for i in range(8)

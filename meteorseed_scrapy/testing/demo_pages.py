@@ -17,14 +17,14 @@ Reply = tuple[int, str, bytes, dict[str, str]]
 Query = dict[str, list[str]]
 HTML = "text/html; charset=utf-8"
 
-_WORDS = (
+WORDS = (
     "market", "city", "river", "council", "report", "season", "energy", "garden", "school",
     "harbour", "festival", "bridge", "museum", "railway", "forest", "island", "valley", "station",
     "library", "weather", "village", "summit", "record", "project", "science", "music", "theatre",
     "budget", "airport", "history", "coast", "tower", "storm", "harvest", "quiet", "bright",
 )
-_FIRST = ("Ada", "Alan", "Grace", "Linus", "Margaret", "Ken", "Barbara", "Dennis", "Radia")
-_LAST = ("Lovelace", "Turing", "Hopper", "Torvalds", "Hamilton", "Thompson", "Liskov", "Ritchie")
+FIRST = ("Ada", "Alan", "Grace", "Linus", "Margaret", "Ken", "Barbara", "Dennis", "Radia")
+LAST = ("Lovelace", "Turing", "Hopper", "Torvalds", "Hamilton", "Thompson", "Liskov", "Ritchie")
 _ADJ = ("Compact", "Deluxe", "Classic", "Rugged", "Smart", "Silent", "Portable", "Vintage")
 _NOUN = ("Kettle", "Lamp", "Backpack", "Drone", "Speaker", "Chair", "Tent", "Camera", "Bicycle")
 _ROLES = ("Python Developer", "Data Engineer", "SRE", "QA Analyst", "Product Designer")
@@ -55,13 +55,13 @@ def not_found() -> Reply:
 
 
 def sentence(rng: random.Random, low: int, high: int) -> str:
-    return " ".join(rng.choice(_WORDS) for _ in range(rng.randint(low, high))).capitalize()
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high))).capitalize()
 
 
 @lru_cache(maxsize=2048)
 def article(aid: int) -> bytes:
     rng = random.Random(f"news-article-{aid}")
-    title, author = sentence(rng, 4, 8), f"{rng.choice(_FIRST)} {rng.choice(_LAST)}"
+    title, author = sentence(rng, 4, 8), f"{rng.choice(FIRST)} {rng.choice(LAST)}"
     day = date(2024, 1, 1) + timedelta(days=aid)
     paragraphs = "\n".join(
         "<p>" + ". ".join(sentence(rng, 6, 14) for _ in range(4)) + ".</p>" for _ in range(4))
@@ -93,12 +93,13 @@ def job(jid: int) -> dict[str, Any]:
     return {
         "id": jid,
         "title": rng.choice(("Junior ", "", "Senior ", "Lead ")) + rng.choice(_ROLES),
-        "company": f"{rng.choice(_LAST)} {rng.choice(('GmbH', 'Ltd', 'S.A.', 'AS'))}",
+        "company": f"{rng.choice(LAST)} {rng.choice(('GmbH', 'Ltd', 'S.A.', 'AS'))}",
         "location": rng.choice(_CITIES),
         "salary": {"min": low, "max": low + rng.randint(5, 30) * 1000, "currency": "EUR"},
         "posted": (date(2024, 6, 1) + timedelta(days=jid % 90)).isoformat(),
     }
 
 
-__all__ = ["HTML", "PER_PAGE", "Query", "Reply", "article", "html_reply", "job", "json_reply",
-           "listing", "not_found", "page_html", "product", "sentence"]
+__all__ = ["FIRST", "HTML", "LAST", "PER_PAGE", "WORDS", "Query", "Reply", "article",
+           "html_reply", "job", "json_reply", "listing", "not_found", "page_html", "product",
+           "sentence"]
