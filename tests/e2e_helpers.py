@@ -84,8 +84,10 @@ def start_worker(tmp_path: Path, redis_url: str, namespace: str, *, name: str = 
 
 
 def enqueue(redis_url: str, namespace: str, urls: Iterable[str], *, site_id: str = "probe",
-            seed_id: str = "s1", dedup: bool = True) -> list[ExecTask]:
-    tasks = [ExecTask.create(seed_id=seed_id, site_id=site_id, url=u) for u in urls]
+            seed_id: str = "s1", dedup: bool = True, callback: str | None = None
+            ) -> list[ExecTask]:
+    tasks = [ExecTask.create(seed_id=seed_id, site_id=site_id, url=u, callback=callback)
+             for u in urls]
 
     async def run() -> None:
         client = aioredis.Redis.from_url(redis_url, decode_responses=True)

@@ -29,6 +29,7 @@ from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry
 from meteorseed_scrapy.seeding.seeder import RunResult, Seeder, SeederConfig
 from meteorseed_scrapy.tasks import ExecTask, SeedTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -351,13 +352,6 @@ def test_redis_outage_pauses_with_one_line_and_resumes(
 
 # -- as real processes ---------------------------------------------------------------------------
 
-def _wait_for(predicate: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def _registry_runs(sync_redis: redis.Redis, namespace: str, seed_id: str) -> int:
     return int(sync_redis.hget(KeyLayout(namespace).seed(seed_id), "runs") or 0)
 
@@ -392,10 +386,10 @@ def test_watch_process_runs_due_seeds_until_sigterm(
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        _wait_for(lambda: _registry_runs(sync_redis, namespace, "map") >= 2
+        wait_for(lambda: _registry_runs(sync_redis, namespace, "map") >= 2
                   and _registry_runs(sync_redis, namespace, "list") >= 2)
         site.set_urls("/sitemap.xml", 5)  # two new items appear
-        _wait_for(lambda: len(set(stream_urls(sync_redis, namespace))) == 6)
+        wait_for(lambda: len(set(stream_urls(sync_redis, namespace))) == 6)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:

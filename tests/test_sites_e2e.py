@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import os
@@ -15,12 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 from e2e_helpers import enqueue, stored_docs, wait_for
 
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
 
 pytestmark = pytest.mark.e2e
@@ -39,17 +34,7 @@ fields:
 
 def enqueue_details(redis_url: str, namespace: str, urls: list[str]) -> None:
     """Tasks for detail pages of example_news (a seed naming the ``parse_detail`` callback)."""
-    tasks = [ExecTask.create(seed_id="s1", site_id="example_news", url=url,
-                             callback="parse_detail") for url in urls]
-
-    async def run() -> None:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            await TaskWriter(client, KeyLayout(namespace)).add(tasks, dedup=True)
-        finally:
-            await client.aclose()
-
-    asyncio.run(run())
+    enqueue(redis_url, namespace, urls, site_id="example_news", callback="parse_detail")
 
 
 def start_sites_worker(tmp_path: Path, redis_url: str, namespace: str, sites_dir: Path,
