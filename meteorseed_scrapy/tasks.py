@@ -3,6 +3,9 @@
 An exec task travels through a Redis Stream as two fields: ``v`` (the format version) and
 ``t`` (the task as compact JSON). Never pickle: a message must be readable by any worker,
 any version, any language, and must not be able to run code.
+
+The pieces live in :mod:`.validation` (:class:`TaskError`, field checks), :mod:`.canonical`,
+:mod:`.task_ids`, :mod:`.exec_task` and :mod:`.seed_task`; this module gathers their names.
 """
 
 from meteorseed_scrapy.canonical import _is_canonical, canonical_url, url_fingerprint

@@ -3,8 +3,10 @@
 Errors are data here, not exceptions that stop the run: a bad line is rejected with its line
 number and reason, a bad URL inside a good line with its 0-based position in ``payload.urls``,
 and everything else still goes to the stream.
-"""
 
+Reading lines is :mod:`.seed_lines`, checking a seed's payload :mod:`.payload`, one seed's URLs
+:mod:`.seed_urls`; :func:`expand_stream` puts them together (their names are re-exported here).
+"""
 
 from __future__ import annotations
 
