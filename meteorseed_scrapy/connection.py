@@ -13,6 +13,7 @@ works on a cluster so far.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -31,6 +32,13 @@ class ClusterTarget:
 
     node_url: str
     nodes: tuple[tuple[str, int], ...]
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, fit for a log line or an error message (also a cluster
+    URL listing several nodes, which ``urlsplit`` cannot give a port for)."""
+    return re.sub(r"//([^:/@]*):[^@/]*@",
+                  lambda m: f"//{m.group(1)}:***@" if m.group(1) else "//***@", url)
 
 
 def is_cluster_url(url: str) -> bool:
@@ -61,6 +69,14 @@ def parse_cluster_url(url: str, setting: str = SETTING) -> ClusterTarget:
     netloc = f"{userinfo}{at}{first}:{first_port}"
     node_url = urlunsplit((plain, netloc, "/0", parts.query, ""))
     return ClusterTarget(node_url, tuple(nodes))
+
+
+def check_url(url: str) -> None:
+    """Raise :class:`ValueError` for a URL neither client could use."""
+    if is_cluster_url(url):
+        parse_cluster_url(url)
+    else:
+        redis.connection.parse_url(url)
 
 
 def async_client(url: str, **kwargs: Any) -> Any:

@@ -94,6 +94,7 @@ key                                 type    holds
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -111,30 +112,44 @@ def band_of(priority: int) -> str:
     return "high" if priority > 0 else "low" if priority < 0 else "normal"
 
 
-@dataclass(frozen=True)
-class KeyLayout:
-    namespace: str = "meteorseed"
+SHARDS_SETTING = "METEORSEED_STREAM_SHARDS"
+#: Upper bound of ``METEORSEED_STREAM_SHARDS``: every worker reads every shard.
+MAX_SHARDS = 256
 
-    def __post_init__(self) -> None:
-        if not self.namespace or any(c in self.namespace for c in " {}\n"):
-            raise ValueError(f"METEORSEED_NAMESPACE: invalid namespace {self.namespace!r}")
+
+def shard_of(site_id: str, shards: int) -> int:
+    """The shard of a site: stable across processes and versions (CRC-32, not ``hash()``)."""
+    return zlib.crc32(site_id.encode("utf-8")) % shards if shards > 1 else 0
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    """The keys of one stream shard: everything one task's life touches in one script.
+
+    Untagged (one shard on one Redis) these are the historical names (``<ns>:tasks``, ...);
+    tagged they all carry the shard's hash tag (``<ns>:{s<k>}:tasks``, ...), so every script
+    and MULTI over them stays in one Redis Cluster slot.
+    """
+
+    namespace: str
+    index: int = 0
+    tagged: bool = False
 
     @property
-    def group(self) -> str:
-        return GROUP
+    def prefix(self) -> str:
+        return f"{self.namespace}:{{s{self.index}}}" if self.tagged else self.namespace
 
     @property
     def stream(self) -> str:
-        return f"{self.namespace}:tasks"
+        return f"{self.prefix}:tasks"
 
     def task_stream(self, lane: str, band: str) -> str:
-        """The stream of one lane and band (``<ns>:tasks`` for scheduled/normal)."""
+        """The stream of one lane and band (``<prefix>:tasks`` for scheduled/normal)."""
         if lane not in LANES or band not in BANDS:
             raise ValueError(f"no task stream for lane {lane!r}, band {band!r}")
         if lane == DEFAULT_LANE and band == "normal":
             return self.stream
-        # Named after the main stream, so a layout that hash-tags it (a shard, a test on a
-        # Redis Cluster) keeps all its lanes in that one slot.
+        # Named after the main stream, so a tagged shard keeps all its lanes in its slot.
         return f"{self.stream}:{lane}:{band}"
 
     @cached_property
@@ -153,25 +168,138 @@ class KeyLayout:
 
     @property
     def dead(self) -> str:
-        return f"{self.namespace}:dead"
-
-    def seen(self, site_id: str) -> str:
-        """The site's dedup root; every dedup key of the site starts with it."""
-        return f"{self.namespace}:seen:{{{site_id}}}"
-
-    def done(self, task_id: str) -> str:
-        return f"{self.namespace}:done:{task_id}"
+        return f"{self.prefix}:dead"
 
     @property
     def delayed(self) -> str:
-        return f"{self.namespace}:delayed"
+        return f"{self.prefix}:delayed"
+
+    def done(self, task_id: str) -> str:
+        return f"{self.prefix}:done:{task_id}"
+
+    def failed(self, task_id: str) -> str:
+        return f"{self.prefix}:failed:{task_id}"
+
+    def seen(self, site_id: str) -> str:
+        """A site's dedup root (of a site of this shard); every dedup key starts with it."""
+        if self.tagged:
+            return f"{self.prefix}:seen:{site_id}"
+        return f"{self.namespace}:seen:{{{site_id}}}"
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """Every key of a namespace. ``shards`` (``METEORSEED_STREAM_SHARDS``) splits the task
+    streams and what goes with them (:class:`ShardKeys`) by site; ``cluster`` (a cluster URL)
+    tags even a single shard and the seed registry and site rules, so that every script and
+    MULTI touches one slot. ``KeyLayout(ns)`` is the historical single-Redis layout."""
+
+    namespace: str = "meteorseed"
+    shards: int = 1
+    cluster: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.namespace or any(c in self.namespace for c in " {}\n"):
+            raise ValueError(f"METEORSEED_NAMESPACE: invalid namespace {self.namespace!r}")
+        if type(self.shards) is not int or not 1 <= self.shards <= MAX_SHARDS:
+            raise ValueError(f"{SHARDS_SETTING}: expected an integer from 1 to {MAX_SHARDS}, "
+                             f"got {self.shards!r}")
+
+    @property
+    def group(self) -> str:
+        return GROUP
+
+    @property
+    def tagged(self) -> bool:
+        """Shard keys carry a hash tag (``<ns>:{s<k>}:...``)."""
+        return self.cluster or self.shards > 1
+
+    @cached_property
+    def shard_keys(self) -> tuple[ShardKeys, ...]:
+        """Every shard, in index order."""
+        return tuple(ShardKeys(self.namespace, k, self.tagged) for k in range(self.shards))
+
+    def for_site(self, site_id: str) -> ShardKeys:
+        return self.shard_keys[shard_of(site_id, self.shards)]
+
+    @cached_property
+    def _by_stream(self) -> dict[str, ShardKeys]:
+        return {stream: shard for shard in self.shard_keys for stream in shard.streams}
+
+    def shard_of_stream(self, stream: str) -> ShardKeys:
+        """The shard a task stream belongs to (KeyError for a key that is not a task stream)."""
+        return self._by_stream[stream]
+
+    @property
+    def only(self) -> ShardKeys:
+        """The one shard of a single-shard layout; a sharded layout has no such thing, and code
+        that asks for it names a key it cannot know (it needs the task's site)."""
+        if self.shards != 1:
+            raise ValueError(f"{SHARDS_SETTING}={self.shards}: this key depends on the site's "
+                             "shard (use KeyLayout.for_site or shard_keys)")
+        return self.shard_keys[0]
+
+    # Single-shard shortcuts (the historical API): the keys of the only shard.
+    @property
+    def stream(self) -> str:
+        return self.only.stream
+
+    def task_stream(self, lane: str, band: str) -> str:
+        return self.only.task_stream(lane, band)
+
+    def stream_for(self, lane: str, priority: int) -> str:
+        return self.only.stream_for(lane, priority)
+
+    @property
+    def dead(self) -> str:
+        return self.only.dead
+
+    @property
+    def delayed(self) -> str:
+        return self.only.delayed
+
+    def done(self, task_id: str) -> str:
+        return self.only.done(task_id)
+
+    def failed(self, task_id: str) -> str:
+        return self.only.failed(task_id)
+
+    @cached_property
+    def streams(self) -> tuple[str, ...]:
+        """Every task stream of every shard (shard by shard, each in lane and band order)."""
+        return tuple(s for shard in self.shard_keys for s in shard.streams)
+
+    @cached_property
+    def stream_lanes(self) -> dict[str, tuple[str, str]]:
+        """Task stream (of any shard) -> its (lane, band)."""
+        return {s: lb for shard in self.shard_keys for s, lb in shard.stream_lanes.items()}
+
+    @cached_property
+    def deads(self) -> tuple[str, ...]:
+        """The dead-letter stream of every shard (``(<ns>:dead,)`` unsharded)."""
+        return tuple(shard.dead for shard in self.shard_keys)
+
+    @property
+    def shard_count(self) -> str:
+        """Where the shard count is recorded (string), so a mismatch is refused."""
+        return f"{self.namespace}:shards"
+
+    def seen(self, site_id: str) -> str:
+        """The site's dedup root, in its shard's slot; every dedup key of the site starts
+        with it."""
+        return self.for_site(site_id).seen(site_id)
 
     def site(self, site: str, what: str) -> str:
         """A per-site politeness key (``bucket``, ``leases``, ``pause``, ...), hash-tagged."""
         return f"{self.namespace}:{{{site}}}:{what}"
 
-    def failed(self, task_id: str) -> str:
-        return f"{self.namespace}:failed:{task_id}"
+    def site_own(self, site: str, quota: str, what: str) -> str:
+        """A site's own breaker key (``breaker``, ``probe``, ``health``). On a tagged layout a
+        site that shares another quota keeps them in that quota's slot, because ``gate.lua``
+        reads them with the quota's keys: ``<ns>:{<quota>}:site:<site>:<what>``."""
+        if self.tagged and quota != site:
+            return f"{self.namespace}:{{{quota}}}:site:{site}:{what}"
+        return self.site(site, what)
 
     def fingerprint(self, site_id: str, fp: str) -> str:
         return f"{self.namespace}:{{{site_id}}}:fp:{fp}"
@@ -182,34 +310,42 @@ class KeyLayout:
         return f"{self.namespace}:*"
 
     # -- seed registry (meteorseed_scrapy.seeding.registry) --------------------------------------
+    # On a cluster every registry key carries the ``{seeds}`` tag (its scripts touch several),
+    # and the site rules the ``{sites}`` tag (pushed in a MULTI with their revision).
+
+    @property
+    def _registry(self) -> str:
+        return f"{self.namespace}:{{seeds}}" if self.cluster else f"{self.namespace}:seeds"
 
     @property
     def seeds(self) -> str:
         """Index of every registered seed_id (zset, score 0, lexical order)."""
-        return f"{self.namespace}:seeds"
+        return self._registry
 
     @property
     def seeds_by_site(self) -> str:
-        return f"{self.namespace}:seeds:by_site"
+        return f"{self._registry}:by_site"
 
     def seed(self, seed_id: str) -> str:
         """One seed's definition and run state (hash)."""
+        if self.cluster:
+            return f"{self._registry}:seed:{seed_id}"
         return f"{self.namespace}:seed:{seed_id}"
 
     @property
     def seeds_due(self) -> str:
-        return f"{self.namespace}:seeds:due"
+        return f"{self._registry}:due"
 
     @property
     def seeds_yield(self) -> str:
-        return f"{self.namespace}:seeds:yield"
+        return f"{self._registry}:yield"
 
     # -- site rules pushed to Redis (meteorseed_scrapy.sites.remote) ----------------------------
 
     @property
     def sites(self) -> str:
-        return f"{self.namespace}:sites"
+        return f"{self.namespace}:{{sites}}" if self.cluster else f"{self.namespace}:sites"
 
     @property
     def sites_rev(self) -> str:
-        return f"{self.namespace}:sites:rev"
+        return f"{self.sites}:rev"

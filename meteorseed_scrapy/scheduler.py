@@ -16,7 +16,6 @@ import statistics
 import time
 from typing import Any
 
-import redis.asyncio as aioredis
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
@@ -24,6 +23,7 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from meteorseed_scrapy.connection import async_client, redact
 from meteorseed_scrapy.context import (
     CURRENT_SCRAPE,
     LEASE_META_KEY,
@@ -32,7 +32,6 @@ from meteorseed_scrapy.context import (
     current_scrape,
     task_of,
 )
-from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
 from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
 from meteorseed_scrapy.outcomes import judge
@@ -60,7 +59,7 @@ class StreamScheduler:
     def __init__(self, crawler: Any, config: WorkerConfig) -> None:
         self.crawler = crawler
         self.config = config
-        self.keys = KeyLayout(config.namespace)
+        self.keys = config.keys
         self.stats = crawler.stats
         settings = crawler.settings
         self.capacity = settings.getint("CONCURRENT_REQUESTS")
@@ -107,7 +106,7 @@ class StreamScheduler:
             )
         self._orig_enqueue_scrape = scraper.enqueue_scrape
         scraper.enqueue_scrape = self._enqueue_scrape
-        self.redis = aioredis.Redis.from_url(
+        self.redis = async_client(
             self.config.redis_url, decode_responses=True, socket_timeout=10,
             socket_connect_timeout=5, health_check_interval=15,
         )
@@ -131,9 +130,9 @@ class StreamScheduler:
         sig.connect(self._on_spider_error, signals.spider_error)
         sig.connect(self._on_opened, signals.spider_opened)
         logger.info(
-            "StreamScheduler reading %s* (lanes %s) as consumer %r of group %r (Redis %s)",
-            self.keys.stream, self.lane_weights, self.config.consumer, self.keys.group,
-            self.redis.connection_pool.connection_kwargs.get("host"),
+            "StreamScheduler reading %s (%d shard(s), lanes %s) as consumer %r of group %r "
+            "(Redis %s)", self.keys.shard_keys[0].stream, self.keys.shards, self.lane_weights,
+            self.config.consumer, self.keys.group, redact(self.config.redis_url),
         )
         self.pump.start()
         self._trimmer = asyncio.ensure_future(

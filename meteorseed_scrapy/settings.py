@@ -9,6 +9,8 @@ from typing import Any
 
 from scrapy.exceptions import NotConfigured
 
+from meteorseed_scrapy.connection import is_cluster_url
+from meteorseed_scrapy.keys import MAX_SHARDS, SHARDS_SETTING, KeyLayout
 from meteorseed_scrapy.migrate.redis_settings import redis_url_and_source as resolve_redis_url
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -21,6 +23,8 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_CLAIM_IDLE": 30,
     "METEORSEED_MAX_DELIVERIES": 5,
     "METEORSEED_MAX_BACKLOG": 1_000_000,
+    # Task streams split by site over this many hash-tagged shards (docs/cluster.md).
+    "METEORSEED_STREAM_SHARDS": 1,
     # Shares of a worker's reads per task lane (meteorseed_scrapy.streams.lanes, docs/lanes.md).
     "METEORSEED_LANE_WEIGHTS": "realtime:6,scheduled:3,retry:1",
     "METEORSEED_CONSUMER": "",
@@ -102,6 +106,7 @@ class WorkerConfig:
     claim_idle: float
     max_deliveries: int
     done_ttl: int
+    shards: int = 1
 
     @classmethod
     def from_settings(cls, settings: Any) -> WorkerConfig:
@@ -116,7 +121,29 @@ class WorkerConfig:
             claim_idle=_number(settings, "METEORSEED_CLAIM_IDLE", float, 0.1),
             max_deliveries=_number(settings, "METEORSEED_MAX_DELIVERIES", int, 1),
             done_ttl=_number(settings, "METEORSEED_DONE_TTL", int, 1),
+            shards=stream_shards(settings),
         )
+
+    @property
+    def keys(self) -> KeyLayout:
+        return KeyLayout(self.namespace, self.shards, is_cluster_url(self.redis_url))
+
+
+def stream_shards(settings: Any) -> int:
+    value = _number(settings, SHARDS_SETTING, int, 1)
+    if value > MAX_SHARDS:
+        raise NotConfigured(f"{SHARDS_SETTING}: must be <= {MAX_SHARDS}, got {value}")
+    return int(value)
+
+
+def key_layout(settings: Any) -> KeyLayout:
+    """The key layout of ``settings``: namespace, stream shards, and whether the Redis URL
+    names a cluster (which tags every multi-key group)."""
+    try:
+        return KeyLayout(str(_get(settings, "METEORSEED_NAMESPACE")), stream_shards(settings),
+                         is_cluster_url(redis_url_from(settings)))
+    except ValueError as exc:
+        raise NotConfigured(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -161,17 +161,18 @@ def test_record_completions_writes_records_with_ttl(
     redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
 ) -> None:
     record = json.dumps({"outcome": "done", "items": 3})
+    t1, t2, t3 = (make_task(n) for n in range(3))
 
     async def body(client: Redis) -> list[str | None]:
         consumer = StreamConsumer(client, keys, "worker-a")
-        await consumer.record_completions([("t1", record), ("t2", "{}")], 60)
+        await consumer.record_completions([(t1, record), (t2, "{}")], 60)
         await consumer.record_completions([], 60)
-        return await consumer.completion_records(["t1", "t2", "t3"])
+        return await consumer.completion_records([t1, t2, t3])
 
     assert arun(redis_url, body) == [record, "{}", None]
-    assert sync_redis.get(keys.done("t1")) == record
-    assert 0 < sync_redis.ttl(keys.done("t1")) <= 60
-    assert 0 < sync_redis.ttl(keys.done("t2")) <= 60
+    assert sync_redis.get(keys.done(t1.task_id)) == record
+    assert 0 < sync_redis.ttl(keys.done(t1.task_id)) <= 60
+    assert 0 < sync_redis.ttl(keys.done(t2.task_id)) <= 60
     assert arun(redis_url, lambda c: StreamConsumer(c, keys, "w").completion_records([])) == []
 
 
@@ -534,16 +535,18 @@ def test_dead_letter_of_a_malformed_message_keeps_raw_fields(
 def test_note_failures_and_failure_notes_round_trip(
     redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
 ) -> None:
+    t1, t2, t3 = (make_task(n) for n in range(3))
+
     async def body(client: Redis) -> tuple[dict[str, str], dict[str, str]]:
         a = StreamConsumer(client, keys, "worker-a")
-        await a.note_failures([("t1", "callback raised KeyError"), ("t2", "x" * 5000)], 120)
+        await a.note_failures([(t1, "callback raised KeyError"), (t2, "x" * 5000)], 120)
         await a.note_failures([], 120)
-        return await a.failure_notes(["t1", "t2", "t3"]), await a.failure_notes([])
+        return await a.failure_notes([t1, t2, t3]), await a.failure_notes([])
 
     notes, empty = arun(redis_url, body)
-    assert notes == {"t1": "callback raised KeyError", "t2": "x" * 2000}
+    assert notes == {t1.task_id: "callback raised KeyError", t2.task_id: "x" * 2000}
     assert empty == {}
-    assert 0 < sync_redis.ttl(keys.failed("t1")) <= 120
+    assert 0 < sync_redis.ttl(keys.failed(t1.task_id)) <= 120
 
 
 def test_namespace_quiet(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis) -> None:

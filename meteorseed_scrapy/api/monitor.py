@@ -16,7 +16,8 @@ from aiohttp import web
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.cli.common import redact, scan_namespace
+from meteorseed_scrapy.cli.common import scan_namespace
+from meteorseed_scrapy.connection import redact
 from meteorseed_scrapy.observability.queue import QueueSampler
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.settings import DEFAULTS

@@ -21,6 +21,7 @@ from meteorseed_scrapy.cli.common import (
     CliError,
     Context,
     connect,
+    layout,
     redact,
     resolve_target,
 )
@@ -48,8 +49,9 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[str] | None = None,
     url, namespace = resolve_target(args.redis_url, args.namespace)
     client: redis.Redis | None = None
     try:
-        keys = KeyLayout(namespace)
+        KeyLayout(namespace)  # an invalid namespace fails before anything connects
         client = connect(url)
+        keys = layout(client, url, namespace)
         ctx = Context(client, keys, redact(url), args.json, out, err, stdin or sys.stdin)
         code: int = args.run(args, ctx)
         return code

@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import redis
+from redis.exceptions import RedisError
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.connection import is_cluster_url, redact, sync_client
+from meteorseed_scrapy.keys import SHARDS_SETTING, KeyLayout
 from meteorseed_scrapy.settings import DEFAULT_REDIS_URL, DEFAULTS, redis_url_from
+from meteorseed_scrapy.streams.shards import stored_shards
 
 EXIT_OK = 0
 #: Something asked for was not done (an unknown id, a dead letter that cannot be requeued, an
@@ -75,11 +78,6 @@ def resolve_target(redis_url: str | None, namespace: str | None) -> tuple[str, s
     return str(url), str(ns)
 
 
-def redact(url: str) -> str:
-    """``url`` without its password, fit for an error message."""
-    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
-
-
 @dataclass
 class Context:
     """What a subcommand runs with: a client, the key layout, how to print."""
@@ -119,14 +117,28 @@ class Context:
 
 
 def connect(url: str) -> redis.Redis:
-    """A client whose first command fails fast (5 s) instead of hanging on a dead host."""
+    """A client whose first command fails fast (5 s) instead of hanging on a dead host; a
+    ``redis.RedisCluster`` for a cluster URL (typed as ``Redis``: the same commands)."""
     try:
-        client = redis.Redis.from_url(
+        client: redis.Redis = sync_client(
             url, decode_responses=True, socket_connect_timeout=5, socket_timeout=30
         )
     except ValueError as exc:  # a malformed URL
         raise CliError(f"invalid Redis URL {redact(url)!r}: {exc}") from None
     return client
+
+
+def layout(client: redis.Redis, url: str, namespace: str) -> KeyLayout:
+    """The namespace's key layout: the shard count its workers recorded (else env
+    ``METEORSEED_STREAM_SHARDS``, else 1), tagged for a cluster URL."""
+    raw = os.environ.get(SHARDS_SETTING) or "1"
+    if not raw.strip().isdigit():
+        raise CliError(f"{SHARDS_SETTING}: expected an integer, got {raw!r}")
+    keys = KeyLayout(namespace, int(raw), is_cluster_url(url))
+    try:
+        return stored_shards(client, keys)
+    except RedisError:  # unreachable: the command itself reports it
+        return keys
 
 
 def add_target_options(parser: argparse.ArgumentParser) -> None:

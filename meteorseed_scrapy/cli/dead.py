@@ -19,7 +19,7 @@ from meteorseed_scrapy.cli.common import (
 from meteorseed_scrapy.seeding.schedule import format_duration, parse_duration
 from meteorseed_scrapy.tasks import TaskError
 
-_STREAM_ID = re.compile(r"^\d+-\d+$")
+_STREAM_ID = re.compile(r"^(\d+/)?\d+-\d+$")  # <shard>/ when the streams are sharded
 
 
 def register(sub: Any) -> None:
@@ -59,6 +59,11 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="every dead letter")
 
 
+def _dead_name(ctx: Context) -> str:
+    deads = ctx.keys.deads
+    return deads[0] if len(deads) == 1 else f"{len(deads)} dead-letter streams ({deads[0]}, ...)"
+
+
 def _selection(args: argparse.Namespace) -> list[str]:
     if bool(args.ids) == bool(args.all):
         raise CliError("give dead-letter IDs or --all (not both)")
@@ -91,7 +96,7 @@ def run_show(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(f"not a dead-letter id: {args.id!r} (expected <ms>-<seq>)")
     found, _missing = deadletters.fetch(ctx.client, ctx.keys, [args.id])
     if not found:
-        raise CliError(f"no dead letter {args.id} in {ctx.keys.dead}", EXIT_INCOMPLETE)
+        raise CliError(f"no dead letter {args.id} in {_dead_name(ctx)}", EXIT_INCOMPLETE)
     letter = found[0]
     shown = letter.summary()
     shown["task"] = letter.task.to_dict() if letter.task else None
@@ -115,7 +120,7 @@ def run_requeue(args: argparse.Namespace, ctx: Context) -> int:
     ids = _selection(args)
     result = deadletters.RequeueResult()
     if args.all:
-        upto = deadletters.last_id(ctx.client, ctx.keys) or "0-0"
+        upto = deadletters.last_id(ctx.client, ctx.keys)
         batch: list[deadletters.DeadLetter] = []
         for letter in deadletters.iter_dead(ctx.client, ctx.keys, upto=upto, site=args.site):
             batch.append(letter)
@@ -133,7 +138,7 @@ def run_requeue(args: argparse.Namespace, ctx: Context) -> int:
                        "missing": result.missing})
     else:
         for kept in result.kept:
-            ctx.warn(f"cannot requeue {kept['id']}: {kept['error']}; kept in {ctx.keys.dead}")
+            ctx.warn(f"cannot requeue {kept['id']}: {kept['error']}; kept in {_dead_name(ctx)}")
         for missing in result.missing:
             ctx.warn(f"no dead letter {missing}")
         ctx.say(f"requeued {len(result.requeued)} tasks onto their lanes' task streams"
@@ -147,11 +152,10 @@ def run_purge(args: argparse.Namespace, ctx: Context) -> int:
     ids = _selection(args)
     if args.all:
         upto = deadletters.last_id(ctx.client, ctx.keys)
-        ids = [d.id for d in deadletters.iter_dead(ctx.client, ctx.keys, upto=upto)] if upto \
-            else []
+        ids = [d.id for d in deadletters.iter_dead(ctx.client, ctx.keys, upto=upto)]
     if not ids:
         deleted = 0
-    elif ctx.confirm(f"delete {len(ids)} dead letters from {ctx.keys.dead}?", args.yes):
+    elif ctx.confirm(f"delete {len(ids)} dead letters from {_dead_name(ctx)}?", args.yes):
         deleted = deadletters.purge(ctx.client, ctx.keys, ids)
     else:
         ctx.warn("nothing deleted")
@@ -172,7 +176,7 @@ def _purge_older(args: argparse.Namespace, ctx: Context) -> int:
     except TaskError as exc:
         raise CliError(str(exc)) from None
     if not ctx.confirm(f"delete every dead letter older than {format_duration(age)} from "
-                       f"{ctx.keys.dead}?", args.yes):
+                       f"{_dead_name(ctx)}?", args.yes):
         ctx.warn("nothing deleted")
         return EXIT_INCOMPLETE
     deleted = deadletters.purge_older(ctx.client, ctx.keys, age)

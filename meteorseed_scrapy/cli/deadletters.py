@@ -1,4 +1,6 @@
-"""Reading, requeueing and purging the dead-letter stream ``<ns>:dead``.
+"""Reading, requeueing and purging the dead-letter stream ``<ns>:dead`` (one per shard,
+``<ns>:{s<k>}:dead``, when ``METEORSEED_STREAM_SHARDS`` > 1: a dead letter's id is then
+``<k>/<stream id>``, and listings go shard by shard, each oldest first).
 
 A dead letter (written by ``lua/dead.lua``) has the fields ``t`` (the original task JSON, or
 the raw message fields as JSON when the message could not be decoded), ``reason``,
@@ -28,6 +30,25 @@ BATCH = 200
 _Entries = list[tuple[str, dict[str, str]]]
 
 
+#: Newest dead-letter id per shard, what ``--all`` acts on (see :func:`last_id`).
+Upto = dict[int, str]
+
+
+def letter_id(keys: KeyLayout, shard: int, entry_id: str) -> str:
+    """A dead letter's id as the CLI and the API show it."""
+    return f"{shard}/{entry_id}" if keys.shards > 1 else entry_id
+
+
+def split_id(keys: KeyLayout, letter: str) -> tuple[int, str] | None:
+    """``(shard, stream id)`` of a dead letter's id; None when it names no shard there is."""
+    shard, sep, entry_id = letter.rpartition("/")
+    if keys.shards == 1:
+        return (0, letter) if not sep else None
+    if not sep or not shard.isdigit() or int(shard) >= keys.shards:
+        return None
+    return int(shard), entry_id
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     id: str
@@ -35,15 +56,20 @@ class DeadLetter:
     task: ExecTask | None = None
     error: str = ""
     site_id: str | None = None
+    shard: int = 0
+    entry_id: str = ""  # the id in its shard's dead-letter stream
 
     @classmethod
-    def decode(cls, entry_id: str, fields: dict[str, str]) -> DeadLetter:
+    def decode(cls, entry_id: str, fields: dict[str, str], keys: KeyLayout | None = None,
+               shard: int = 0) -> DeadLetter:
         raw = fields.get("t", "")
+        shown = letter_id(keys, shard, entry_id) if keys is not None else entry_id
         try:
             task = ExecTask.from_message({"v": MESSAGE_VERSION, "t": raw})
         except TaskError as exc:
-            return cls(entry_id, fields, None, f"not a valid task ({exc})", _loose_site(raw))
-        return cls(entry_id, fields, task, "", task.site_id)
+            return cls(shown, fields, None, f"not a valid task ({exc})", _loose_site(raw),
+                       shard, entry_id)
+        return cls(shown, fields, task, "", task.site_id, shard, entry_id)
 
     def summary(self) -> dict[str, Any]:
         """The JSON shape of ``dead list`` and ``dead show``."""
@@ -91,39 +117,51 @@ def _iso(value: str | None) -> str | None:
     return datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec="seconds")
 
 
-def iter_dead(client: redis.Redis, keys: KeyLayout, upto: str = "+",
+def iter_dead(client: redis.Redis, keys: KeyLayout, upto: Upto | None = None,
               site: str | None = None) -> Iterator[DeadLetter]:
-    """Every dead letter (oldest first) up to id ``upto``, optionally of one site only."""
-    start = "-"
-    while True:
-        page = cast(_Entries, client.xrange(keys.dead, start, upto, count=BATCH))
-        for entry_id, fields in page:
-            letter = DeadLetter.decode(entry_id, fields)
-            if site is None or letter.site_id == site:
-                yield letter
-        if len(page) < BATCH:
-            return
-        start = "(" + page[-1][0]
+    """Every dead letter (shard by shard, each oldest first), up to the ids of ``upto`` when
+    given (a shard it does not name is skipped), optionally of one site only."""
+    for k, shard in enumerate(keys.shard_keys):
+        end = "+" if upto is None else upto.get(k)
+        if end is None:
+            continue
+        start = "-"
+        while True:
+            page = cast(_Entries, client.xrange(shard.dead, start, end, count=BATCH))
+            for entry_id, fields in page:
+                letter = DeadLetter.decode(entry_id, fields, keys, k)
+                if site is None or letter.site_id == site:
+                    yield letter
+            if len(page) < BATCH:
+                break
+            start = "(" + page[-1][0]
 
 
 def fetch(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]
           ) -> tuple[list[DeadLetter], list[str]]:
     """The dead letters with ``ids`` and the ids that are not (or no longer) there."""
     pipe = client.pipeline(transaction=False)
-    for entry_id in ids:
-        pipe.xrange(keys.dead, entry_id, entry_id)
-    found: list[DeadLetter] = []
+    asked: list[tuple[str, int]] = []
     missing: list[str] = []
-    replies = pipe.execute(raise_on_error=False) if ids else []
-    for entry_id, reply in zip(ids, replies, strict=True):
+    for letter in ids:
+        where = split_id(keys, letter)
+        if where is None:
+            missing.append(letter)
+            continue
+        pipe.xrange(keys.shard_keys[where[0]].dead, where[1], where[1])
+        asked.append((letter, where[0]))
+    found: list[DeadLetter] = []
+    replies = pipe.execute(raise_on_error=False) if asked else []
+    for (letter, k), reply in zip(asked, replies, strict=True):
         if isinstance(reply, redis.ResponseError):  # "Invalid stream ID"
-            missing.append(entry_id)
+            missing.append(letter)
         elif isinstance(reply, Exception):
             raise reply
         elif reply:
-            found.append(DeadLetter.decode(*reply[0]))
+            entry_id, fields = reply[0]
+            found.append(DeadLetter.decode(entry_id, fields, keys, k))
         else:
-            missing.append(entry_id)
+            missing.append(letter)
     return found, missing
 
 
@@ -145,34 +183,48 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
             result.kept.append({"id": letter.id, "error": letter.error})
         else:
             valid.append((letter, letter.task))
-    for i in range(0, len(valid), BATCH):
-        chunk = valid[i:i + BATCH]
-        script_keys = [keys.dead]
-        args: list[str] = [MESSAGE_VERSION]
-        for letter, task in chunk:
-            # Back to the task's own lane (and the band of its priority).
-            script_keys += [keys.stream_for(task.lane, task.priority), keys.done(task.task_id),
-                            keys.failed(task.task_id), keys.seen(task.site_id)]
-            try:
-                fp = fingerprint(task)
-            except ValueError:  # unreachable for a task that decoded; keep dedup untouched
-                fp = ""
-            args += [letter.id, letter.fields["t"], fp]
-        done = {dead_id: new_id for dead_id, new_id in script(keys=script_keys, args=args)}
-        for letter, task in chunk:
-            if letter.id in done:
-                result.requeued.append({"id": letter.id, "task_id": task.task_id,
-                                        "stream_id": done[letter.id]})
-            else:
-                result.missing.append(letter.id)
+    by_shard: dict[int, list[tuple[DeadLetter, ExecTask]]] = {}
+    for letter, task in valid:
+        by_shard.setdefault(letter.shard, []).append((letter, task))
+    for k, letters_k in by_shard.items():
+        # Every key of a call in the shard's slot: back to the task's own lane (and the band
+        # of its priority) in the shard its dead letter came from.
+        shard = keys.shard_keys[k]
+        for i in range(0, len(letters_k), BATCH):
+            chunk = letters_k[i:i + BATCH]
+            script_keys = [shard.dead]
+            args: list[str] = [MESSAGE_VERSION]
+            for letter, task in chunk:
+                script_keys += [shard.stream_for(task.lane, task.priority),
+                                shard.done(task.task_id), shard.failed(task.task_id),
+                                shard.seen(task.site_id)]
+                try:  # (a site of another shard: its dedup root is elsewhere, left alone)
+                    fp = fingerprint(task) if keys.for_site(task.site_id) == shard else ""
+                except ValueError:  # unreachable for a task that decoded; keep dedup untouched
+                    fp = ""
+                args += [letter.entry_id or letter.id, letter.fields["t"], fp]
+            done = dict(script(keys=script_keys, args=args))
+            for letter, task in chunk:
+                new_id = done.get(letter.entry_id or letter.id)
+                if new_id is not None:
+                    result.requeued.append({"id": letter.id, "task_id": task.task_id,
+                                            "stream_id": new_id})
+                else:
+                    result.missing.append(letter.id)
     return result
 
 
 def purge(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]) -> int:
     """Delete the dead letters ``ids``; returns how many existed."""
     deleted = 0
-    for i in range(0, len(ids), BATCH):
-        deleted += int(client.xdel(keys.dead, *ids[i:i + BATCH]))
+    by_shard: dict[int, list[str]] = {}
+    for letter in ids:
+        where = split_id(keys, letter)
+        if where is not None:
+            by_shard.setdefault(where[0], []).append(where[1])
+    for k, entry_ids in by_shard.items():
+        for i in range(0, len(entry_ids), BATCH):
+            deleted += int(client.xdel(keys.shard_keys[k].dead, *entry_ids[i:i + BATCH]))
     return deleted
 
 
@@ -181,10 +233,15 @@ def purge_older(client: redis.Redis, keys: KeyLayout, seconds: float) -> int:
     millisecond times); returns how many went."""
     secs, _ = client.time()
     min_id = max(0, int((secs - seconds) * 1000))
-    return int(client.xtrim(keys.dead, minid=min_id, approximate=False))
+    return sum(int(client.xtrim(dead, minid=min_id, approximate=False)) for dead in keys.deads)
 
 
-def last_id(client: redis.Redis, keys: KeyLayout) -> str | None:
-    """The newest dead letter's id: ``--all`` acts on what existed when it was confirmed."""
-    newest = cast(_Entries, client.xrevrange(keys.dead, "+", "-", count=1))
-    return newest[0][0] if newest else None
+def last_id(client: redis.Redis, keys: KeyLayout) -> Upto:
+    """The newest dead letter's id per shard (shards without any left out): ``--all`` acts on
+    what existed when it was confirmed."""
+    out: Upto = {}
+    for k, dead in enumerate(keys.deads):
+        newest = cast(_Entries, client.xrevrange(dead, "+", "-", count=1))
+        if newest:
+            out[k] = newest[0][0]
+    return out

@@ -1,21 +1,29 @@
 """``meteorseed status``: backlog and pending per lane, pending work per consumer, dead letters,
 dedup sets, Redis.
 
-The counts that must agree (each task stream's length and pending, dead) are read in one MULTI,
-so ``backlog = stream_length - pending`` is exact at one instant, as in ``TaskWriter.backlog``
-(workers XDEL an entry right after XACKing it, so XLEN counts waiting + pending entries).
+The counts that must agree (each task stream's length and pending, dead) are read in one MULTI
+per shard, so ``backlog = stream_length - pending`` is exact at one instant for each shard, as
+in ``TaskWriter.backlog`` (workers XDEL an entry right after XACKing it, so XLEN counts
+waiting + pending entries).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import redis
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.cli.common import Context, add_target_options, scan_namespace, table
+from meteorseed_scrapy.cli.common import (
+    Context,
+    add_target_options,
+    glob_escape,
+    scan_namespace,
+    table,
+)
 from meteorseed_scrapy.keys import BANDS, LANES
 from meteorseed_scrapy.streams.writer import StreamCount
 
@@ -56,8 +64,7 @@ def _seen_sizes(client: redis.Redis, ctx: Context) -> tuple[dict[str, int], bool
     older namespace may still hold a plain set there."""
     roots: list[str] = []
     truncated = False
-    # Roots only (they end with "}"): a site's generations and buckets are many more keys.
-    for key in scan_namespace(client, ctx.keys, "seen:{*}"):
+    for key, _ in _seen_roots(client, ctx):
         if len(roots) == MAX_SEEN_KEYS:
             truncated = True
             break
@@ -83,11 +90,29 @@ def _seen_sizes(client: redis.Redis, ctx: Context) -> tuple[dict[str, int], bool
         else:
             shapes.append(("none", 0))
     sizes = iter(pipe.execute() if len(pipe) else [])
-    prefix = f"{ctx.keys.namespace}:seen:"
+    sites = dict(_seen_roots(client, ctx, roots))
     out = {}
     for key, (_, n) in zip(roots, shapes, strict=True):
-        out[key[len(prefix) + 1:-1]] = sum(int(next(sizes) or 0) for _ in range(n))
+        out[sites[key]] = sum(int(next(sizes) or 0) for _ in range(n))
     return dict(sorted(out.items())), truncated
+
+
+def _seen_roots(client: redis.Redis, ctx: Context, known: list[str] | None = None
+                ) -> Iterator[tuple[str, str]]:
+    """``(dedup root, site)``: ``<ns>:seen:{site}``, or ``<ns>:{s<k>}:seen:<site>`` of a
+    tagged layout (roots only: a site's generations and buckets are many more keys, and a
+    site id with a colon is not told apart from them there). ``known``: name these roots."""
+    if ctx.keys.tagged:
+        for shard in ctx.keys.shard_keys:
+            prefix = f"{shard.prefix}:seen:"
+            for key in known if known is not None else scan_namespace(
+                    client, ctx.keys, f"{glob_escape(prefix[len(ctx.keys.namespace) + 1:])}*"):
+                if key.startswith(prefix) and ":" not in key[len(prefix):]:
+                    yield key, key[len(prefix):]
+        return
+    prefix = f"{ctx.keys.namespace}:seen:"
+    for key in known if known is not None else scan_namespace(client, ctx.keys, "seen:{*}"):
+        yield key, key[len(prefix) + 1:-1]
 
 
 def _server(client: redis.Redis) -> dict[str, Any]:
@@ -119,35 +144,45 @@ def _server(client: redis.Redis) -> dict[str, Any]:
 
 
 def collect(client: redis.Redis, ctx: Context) -> dict[str, Any]:
-    streams = ctx.keys.streams
-    pipe = client.pipeline(transaction=True)
-    for stream in streams:
-        pipe.xlen(stream)
-        pipe.xpending(stream, ctx.keys.group)
-    pipe.xlen(ctx.keys.dead)
-    *counts, dead = pipe.execute(raise_on_error=False)
-    if isinstance(dead, Exception):
-        raise dead
     lanes: dict[str, dict[str, Any]] = {
-        lane: {"backlog": 0, "pending": 0, "bands": {}} for lane in LANES
+        lane: {"backlog": 0, "pending": 0,
+               "bands": {b: {"backlog": 0, "pending": 0} for b in BANDS}} for lane in LANES
     }
-    total = StreamCount()
-    for stream, length, pending in zip(streams, counts[::2], counts[1::2], strict=True):
-        count = StreamCount.of(length, pending)
-        total += count
-        lane, band = ctx.keys.stream_lanes[stream]
-        lanes[lane]["backlog"] += count.waiting
-        lanes[lane]["pending"] += count.pending
-        lanes[lane]["bands"][band] = {"backlog": count.waiting, "pending": count.pending}
+    total, dead, shards = StreamCount(), 0, []
+    for shard in ctx.keys.shard_keys:  # one MULTI per shard: one slot on a cluster
+        pipe = client.pipeline(transaction=True)
+        for stream in shard.streams:
+            pipe.xlen(stream)
+            pipe.xpending(stream, ctx.keys.group)
+        pipe.xlen(shard.dead)
+        *counts, shard_dead = pipe.execute(raise_on_error=False)
+        if isinstance(shard_dead, Exception):
+            raise shard_dead
+        dead += int(shard_dead)
+        shard_total = StreamCount()
+        for stream, length, pending in zip(shard.streams, counts[::2], counts[1::2],
+                                           strict=True):
+            count = StreamCount.of(length, pending)
+            shard_total += count
+            lane, band = shard.stream_lanes[stream]
+            lanes[lane]["backlog"] += count.waiting
+            lanes[lane]["pending"] += count.pending
+            lanes[lane]["bands"][band]["backlog"] += count.waiting
+            lanes[lane]["bands"][band]["pending"] += count.pending
+        total += shard_total
+        shards.append({"shard": shard.index, "stream": shard.stream, "backlog":
+                       shard_total.waiting, "pending": shard_total.pending,
+                       "dead": int(shard_dead)})
     seen, seen_truncated = _seen_sizes(client, ctx)
     return {
         "namespace": ctx.keys.namespace,
-        "stream": ctx.keys.stream,
+        "stream": ctx.keys.shard_keys[0].stream,
         "backlog": total.waiting,  # tasks waiting in every stream
         "pending": total.pending,
         "stream_length": total.waiting + total.pending,
         "lanes": lanes,
-        "dead": int(dead),
+        "shards": shards,
+        "dead": dead,
         "consumers": _consumers(client, ctx),
         "seen": seen,
         "seen_truncated": seen_truncated,
@@ -164,7 +199,10 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ctx.say(f"namespace  {status['namespace']}   (redis {server.get('version')} at {ctx.url})")
     ctx.say(f"backlog    {status['backlog']:>10}   tasks waiting to be delivered")
     ctx.say(f"pending    {status['pending']:>10}   delivered, not acked yet")
-    ctx.say(f"dead       {status['dead']:>10}   dead letters ({ctx.keys.dead})")
+    ctx.say(f"dead       {status['dead']:>10}   dead letters ({', '.join(ctx.keys.deads[:3])}"
+            f"{', ...' if len(ctx.keys.deads) > 3 else ''})")
+    if len(status["shards"]) > 1:
+        ctx.say(f"shards     {len(status['shards']):>10}   METEORSEED_STREAM_SHARDS")
     ctx.say()
     rows = [{"lane": lane, "backlog": v["backlog"], "pending": v["pending"],
              **{f"backlog_{b}": v["bands"][b]["backlog"] for b in BANDS}}

@@ -13,17 +13,15 @@ import os
 import sys
 from contextlib import ExitStack
 from typing import IO, Any, ClassVar
-from urllib.parse import urlsplit, urlunsplit
 
-import redis.asyncio
-from redis.asyncio.connection import parse_url
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.commands import ScrapyCommand
-from scrapy.exceptions import UsageError
+from scrapy.exceptions import NotConfigured, UsageError
 
 from meteorseed_scrapy.api.rules import SiteRules
+from meteorseed_scrapy.connection import async_client, check_url, redact
 from meteorseed_scrapy.keys import DEFAULT_LANE, LANES, KeyLayout
 from meteorseed_scrapy.migrate import command as migration
 from meteorseed_scrapy.seeding import runner
@@ -37,25 +35,13 @@ from meteorseed_scrapy.seeding.expand import (
 )
 from meteorseed_scrapy.seeding.progress import Progress
 from meteorseed_scrapy.seeding.seeder import SeederConfig
-from meteorseed_scrapy.settings import DEFAULTS, redis_url_from
+from meteorseed_scrapy.settings import DEFAULTS, key_layout, redis_url_from
 from meteorseed_scrapy.streams.writer import TaskWriter
 
 __all__ = ["Command", "ExpandSummary", "expand_stream"]
 
 EXIT_REJECTED = 1
 EXIT_FAILED = 2
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, fit for an error message."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}:***@" if parts.username else "***@"
-    return urlunsplit(parts._replace(netloc=user + host))
 
 
 def _say(message: str) -> None:
@@ -146,10 +132,9 @@ class Command(ScrapyCommand):
         if len(args) != 1:
             raise UsageError("expected exactly one FILE argument (- reads stdin)")
         redis_url = redis_url_from(self.settings)
-        namespace = self.settings.get("METEORSEED_NAMESPACE") or DEFAULTS["METEORSEED_NAMESPACE"]
         try:
-            keys = KeyLayout(str(namespace))
-        except ValueError as exc:
+            keys = key_layout(self.settings)
+        except NotConfigured as exc:
             raise UsageError(str(exc), print_help=False) from None
         max_backlog = self._max_backlog()
 
@@ -189,10 +174,9 @@ class Command(ScrapyCommand):
 
     def _migrate(self, opts: argparse.Namespace) -> None:
         assert self.settings is not None
-        namespace = self.settings.get("METEORSEED_NAMESPACE") or DEFAULTS["METEORSEED_NAMESPACE"]
         try:
-            keys = KeyLayout(str(namespace))
-        except ValueError as exc:
+            keys = key_layout(self.settings)
+        except NotConfigured as exc:
             raise UsageError(str(exc), print_help=False) from None
         self.exitcode = migration.run_migration(
             self.settings, redis_url_from(self.settings), keys, opts, self._max_backlog(), redact
@@ -203,11 +187,10 @@ class Command(ScrapyCommand):
         if len(args) > 1 or opts.dry_run:
             raise UsageError("--watch takes at most one FILE (- reads stdin) and no --dry-run",
                              print_help=False)
-        namespace = self.settings.get("METEORSEED_NAMESPACE") or DEFAULTS["METEORSEED_NAMESPACE"]
         try:
-            keys = KeyLayout(str(namespace))
+            keys = key_layout(self.settings)
             bounds = runner.bounds_from(self.settings.get)
-        except ValueError as exc:
+        except (ValueError, NotConfigured) as exc:
             raise UsageError(str(exc), print_help=False) from None
         if args and args[0] != "-" and not os.path.isfile(args[0]):
             _say(f"cannot read {args[0]}: no such file")
@@ -217,7 +200,7 @@ class Command(ScrapyCommand):
         sites = runner.SiteBounds(bounds, self.settings.get("METEORSEED_SITES_DIR"))
         redis_url = redis_url_from(self.settings)
         try:
-            parse_url(redis_url)
+            check_url(redis_url)
         except ValueError as exc:
             _say(f"invalid Redis URL {redact(redis_url)!r}: {exc}")
             return EXIT_FAILED
@@ -245,9 +228,7 @@ class Command(ScrapyCommand):
         max_backlog: int, summary: ExpandSummary,
     ) -> None:
         # A bounded connect timeout: an unreachable host must fail fast, not hang the command.
-        client = redis.asyncio.Redis.from_url(
-            redis_url, socket_connect_timeout=10, socket_timeout=60
-        )
+        client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
         progress = Progress(sys.stderr)
         assert self.settings is not None
         rules = SiteRules(self.settings.get("METEORSEED_SITES_DIR") or None)

@@ -11,6 +11,7 @@ from typing import Any
 from meteorseed_scrapy import scripts
 from meteorseed_scrapy.keys import KeyLayout, band_of
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.streams.shards import call_scripts
 from meteorseed_scrapy.tasks import MESSAGE_VERSION, ExecTask
 
 LEASE_TTL_S = 30.0  # renewed every ~LEASE_TTL_S / 3 while a request is in flight
@@ -98,23 +99,27 @@ class SiteGate:
         ``delay_s`` (Redis time), for the task stream of ``lane`` ("" = the task's own)."""
         route = f"{lane or task.lane}:{band_of(task.priority)}"
         done = await self._defer(
-            keys=[ref[0], self.keys.delayed],
+            keys=[ref[0], self.keys.shard_of_stream(ref[0]).delayed],
             args=[self.keys.group, ref[1], int(delay_s * 1000), f"{route}|{task.to_message()['t']}",
                   "1"],
         )
         return bool(done)
 
     async def promote(self, limit: int = 500) -> float:
-        """Move due tasks to their streams; returns seconds until the next is due (-1: none)."""
-        streams = self.keys.streams
-        routes = [":".join(self.keys.stream_lanes[s]) for s in streams]
-        moved, wait_ms = await self._promote(
-            keys=[self.keys.delayed, *streams],
-            args=[limit, MESSAGE_VERSION, streams.index(self.keys.stream) + 1, *routes],
-        )
-        if int(moved) >= limit:
-            return 0.0
-        return -1.0 if int(wait_ms) < 0 else int(wait_ms) / 1000
+        """Move due tasks to their streams (each shard's delayed set to that shard's streams);
+        returns seconds until the next is due (-1: none)."""
+        calls = []
+        for shard in self.keys.shard_keys:
+            routes = [":".join(shard.stream_lanes[s]) for s in shard.streams]
+            calls.append(([shard.delayed, *shard.streams],
+                          [limit, MESSAGE_VERSION, shard.streams.index(shard.stream) + 1, *routes]))
+        waits = []
+        for moved, wait_ms in await call_scripts(self.redis, self._promote, calls):
+            if int(moved) >= limit:
+                return 0.0
+            if int(wait_ms) >= 0:
+                waits.append(int(wait_ms) / 1000)
+        return min(waits, default=-1.0)
 
 
 def group_by_site(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:

@@ -98,10 +98,10 @@ class StreamPump:
                 on_change=on_change, park=self.park, stats=stats,
             )
         self.outbox: list[tuple[ExecTask, str | None, bool]] = []
-        self.records: list[tuple[str, str]] = []  # (task_id, completion record)
+        self.records: list[tuple[ExecTask, str]] = []  # (task, completion record)
         self.acks: list[tuple[Ref, float]] = []  # ((stream, message id), response time or 0)
         self.dead: list[tuple[Delivery, str]] = []
-        self.failures: list[tuple[str, str]] = []
+        self.failures: list[tuple[ExecTask, str]] = []
         self.latencies_ms: deque[float] = deque(maxlen=20000)
         self.child_yield: Counter[str] = Counter()  # seed_id -> new child URLs not yet reported
         self.on_settled: Callable[[Entry], None] | None = None  # e.g. the metrics extension
@@ -245,11 +245,11 @@ class StreamPump:
     async def _accept(self, deliveries: Sequence[Delivery]) -> None:
         redelivered = [d for d in deliveries if d.task is not None and d.deliveries > 1]
         records = await self.consumer.completion_records(
-            [d.task.task_id for d in redelivered if d.task is not None]
+            [d.task for d in redelivered if d.task is not None]
         )
         done = {d.ref for d, r in zip(redelivered, records, strict=True) if r}
         reasons = await self.consumer.failure_notes(
-            [d.task.task_id for d in redelivered if d.task is not None
+            [d.task for d in redelivered if d.task is not None
              and d.deliveries > self.config.max_deliveries]
         )
         for d in deliveries:
@@ -365,7 +365,7 @@ class StreamPump:
         if self._has_output():
             self._flush_needed.set()
 
-    async def _complete(self, records: list[tuple[str, str]],
+    async def _complete(self, records: list[tuple[ExecTask, str]],
                         batch: list[tuple[Ref, float]]) -> None:
         """One completion pipeline (records, XACK, XDEL); on failure its records and acks go
         back to the front of the queues (nothing is lost) and the next flush backs off."""
@@ -428,7 +428,7 @@ class StreamPump:
         self.stats.inc_value(f"meteorseed/outcome/{outcome.value if outcome else 'none'}")
         if outcome is Outcome.FAILED:
             # Left pending: no keep-alive from now on, so it is reclaimed after CLAIM_IDLE.
-            self.failures.append((entry.task.task_id, entry.reason))
+            self.failures.append((entry.task, entry.reason))
             logger.warning("Task %s (%s) failed and will be redelivered: %s",
                            entry.task.task_id, entry.task.url, entry.reason,
                            extra={"task_id": entry.task.task_id, "seed_id": entry.task.seed_id})
@@ -442,7 +442,7 @@ class StreamPump:
             self.dead.append((first, entry.reason))
             self.acks.extend((d.ref, 0.0) for d in dups)
         else:
-            self.records.append((entry.task.task_id, entry.record()))
+            self.records.append((entry.task, entry.record()))
             self.acks.extend((d.ref, entry.response_at) for d in entry.deliveries)
         if self.on_settled is not None:
             self.on_settled(entry)

@@ -28,6 +28,7 @@ from meteorseed_scrapy.dedup import (
     recrawl_window,
 )
 from meteorseed_scrapy.keys import LANES, KeyLayout
+from meteorseed_scrapy.streams.shards import call_scripts, check_shard_count
 from meteorseed_scrapy.tasks import MESSAGE_VERSION, ExecTask, TaskError
 
 if TYPE_CHECKING:
@@ -123,6 +124,18 @@ class StreamCount:
         return cls(max(0, int(length) - pending_count), pending_count)
 
 
+async def shard_stream_counts(redis: Any, streams: Sequence[str], group: str
+                              ) -> dict[str, StreamCount]:
+    """XLEN and XPENDING of ``streams`` (of one shard: one slot) in one MULTI."""
+    async with redis.pipeline(transaction=True) as pipe:
+        for stream in streams:
+            pipe.xlen(stream)
+            pipe.xpending(stream, group)
+        replies = await pipe.execute(raise_on_error=False)
+    return {stream: StreamCount.of(length, pending)
+            for stream, length, pending in zip(streams, replies[::2], replies[1::2], strict=True)}
+
+
 class TaskWriter:
     """Adds exec tasks to their lanes' streams (deduplicated per site) and watches the backlog.
 
@@ -162,7 +175,8 @@ class TaskWriter:
         encodable, a URL that cannot be canonicalised, a bad ``meta.recrawl_after``)."""
         if self._lane is not None and task.lane != self._lane:
             task = replace(task, lane=self._lane)
-        stream = self._keys.stream_for(task.lane, task.priority)
+        shard = self._keys.for_site(task.site_id)
+        stream = shard.stream_for(task.lane, task.priority)
         try:
             payload = task.to_message()["t"]
         except TaskError:
@@ -182,7 +196,7 @@ class TaskWriter:
             fp = fingerprint_bytes(task, canonical)
         except ValueError as exc:
             raise TaskError("url", f"cannot be canonicalised: {exc}") from None
-        return Encoded(self._keys.seen(task.site_id), fp, window, payload, stream)
+        return Encoded(shard.seen(task.site_id), fp, window, payload, stream)
 
     def _script_args(self, stream: str, chunk: Sequence[Encoded]
                      ) -> tuple[list[str], list[str | bytes]]:
@@ -215,11 +229,12 @@ class TaskWriter:
 
     async def add_encoded(self, encoded: Sequence[Encoded]) -> AddResult:
         """Enqueue tasks already encoded by :meth:`encode`, in script calls of
-        :data:`CHUNK_SIZE` per stream, all sent in one round trip."""
+        :data:`CHUNK_SIZE` per stream, all sent in one round trip (concurrently on a cluster)."""
         if not encoded:
             return AddResult()
         if not self._config_checked:
             self._config_checked = True
+            await check_shard_count(self._redis, self._keys)
             for warning in await check_server_config(self._redis):
                 logger.warning("%s", warning)
         script = self._script("enqueue")
@@ -230,14 +245,8 @@ class TaskWriter:
                   for i in range(0, len(positions), CHUNK_SIZE)]
         calls = [self._script_args(encoded[chunk[0]].stream, [encoded[p] for p in chunk])
                  for chunk in chunks]
-        if len(calls) == 1:
-            keys, args = calls[0]
-            replies = [await script(keys=keys, args=args)]
-        else:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for keys, args in calls:
-                    await script(keys=keys, args=args, client=pipe)
-                replies = await pipe.execute()
+        # A stream's dedup roots are in its shard's slot, so each call touches one slot.
+        replies = await call_scripts(self._redis, script, calls)
         fresh = [False] * len(encoded)
         enqueued = duplicates = 0
         for chunk, (added, dups, flags) in zip(chunks, replies, strict=True):
@@ -275,21 +284,17 @@ class TaskWriter:
         return sum((await self.stream_counts()).values(), StreamCount()).waiting
 
     async def stream_counts(self) -> dict[str, StreamCount]:
-        """Waiting and pending tasks per task stream, read in one MULTI so they agree.
+        """Waiting and pending tasks per task stream, read in one MULTI per shard so the
+        counts of a stream agree.
 
         Workers XDEL an entry right after XACKing it, so XLEN counts waiting plus pending
         entries, and XPENDING's summary gives the pending ones. This works on Redis 6.2, whose
         XINFO GROUPS has no ``lag``.
         """
-        streams = self._keys.streams
-        async with self._redis.pipeline(transaction=True) as pipe:
-            for stream in streams:
-                pipe.xlen(stream)
-                pipe.xpending(stream, self._keys.group)
-            replies = await pipe.execute(raise_on_error=False)
-        return {stream: StreamCount.of(length, pending)
-                for stream, length, pending in zip(streams, replies[::2], replies[1::2],
-                                                   strict=True)}
+        out: dict[str, StreamCount] = {}
+        for shard in self._keys.shard_keys:
+            out.update(await shard_stream_counts(self._redis, shard.streams, self._keys.group))
+        return out
 
     async def wait_for_room(
         self, max_backlog: int, on_wait: Callable[[int], None], poll: float = 1.0
