@@ -14,6 +14,7 @@ works on a cluster so far.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -22,6 +23,8 @@ import redis
 import redis.asyncio
 from redis.cluster import ClusterNode
 
+#: Where each cluster client made here came from (URL, options), for clone_async.
+_SOURCES: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SETTING = "METEORSEED_REDIS_URL"
 
@@ -90,8 +93,23 @@ def async_client(url: str, **kwargs: Any) -> Any:
     from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 
     others = [AsyncClusterNode(h, p) for h, p in target.nodes[1:]]
-    return redis.asyncio.RedisCluster.from_url(target.node_url, startup_nodes=others or None,
-                                               **kwargs)
+    client = redis.asyncio.RedisCluster.from_url(target.node_url, startup_nodes=others or None,
+                                                 **kwargs)
+    _SOURCES[client] = (url, kwargs)
+    return client
+
+
+def clone_async(client: Any) -> Any:
+    """A new client for the same server(s) and options: an asyncio client belongs to one event
+    loop, so a thread with its own loop needs its own."""
+    if isinstance(client, redis.asyncio.RedisCluster):
+        if client not in _SOURCES:
+            raise ValueError("a RedisCluster client not made by async_client cannot be cloned")
+        url, kwargs = _SOURCES[client]
+        return async_client(url, **kwargs)
+    pool = client.connection_pool
+    return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(
+        connection_class=pool.connection_class, **pool.connection_kwargs))
 
 
 def sync_client(url: str, **kwargs: Any) -> Any:

@@ -46,8 +46,9 @@ from meteorseed_scrapy.seeding.yields import YieldReporter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.streams.consumer import StreamConsumer
 from meteorseed_scrapy.streams.lanes import LaneWeights
-from meteorseed_scrapy.streams.pump import StreamPump
+from meteorseed_scrapy.streams.pump import REDIS_DOWN, StreamPump
 from meteorseed_scrapy.streams.retention import DeadLetterRetention, housekeeping
+from meteorseed_scrapy.streams.shards import check_shard_count
 from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import TaskError
 from meteorseed_scrapy.work_budget import WorkBudget
@@ -110,10 +111,15 @@ class StreamScheduler:
             self.config.redis_url, decode_responses=True, socket_timeout=10,
             socket_connect_timeout=5, health_check_interval=15,
         )
+        try:  # another shard count would look for every site's tasks in the wrong shard
+            await check_shard_count(self.redis, self.keys)
+        except REDIS_DOWN as exc:  # the pump waits for Redis and checks again
+            logger.warning("Cannot check the namespace's shard count yet: %s", exc)
         consumer = StreamConsumer(self.redis, self.keys, self.config.consumer, self.lane_weights)
         gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer, self.backoff,
                         self.breaker_config.probe_interval)
-        breaker = Breaker(self.redis, self.keys, self.breaker_config, self.stats)
+        breaker = Breaker(self.redis, self.keys, self.breaker_config, self.stats,
+                          lambda site: self.limits_for(site).quota(site))
         self.pump = StreamPump(
             consumer, TaskWriter(self.redis, self.keys), self.ledger, self.config, self.stats,
             gate=gate, breaker=breaker, limits_for=self.limits_for if self.politeness else None,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from meteorseed_scrapy.connection import is_cluster_url
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.seeding.expand import MAX_LINE_BYTES
 
@@ -26,9 +27,11 @@ class ApiConfig:
     max_backlog: int = 1_000_000
     #: Seconds to wait for Redis to accept a connection before a request gets a 503.
     redis_timeout: float = 3.0
+    #: ``METEORSEED_STREAM_SHARDS`` of the namespace (``meteorseed serve`` reads the recorded one).
+    shards: int = 1
 
     def __post_init__(self) -> None:
-        KeyLayout(self.namespace)  # raises ValueError naming METEORSEED_NAMESPACE
+        _ = self.keys  # raises ValueError naming METEORSEED_NAMESPACE or the shard count
         if self.token is not None and not self.token.strip():
             raise ValueError("METEORSEED_API_TOKEN: must not be empty")
         if self.max_body < 1024:
@@ -38,7 +41,7 @@ class ApiConfig:
 
     @property
     def keys(self) -> KeyLayout:
-        return KeyLayout(self.namespace)
+        return KeyLayout(self.namespace, self.shards, is_cluster_url(self.redis_url))
 
 
 #: Application key of the config (set once by :func:`meteorseed_scrapy.api.app.create_app`).

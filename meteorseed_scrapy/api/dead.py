@@ -42,7 +42,9 @@ async def list_dead(request: web.Request) -> web.Response:
         return rows
 
     rows = await asyncio.to_thread(read)
-    total = int(await state.client.xlen(state.config.keys.dead))
+    total = 0
+    for dead in state.config.keys.deads:  # one per shard
+        total += int(await state.client.xlen(dead))
     return web.json_response({"total": total, "site_id": site, "dead_letters": rows})
 
 

@@ -81,9 +81,11 @@ async def overview(request: web.Request) -> web.Response:
     # dedup roots: too heavy to repeat that often on a big Redis.)
     queue = await QueueSampler(state.config.redis_url, keys, client=state.client).sample()
     async with state.client.pipeline(transaction=False) as pipe:
-        pipe.xlen(keys.dead)
-        pipe.zcard(keys.delayed)
-        dead, delayed = await pipe.execute()
+        for shard in keys.shard_keys:
+            pipe.xlen(shard.dead)
+            pipe.zcard(shard.delayed)
+        counts = await pipe.execute()
+    dead, delayed = sum(counts[::2]), sum(counts[1::2])
     return web.json_response({
         "namespace": keys.namespace,
         "streams": list(keys.streams),

@@ -17,6 +17,8 @@ from redis.asyncio import Redis
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.expansion import Progress
 from meteorseed_scrapy.api.rules import SiteRules
+from meteorseed_scrapy.connection import async_client
+from meteorseed_scrapy.connection import sync_client as sync_client_for
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.streams.writer import TaskWriter
@@ -95,10 +97,10 @@ class ApiState:
     @classmethod
     def build(cls, config: ApiConfig) -> ApiState:
         url, timeout = config.redis_url, config.redis_timeout
-        client = Redis.from_url(url, decode_responses=True, socket_connect_timeout=timeout,
-                                socket_timeout=30)
-        sync_client = SyncRedis.from_url(url, decode_responses=True,
-                                         socket_connect_timeout=timeout, socket_timeout=30)
+        client = async_client(url, decode_responses=True, socket_connect_timeout=timeout,
+                              socket_timeout=30)
+        sync_client = sync_client_for(url, decode_responses=True,
+                                      socket_connect_timeout=timeout, socket_timeout=30)
         keys = config.keys
         return cls(
             config=config,

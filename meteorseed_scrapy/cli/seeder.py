@@ -15,8 +15,6 @@ import os
 import sys
 from typing import Any
 
-import redis.asyncio
-
 from meteorseed_scrapy.cli.common import (
     CliError,
     Context,
@@ -25,6 +23,7 @@ from meteorseed_scrapy.cli.common import (
     resolve_target,
     table,
 )
+from meteorseed_scrapy.connection import async_client
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.adapt import MAX_INTERVAL_SETTING, MIN_INTERVAL_SETTING
 from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry
@@ -108,7 +107,7 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
     url, _ = resolve_target(args.redis_url, args.namespace)
 
     async def fetch() -> list[SeedRecord]:
-        client = redis.asyncio.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=30)
+        client = async_client(url, socket_connect_timeout=5, socket_timeout=30)
         try:
             return await SeedRegistry(client, ctx.keys).list(site_id=args.site, limit=LIST_LIMIT)
         finally:

@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def config_from(args: argparse.Namespace) -> Any:
+def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
     from meteorseed_scrapy.api import ApiConfig
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
@@ -66,7 +66,7 @@ def config_from(args: argparse.Namespace) -> Any:
             redis_url=url, namespace=namespace, token=token,
             sites_dir=sites_dir,
             store_uri=args.store_uri or os.environ.get("METEORSEED_STORE_URI") or None,
-            max_backlog=args.max_backlog,
+            max_backlog=args.max_backlog, shards=shards,
         )
     except ValueError as exc:
         raise CliError(f"serve: {exc}") from None
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
 
     from meteorseed_scrapy.api import create_app
 
-    config = config_from(args)
+    config = config_from(args, ctx.keys.shards)  # (the count the namespace recorded)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(name)s] %(levelname)s: "
                         "%(message)s")
     if ctx.json:  # --json: log lines as JSON objects, as workers with METEORSEED_LOG_JSON

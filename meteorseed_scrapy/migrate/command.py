@@ -7,11 +7,11 @@ import asyncio
 import sys
 from typing import Any
 
-import redis.asyncio
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from meteorseed_scrapy.connection import async_client
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.migrate.convert import Origin
 from meteorseed_scrapy.migrate.scrapy_redis import (
@@ -80,7 +80,7 @@ def run_migration(settings: Any, redis_url: str, keys: KeyLayout, opts: argparse
 
     async def main() -> None:
         # Bytes replies: queue entries are pickles, not text.
-        client = redis.asyncio.Redis.from_url(
+        client = async_client(
             redis_url, socket_connect_timeout=10, socket_timeout=60, decode_responses=False
         )
         try:

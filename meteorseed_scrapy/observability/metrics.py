@@ -24,10 +24,9 @@ from typing import Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.ledger import Entry, Outcome
 from meteorseed_scrapy.observability.queue import QueueSampler
-from meteorseed_scrapy.settings import redis_url_from
+from meteorseed_scrapy.settings import key_layout, redis_url_from
 
 logger = logging.getLogger(__name__)
 
@@ -154,8 +153,7 @@ class MetricsExtension:
         if pump is not None:
             pump.on_settled = self.settled
         settings = self.crawler.settings
-        namespace = str(settings.get("METEORSEED_NAMESPACE") or "meteorseed")
-        self.sampler = QueueSampler(redis_url_from(settings), KeyLayout(namespace))
+        self.sampler = QueueSampler(redis_url_from(settings), key_layout(settings))
         self._task = asyncio.ensure_future(self._sample_forever())
 
     async def spider_closed(self, spider: Any) -> None:

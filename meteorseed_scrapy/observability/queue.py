@@ -6,8 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis.asyncio as aioredis
-
+from meteorseed_scrapy.connection import async_client
 from meteorseed_scrapy.keys import LANES, KeyLayout
 
 
@@ -26,7 +25,7 @@ class QueueSample:
 class QueueSampler:
     def __init__(self, redis_url: str, keys: KeyLayout, client: Any = None) -> None:
         self.keys = keys
-        self.redis = client or aioredis.Redis.from_url(
+        self.redis = client or async_client(
             redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=5,
         )
 

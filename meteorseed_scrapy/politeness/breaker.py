@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,8 +79,12 @@ def _integer(name: str, value: Any) -> int:
 
 
 class Breaker:
-    def __init__(self, redis: Any, keys: KeyLayout, config: BreakerConfig, stats: Any) -> None:
+    def __init__(self, redis: Any, keys: KeyLayout, config: BreakerConfig, stats: Any,
+                 quota_of: Callable[[str], str] | None = None) -> None:
         self.keys = keys
+        # A site's quota key: on a cluster its breaker keys live in the quota's slot, where
+        # gate.lua reads them with the quota's keys (KeyLayout.site_own).
+        self.quota_of = quota_of or (lambda site: site)
         self.config = config
         self.stats = stats
         self._health = scripts.register(redis, "health")
@@ -154,9 +159,9 @@ class Breaker:
         cfg = self.config
         for site in sites:
             n, errors, latency_ms, probe = self._pending.pop(site, [0, 0, 0, ""])
+            quota = self.quota_of(site)
             reply = await self._health(
-                keys=[self.keys.site(site, "health"), self.keys.site(site, "breaker"),
-                      self.keys.site(site, "probe")],
+                keys=[self.keys.site_own(site, quota, w) for w in ("health", "breaker", "probe")],
                 args=[n, errors, latency_ms, int(cfg.window), cfg.min_requests, cfg.error_ratio,
                       int(cfg.max_latency * 1000), int(self.local_abnormal(site)), probe,
                       int(cfg.ramp_step_s * 1000)],

@@ -59,7 +59,7 @@ class SiteGate:
         limits = self.limits_for(site)
         reply = await self._gate(
             keys=[*self._quota_keys(site, "bucket", "pause", "leases", "tighten"),
-                  *self._site_keys(site, "breaker", "probe")],
+                  *(self.keys.site_own(site, limits.quota(site), w) for w in ("breaker", "probe"))],
             args=[limits.rate, limits.burst, limits.concurrency, int(LEASE_TTL_S * 1000), wanted,
                   f"{self._prefix}:{next(self._calls)}", int(self.probe_interval_s * 1000)],
         )

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import redis.asyncio
 from redis.exceptions import RedisError
 
+from meteorseed_scrapy.connection import async_client
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.seeding.adapt import (
     DEFAULT_MAX_INTERVAL,
@@ -134,8 +134,7 @@ async def watch(redis_url: str, keys: KeyLayout, *, seed_file: str | None, confi
                 bounds: SiteBounds, say: Callable[[str], None],
                 on_error: Callable[[Rejection], None], stdin: IO[bytes] | None = None) -> int:
     """Run a seeder until SIGINT/SIGTERM; returns the exit code (0 on a graceful stop)."""
-    client = redis.asyncio.Redis.from_url(redis_url, socket_connect_timeout=10,
-                                          socket_timeout=60)
+    client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 
+from meteorseed_scrapy.connection import clone_async
 from meteorseed_scrapy.seeding.expand import ExpandSummary, expand_stream
 from meteorseed_scrapy.streams.writer import TaskWriter
 
@@ -20,9 +21,8 @@ if TYPE_CHECKING:
 def clone_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
     """A new client for the same server and options (an asyncio client belongs to one
     event loop)."""
-    pool = client.connection_pool
-    return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(
-        connection_class=pool.connection_class, **pool.connection_kwargs))
+    clone: redis.asyncio.Redis = clone_async(client)
+    return clone
 
 
 async def expand_on_thread(client: redis.asyncio.Redis, keys: KeyLayout, line: str,

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import DropItem
 
+from meteorseed_scrapy.connection import async_client
 from meteorseed_scrapy.context import current_scrape
 from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.settings import DEFAULTS, redis_url_from, store_uri_from
+from meteorseed_scrapy.settings import key_layout, redis_url_from, store_uri_from
 from meteorseed_scrapy.sites.fingerprint import FingerprintIndex, fingerprint
 from meteorseed_scrapy.sites.schema import Dedup
 from meteorseed_scrapy.stores import Store, check_fields, check_store_uri, open_store
@@ -78,9 +79,8 @@ class SitesPipeline:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SitesPipeline:
         settings = crawler.settings
-        namespace = settings.get("METEORSEED_NAMESPACE") or DEFAULTS["METEORSEED_NAMESPACE"]
         return cls(check_store_uri(store_uri_from(settings)), redis_url_from(settings),
-                   KeyLayout(str(namespace)), crawler.stats)
+                   key_layout(settings), crawler.stats)
 
     async def close_spider(self) -> None:
         store, executor, index = self._store, self._executor, self._index
@@ -146,9 +146,7 @@ class SitesPipeline:
             if self._redis_factory is not None:
                 client = self._redis_factory(self.redis_url)
             else:
-                import redis.asyncio as aioredis
-
-                client = aioredis.Redis.from_url(self.redis_url, decode_responses=True)
+                client = async_client(self.redis_url, decode_responses=True)
             self._index = FingerprintIndex(client, self.keys)
         return self._index
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from meteorseed_scrapy.connection import sync_client
 from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.schema import SiteConfig
@@ -100,8 +101,8 @@ class RemoteRules:
 
     @classmethod
     def from_url(cls, url: str, keys: KeyLayout) -> RemoteRules:
-        client = redis.Redis.from_url(url, decode_responses=True, socket_connect_timeout=5,
-                                      socket_timeout=10)
+        client = sync_client(url, decode_responses=True, socket_connect_timeout=5,
+                             socket_timeout=10)
         return cls(client, keys)
 
     def close(self) -> None:

@@ -24,8 +24,7 @@ from scrapy.http import Response
 from twisted.internet import task, threads
 
 from meteorseed_scrapy.context import task_of
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.settings import DEFAULTS, redis_url_from
+from meteorseed_scrapy.settings import key_layout, redis_url_from
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, find, select_values
 from meteorseed_scrapy.sites.loader import SiteRegistry
@@ -86,8 +85,7 @@ class RuleSpider(scrapy.Spider):
         directory = settings.get("METEORSEED_SITES_DIR")
         remote = None
         if settings.getbool("METEORSEED_SITES_REDIS"):  # rules pushed by `meteorseed sites push`
-            namespace = settings.get("METEORSEED_NAMESPACE") or DEFAULTS["METEORSEED_NAMESPACE"]
-            remote = RemoteRules.from_url(redis_url_from(settings), KeyLayout(str(namespace)))
+            remote = RemoteRules.from_url(redis_url_from(settings), key_layout(settings))
         if not directory or not Path(directory).is_dir():
             if remote is None:
                 raise NotConfigured(f"METEORSEED_SITES_DIR: set it to the directory of the site"

@@ -45,15 +45,20 @@ class DeadLetterRetention:
         return self.seconds > 0 or self.maxlen > 0
 
     async def trim(self, redis: Any, keys: KeyLayout) -> int:
-        """Trim the dead-letter stream once; returns how many entries went. Approximate (``~``):
-        Redis drops whole nodes only, so a few entries past the limits may stay a while."""
+        """Trim the dead-letter streams once; returns how many entries went. Approximate (``~``):
+        Redis drops whole nodes only, so a few entries past the limits may stay a while. With
+        stream shards each shard's dead letters keep their share of the length limit."""
         removed = 0
+        deads = keys.deads
         if self.seconds > 0:
             secs, _ = await redis.time()  # Redis's clock, as the entry ids are
             min_id = max(0, int((int(secs) - self.seconds) * 1000))
-            removed += int(await redis.xtrim(keys.dead, minid=min_id, approximate=True))
+            for dead in deads:
+                removed += int(await redis.xtrim(dead, minid=min_id, approximate=True))
         if self.maxlen > 0:
-            removed += int(await redis.xtrim(keys.dead, maxlen=self.maxlen, approximate=True))
+            share = -(-self.maxlen // len(deads))
+            for dead in deads:
+                removed += int(await redis.xtrim(dead, maxlen=share, approximate=True))
         return removed
 
     async def trim_logged(self, redis: Any, keys: KeyLayout, stats: Any) -> None:

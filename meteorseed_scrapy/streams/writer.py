@@ -119,6 +119,8 @@ class StreamCount:
             pending_count = 0
         elif isinstance(pending, Exception):
             raise pending
+        elif isinstance(pending, (list, tuple)):  # raw reply: a cluster MULTI skips parsing
+            pending_count = int(pending[0])
         else:
             pending_count = int(pending["pending"])
         return cls(max(0, int(length) - pending_count), pending_count)

@@ -1,0 +1,229 @@
+"""Stream shards on a real local Redis Cluster of three masters: a worker, seed-expand, the
+dead-letter CLI and status, every one with ``redis+cluster://`` and METEORSEED_STREAM_SHARDS."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meteorseed_scrapy.cli import main as cli_main
+from meteorseed_scrapy.connection import async_client, sync_client
+from meteorseed_scrapy.keys import KeyLayout, shard_of
+from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.streams.shards import ShardMismatch, check_shard_count
+from meteorseed_scrapy.streams.writer import TaskWriter
+from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.testing.cluster import LocalCluster
+from meteorseed_scrapy.testing.sites import DemoSite
+from tests.e2e_helpers import REPO, start_worker, stored_docs
+
+pytestmark = pytest.mark.e2e
+SHARDS = 6
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(masters=3) as local:
+        yield local
+
+
+@pytest.fixture
+def ns() -> str:
+    return f"c{time.monotonic_ns() % 10**12}"
+
+
+def sites_covering(shards: int) -> list[str]:
+    """Site ids, at least one in every shard."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < shards:
+        found.setdefault(shard_of(f"site{i}", shards), f"site{i}")
+        i += 1
+    return [found[k] for k in range(shards)]
+
+
+def cli(url: str, ns: str, *args: str) -> tuple[int, Any]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main([*args[:2], "--redis-url", url, "--namespace", ns, *args[2:]],
+                    stdout=out, stderr=err)
+    text = out.getvalue()
+    try:
+        return code, json.loads(text)
+    except ValueError:
+        return code, text + err.getvalue()
+
+
+def enqueue(url: str, keys: KeyLayout, tasks: list[ExecTask]) -> None:
+    async def run() -> None:
+        client = async_client(url, decode_responses=True)
+        try:
+            await TaskWriter(client, keys).add(tasks)
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_worker_on_cluster_with_shards_stores_everything_once_and_spreads_the_streams(
+    tmp_path: Path, cluster: LocalCluster, ns: str, demo_site: DemoSite
+) -> None:
+    keys = KeyLayout(ns, SHARDS, cluster=True)
+    sites = sites_covering(SHARDS)
+    tasks = [ExecTask.create(seed_id="s1", site_id=site, url=f"{demo_site.url}/news/article/{i}")
+             for n, site in enumerate(sites) for i in range(n * 5 + 1, n * 5 + 9)]
+    broken = ExecTask.create(seed_id="s1", site_id=sites[3], url=f"{demo_site.url}/status/500")
+    enqueue(cluster.url, keys, [*tasks, broken])
+
+    client = sync_client(cluster.url, decode_responses=True)
+    try:
+        # Every shard's stream holds its sites' tasks; the six shards span all three masters.
+        nodes = {client.get_node_from_key(shard.stream).name for shard in keys.shard_keys}
+        assert len(nodes) == 3
+        for shard in keys.shard_keys:
+            assert client.xlen(shard.stream) > 0, shard.stream
+            slot = client.cluster_keyslot(shard.stream)
+            for key in (shard.dead, shard.delayed, shard.done("x"), shard.failed("x"),
+                        *shard.streams, *(shard.seen(s) for s in sites
+                                          if keys.for_site(s) == shard)):
+                assert client.cluster_keyslot(key) == slot, key
+
+        worker = start_worker(tmp_path, cluster.url, ns, METEORSEED_STREAM_SHARDS=SHARDS,
+                              METEORSEED_SITE_RATE=100, METEORSEED_SITE_BURST=20,
+                              METEORSEED_MAX_DELIVERIES=1)
+        assert worker.wait(180) == 0, worker.log()[-3000:]
+
+        docs = stored_docs(tmp_path / "items.db")
+        assert set(docs) == {f"{t.site_id}:{t.url[len(demo_site.url):]}" for t in tasks}
+        assert worker.stats()["meteorseed/acked"] == len(tasks)
+        for shard in keys.shard_keys:  # nothing waiting or pending anywhere
+            for stream in shard.streams:
+                assert client.xlen(stream) == 0, stream
+        # The broken task's dead letter is in its site's shard.
+        dead_shard = keys.for_site(sites[3])
+        assert [client.xlen(shard.dead) for shard in keys.shard_keys] == [
+            1 if shard == dead_shard else 0 for shard in keys.shard_keys]
+
+        code, status = cli(cluster.url, ns, "status", "--json")
+        assert code == 0, status
+        assert (status["backlog"], status["pending"], status["dead"]) == (0, 0, 1)
+        assert len(status["shards"]) == SHARDS  # the recorded count, no setting needed
+        assert status["seen"][sites[0]] == 8
+
+        code, letters = cli(cluster.url, ns, "dead", "list", "--json")
+        assert code == 0, letters
+        [letter] = letters
+        assert letter["id"].startswith(f"{dead_shard.index}/")
+        assert letter["url"] == broken.url
+        code, shown = cli(cluster.url, ns, "dead", "requeue", "--all", "--json")
+        assert code == 0, shown
+        assert [r["task_id"] for r in shown["requeued"]] == [broken.task_id]
+        assert client.xlen(dead_shard.dead) == 0
+        assert client.xlen(dead_shard.stream) == 1
+        code, status = cli(cluster.url, ns, "status", "--json")
+        assert (status["backlog"], status["dead"]) == (1, 0)
+    finally:
+        client.close()
+
+
+def test_seed_expand_on_cluster_deduplicates_across_runs(
+    tmp_path: Path, cluster: LocalCluster, ns: str
+) -> None:
+    sites = sites_covering(SHARDS)
+    lines = [json.dumps({"seed_id": f"seed-{site}", "site_id": site, "task_type": "url_list",
+                         "payload": {"urls": [f"https://{site}.example/p/{i}"
+                                              for i in range(700 if n == 0 else 30)]}})
+             for n, site in enumerate(sites)]
+    seeds = tmp_path / "seeds.jsonl"
+    seeds.write_text("\n".join(lines) + "\n")
+    total = 700 + 30 * (len(sites) - 1)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("SCRAPY_SETTINGS_MODULE", None)
+
+    def expand() -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "scrapy.cmdline", "seed-expand", str(seeds),
+             "-s", f"METEORSEED_REDIS_URL={cluster.url}", "-s", f"METEORSEED_NAMESPACE={ns}",
+             "-s", f"METEORSEED_STREAM_SHARDS={SHARDS}"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().splitlines()[-1]
+
+    assert expand() == f"read {len(sites)} lines, enqueued {total}, duplicates 0, rejected 0"
+    assert expand() == f"read {len(sites)} lines, enqueued 0, duplicates {total}, rejected 0"
+    keys = KeyLayout(ns, SHARDS, cluster=True)
+    client = sync_client(cluster.url, decode_responses=True)
+    try:
+        lengths = {k: client.xlen(shard.stream) for k, shard in enumerate(keys.shard_keys)}
+        assert sum(lengths.values()) == total
+        assert lengths[shard_of(sites[0], SHARDS)] == 700
+    finally:
+        client.close()
+
+
+def test_a_different_shard_count_is_refused(cluster: LocalCluster, ns: str) -> None:
+    async def run() -> str:
+        client = async_client(cluster.url, decode_responses=True)
+        try:
+            await check_shard_count(client, KeyLayout(ns, 4, cluster=True))
+            await check_shard_count(client, KeyLayout(ns, 4, cluster=True))  # the same: fine
+            with pytest.raises(ShardMismatch) as err:
+                await check_shard_count(client, KeyLayout(ns, 6, cluster=True))
+            return str(err.value)
+        finally:
+            await client.aclose()
+
+    message = asyncio.run(run())
+    assert "METEORSEED_STREAM_SHARDS=6" in message and "4 shard(s)" in message
+
+
+def test_sites_sharing_a_quota_key_pass_the_gate_and_breaker_on_cluster(
+    cluster: LocalCluster, ns: str
+) -> None:
+    keys = KeyLayout(ns, SHARDS, cluster=True)
+    limits = SiteLimits(rate=50.0, burst=10, concurrency=10, quota_key="shared-host")
+    sites = sites_covering(3)  # their own {site} tags would be on other slots
+
+    class Stats:
+        def inc_value(self, key: str, n: int = 1) -> None:
+            pass
+
+    async def body(client: Any) -> tuple[list[int], dict[str, str]]:
+        gate = SiteGate(client, keys, lambda _s: limits, "c1", Backoff(1.0, 300.0))
+        granted = [len((await gate.acquire(site, 3)).lease_ids) for site in sites]
+        breaker = Breaker(client, keys, BreakerConfig(min_requests=4), Stats(),
+                          lambda site: limits.quota(site))
+        for i in range(8):
+            breaker.record(sites[0], True, 0.1, False, task_id=f"t{i}")
+        await breaker.flush()
+        return granted, dict(breaker.state)
+
+    granted, state = asyncio.run(_with_client(cluster.url, body))
+    assert granted == [3, 3, 3]  # one bucket of 10 for the three sites: 9 taken
+    assert state[sites[0]] == "open"
+    client = sync_client(cluster.url, decode_responses=True)
+    try:
+        slot = client.cluster_keyslot(keys.site("shared-host", "bucket"))
+        assert client.cluster_keyslot(keys.site_own(sites[0], "shared-host", "breaker")) == slot
+        assert client.exists(keys.site_own(sites[0], "shared-host", "breaker")) == 1
+    finally:
+        client.close()
+
+
+async def _with_client(url: str, body: Any) -> Any:
+    client = async_client(url, decode_responses=True)
+    try:
+        return await body(client)
+    finally:
+        await client.aclose()
