@@ -1,8 +1,17 @@
 """The whole Redis key layout, in one place.
 
-Every key starts with the namespace and a colon. Keys that a future Redis Cluster deployment must
-keep together (a site's dedup set and its quota, for instance) will carry a hash tag right after
-the namespace: ``<ns>:{site}:...``.
+Every key starts with the namespace and a colon; a Redis Cluster hash tag, where needed, comes
+right after it (``<ns>:{site}:...``). With ``METEORSEED_STREAM_SHARDS`` > 1, or on any
+``redis+cluster://`` URL, the keys one task's life touches in one script (task streams, dead
+letters, delayed set, completion record, failure note, its site's dedup root) belong to the shard
+of its site (``k = crc32(site_id) % shards``) and carry the shard's tag: read ``<ns>:tasks`` below
+as ``<ns>:{s<k>}:tasks``, ``<ns>:dead`` as ``<ns>:{s<k>}:dead``, ``<ns>:delayed`` as
+``<ns>:{s<k>}:delayed``, ``<ns>:done:<id>`` as ``<ns>:{s<k>}:done:<id>``, ``<ns>:failed:<id>`` as
+``<ns>:{s<k>}:failed:<id>`` and ``<ns>:seen:{<site>}`` as ``<ns>:{s<k>}:seen:<site>``
+(:class:`ShardKeys`). On a cluster the seed registry's keys carry ``{seeds}``
+(``<ns>:{seeds}``, ``<ns>:{seeds}:by_site``, ``<ns>:{seeds}:seed:<id>``, ``<ns>:{seeds}:due``,
+``<ns>:{seeds}:yield``) and the site rules ``{sites}`` (``<ns>:{sites}``, ``<ns>:{sites}:rev``).
+One shard on one Redis keeps the names below exactly. See ``docs/cluster.md``.
 
 ==================================  ======  ===================================================
 key                                 type    holds
@@ -56,7 +65,8 @@ key                                 type    holds
                                             keyed by the site's ``limits.quota_key`` instead
                                             when its rule config names one: the sites of one
                                             host share them; breaker, probe and health stay
-                                            the site's own)
+                                            the site's own, on a tagged layout in the quota's
+                                            slot: ``<ns>:{<quota>}:site:<site>:breaker``)
 ``<ns>:failed:<task_id>``           string  why the task's last delivery failed (callback or
                                             store error); quoted in its dead letter when it
                                             keeps failing. Expires after ``METEORSEED_DONE_TTL``.
@@ -89,6 +99,10 @@ key                                 type    holds
                                             :mod:`meteorseed_scrapy.sites.remote`
 ``<ns>:sites:rev``                  string  bumped with every change of ``<ns>:sites`` (workers
                                             poll it: one GET while nothing changed)
+``<ns>:shards``                     string  the namespace's ``METEORSEED_STREAM_SHARDS``, set by
+                                            its first worker or writer (``1u``: one untagged
+                                            shard); another count is refused
+                                            (:mod:`meteorseed_scrapy.streams.shards`)
 ==================================  ======  ===================================================
 """
 

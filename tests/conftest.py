@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
 
+from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.redis_server import RedisServer
 from meteorseed_scrapy.testing.sites import DemoSite
 
@@ -40,6 +42,19 @@ def sync_redis(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A local Redis Cluster of three masters (tests/test_cluster*.py)."""
+    with LocalCluster(masters=3) as local:
+        yield local
+
+
+@pytest.fixture
+def ns() -> str:
+    """A fresh namespace on the cluster (its keys stay: the cluster goes with the module)."""
+    return f"c{time.monotonic_ns() % 10**12}"
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -33,17 +33,6 @@ from meteorseed_scrapy.testing.cluster import SLOTS, LocalCluster
 T = TypeVar("T")
 DAY = 86400
 T0 = (int(time.time()) // DAY + 30) * DAY  # a future generation start (keys get EXPIREAT)
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(masters=3) as local:
-        yield local
-
-
-@pytest.fixture
-def ns() -> str:
-    return f"c{time.monotonic_ns() % 10**12}"
 
 
 def run(url: str, body: Callable[[Any], Awaitable[T]], **options: Any) -> T:

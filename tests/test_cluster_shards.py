@@ -10,48 +10,32 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from meteorseed_scrapy.api import ApiConfig
+from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.cli import main as cli_main
 from meteorseed_scrapy.connection import async_client, sync_client
 from meteorseed_scrapy.keys import KeyLayout, shard_of
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.streams.shards import ShardMismatch, check_shard_count
 from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.tasks import ExecTask, SeedTask
 from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import REPO, start_worker, stored_docs
+from tests.test_api import TOKEN, Client, url_list
+from tests.test_shards import sites_covering
 
 pytestmark = pytest.mark.e2e
 SHARDS = 6
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    with LocalCluster(masters=3) as local:
-        yield local
-
-
-@pytest.fixture
-def ns() -> str:
-    return f"c{time.monotonic_ns() % 10**12}"
-
-
-def sites_covering(shards: int) -> list[str]:
-    """Site ids, at least one in every shard."""
-    found: dict[int, str] = {}
-    i = 0
-    while len(found) < shards:
-        found.setdefault(shard_of(f"site{i}", shards), f"site{i}")
-        i += 1
-    return [found[k] for k in range(shards)]
 
 
 def cli(url: str, ns: str, *args: str) -> tuple[int, Any]:
@@ -124,7 +108,7 @@ def test_worker_on_cluster_with_shards_stores_everything_once_and_spreads_the_st
         code, letters = cli(cluster.url, ns, "dead", "list", "--json")
         assert code == 0, letters
         [letter] = letters
-        assert letter["id"].startswith(f"{dead_shard.index}/")
+        assert letter["id"].startswith(f"{dead_shard.index}:")
         assert letter["url"] == broken.url
         code, shown = cli(cluster.url, ns, "dead", "requeue", "--all", "--json")
         assert code == 0, shown
@@ -133,6 +117,10 @@ def test_worker_on_cluster_with_shards_stores_everything_once_and_spreads_the_st
         assert client.xlen(dead_shard.stream) == 1
         code, status = cli(cluster.url, ns, "status", "--json")
         assert (status["backlog"], status["dead"]) == (1, 0)
+        # reset: SCAN on every master, UNLINK split per slot.
+        code, reset = cli(cluster.url, ns, "reset", "--json", "--yes")
+        assert code == 0 and reset["deleted"] > 6 * 9, reset
+        assert list(client.scan_iter(match=f"{ns}:*", target_nodes="all")) == []
     finally:
         client.close()
 
@@ -162,6 +150,13 @@ def test_seed_expand_on_cluster_deduplicates_across_runs(
 
     assert expand() == f"read {len(sites)} lines, enqueued {total}, duplicates 0, rejected 0"
     assert expand() == f"read {len(sites)} lines, enqueued 0, duplicates {total}, rejected 0"
+    proc = subprocess.run(
+        [sys.executable, "-m", "scrapy.cmdline", "seed-expand", str(seeds),
+         "-s", f"METEORSEED_REDIS_URL={cluster.url}", "-s", f"METEORSEED_NAMESPACE={ns}",
+         "-s", "METEORSEED_STREAM_SHARDS=3"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "METEORSEED_STREAM_SHARDS=3" in proc.stderr and "Traceback" not in proc.stderr
     keys = KeyLayout(ns, SHARDS, cluster=True)
     client = sync_client(cluster.url, decode_responses=True)
     try:
@@ -227,3 +222,57 @@ async def _with_client(url: str, body: Any) -> Any:
         return await body(client)
     finally:
         await client.aclose()
+
+
+def test_seed_registry_and_site_rules_on_cluster(cluster: LocalCluster, ns: str) -> None:
+    keys = KeyLayout(ns, SHARDS, cluster=True)
+    seeds = [SeedTask(seed_id=f"seed{i}", site_id=f"site{i}", task_type="url_list",
+                      payload={"urls": [f"https://site{i}.example/"]}, schedule="every 30m")
+             for i in range(5)]
+
+    async def body(client: Any) -> dict[str, Any]:
+        registry = SeedRegistry(client, keys)
+        for seed in seeds:
+            await registry.put(seed)  # seed_put.lua: the seed, the index, by-site, due
+        claimed = await registry.claim_due(None, 10, 60)
+        await registry.add_yield({"seed0": 4, "unknown": 2})  # seed_yield.lua
+        record = await registry.record_run("seed0", started_at=time.time(), ok=True,
+                                           error=None, new_urls=1, duplicates=0, rejected=0)
+        deleted = await registry.delete("seed4")  # seed_delete.lua
+        return {"claimed": len(claimed), "record": record, "deleted": deleted,
+                "count": await registry.count()}
+
+    out = asyncio.run(_with_client(cluster.url, body))
+    assert out["claimed"] == 5 and out["deleted"] and out["count"] == 4
+    assert out["record"] is not None and out["record"].runs == 1
+    client = sync_client(cluster.url, decode_responses=True)
+    try:
+        rules = RemoteRules(client, keys)
+        client.hset(keys.sites, "gone", "{}")
+        assert rules.remove(["gone"]) == 1  # MULTI of HDEL + INCR in the {sites} slot
+        assert client.get(keys.sites_rev) == "1"
+        slots = {client.cluster_keyslot(k) for k in (
+            keys.seeds, keys.seeds_by_site, keys.seeds_due, keys.seeds_yield, keys.seed("seed0"))}
+        assert len(slots) == 1
+    finally:
+        client.close()
+
+
+def test_serve_dispatches_and_reports_on_cluster(cluster: LocalCluster, ns: str) -> None:
+    sites = sites_covering(SHARDS)
+    config = ApiConfig(redis_url=cluster.url, namespace=ns, token=TOKEN, shards=SHARDS)
+    with ServerThread(config) as server:
+        api = Client(server.url)
+        seeds = [url_list(f"seed-{site}", [f"https://{site}.example/{i}" for i in range(3)],
+                          site_id=site) for site in sites]
+        status, _, body = api.call("POST", "/dispatch", seeds)
+        assert status == 202 and body["enqueued"] == 3 * SHARDS, body
+        status, _, body = api.call("POST", "/dispatch", seeds)
+        assert status == 202 and body["duplicates"] == 3 * SHARDS, body
+        status, _, overview = api.call("GET", "/status")
+        assert status == 200, overview
+        assert overview["backlog"] == 3 * SHARDS and overview["dead"] == 0
+        assert overview["lanes"]["realtime"]["backlog"] == 3 * SHARDS
+        for path in ("/sites", "/seeds", "/dead-letters"):
+            status, _, body = api.call("GET", path)
+            assert status == 200, (path, body)

@@ -3,9 +3,7 @@ shards, deferral per shard, and real workers (the cluster itself: tests/test_clu
 
 from __future__ import annotations
 
-import asyncio
 import zlib
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -22,23 +20,14 @@ from meteorseed_scrapy.streams.writer import CHUNK_SIZE, TaskWriter
 from meteorseed_scrapy.tasks import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import start_worker, stored_docs
+from tests.test_consumer import arun
 
 T = TypeVar("T")
 SHARDS = 4
 
 
-def arun(url: str, body: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = Redis.from_url(url, decode_responses=True)
-        try:
-            return await body(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
-
-
 def sites_covering(shards: int) -> list[str]:
+    """Site ids, one in every shard."""
     found: dict[int, str] = {}
     i = 0
     while len(found) < shards:
@@ -212,6 +201,6 @@ def test_workers_crawl_a_sharded_namespace_and_a_different_count_is_refused(
     assert sum(w.stats().get("meteorseed/children/duplicates", 0) for w in workers) > 0
 
     other = start_worker(tmp_path, redis_url, namespace, name="w3", METEORSEED_STREAM_SHARDS=2)
-    other.wait(120)
+    assert other.wait(120) != 0  # the spider does not open
     assert "METEORSEED_STREAM_SHARDS=2" in other.log()
     assert str(ShardMismatch.__name__) in other.log()

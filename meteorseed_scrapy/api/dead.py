@@ -7,7 +7,6 @@ threads so the event loop never blocks.
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
 from aiohttp import web
@@ -16,13 +15,12 @@ from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE
 from meteorseed_scrapy.cli import deadletters
 
-_STREAM_ID = re.compile(r"^\d+-\d+$")
-
 
 def _letter_id(request: web.Request) -> str:
     letter_id = request.match_info["letter_id"]
-    if not _STREAM_ID.match(letter_id):
-        raise InvalidInput([FieldError("path.id", "must be a dead-letter id (<ms>-<seq>)")])
+    if not deadletters.LETTER_ID.match(letter_id):
+        raise InvalidInput([FieldError(
+            "path.id", f"must be a dead-letter id ({deadletters.LETTER_ID_FORM})")])
     return letter_id
 
 

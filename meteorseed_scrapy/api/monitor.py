@@ -143,8 +143,8 @@ async def sites(request: web.Request) -> web.Response:
     names = sorted(await request.app[KNOWN_SITES].get(state) | set(state.rules.sites))
     names = names[:MAX_SITES]
     keys = state.config.keys
+    now_s = int((await state.client.time())[0])  # (a cluster pipeline refuses TIME)
     async with state.client.pipeline(transaction=False) as pipe:
-        pipe.time()
         for site in names:
             pipe.hgetall(keys.site(site, "breaker"))
             pipe.hgetall(keys.site(site, "health"))
@@ -152,12 +152,11 @@ async def sites(request: web.Request) -> web.Response:
             pipe.zcard(keys.site(site, "leases"))
             pipe.get(keys.site(site, "tighten"))
         replies = await pipe.execute()
-    now_s = int(replies[0][0])
     anomalies = await request.app[ANOMALIES].counts(state)
     window = BreakerConfig().window
     rows = []
     for i, site in enumerate(names):
-        breaker, health, pause_ms, leases, tighten = replies[1 + 5 * i: 6 + 5 * i]
+        breaker, health, pause_ms, leases, tighten = replies[5 * i: 5 * i + 5]
         n, errors, latency_ms = _window(health, now_s, window)
         config = state.rules.get(site)
         limits = config.limits if config is not None else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from meteorseed_scrapy import __version__
+from meteorseed_scrapy.cli import deadletters
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 
@@ -51,7 +52,7 @@ _SEED = {
 }
 _ID_PARAM = {"name": "seed_id", "in": "path", "required": True, "schema": _STR}
 _LETTER_PARAM = {"name": "letter_id", "in": "path", "required": True,
-                 "schema": {"type": "string", "pattern": r"^\d+-\d+$"}}
+                 "schema": {"type": "string", "pattern": deadletters.LETTER_ID.pattern}}
 
 
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from typing import Any
 
 from meteorseed_scrapy.cli import deadletters
@@ -18,8 +17,6 @@ from meteorseed_scrapy.cli.common import (
 )
 from meteorseed_scrapy.seeding.schedule import format_duration, parse_duration
 from meteorseed_scrapy.tasks import TaskError
-
-_STREAM_ID = re.compile(r"^(\d+/)?\d+-\d+$")  # <shard>/ when the streams are sharded
 
 
 def register(sub: Any) -> None:
@@ -67,9 +64,10 @@ def _dead_name(ctx: Context) -> str:
 def _selection(args: argparse.Namespace) -> list[str]:
     if bool(args.ids) == bool(args.all):
         raise CliError("give dead-letter IDs or --all (not both)")
-    bad = [i for i in args.ids if not _STREAM_ID.match(i)]
+    bad = [i for i in args.ids if not deadletters.LETTER_ID.match(i)]
     if bad:
-        raise CliError(f"not a dead-letter id: {bad[0]!r} (expected <ms>-<seq>)")
+        raise CliError(f"not a dead-letter id: {bad[0]!r} "
+                       f"(expected {deadletters.LETTER_ID_FORM})")
     return list(dict.fromkeys(args.ids))
 
 
@@ -92,8 +90,9 @@ def run_list(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def run_show(args: argparse.Namespace, ctx: Context) -> int:
-    if not _STREAM_ID.match(args.id):
-        raise CliError(f"not a dead-letter id: {args.id!r} (expected <ms>-<seq>)")
+    if not deadletters.LETTER_ID.match(args.id):
+        raise CliError(f"not a dead-letter id: {args.id!r} "
+                       f"(expected {deadletters.LETTER_ID_FORM})")
     found, _missing = deadletters.fetch(ctx.client, ctx.keys, [args.id])
     if not found:
         raise CliError(f"no dead letter {args.id} in {_dead_name(ctx)}", EXIT_INCOMPLETE)

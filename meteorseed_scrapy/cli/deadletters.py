@@ -1,6 +1,6 @@
 """Reading, requeueing and purging the dead-letter stream ``<ns>:dead`` (one per shard,
 ``<ns>:{s<k>}:dead``, when ``METEORSEED_STREAM_SHARDS`` > 1: a dead letter's id is then
-``<k>/<stream id>``, and listings go shard by shard, each oldest first).
+``<k>:<stream id>``, and listings go shard by shard, each oldest first).
 
 A dead letter (written by ``lua/dead.lua``) has the fields ``t`` (the original task JSON, or
 the raw message fields as JSON when the message could not be decoded), ``reason``,
@@ -11,6 +11,7 @@ task can be requeued; a malformed one stays until it is purged.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,18 +31,23 @@ BATCH = 200
 _Entries = list[tuple[str, dict[str, str]]]
 
 
+#: A dead letter's id: its stream id, after ``<shard>:`` when the streams are sharded.
+LETTER_ID = re.compile(r"^(\d+:)?\d+-\d+$")
+#: What an invalid id is told it should look like.
+LETTER_ID_FORM = "<ms>-<seq>, with stream shards <shard>:<ms>-<seq>"
+
 #: Newest dead-letter id per shard, what ``--all`` acts on (see :func:`last_id`).
 Upto = dict[int, str]
 
 
 def letter_id(keys: KeyLayout, shard: int, entry_id: str) -> str:
     """A dead letter's id as the CLI and the API show it."""
-    return f"{shard}/{entry_id}" if keys.shards > 1 else entry_id
+    return f"{shard}:{entry_id}" if keys.shards > 1 else entry_id
 
 
 def split_id(keys: KeyLayout, letter: str) -> tuple[int, str] | None:
     """``(shard, stream id)`` of a dead letter's id; None when it names no shard there is."""
-    shard, sep, entry_id = letter.rpartition("/")
+    shard, sep, entry_id = letter.rpartition(":")
     if keys.shards == 1:
         return (0, letter) if not sep else None
     if not sep or not shard.isdigit() or int(shard) >= keys.shards:

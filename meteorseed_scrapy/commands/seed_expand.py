@@ -36,6 +36,7 @@ from meteorseed_scrapy.seeding.expand import (
 from meteorseed_scrapy.seeding.progress import Progress
 from meteorseed_scrapy.seeding.seeder import SeederConfig
 from meteorseed_scrapy.settings import DEFAULTS, key_layout, redis_url_from
+from meteorseed_scrapy.streams.shards import ShardMismatch
 from meteorseed_scrapy.streams.writer import TaskWriter
 
 __all__ = ["Command", "ExpandSummary", "expand_stream"]
@@ -154,6 +155,8 @@ class Command(ScrapyCommand):
                 failure = ""
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 failure = f"cannot reach Redis at {redact(redis_url)}: {exc}"
+            except ShardMismatch as exc:
+                failure = str(exc)
             except RedisError as exc:
                 failure = f"Redis error at {redact(redis_url)}: {exc}"
             except OSError as exc:
@@ -204,9 +207,13 @@ class Command(ScrapyCommand):
         except ValueError as exc:
             _say(f"invalid Redis URL {redact(redis_url)!r}: {exc}")
             return EXIT_FAILED
-        return asyncio.run(runner.watch(
-            redis_url, keys, seed_file=args[0] if args else None,
-            config=config, bounds=sites, say=_say, on_error=_report_rejection))
+        try:
+            return asyncio.run(runner.watch(
+                redis_url, keys, seed_file=args[0] if args else None,
+                config=config, bounds=sites, say=_say, on_error=_report_rejection))
+        except ShardMismatch as exc:
+            _say(str(exc))
+            return EXIT_FAILED
 
     def _max_backlog(self) -> int:
         assert self.settings is not None

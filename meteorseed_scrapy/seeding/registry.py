@@ -188,11 +188,12 @@ class SeedRegistry:
         None when the seed was deleted meanwhile (nothing is written).
         """
         keys = self._keys
+        # TIME on its own: a cluster pipeline refuses keyless commands.
+        secs, usecs = await self._redis.time()
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.time()
             pipe.hgetall(keys.seed(seed_id))
             pipe.hget(keys.seeds_yield, seed_id)
-            (secs, usecs), hash_, pending = await pipe.execute()
+            hash_, pending = await pipe.execute()
         now = int(secs) + int(usecs) / 1e6
         before = record_from_hash(seed_id, hash_, None, pending)
         if before is None:

@@ -163,10 +163,9 @@ class Seeder:
     async def _idle_wait(self) -> float:
         """Seconds until the earliest due seed, at most ``poll_s`` (a seed put meanwhile is
         due at once, so the seeder looks again soon)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.time()
-            pipe.zrange(self.registry.keys.seeds_due, 0, 0, withscores=True)
-            (secs, usecs), first = await pipe.execute()
+        # (Two commands: a cluster pipeline refuses the keyless TIME.)
+        secs, usecs = await self._redis.time()
+        first = await self._redis.zrange(self.registry.keys.seeds_due, 0, 0, withscores=True)
         if not first:
             return self.config.poll_s
         now = int(secs) + int(usecs) / 1e6

@@ -11,68 +11,21 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy import scripts
 from meteorseed_scrapy.keys import BANDS, LANES, KeyLayout, shard_of
+from meteorseed_scrapy.streams.delivery import Delivery, Ref, by_stream, trim_shares
 from meteorseed_scrapy.streams.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
 from meteorseed_scrapy.streams.shards import call_scripts, check_shard_count, is_cluster
-from meteorseed_scrapy.tasks import ExecTask, TaskError
+from meteorseed_scrapy.tasks import ExecTask
+
+__all__ = ["Delivery", "Ref", "StreamConsumer", "by_stream"]
 
 logger = logging.getLogger(__name__)
-
-
-#: A message in a task stream: ``(stream key, message id)``. Ids are unique per stream only.
-Ref = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One stream entry as delivered to this consumer; ``task`` is None when it is malformed."""
-
-    stream: str
-    msg_id: str
-    fields: Mapping[str, str]
-    deliveries: int
-    task: ExecTask | None = None
-    error: str = ""
-
-    @property
-    def ref(self) -> Ref:
-        return (self.stream, self.msg_id)
-
-    @classmethod
-    def decode(cls, stream: str, msg_id: str, fields: Mapping[str, str] | None,
-               deliveries: int) -> Delivery:
-        fields = fields or {}
-        try:
-            return cls(stream, msg_id, fields, deliveries, ExecTask.from_message(fields))
-        except TaskError as exc:
-            return cls(stream, msg_id, fields, deliveries, None, f"malformed message: {exc}")
-
-
-def by_stream(refs: Sequence[Ref]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for stream, msg_id in refs:
-        out.setdefault(stream, []).append(msg_id)
-    return out
-
-
-def _trim(shares: list[int], total: int) -> list[int]:
-    """``shares`` cut down (last lanes first) so that they sum to at most ``total``."""
-    out = list(shares)
-    excess = sum(out) - max(0, total)
-    for i in range(len(out) - 1, -1, -1):
-        if excess <= 0:
-            break
-        cut = min(out[i], excess)
-        out[i] -= cut
-        excess -= cut
-    return out
 
 
 class StreamConsumer:
@@ -151,7 +104,7 @@ class StreamConsumer:
             shares = [max(0, s - t) for s, t in zip(shares, taken, strict=True)]
             # What a lane took beyond its share (an empty lane's slots) comes off the others.
             left = count - sum(len(e) for _, e in reply)
-            shares = _trim(shares, left)
+            shares = trim_shares(shares, left)
             if left <= 0:
                 break
         if not reply and block_ms > 0:
