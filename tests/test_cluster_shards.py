@@ -18,7 +18,7 @@ import pytest
 from meteorseed_scrapy.api import ApiConfig
 from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.cli import main as cli_main
-from meteorseed_scrapy.connection import async_client, sync_client
+from meteorseed_scrapy.connection import async_client, clone_async, sync_client
 from meteorseed_scrapy.keys import KeyLayout, shard_of
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
@@ -239,6 +239,11 @@ def test_seed_registry_and_site_rules_on_cluster(cluster: LocalCluster, ns: str)
         record = await registry.record_run("seed0", started_at=time.time(), ok=True,
                                            error=None, new_urls=1, duplicates=0, rejected=0)
         deleted = await registry.delete("seed4")  # seed_delete.lua
+        clone = clone_async(client)  # a seeder's expansion thread gets its own client
+        try:
+            assert await clone.zcard(keys.seeds) == 4
+        finally:
+            await clone.aclose()
         return {"claimed": len(claimed), "record": record, "deleted": deleted,
                 "count": await registry.count()}
 
