@@ -5,7 +5,8 @@ right after it (``<ns>:{site}:...``). With ``METEORSEED_STREAM_SHARDS`` > 1, or 
 ``redis+cluster://`` URL, the keys one task's life touches in one script (task streams, dead
 letters, delayed set, completion record, failure note, its site's dedup root) belong to the shard
 of its site (``k = crc32(site_id) % shards``) and carry the shard's tag: read ``<ns>:tasks`` below
-as ``<ns>:{s<k>}:tasks``, ``<ns>:dead`` as ``<ns>:{s<k>}:dead``, ``<ns>:delayed`` as
+as ``<ns>:{s<k>}:tasks``, ``<ns>:dead`` as ``<ns>:{s<k>}:dead`` (on a cluster only: one Redis
+keeps the one ``<ns>:dead``), ``<ns>:delayed`` as
 ``<ns>:{s<k>}:delayed``, ``<ns>:done:<id>`` as ``<ns>:{s<k>}:done:<id>``, ``<ns>:failed:<id>`` as
 ``<ns>:{s<k>}:failed:<id>`` and ``<ns>:seen:{<site>}`` as ``<ns>:{s<k>}:seen:<site>``
 (:class:`ShardKeys`). On a cluster the seed registry's keys carry ``{seeds}``
@@ -148,6 +149,7 @@ class ShardKeys:
     namespace: str
     index: int = 0
     tagged: bool = False
+    cluster: bool = False  # dead letters per shard (on one Redis: the one ``<ns>:dead``)
 
     @property
     def prefix(self) -> str:
@@ -182,7 +184,9 @@ class ShardKeys:
 
     @property
     def dead(self) -> str:
-        return f"{self.prefix}:dead"
+        """The dead letters: ``<ns>:dead`` on one Redis (a script may touch any key there),
+        ``<ns>:{s<k>}:dead`` on a cluster (``dead.lua`` moves a task in one slot)."""
+        return f"{self.prefix}:dead" if self.cluster else f"{self.namespace}:dead"
 
     @property
     def delayed(self) -> str:
@@ -231,7 +235,8 @@ class KeyLayout:
     @cached_property
     def shard_keys(self) -> tuple[ShardKeys, ...]:
         """Every shard, in index order."""
-        return tuple(ShardKeys(self.namespace, k, self.tagged) for k in range(self.shards))
+        return tuple(ShardKeys(self.namespace, k, self.tagged, self.cluster)
+                     for k in range(self.shards))
 
     def for_site(self, site_id: str) -> ShardKeys:
         return self.shard_keys[shard_of(site_id, self.shards)]
@@ -266,7 +271,10 @@ class KeyLayout:
 
     @property
     def dead(self) -> str:
-        return self.only.dead
+        """``<ns>:dead`` on one Redis, whatever the shard count (see :attr:`deads`)."""
+        if len(self.deads) != 1:
+            return self.only.dead  # (raises: a cluster has one per shard)
+        return self.deads[0]
 
     @property
     def delayed(self) -> str:
@@ -290,8 +298,9 @@ class KeyLayout:
 
     @cached_property
     def deads(self) -> tuple[str, ...]:
-        """The dead-letter stream of every shard (``(<ns>:dead,)`` unsharded)."""
-        return tuple(shard.dead for shard in self.shard_keys)
+        """Every dead-letter stream: ``(<ns>:dead,)`` on one Redis, one per shard on a
+        cluster (``<ns>:{s<k>}:dead``)."""
+        return tuple(dict.fromkeys(shard.dead for shard in self.shard_keys))
 
     @property
     def shard_count(self) -> str:

@@ -3,6 +3,8 @@ shards, deferral per shard, and real workers (the cluster itself: tests/test_clu
 
 from __future__ import annotations
 
+import io
+import json
 import zlib
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +13,7 @@ import pytest
 import redis
 from redis.asyncio import Redis
 
+from meteorseed_scrapy.cli import main as cli_main
 from meteorseed_scrapy.keys import KeyLayout, shard_of
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
@@ -58,16 +61,21 @@ def test_shards_tag_every_key_a_task_touches_and_a_cluster_tags_the_registry() -
     assert shard.index == k == shard_of("news", SHARDS)
     assert shard.stream == f"ns:{{s{k}}}:tasks"
     assert shard.task_stream("retry", "low") == f"ns:{{s{k}}}:tasks:retry:low"
-    assert (shard.dead, shard.delayed) == (f"ns:{{s{k}}}:dead", f"ns:{{s{k}}}:delayed")
+    assert (shard.dead, shard.delayed) == ("ns:dead", f"ns:{{s{k}}}:delayed")  # one Redis
     assert shard.done("t") == f"ns:{{s{k}}}:done:t"
     assert keys.seen("news") == f"ns:{{s{k}}}:seen:news"
-    assert len(keys.streams) == 9 * SHARDS and len(keys.deads) == SHARDS
+    assert len(keys.streams) == 9 * SHARDS and keys.deads == ("ns:dead",) == (keys.dead,)
     assert keys.shard_of_stream(shard.task_stream("realtime", "normal")) == shard
     assert keys.seeds == "ns:seeds"  # one Redis: the registry keeps its names
     with pytest.raises(ValueError, match="METEORSEED_STREAM_SHARDS=4"):
         _ = keys.stream  # which shard? it depends on the site
+    on_cluster = KeyLayout("ns", SHARDS, cluster=True)
+    assert on_cluster.for_site("news").dead == f"ns:{{s{k}}}:dead"
+    assert len(on_cluster.deads) == SHARDS
+    with pytest.raises(ValueError, match="METEORSEED_STREAM_SHARDS=4"):
+        _ = on_cluster.dead
     cluster = KeyLayout("ns", 1, cluster=True)
-    assert cluster.stream == "ns:{s0}:tasks"
+    assert (cluster.stream, cluster.dead) == ("ns:{s0}:tasks", "ns:{s0}:dead")
     assert (cluster.seeds, cluster.seed("a"), cluster.seeds_due) == (
         "ns:{seeds}", "ns:{seeds}:seed:a", "ns:{seeds}:due")
     assert (cluster.sites, cluster.sites_rev) == ("ns:{sites}", "ns:{sites}:rev")
@@ -127,9 +135,37 @@ def test_writer_and_consumer_across_shards(
     assert out["records"] == ['{"outcome": "done"}'] * 50
     assert len(out["notes"]) == 3
     assert out["quiet"]
-    dead_site_shard = keys.for_site(out["got"][0].task.site_id)
-    assert [sync_redis.xlen(d) for d in keys.deads] == [
-        1 if s == dead_site_shard else 0 for s in keys.shard_keys]
+    assert sync_redis.xlen(f"{namespace}:dead") == 1  # one Redis: the one dead-letter stream
+
+
+def test_dead_letters_of_every_shard_share_ns_dead_and_requeue_to_their_shard(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    keys = KeyLayout(namespace, SHARDS)
+    sites = sites_covering(SHARDS)
+
+    async def body(client: Redis) -> None:
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()  # records the shard count for the CLI
+        await TaskWriter(client, keys).add([task(site, 1, priority=1) for site in sites])
+        for delivery in await consumer.read(100, 0):
+            await consumer.dead_letter(delivery, "gave up")
+
+    arun(redis_url, body)
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["status", "--json", "--redis-url", redis_url, "--namespace", namespace],
+                    stdout=out, stderr=err)
+    status = json.loads(out.getvalue())
+    assert (code, status["dead"], len(status["shards"])) == (0, SHARDS, SHARDS)
+    out = io.StringIO()
+    code = cli_main(["dead", "requeue", "--all", "--json", "--redis-url", redis_url,
+                     "--namespace", namespace], stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    assert len(json.loads(out.getvalue())["requeued"]) == SHARDS
+    assert sync_redis.xlen(keys.dead) == 0
+    for site in sites:  # each back in its own shard, lane and band
+        [(_, fields)] = sync_redis.xrange(keys.for_site(site).stream_for("scheduled", 1))
+        assert json.loads(fields["t"])["site_id"] == site
 
 
 def test_reclaim_touch_hand_back_and_defer_per_shard(redis_url: str, namespace: str) -> None:

@@ -81,11 +81,12 @@ async def overview(request: web.Request) -> web.Response:
     # dedup roots: too heavy to repeat that often on a big Redis.)
     queue = await QueueSampler(state.config.redis_url, keys, client=state.client).sample()
     async with state.client.pipeline(transaction=False) as pipe:
+        for dead_stream in keys.deads:
+            pipe.xlen(dead_stream)
         for shard in keys.shard_keys:
-            pipe.xlen(shard.dead)
             pipe.zcard(shard.delayed)
         counts = await pipe.execute()
-    dead, delayed = sum(counts[::2]), sum(counts[1::2])
+    dead, delayed = sum(counts[:len(keys.deads)]), sum(counts[len(keys.deads):])
     return web.json_response({
         "namespace": keys.namespace,
         "streams": list(keys.streams),

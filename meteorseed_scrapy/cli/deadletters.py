@@ -1,5 +1,5 @@
-"""Reading, requeueing and purging the dead-letter stream ``<ns>:dead`` (one per shard,
-``<ns>:{s<k>}:dead``, when ``METEORSEED_STREAM_SHARDS`` > 1: a dead letter's id is then
+"""Reading, requeueing and purging the dead-letter stream ``<ns>:dead`` (on a Redis Cluster with
+``METEORSEED_STREAM_SHARDS`` > 1 one per shard, ``<ns>:{s<k>}:dead``: a dead letter's id is then
 ``<k>:<stream id>``, and listings go shard by shard, each oldest first).
 
 A dead letter (written by ``lua/dead.lua``) has the fields ``t`` (the original task JSON, or
@@ -31,10 +31,10 @@ BATCH = 200
 _Entries = list[tuple[str, dict[str, str]]]
 
 
-#: A dead letter's id: its stream id, after ``<shard>:`` when the streams are sharded.
+#: A dead letter's id: its stream id, after ``<shard>:`` when each shard has its own.
 LETTER_ID = re.compile(r"^(\d+:)?\d+-\d+$")
 #: What an invalid id is told it should look like.
-LETTER_ID_FORM = "<ms>-<seq>, with stream shards <shard>:<ms>-<seq>"
+LETTER_ID_FORM = "<ms>-<seq>, with stream shards on a cluster <shard>:<ms>-<seq>"
 
 #: Newest dead-letter id per shard, what ``--all`` acts on (see :func:`last_id`).
 Upto = dict[int, str]
@@ -42,15 +42,15 @@ Upto = dict[int, str]
 
 def letter_id(keys: KeyLayout, shard: int, entry_id: str) -> str:
     """A dead letter's id as the CLI and the API show it."""
-    return f"{shard}:{entry_id}" if keys.shards > 1 else entry_id
+    return f"{shard}:{entry_id}" if len(keys.deads) > 1 else entry_id
 
 
 def split_id(keys: KeyLayout, letter: str) -> tuple[int, str] | None:
     """``(shard, stream id)`` of a dead letter's id; None when it names no shard there is."""
     shard, sep, entry_id = letter.rpartition(":")
-    if keys.shards == 1:
+    if len(keys.deads) == 1:
         return (0, letter) if not sep else None
-    if not sep or not shard.isdigit() or int(shard) >= keys.shards:
+    if not sep or not shard.isdigit() or int(shard) >= len(keys.deads):
         return None
     return int(shard), entry_id
 
@@ -62,8 +62,8 @@ class DeadLetter:
     task: ExecTask | None = None
     error: str = ""
     site_id: str | None = None
-    shard: int = 0
-    entry_id: str = ""  # the id in its shard's dead-letter stream
+    shard: int = 0  # its dead-letter stream (index into KeyLayout.deads)
+    entry_id: str = ""  # the id in that stream
 
     @classmethod
     def decode(cls, entry_id: str, fields: dict[str, str], keys: KeyLayout | None = None,
@@ -127,13 +127,13 @@ def iter_dead(client: redis.Redis, keys: KeyLayout, upto: Upto | None = None,
               site: str | None = None) -> Iterator[DeadLetter]:
     """Every dead letter (shard by shard, each oldest first), up to the ids of ``upto`` when
     given (a shard it does not name is skipped), optionally of one site only."""
-    for k, shard in enumerate(keys.shard_keys):
+    for k, dead in enumerate(keys.deads):
         end = "+" if upto is None else upto.get(k)
         if end is None:
             continue
         start = "-"
         while True:
-            page = cast(_Entries, client.xrange(shard.dead, start, end, count=BATCH))
+            page = cast(_Entries, client.xrange(dead, start, end, count=BATCH))
             for entry_id, fields in page:
                 letter = DeadLetter.decode(entry_id, fields, keys, k)
                 if site is None or letter.site_id == site:
@@ -154,7 +154,7 @@ def fetch(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]
         if where is None:
             missing.append(letter)
             continue
-        pipe.xrange(keys.shard_keys[where[0]].dead, where[1], where[1])
+        pipe.xrange(keys.deads[where[0]], where[1], where[1])
         asked.append((letter, where[0]))
     found: list[DeadLetter] = []
     replies = pipe.execute(raise_on_error=False) if asked else []
@@ -193,14 +193,16 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
     for letter, task in valid:
         by_shard.setdefault(letter.shard, []).append((letter, task))
     for k, letters_k in by_shard.items():
-        # Every key of a call in the shard's slot: back to the task's own lane (and the band
-        # of its priority) in the shard its dead letter came from.
-        shard = keys.shard_keys[k]
         for i in range(0, len(letters_k), BATCH):
             chunk = letters_k[i:i + BATCH]
-            script_keys = [shard.dead]
+            script_keys = [keys.deads[k]]
             args: list[str] = [MESSAGE_VERSION]
             for letter, task in chunk:
+                # Back to the task's own lane (and the band of its priority), in its site's
+                # shard; on a cluster in the shard of its dead letter (one slot per call),
+                # which is the same unless it was put in another shard's stream.
+                shard = keys.shard_keys[k] if len(keys.deads) > 1 else keys.for_site(
+                    task.site_id)
                 script_keys += [shard.stream_for(task.lane, task.priority),
                                 shard.done(task.task_id), shard.failed(task.task_id),
                                 shard.seen(task.site_id)]
@@ -230,7 +232,7 @@ def purge(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]) -> int:
             by_shard.setdefault(where[0], []).append(where[1])
     for k, entry_ids in by_shard.items():
         for i in range(0, len(entry_ids), BATCH):
-            deleted += int(client.xdel(keys.shard_keys[k].dead, *entry_ids[i:i + BATCH]))
+            deleted += int(client.xdel(keys.deads[k], *entry_ids[i:i + BATCH]))
     return deleted
 
 
@@ -243,7 +245,7 @@ def purge_older(client: redis.Redis, keys: KeyLayout, seconds: float) -> int:
 
 
 def last_id(client: redis.Redis, keys: KeyLayout) -> Upto:
-    """The newest dead letter's id per shard (shards without any left out): ``--all`` acts on
+    """The newest dead letter's id per dead-letter stream (empty ones left out): ``--all`` acts on
     what existed when it was confirmed."""
     out: Upto = {}
     for k, dead in enumerate(keys.deads):

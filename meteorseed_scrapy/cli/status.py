@@ -149,13 +149,17 @@ def collect(client: redis.Redis, ctx: Context) -> dict[str, Any]:
                "bands": {b: {"backlog": 0, "pending": 0} for b in BANDS}} for lane in LANES
     }
     total, dead, shards = StreamCount(), 0, []
+    counted: set[str] = set()  # (one Redis: every shard's dead letters are <ns>:dead)
     for shard in ctx.keys.shard_keys:  # one MULTI per shard: one slot on a cluster
         pipe = client.pipeline(transaction=True)
         for stream in shard.streams:
             pipe.xlen(stream)
             pipe.xpending(stream, ctx.keys.group)
-        pipe.xlen(shard.dead)
-        *counts, shard_dead = pipe.execute(raise_on_error=False)
+        own_dead = shard.dead not in counted
+        if own_dead:
+            counted.add(shard.dead)
+            pipe.xlen(shard.dead)
+        *counts, shard_dead = pipe.execute(raise_on_error=False) + ([] if own_dead else [0])
         if isinstance(shard_dead, Exception):
             raise shard_dead
         dead += int(shard_dead)
@@ -172,7 +176,7 @@ def collect(client: redis.Redis, ctx: Context) -> dict[str, Any]:
         total += shard_total
         shards.append({"shard": shard.index, "stream": shard.stream, "backlog":
                        shard_total.waiting, "pending": shard_total.pending,
-                       "dead": int(shard_dead)})
+                       "dead": int(shard_dead) if len(ctx.keys.deads) > 1 else None})
     seen, seen_truncated = _seen_sizes(client, ctx)
     return {
         "namespace": ctx.keys.namespace,

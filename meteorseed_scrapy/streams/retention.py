@@ -46,8 +46,9 @@ class DeadLetterRetention:
 
     async def trim(self, redis: Any, keys: KeyLayout) -> int:
         """Trim the dead-letter streams once; returns how many entries went. Approximate (``~``):
-        Redis drops whole nodes only, so a few entries past the limits may stay a while. With
-        stream shards each shard's dead letters keep their share of the length limit."""
+        Redis drops whole nodes only, so a few entries past the limits may stay a while. On a
+        cluster with stream shards each shard's dead letters keep their share of the length
+        limit."""
         removed = 0
         deads = keys.deads
         if self.seconds > 0:
