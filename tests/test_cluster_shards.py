@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scrapy import Request, Spider
+from scrapy_redis.queue import PriorityQueue
 
 from meteorseed_scrapy.api import ApiConfig
 from meteorseed_scrapy.api.background import ServerThread
@@ -32,6 +34,7 @@ from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import REPO, start_worker, stored_docs
 from tests.test_api import TOKEN, Client, url_list
+from tests.test_migrate_cli import seed_expand
 from tests.test_shards import sites_covering
 
 pytestmark = pytest.mark.e2e
@@ -281,3 +284,60 @@ def test_serve_dispatches_and_reports_on_cluster(cluster: LocalCluster, ns: str)
         for path in ("/sites", "/seeds", "/dead-letters"):
             status, _, body = api.call("GET", path)
             assert status == 200, (path, body)
+
+
+def test_scrapy_redis_migration_on_cluster(tmp_path: Path, cluster: LocalCluster,
+                                           ns: str) -> None:
+    client = sync_client(cluster.url)
+    try:
+        queue = PriorityQueue(client, Spider(name=ns), "%(spider)s:requests")
+        for i in range(5):
+            queue.push(Request(f"https://cli.example/{i}", priority=i))
+        client.rpush(f"{ns}:start_urls", "https://cli.example/start")
+        proc = seed_expand(tmp_path, "--from-scrapy-redis", ns, "--move", "--site-id", "cli",
+                           "-s", f"METEORSEED_REDIS_URL={cluster.url}",
+                           "-s", f"METEORSEED_NAMESPACE={ns}",
+                           "-s", f"METEORSEED_STREAM_SHARDS={SHARDS}")
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().splitlines()[-1].endswith(
+            "enqueued 6, duplicates 0, rejected 0, removed 6 from scrapy-redis")
+        shard = KeyLayout(ns, SHARDS, cluster=True).for_site("cli")
+        assert sum(client.xlen(stream) for stream in shard.streams) == 6
+    finally:
+        client.close()
+
+
+def test_console_sites_page_reads_quota_sharing_sites_on_cluster(
+    tmp_path: Path, cluster: LocalCluster, ns: str
+) -> None:
+    keys = KeyLayout(ns, SHARDS, cluster=True)
+    sites = sites_covering(2)
+    for site in sites:
+        (tmp_path / f"{site}.json").write_text(json.dumps({
+            "site_id": site, "version": 1, "allowed_domains": [f"{site}.example"],
+            "list": {"links": "a::attr(href)"}, "fields": {"title": "h1::text"},
+            "limits": {"quota_key": "one-host"}}))
+    limits = SiteLimits(rate=50.0, burst=10, concurrency=10, quota_key="one-host")
+
+    class Stats:
+        def inc_value(self, key: str, n: int = 1) -> None:
+            pass
+
+    async def body(client: Any) -> None:
+        await SiteGate(client, keys, lambda _s: limits, "c1", Backoff(1.0, 300.0)).pause(
+            sites[0], 60.0)
+        breaker = Breaker(client, keys, BreakerConfig(min_requests=4), Stats(),
+                          lambda site: limits.quota(site))
+        for i in range(8):
+            breaker.record(sites[0], True, 0.1, False, task_id=f"t{i}")
+        await breaker.flush()
+
+    asyncio.run(_with_client(cluster.url, body))
+    config = ApiConfig(redis_url=cluster.url, namespace=ns, token=TOKEN, shards=SHARDS,
+                       sites_dir=str(tmp_path))
+    with ServerThread(config) as server:
+        status, _, body = Client(server.url).call("GET", "/sites")
+    assert status == 200, body
+    rows = {row["site_id"]: row for row in body["sites"]}
+    assert rows[sites[0]]["breaker"] == "open" and rows[sites[1]]["breaker"] == "closed"
+    assert rows[sites[0]]["paused_for_s"] > 0 and rows[sites[1]]["paused_for_s"] > 0  # shared

@@ -147,11 +147,15 @@ async def sites(request: web.Request) -> web.Response:
     now_s = int((await state.client.time())[0])  # (a cluster pipeline refuses TIME)
     async with state.client.pipeline(transaction=False) as pipe:
         for site in names:
-            pipe.hgetall(keys.site(site, "breaker"))
-            pipe.hgetall(keys.site(site, "health"))
-            pipe.pttl(keys.site(site, "pause"))
-            pipe.zcard(keys.site(site, "leases"))
-            pipe.get(keys.site(site, "tighten"))
+            # A site sharing a quota key: pause, leases and tightening are the quota's, and
+            # on a cluster its breaker lives in the quota's slot (KeyLayout.site_own).
+            config = state.rules.get(site)
+            quota = (config.limits.quota_key if config is not None else None) or site
+            pipe.hgetall(keys.site_own(site, quota, "breaker"))
+            pipe.hgetall(keys.site_own(site, quota, "health"))
+            pipe.pttl(keys.site(quota, "pause"))
+            pipe.zcard(keys.site(quota, "leases"))
+            pipe.get(keys.site(quota, "tighten"))
         replies = await pipe.execute()
     anomalies = await request.app[ANOMALIES].counts(state)
     window = BreakerConfig().window
