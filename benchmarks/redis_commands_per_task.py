@@ -1,6 +1,6 @@
 """Redis commands a worker sends per completed task, counted with MONITOR.
 
-    .venv/bin/python benchmarks/redis_commands_per_task.py [--tasks 500]
+    .venv/bin/python benchmarks/redis_commands_per_task.py [--tasks 500] [--shards 1]
 
 A throwaway Redis and the demo site (``DemoSite``, news articles) on loopback; N tasks are
 enqueued with TaskWriter BEFORE monitoring starts (the enqueue phase is not counted). Then a
@@ -10,13 +10,15 @@ closes by itself (``METEORSEED_IDLE_CLOSE``). Every top-level command MONITOR sh
 worker's: the monitor's own connection never appears in its output, and nothing else talks to
 this Redis meanwhile. Commands run inside Lua scripts (``[0 lua]`` lines) are excluded: a script
 call counts as one command, as the issue asks. Start-up and the idle wait before closing are
-included, so the figure slightly overstates the steady state.
+included, so the figure slightly overstates the steady state. ``--shards S`` runs the worker
+with ``METEORSEED_STREAM_SHARDS=S`` and spreads the tasks over S sites, one per shard.
 The last line is the figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import re
 import socket
 import sys
@@ -27,14 +29,17 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import redis
+import redis.asyncio as aioredis
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from meteorseed_scrapy.keys import KeyLayout  # noqa: E402
+from meteorseed_scrapy.keys import KeyLayout, shard_of  # noqa: E402
+from meteorseed_scrapy.streams.writer import TaskWriter  # noqa: E402
+from meteorseed_scrapy.tasks import ExecTask  # noqa: E402
 from meteorseed_scrapy.testing.redis_server import RedisServer  # noqa: E402
 from meteorseed_scrapy.testing.sites import DemoSite  # noqa: E402
-from tests.e2e_helpers import enqueue, start_worker, stored_docs  # noqa: E402
+from tests.e2e_helpers import start_worker, stored_docs  # noqa: E402
 
 GOAL = 6
 NAMESPACE = "bench"
@@ -85,17 +90,39 @@ def count_commands(lines: list[str]) -> tuple[Counter[str], int]:
     return top, in_lua
 
 
-def run(n: int) -> int:
+def _enqueue(url: str, keys: KeyLayout, tasks: list[ExecTask]) -> None:
+    async def go() -> None:
+        client = aioredis.Redis.from_url(url, decode_responses=True)
+        try:
+            await TaskWriter(client, keys).add(tasks)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def run(n: int, shards: int = 1) -> int:
+    keys = KeyLayout(NAMESPACE, shards)
+    names: list[str] = []  # one site per shard
+    covered: set[int] = set()
+    i = 0
+    while len(covered) < shards:
+        if shard_of(f"bench{i}", shards) not in covered:
+            covered.add(shard_of(f"bench{i}", shards))
+            names.append(f"bench{i}")
+        i += 1
     with tempfile.TemporaryDirectory(prefix="meteorseed-cmds-") as tmp, \
             RedisServer() as server, DemoSite(news_pages=n // 10 + 1) as site:
         workdir = Path(tmp)
-        urls = [f"{site.url}/news/article/{i}" for i in range(1, n + 1)]
-        enqueue(server.url, NAMESPACE, urls, site_id="bench")
+        _enqueue(server.url, keys, [
+            ExecTask.create(seed_id="s1", site_id=names[i % len(names)],
+                            url=f"{site.url}/news/article/{i}") for i in range(1, n + 1)])
         monitor = Monitor(server.url)
         worker = start_worker(
             workdir, server.url, NAMESPACE, name="w1",
             METEORSEED_IDLE_CLOSE=1, METEORSEED_SITE_RATE=10000, METEORSEED_SITE_BURST=1000,
             METEORSEED_SITE_CONCURRENCY=16, CONCURRENT_REQUESTS=16,
+            METEORSEED_STREAM_SHARDS=shards,
         )
         code = worker.wait(timeout=600)
         lines = monitor.stop()
@@ -104,12 +131,13 @@ def run(n: int) -> int:
             raise SystemExit(f"worker exited with {code}")
         stored = len(stored_docs(workdir / "items.db"))
         client = redis.Redis.from_url(server.url, decode_responses=True)
-        keys = KeyLayout(NAMESPACE)
-        left, dead = client.xlen(keys.stream), client.xlen(keys.dead)
+        left = sum(int(client.xlen(stream)) for stream in keys.streams)
+        dead = int(client.xlen(keys.dead))
         client.close()
     top, in_lua = count_commands(lines)
     total = sum(top.values())
-    print(f"tasks enqueued: {n}; items stored: {stored}; left in stream: {left}; dead: {dead}")
+    print(f"tasks enqueued: {n} (sites {', '.join(names)}; {shards} shard(s)); items stored: "
+          f"{stored}; left in the streams: {left}; dead: {dead}")
     print(f"commands inside Lua scripts (not counted): {in_lua}")
     print("top-level commands sent by the worker, by name:")
     for name, count in top.most_common():
@@ -124,8 +152,10 @@ def run(n: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=500, help="tasks to run (default 500)")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="METEORSEED_STREAM_SHARDS, tasks over one site per shard (default 1)")
     args = parser.parse_args()
-    return run(args.tasks)
+    return run(args.tasks, args.shards)
 
 
 if __name__ == "__main__":
