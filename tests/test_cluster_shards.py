@@ -32,7 +32,7 @@ from meteorseed_scrapy.streams.writer import TaskWriter
 from meteorseed_scrapy.tasks import ExecTask, SeedTask
 from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.sites import DemoSite
-from tests.e2e_helpers import REPO, start_worker, stored_docs
+from tests.e2e_helpers import REPO, start_worker, stored_docs, wait_for
 from tests.test_api import TOKEN, Client, url_list
 from tests.test_migrate_cli import seed_expand
 from tests.test_shards import sites_covering
@@ -341,3 +341,42 @@ def test_console_sites_page_reads_quota_sharing_sites_on_cluster(
     rows = {row["site_id"]: row for row in body["sites"]}
     assert rows[sites[0]]["breaker"] == "open" and rows[sites[1]]["breaker"] == "closed"
     assert rows[sites[0]]["paused_for_s"] > 0 and rows[sites[1]]["paused_for_s"] > 0  # shared
+
+
+def test_sigkill_of_a_worker_on_cluster_loses_nothing(
+    tmp_path: Path, cluster: LocalCluster, ns: str, demo_site: DemoSite
+) -> None:
+    keys = KeyLayout(ns, SHARDS, cluster=True)
+    sites = sites_covering(SHARDS)
+    tasks = [ExecTask.create(seed_id="s1", site_id=sites[i % SHARDS],
+                             url=f"{demo_site.url}/slow/200?i={i}") for i in range(60)]
+    enqueue(cluster.url, keys, tasks)
+    settings: dict[str, Any] = {
+        "METEORSEED_CLAIM_IDLE": 2, "CONCURRENT_REQUESTS": 8, "METEORSEED_IDLE_CLOSE": 3,
+        "METEORSEED_STREAM_SHARDS": SHARDS, "METEORSEED_SITE_RATE": 100}
+    client = sync_client(cluster.url, decode_responses=True)
+
+    def held_by(name: str) -> int:  # pending on ``name``, over every shard's streams
+        total = 0
+        for stream in keys.streams:
+            if client.exists(stream):
+                summary = client.xpending(stream, keys.group)
+                total += sum(int(c["pending"]) for c in summary["consumers"] or []
+                             if c["name"] == name)
+        return total
+
+    try:
+        victim = start_worker(tmp_path, cluster.url, ns, name="victim", **settings)
+        other = start_worker(tmp_path, cluster.url, ns, name="other", **settings)
+        wait_for(lambda: len(stored_docs(tmp_path / "items.db")) >= 10, 60)
+        wait_for(lambda: held_by("victim") > 0, 30, 0.01)
+        victim.kill()
+        assert other.wait(180) == 0, other.log()[-3000:]
+        docs = stored_docs(tmp_path / "items.db")
+        assert {d["task_id"] for d in docs.values()} == {t.task_id for t in tasks}
+        assert len(docs) == len(tasks)
+        assert held_by("victim") == 0 and held_by("other") == 0
+        assert sum(int(client.xlen(stream)) for stream in keys.streams) == 0
+        assert other.stats().get("meteorseed/reclaimed", 0) > 0
+    finally:
+        client.close()

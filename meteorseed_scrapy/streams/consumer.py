@@ -8,6 +8,7 @@ Scrapy.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -218,10 +219,15 @@ class StreamConsumer:
         for i, task in enumerate(tasks):
             groups.setdefault(shard_of(task.site_id, self.keys.shards), []).append(i)
         out: list[str | None] = [None] * len(tasks)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for k, positions in groups.items():
-                pipe.mget([key(self.shards[k], tasks[i].task_id) for i in positions])
-            replies = await pipe.execute()
+        names = [[key(self.shards[k], tasks[i].task_id) for i in positions]
+                 for k, positions in groups.items()]
+        if self._cluster:  # a cluster pipeline refuses MGET: concurrent calls, one per slot
+            replies = await asyncio.gather(*(self.redis.mget(group) for group in names))
+        else:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for group in names:
+                    pipe.mget(group)
+                replies = await pipe.execute()
         for positions, values in zip(groups.values(), replies, strict=True):
             for i, value in zip(positions, values, strict=True):
                 out[i] = value
