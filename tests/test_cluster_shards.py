@@ -26,6 +26,7 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.seeding.seeder import Seeder, SeederConfig
 from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.streams.shards import ShardMismatch, check_shard_count
 from meteorseed_scrapy.streams.writer import TaskWriter
@@ -378,5 +379,39 @@ def test_sigkill_of_a_worker_on_cluster_loses_nothing(
         assert held_by("victim") == 0 and held_by("other") == 0
         assert sum(int(client.xlen(stream)) for stream in keys.streams) == 0
         assert other.stats().get("meteorseed/reclaimed", 0) > 0
+    finally:
+        client.close()
+
+
+def test_seeder_runs_registered_seeds_into_their_shards_on_cluster(
+    cluster: LocalCluster, ns: str
+) -> None:
+    keys = KeyLayout(ns, SHARDS, cluster=True)
+    sites = sites_covering(SHARDS)
+
+    async def body(client: Any) -> list[int]:
+        seeder = Seeder(client, keys, config=SeederConfig(poll_s=0.2))
+        for site in sites:
+            await seeder.registry.put(SeedTask(
+                seed_id=f"seed-{site}", site_id=site, task_type="url_list",
+                payload={"urls": [f"https://{site}.example/{i}" for i in range(3)]},
+                schedule="every 1h"))
+        stop = asyncio.Event()
+        running = asyncio.ensure_future(seeder.run(stop))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            records = [await seeder.registry.get(f"seed-{site}") for site in sites]
+            if all(r is not None and r.runs == 1 for r in records):
+                break
+            await asyncio.sleep(0.1)
+        stop.set()
+        await running
+        return [r.runs if r is not None else 0 for r in records]
+
+    assert asyncio.run(_with_client(cluster.url, body)) == [1] * SHARDS
+    client = sync_client(cluster.url, decode_responses=True)
+    try:
+        for site in sites:  # each seed expanded into its site's shard
+            assert sum(client.xlen(s) for s in keys.for_site(site).streams) == 3, site
     finally:
         client.close()
