@@ -74,6 +74,9 @@ class Expansions:
         task = self._tasks.get(seed_id)
         if task is None:
             return False
+        progress = self._progress.get(seed_id)
+        if progress is not None:
+            progress.stop_requested = True
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return True

@@ -8,9 +8,11 @@ expansions are cancelled, open requests finish, connections close.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
-from typing import Any
+import signal
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.cli.common import (
     EXIT_OK,
@@ -20,6 +22,9 @@ from meteorseed_scrapy.cli.common import (
     resolve_target,
 )
 from meteorseed_scrapy.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 TOKEN_ENV = "METEORSEED_API_TOKEN"
 
@@ -73,8 +78,6 @@ def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from aiohttp import web
-
     from meteorseed_scrapy.api import create_app
 
     config = config_from(args, ctx.keys.shards)  # (the count the namespace recorded)
@@ -88,10 +91,33 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.warn("serving WITHOUT authentication (--insecure-no-auth)")
     ctx.warn(f"dispatch API on http://{args.host}:{args.port}/ (console /console/, "
              f"OpenAPI /openapi.json), Redis {ctx.url}, namespace {config.namespace}")
-    # run_app handles SIGINT and SIGTERM: shutdown hooks, then cleanup, then return.
     try:
-        web.run_app(create_app(config), host=args.host, port=args.port, print=None,
-                    shutdown_timeout=10.0, access_log=None)
+        asyncio.run(_serve(create_app(config), args.host, args.port))
     except OSError as exc:  # the port is taken, the address is not ours
         raise CliError(f"serve: cannot listen on {args.host}:{args.port}: {exc}") from None
     return EXIT_OK
+
+
+async def _serve(app: web.Application, host: str, port: int) -> None:
+    """Serve until SIGINT/SIGTERM, then shut down gracefully: shutdown hooks (background
+    expansions cancelled and handed back), open requests finished, cleanup.
+
+    The signals only set an event here. ``web.run_app`` raises its exit exception from inside
+    whatever callback the loop is running when the signal comes, which can be the one that
+    hands a worker thread's result to a background expansion; that expansion then never
+    resumed and the shutdown waited for it (measured: 1 stop in 4 took ~24 s instead of
+    0.2 s).
+    """
+    from aiohttp import web
+
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=10.0)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
