@@ -28,3 +28,18 @@ def script_source(name: str) -> str:
 def register(redis: Any, name: str) -> Any:
     """A callable ``script(keys=[...], args=[...])`` bound to ``redis`` (sync or asyncio client)."""
     return redis.register_script(script_source(name))
+
+
+class Scripts:
+    """The scripts of one client, each registered at its first use: an object that holds a
+    client can build this in its constructor without reading any file."""
+
+    def __init__(self, redis: Any) -> None:
+        self._redis = redis
+        self._registered: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        script = self._registered.get(name)
+        if script is None:
+            script = self._registered[name] = register(self._redis, name)
+        return script

@@ -49,16 +49,11 @@ class SeedRegistry:
         self._redis = redis
         self._keys = keys
         self._bounds_for = bounds_for
-        self._scripts: dict[str, Any] = {}
+        self._scripts = scripts.Scripts(redis)
 
     @property
     def keys(self) -> KeyLayout:
         return self._keys
-
-    def _script(self, name: str) -> Any:
-        if name not in self._scripts:
-            self._scripts[name] = scripts.register(self._redis, name)
-        return self._scripts[name]
 
     async def put(self, seed: SeedTask, *, lease_s: float | None = None) -> SeedRecord:
         """Add or update ``seed``'s definition, keeping its run state; raises
@@ -75,7 +70,7 @@ class SeedRegistry:
         definition = seed_to_dict(seed)
         sched = "" if seed.schedule is None else canonical_json(seed.schedule)
         keys = self._keys
-        await self._script("seed_put")(
+        await self._scripts["seed_put"](
             keys=[keys.seed(seed.seed_id), keys.seeds, keys.seeds_by_site, keys.seeds_due],
             args=[seed.seed_id, canonical_json(definition), seed.site_id, sched,
                   "" if lease_s is None else repr(float(lease_s))],
@@ -125,7 +120,7 @@ class SeedRegistry:
     async def delete(self, seed_id: str) -> bool:
         """Remove the seed and unschedule it; True when it existed."""
         keys = self._keys
-        removed = await self._script("seed_delete")(
+        removed = await self._scripts["seed_delete"](
             keys=[keys.seed(seed_id), keys.seeds, keys.seeds_by_site, keys.seeds_due,
                   keys.seeds_yield],
             args=[seed_id],
@@ -139,7 +134,7 @@ class SeedRegistry:
         run is recorded or the lease ends (renew a long run with :meth:`renew`)."""
         if limit < 1 or lease_s <= 0:
             raise ValueError(f"limit must be >= 1 and lease_s > 0, got {limit} and {lease_s}")
-        reply = await self._script("seed_claim")(
+        reply = await self._scripts["seed_claim"](
             keys=[self._keys.seeds_due], args=["" if now is None else repr(float(now)), limit,
                                                repr(float(lease_s))])
         ids = [text(member) for member in reply[1:]]
@@ -157,7 +152,7 @@ class SeedRegistry:
     async def renew(self, seed_id: str, lease_s: float) -> bool:
         """Extend a claimed seed's lease to ``lease_s`` seconds from now (0: hand it back,
         due at once); False when the seed is no longer scheduled."""
-        moved = await self._script("seed_lease")(
+        moved = await self._scripts["seed_lease"](
             keys=[self._keys.seeds_due], args=[seed_id, repr(float(lease_s))])
         return bool(int(moved))
 
@@ -172,7 +167,7 @@ class SeedRegistry:
         if args:
             # Only registered seeds are counted (lua/seed_yield.lua): children of one-shot
             # seeds must not pile up in the hash.
-            await self._script("seed_yield")(
+            await self._scripts["seed_yield"](
                 keys=[self._keys.seeds, self._keys.seeds_yield], args=args)
 
     async def record_run(self, seed_id: str, *, started_at: float, ok: bool, error: str | None,
@@ -219,7 +214,7 @@ class SeedRegistry:
         for name, value in values.items():
             args.extend((name, "" if value is None else repr(value) if isinstance(value, float)
                          else str(value)))
-        written = await self._script("seed_record")(
+        written = await self._scripts["seed_record"](
             keys=[keys.seed(seed_id), keys.seeds_due, keys.seeds_yield], args=args)
         if not int(written):
             return None

@@ -153,7 +153,7 @@ class TaskWriter:
         self._redis = redis
         self._keys = keys
         self._clock = clock
-        self._scripts: dict[str, Any] = {}
+        self._scripts = scripts.Scripts(redis)
         self._config_checked = False
         self._last_window: tuple[int | None, str] = (None, "")
         if lane is not None and lane not in LANES:
@@ -163,11 +163,6 @@ class TaskWriter:
     @property
     def keys(self) -> KeyLayout:
         return self._keys
-
-    def _script(self, name: str) -> Any:
-        if name not in self._scripts:
-            self._scripts[name] = scripts.register(self._redis, name)
-        return self._scripts[name]
 
     def _now(self) -> str:
         return "" if self._clock is None else str(int(self._clock()))
@@ -239,7 +234,7 @@ class TaskWriter:
             await check_shard_count(self._redis, self._keys)
             for warning in await check_server_config(self._redis):
                 logger.warning("%s", warning)
-        script = self._script("enqueue")
+        script = self._scripts["enqueue"]
         streams: dict[str, list[int]] = {}  # stream -> positions of its tasks in ``encoded``
         for position, item in enumerate(encoded):
             streams.setdefault(item.stream, []).append(position)
@@ -269,14 +264,14 @@ class TaskWriter:
 
         ``dead.lua`` does the same for a dead-lettered task, in the same step as the dead letter.
         """
-        removed = await self._script("dedup_release")(
+        removed = await self._scripts["dedup_release"](
             keys=[self._keys.seen(task.site_id)], args=[self._now(), fingerprint_bytes(task)]
         )
         return int(removed) > 0
 
     async def is_seen(self, task: ExecTask) -> bool:
         """True when ``task``'s site has recorded its URL and the re-crawl window is not over."""
-        [seen] = await self._script("dedup_seen")(
+        [seen] = await self._scripts["dedup_seen"](
             keys=[self._keys.seen(task.site_id)], args=[self._now(), fingerprint_bytes(task)]
         )
         return bool(int(seen))
