@@ -321,9 +321,7 @@ class StreamPump:
                     or self.deferrals)
 
     async def _flush_once(self) -> None:
-        if self._complete_error is not None:  # a pipeline sent earlier failed: back off
-            error, self._complete_error = self._complete_error, None
-            raise error
+        self._raise_complete_error()  # a pipeline sent earlier failed: back off first
         self._flushing = True
         try:
             await self._flush_children()
@@ -374,10 +372,13 @@ class StreamPump:
         except BaseException as exc:
             self.records[:0] = records
             self.acks[:0] = batch
-            if not isinstance(exc, asyncio.CancelledError):
-                self._complete_error = exc
-                self._flush_needed.set()
-            raise
+            if not isinstance(exc, Exception):  # cancelled (stopping)
+                raise
+            # Not re-raised: nobody awaits this task's result (the error would go unretrieved);
+            # the next flush raises it where the loop's outage handling is.
+            self._complete_error = exc
+            self._flush_needed.set()
+            return
         now = time.monotonic()
         self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
         if batch:
@@ -387,6 +388,9 @@ class StreamPump:
         """Wait for the completion pipelines in flight; raise the first failure."""
         if self._completing:
             await asyncio.gather(*self._completing, return_exceptions=True)
+        self._raise_complete_error()
+
+    def _raise_complete_error(self) -> None:
         if self._complete_error is not None:
             error, self._complete_error = self._complete_error, None
             raise error
