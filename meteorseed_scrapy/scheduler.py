@@ -80,7 +80,7 @@ class StreamScheduler:
         self.prune_idle = positive_number(
             "METEORSEED_CONSUMER_PRUNE_IDLE", settings.get("METEORSEED_CONSUMER_PRUNE_IDLE", 3600),
             allow_zero=True)
-        self._trimmer: asyncio.Future[None] | None = None
+        self._chores: asyncio.Future[None] | None = None
         self._yields: YieldReporter | None = None
         self._yield_task: asyncio.Future[None] | None = None
         self.lane_weights = LaneWeights.from_settings(settings)
@@ -141,7 +141,7 @@ class StreamScheduler:
             self.config.consumer, self.keys.group, redact(self.config.redis_url),
         )
         self.pump.start()
-        self._trimmer = asyncio.ensure_future(
+        self._chores = asyncio.ensure_future(
             housekeeping(self.retention, consumer, self.prune_idle, self.stats))
         self._yields = YieldReporter(SeedRegistry(self.redis, self.keys), self.pump.child_yield)
         self._yield_task = asyncio.ensure_future(self._yields.run())
@@ -157,7 +157,7 @@ class StreamScheduler:
         return deferred_from_coro(self._close(reason))
 
     async def _close(self, reason: str) -> None:
-        for task in (self._trimmer, self._yield_task):
+        for task in (self._chores, self._yield_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
