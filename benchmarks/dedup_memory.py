@@ -26,9 +26,9 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from meteorseed_scrapy import scripts
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.streams.writer import pack_tasks
+from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import pack_tasks
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 BATCH = 500

@@ -31,9 +31,9 @@ import redis
 import redis.asyncio as aioredis
 
 import meteorseed_scrapy
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.faults import FaultSite
 from meteorseed_scrapy.testing.polling import poll_until
 from meteorseed_scrapy.testing.redis_server import RedisServer

@@ -39,7 +39,7 @@ from _crawl_rig import (
     wait_until,
 )
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 POLL = 0.05

@@ -26,10 +26,11 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from meteorseed_scrapy.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.dedup import fingerprint
+from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import DEFAULTS
-from meteorseed_scrapy.streams.writer import TaskWriter, fingerprint
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 KEYS = KeyLayout("mem")

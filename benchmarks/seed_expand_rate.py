@@ -28,10 +28,10 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.seeding import expand_stream
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.seeding.expand import expand_stream
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 PER_LINE = 10_000

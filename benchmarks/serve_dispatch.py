@@ -16,8 +16,8 @@ import urllib.request
 import uuid
 from typing import Any
 
-from meteorseed_scrapy.api import ApiConfig
 from meteorseed_scrapy.api.background import ServerThread
+from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 TOKEN = "bench"

@@ -41,9 +41,9 @@ sys.path[:0] = [str(REPO), str(PROJECT)]
 
 from vs.spiders.hub import detail_urls  # noqa: E402
 
-from meteorseed_scrapy.keys import KeyLayout  # noqa: E402
-from meteorseed_scrapy.streams.writer import TaskWriter  # noqa: E402
-from meteorseed_scrapy.tasks import ExecTask  # noqa: E402
+from meteorseed_scrapy.queue.keys import KeyLayout  # noqa: E402
+from meteorseed_scrapy.queue.writer import TaskWriter  # noqa: E402
+from meteorseed_scrapy.task.exec_task import ExecTask  # noqa: E402
 from meteorseed_scrapy.testing.redis_server import RedisServer, free_port  # noqa: E402
 
 CONTENDERS = ("meteorseed", "scrapy-redis")

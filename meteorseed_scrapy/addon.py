@@ -19,7 +19,7 @@ METRICS_EXTENSION = "meteorseed_scrapy.observability.metrics.MetricsExtension"
 # Installs the tracing filter (and JSON formatter) on the handler Scrapy re-creates after the
 # extensions are built, then disables itself.
 LOG_SETUP = "meteorseed_scrapy.observability.logging.LogSetupMiddleware"
-# Per-site hygiene (meteorseed_scrapy.politeness.hygiene): around Scrapy's RobotsTxtMiddleware
+# Per-site hygiene (meteorseed_scrapy.middlewares): around Scrapy's RobotsTxtMiddleware
 # (100), UserAgentMiddleware (400) and HttpProxyMiddleware (750).
 HYGIENE_MIDDLEWARES = {
     "meteorseed_scrapy.middlewares.BlacklistMiddleware": 60,

@@ -22,20 +22,18 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.utils.misc import load_object
 
-from meteorseed_scrapy.context import LEASE_META_KEY, task_of
-from meteorseed_scrapy.exceptions import TaskDeferred
+from meteorseed_scrapy.politeness.blacklist import BlacklistMiddleware
 from meteorseed_scrapy.politeness.breaker import Breaker
+from meteorseed_scrapy.politeness.cookie_warmup import CookieWarmupMiddleware
 from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.hygiene import (
-    BlacklistMiddleware,
-    CookieWarmupMiddleware,
-    ProxyPoolMiddleware,
-    RobotsTxtMiddleware,
-    UserAgentPoolMiddleware,
-)
 from meteorseed_scrapy.politeness.policy import Backoff, parse_retry_after
-from meteorseed_scrapy.politeness.site_configs import SiteConfigs, site_configs
-from meteorseed_scrapy.requests import status_allowed
+from meteorseed_scrapy.politeness.proxies import ProxyPoolMiddleware
+from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
+from meteorseed_scrapy.politeness.user_agents import UserAgentPoolMiddleware
+from meteorseed_scrapy.sites.lookup import SiteConfigs, site_configs
+from meteorseed_scrapy.task.context import LEASE_META_KEY, task_of
+from meteorseed_scrapy.task.exceptions import TaskDeferred
+from meteorseed_scrapy.worker.requests import status_allowed
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ Enable it as the last item pipeline stage::
 Scrapy sends ``item_scraped`` only after every stage finished, so "item scraped" means
 "committed", and the scheduler acks a task only when all of its items got that far.
 
-- Which task an item belongs to comes from :func:`meteorseed_scrapy.context.current_scrape`.
+- Which task an item belongs to comes from :func:`meteorseed_scrapy.task.context.current_scrape`.
   ``unique_key`` is the item's ``unique_key`` field (kept among the stored fields), else the
   SHA-256 of the task's canonical URL; a second item without ``unique_key`` from one scrape
   raises :class:`UniqueKeyError`.
@@ -33,11 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import NotConfigured
 
-from meteorseed_scrapy.context import current_scrape
-from meteorseed_scrapy.group_commit import BACKOFF_CAP, BACKOFF_FIRST, STATS_PREFIX, GroupCommitter
-from meteorseed_scrapy.item_documents import UniqueKeyError, item_document
 from meteorseed_scrapy.settings import StoreConfig
-from meteorseed_scrapy.stores import Store, check_store_uri, open_store
+from meteorseed_scrapy.store import check_store_uri, open_store
+from meteorseed_scrapy.store.base import Store
+from meteorseed_scrapy.store.documents import UniqueKeyError, item_document
+from meteorseed_scrapy.store.group_commit import (
+    BACKOFF_CAP,
+    BACKOFF_FIRST,
+    STATS_PREFIX,
+    GroupCommitter,
+)
+from meteorseed_scrapy.task.context import current_scrape
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -1,6 +1,6 @@
 """StreamScheduler: Scrapy's scheduler slot, fed from a Redis Stream consumer group.
 
-``next_request()`` only pops a local buffer that :class:`~meteorseed_scrapy.streams.pump.StreamPump`
+``next_request()`` only pops a local buffer that :class:`~meteorseed_scrapy.worker.pump.StreamPump`
 fills in the background. A task is acked only after its final hop was scraped, every item it
 produced passed the store stage (which awaits its commit), and every request it yielded is
 durable in the stream.
@@ -23,8 +23,22 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from meteorseed_scrapy.connection import async_client, redact
-from meteorseed_scrapy.context import (
+from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
+from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, positive_number
+from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
+from meteorseed_scrapy.queue.connection import async_client, redact
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.lanes import LaneWeights
+from meteorseed_scrapy.queue.retention import DeadLetterRetention, housekeeping
+from meteorseed_scrapy.queue.shards import check_shard_count
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.seeding.yields import YieldReporter
+from meteorseed_scrapy.settings import WorkerConfig
+from meteorseed_scrapy.sites.lookup import site_configs
+from meteorseed_scrapy.task.context import (
     CURRENT_SCRAPE,
     LEASE_META_KEY,
     TASK_META_KEY,
@@ -32,26 +46,12 @@ from meteorseed_scrapy.context import (
     current_scrape,
     task_of,
 )
-from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
-from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
-from meteorseed_scrapy.outcomes import judge
-from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
-from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, positive_number
-from meteorseed_scrapy.politeness.site_configs import site_configs
-from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
-from meteorseed_scrapy.requests import request_to_task, task_to_request
-from meteorseed_scrapy.seeding.registry import SeedRegistry
-from meteorseed_scrapy.seeding.yields import YieldReporter
-from meteorseed_scrapy.settings import WorkerConfig
-from meteorseed_scrapy.streams.consumer import StreamConsumer
-from meteorseed_scrapy.streams.lanes import LaneWeights
-from meteorseed_scrapy.streams.pump import REDIS_DOWN, StreamPump
-from meteorseed_scrapy.streams.retention import DeadLetterRetention, housekeeping
-from meteorseed_scrapy.streams.shards import check_shard_count
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import TaskError
-from meteorseed_scrapy.work_budget import WorkBudget
+from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.worker.ledger import Entry, Outcome, TaskLedger
+from meteorseed_scrapy.worker.outcomes import judge
+from meteorseed_scrapy.worker.pump import REDIS_DOWN, StreamPump
+from meteorseed_scrapy.worker.requests import request_to_task, task_to_request
+from meteorseed_scrapy.worker.work_budget import WorkBudget
 
 logger = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 from scrapy.exceptions import NotConfigured
 
-from meteorseed_scrapy.connection import is_cluster_url
-from meteorseed_scrapy.keys import MAX_SHARDS, SHARDS_SETTING, KeyLayout
-from meteorseed_scrapy.migrate.redis_settings import redis_url_and_source as resolve_redis_url
+from meteorseed_scrapy.queue.connection import is_cluster_url
+from meteorseed_scrapy.queue.keys import MAX_SHARDS, SHARDS_SETTING, KeyLayout
+from meteorseed_scrapy.scrapy_redis_settings import redis_url_and_source as resolve_redis_url
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_STORE_URI = "sqlite:///meteorseed.db"
@@ -25,7 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_MAX_BACKLOG": 1_000_000,
     # Task streams split by site over this many hash-tagged shards (docs/cluster.md).
     "METEORSEED_STREAM_SHARDS": 1,
-    # Shares of a worker's reads per task lane (meteorseed_scrapy.streams.lanes, docs/lanes.md).
+    # Shares of a worker's reads per task lane (meteorseed_scrapy.queue.lanes, docs/lanes.md).
     "METEORSEED_LANE_WEIGHTS": "realtime:6,scheduled:3,retry:1",
     "METEORSEED_CONSUMER": "",
     # Completion records and failure notes matter only while a task can still be redelivered.
@@ -69,7 +69,7 @@ DEFAULTS: dict[str, Any] = {
 def redis_url_and_source(settings: Any) -> tuple[str, str]:
     """``(url, source)``: ``METEORSEED_REDIS_URL``, else scrapy-redis's ``REDIS_URL`` /
     ``REDIS_HOST`` / ``REDIS_PORT`` / ``REDIS_PARAMS``, else env ``REDIS_URL``, else the default
-    (see :mod:`meteorseed_scrapy.migrate.redis_settings`). Logs the source once at INFO."""
+    (see :mod:`meteorseed_scrapy.scrapy_redis_settings`). Logs the source once at INFO."""
     return resolve_redis_url(settings, DEFAULT_REDIS_URL)
 
 

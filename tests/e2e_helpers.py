@@ -16,10 +16,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
-from meteorseed_scrapy.testing.polling import wait_for  # noqa: F401 (the e2e tests import it here)
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = Path(__file__).resolve().parent / "e2e_project"

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 import redis
 
-from meteorseed_scrapy.api import ApiConfig, create_app
+from meteorseed_scrapy.api.app import create_app
 from meteorseed_scrapy.api.background import ServerThread
+from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.openapi import build_spec
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
 
 TOKEN = "s3cret-token"
 ROOT = Path(__file__).resolve().parents[1]
@@ -478,7 +479,7 @@ def test_status_sites_and_dead_letters(client: Client, sync_redis: redis.Redis,
 
 def test_sites_count_anomalies_from_the_store(redis_url: str, namespace: str,
                                               tmp_path: Path) -> None:
-    from meteorseed_scrapy.stores import open_store
+    from meteorseed_scrapy.store import open_store
 
     uri = f"sqlite:///{tmp_path / 'items.db'}"
     with open_store(uri) as store:

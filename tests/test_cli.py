@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from meteorseed_scrapy.cli import main
-from meteorseed_scrapy.keys import GROUP, KeyLayout
-from meteorseed_scrapy.streams.writer import fingerprint
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.dedup import fingerprint
+from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.redis_server import free_port
 
 

@@ -16,18 +16,18 @@ import redis
 import redis.asyncio
 from redis.crc import key_slot
 
-from meteorseed_scrapy.connection import (
+from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.queue.connection import (
     async_client,
     is_cluster_url,
     parse_cluster_url,
     sync_client,
 )
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
-from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.streams.writer import CHUNK_SIZE, AddResult, TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import CHUNK_SIZE, AddResult, TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.cluster import SLOTS, LocalCluster
 
 T = TypeVar("T")

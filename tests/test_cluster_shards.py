@@ -17,23 +17,25 @@ import pytest
 from scrapy import Request, Spider
 from scrapy_redis.queue import PriorityQueue
 
-from meteorseed_scrapy.api import ApiConfig
 from meteorseed_scrapy.api.background import ServerThread
+from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.cli import main as cli_main
-from meteorseed_scrapy.connection import async_client, clone_async, sync_client
-from meteorseed_scrapy.keys import KeyLayout, shard_of
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.queue.connection import async_client, clone_async, sync_client
+from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
+from meteorseed_scrapy.queue.shards import ShardMismatch, check_shard_count
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seeder import Seeder, SeederConfig
 from meteorseed_scrapy.sites.remote import RemoteRules
-from meteorseed_scrapy.streams.shards import ShardMismatch, check_shard_count
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask, SeedTask
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.cluster import LocalCluster
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
-from tests.e2e_helpers import REPO, start_worker, stored_docs, wait_for
+from tests.e2e_helpers import REPO, start_worker, stored_docs
 from tests.test_api import TOKEN, Client, url_list
 from tests.test_migrate_cli import seed_expand
 from tests.test_shards import sites_covering

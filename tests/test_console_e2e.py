@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import redis
 
-from meteorseed_scrapy.api import ApiConfig
 from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.api.config import ApiConfig
+from meteorseed_scrapy.queue.keys import KeyLayout
 from tests.test_api import stream_tasks
 
 CHROMIUM = "/usr/bin/chromium"

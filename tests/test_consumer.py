@@ -16,10 +16,12 @@ import redis
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.keys import GROUP, KeyLayout
-from meteorseed_scrapy.streams.consumer import Delivery, StreamConsumer
-from meteorseed_scrapy.streams.writer import TaskWriter, fingerprint
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.dedup import fingerprint
+from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
 
 T = TypeVar("T")
 

@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.dedup import check_server_config
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.streams.writer import AddResult, TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.dedup_server import check_server_config
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import AddResult, TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
 
 T = TypeVar("T")
 DAY = 86400

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.faults import FaultSite
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
-from tests.e2e_helpers import enqueue, start_worker, stored_docs, wait_for
+from tests.e2e_helpers import enqueue, start_worker, stored_docs
 
 pytestmark = pytest.mark.e2e
 

@@ -24,10 +24,12 @@ from typing import Any
 import pytest
 import redis
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.testing.demo_pages import Reply
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import free_port
-from meteorseed_scrapy.testing.sites import DemoSite, Reply
-from tests.e2e_helpers import stored_docs, wait_for
+from meteorseed_scrapy.testing.sites import DemoSite
+from tests.e2e_helpers import stored_docs
 
 pytestmark = pytest.mark.e2e
 

@@ -11,13 +11,15 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.registry import SeedRegistry
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask, SeedTask
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
-from tests.e2e_helpers import enqueue, start_worker, stored_docs, wait_for
+from tests.e2e_helpers import enqueue, start_worker, stored_docs
 
 pytestmark = pytest.mark.e2e
 

@@ -13,7 +13,8 @@ from email.message import Message
 
 import pytest
 
-from meteorseed_scrapy.testing.faults import RESET, FaultSite, Mode, parse_mode, site_of
+from meteorseed_scrapy.testing.fault_modes import RESET, Mode, parse_mode, site_of
+from meteorseed_scrapy.testing.faults import FaultSite
 from meteorseed_scrapy.testing.polling import wait_for
 
 

@@ -18,16 +18,13 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.addon import MeteorSeedAddon
-from meteorseed_scrapy.context import TASK_META_KEY
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.politeness.hygiene import (
-    BlacklistMiddleware,
-    ProxyPool,
-    ProxyPoolMiddleware,
-    UserAgentPoolMiddleware,
-    site_config,
-)
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.politeness.blacklist import BlacklistMiddleware
+from meteorseed_scrapy.politeness.proxies import ProxyPool, ProxyPoolMiddleware
+from meteorseed_scrapy.politeness.user_agents import UserAgentPoolMiddleware
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.sites.lookup import site_config
+from meteorseed_scrapy.task.context import TASK_META_KEY
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.loopback import LoopbackSite
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
 

@@ -14,16 +14,20 @@ from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 
-from meteorseed_scrapy.keys import BANDS, LANES, KeyLayout, band_of
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import SiteQueues
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.requests import request_to_task
-from meteorseed_scrapy.seeding.registry import seed_to_dict
-from meteorseed_scrapy.streams.consumer import Delivery, StreamConsumer
-from meteorseed_scrapy.streams.lanes import LaneShares, LaneWeights
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask, SeedTask, TaskError
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.lanes import LaneShares, LaneWeights
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.seeding.records import seed_to_dict
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.lanes import BANDS, LANES, band_of
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.worker.requests import request_to_task
 from tests.test_consumer import arun
 
 

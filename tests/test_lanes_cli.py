@@ -13,11 +13,11 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
-from meteorseed_scrapy.keys import GROUP, KeyLayout
-from meteorseed_scrapy.observability.queue import QueueSampler
-from meteorseed_scrapy.streams.consumer import StreamConsumer
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.status import QueueSampler
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
 from tests.test_cli import add_dead, run, run_json
 
 REPO = Path(__file__).resolve().parents[1]

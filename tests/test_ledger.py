@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from meteorseed_scrapy.context import Scrape
-from meteorseed_scrapy.ledger import Entry, Outcome, TaskLedger
-from meteorseed_scrapy.streams.consumer import Delivery
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.task.context import Scrape
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.worker.ledger import Entry, Outcome, TaskLedger
 
 
 def make_task(url: str = "https://example.com/a") -> ExecTask:

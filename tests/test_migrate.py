@@ -16,7 +16,6 @@ import redis.asyncio as aioredis
 from scrapy import FormRequest, Request, Spider
 from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
 
-from meteorseed_scrapy.keys import BANDS, KeyLayout, band_of
 from meteorseed_scrapy.migrate.convert import Origin
 from meteorseed_scrapy.migrate.scrapy_redis import (
     MigrationSummary,
@@ -24,8 +23,10 @@ from meteorseed_scrapy.migrate.scrapy_redis import (
     ScrapyRedisSource,
     migrate,
 )
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.lanes import BANDS, band_of
 
 
 class ShopSpider(Spider):

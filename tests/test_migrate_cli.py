@@ -13,8 +13,8 @@ import redis
 from scrapy import Request, Spider
 from scrapy_redis.queue import PriorityQueue
 
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.task.exec_task import ExecTask
 
 REPO = Path(__file__).resolve().parents[1]
 SCRAPY = Path(sys.executable).with_name("scrapy")

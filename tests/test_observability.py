@@ -13,12 +13,12 @@ from scrapy import Request
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.test import get_crawler
 
-from meteorseed_scrapy.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape
-from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.observability.logging import JsonFormatter, TaskContextFilter
 from meteorseed_scrapy.observability.metrics import MetricsExtension, StatsCollector
-from meteorseed_scrapy.observability.queue import QueueSampler
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.status import QueueSampler
+from meteorseed_scrapy.task.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape
+from meteorseed_scrapy.task.exec_task import ExecTask
 
 
 def _record(msg: str = "hello %s", args: object = ("world",), **extra: object) -> logging.LogRecord:

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
-from tests.e2e_helpers import Worker, enqueue, start_worker, wait_for
+from tests.e2e_helpers import Worker, enqueue, start_worker
 
 pytestmark = pytest.mark.e2e
 

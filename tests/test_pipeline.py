@@ -19,11 +19,14 @@ from scrapy.exceptions import ScrapyDeprecationWarning
 from scrapy.pipelines import ItemPipelineManager
 from scrapy.utils.test import get_crawler
 
-from meteorseed_scrapy.context import CURRENT_SCRAPE, Scrape
-from meteorseed_scrapy.pipelines import StoreWriteError, UniqueKeyError, UpsertPipeline
+from meteorseed_scrapy.pipelines import StoreWriteError, UpsertPipeline
 from meteorseed_scrapy.settings import StoreConfig
-from meteorseed_scrapy.stores import DocumentError, SQLiteStore, Store, StoreUnavailable
-from meteorseed_scrapy.tasks import ExecTask, url_fingerprint
+from meteorseed_scrapy.store.base import DocumentError, Store, StoreUnavailable
+from meteorseed_scrapy.store.documents import UniqueKeyError
+from meteorseed_scrapy.store.sqlite import SQLiteStore
+from meteorseed_scrapy.task.canonical import url_fingerprint
+from meteorseed_scrapy.task.context import CURRENT_SCRAPE, Scrape
+from meteorseed_scrapy.task.exec_task import ExecTask
 
 PIPELINE = "meteorseed_scrapy.pipelines.UpsertPipeline"
 

@@ -12,11 +12,11 @@ import redis
 import redis.asyncio as aioredis
 from scrapy.exceptions import NotConfigured
 
-from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, parse_retry_after
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ import redis
 from scrapy.settings import Settings
 from scrapy_redis.connection import get_redis_from_settings
 
-from meteorseed_scrapy.migrate import redis_settings
+from meteorseed_scrapy import scrapy_redis_settings as redis_settings
 from meteorseed_scrapy.settings import DEFAULT_REDIS_URL, redis_url_and_source, redis_url_from
 
 # retry_on_timeout is left out: redis-py 6+ deprecates it and its constructor drops the value.

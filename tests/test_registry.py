@@ -12,10 +12,12 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.adapt import Bounds
-from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry
-from meteorseed_scrapy.tasks import SeedTask, TaskError
+from meteorseed_scrapy.seeding.records import SeedRecord
+from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError
 
 T = TypeVar("T")
 

@@ -18,12 +18,12 @@ from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 from test_sites_e2e import finish, start_sites_worker
 
-from meteorseed_scrapy.context import TASK_META_KEY
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.schema import parse_site
 from meteorseed_scrapy.sites.spider import RuleSpider
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.task.context import TASK_META_KEY
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
 
 REPO = Path(__file__).resolve().parents[1]

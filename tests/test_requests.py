@@ -9,9 +9,10 @@ import pytest
 import scrapy
 from scrapy import Request
 
-from meteorseed_scrapy.context import TASK_META_KEY, task_of
-from meteorseed_scrapy.requests import START_SEED_ID, request_to_task, task_to_request
-from meteorseed_scrapy.tasks import ExecTask, TaskError
+from meteorseed_scrapy.task.context import TASK_META_KEY, task_of
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.worker.requests import START_SEED_ID, request_to_task, task_to_request
 
 
 class ShopSpider(scrapy.Spider):

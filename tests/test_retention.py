@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.streams.retention import DeadLetterRetention
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.retention import DeadLetterRetention
 
 
 def fill(sync_redis: redis.Redis, keys: KeyLayout, old: int, recent: int) -> None:

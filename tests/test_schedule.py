@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from meteorseed_scrapy.seeding import parse_seed_line
 from meteorseed_scrapy.seeding.adapt import (
     Bounds,
     RunState,
@@ -20,7 +19,6 @@ from meteorseed_scrapy.seeding.adapt import (
     site_bounds,
 )
 from meteorseed_scrapy.seeding.cron import CronExpr
-from meteorseed_scrapy.seeding.expand import SeedLineError
 from meteorseed_scrapy.seeding.schedule import (
     Cron,
     Every,
@@ -28,7 +26,8 @@ from meteorseed_scrapy.seeding.schedule import (
     parse_duration,
     parse_schedule,
 )
-from meteorseed_scrapy.tasks import TaskError
+from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
+from meteorseed_scrapy.task.validation import TaskError
 
 UTC = dt.timezone.utc
 

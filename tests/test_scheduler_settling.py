@@ -9,10 +9,10 @@ from scrapy import Request
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-from meteorseed_scrapy.ledger import Outcome
+from meteorseed_scrapy.queue.delivery import Delivery
 from meteorseed_scrapy.scheduler import StreamScheduler
-from meteorseed_scrapy.streams.consumer import Delivery
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.worker.ledger import Outcome
 
 
 def book(scheduler: StreamScheduler, n: int) -> Any:

@@ -17,22 +17,20 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.commands.seed_expand import redact
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.seeding import (
+from meteorseed_scrapy.queue.connection import redact
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.seeding import expand
+from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
+from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
+from meteorseed_scrapy.seeding.seed_lines import (
     MAX_LINE_BYTES,
-    MAX_URLS_PER_LINE,
-    ExpandSummary,
-    Rejection,
     SeedLineError,
-    UrlError,
-    expand,
-    expand_stream,
     parse_seed_line,
     read_lines,
 )
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.seeding.seed_urls import UrlError
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[1]

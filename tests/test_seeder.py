@@ -22,12 +22,14 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.adapt import Bounds
-from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry
+from meteorseed_scrapy.seeding.records import SeedRecord
+from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seeder import RunResult, Seeder, SeederConfig
-from meteorseed_scrapy.tasks import ExecTask, SeedTask
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import RedisServer

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 
-from meteorseed_scrapy.seeding import SeedLineError, UrlError, expand, parse_seed_line
+from meteorseed_scrapy.seeding import expand
+from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
+from meteorseed_scrapy.seeding.seed_urls import UrlError
 from meteorseed_scrapy.seeding.templates import MAX_EXPANSION
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.task.exec_task import ExecTask
 
 
 def seed(task_type: str, payload: dict[str, Any], **extra: Any) -> str:

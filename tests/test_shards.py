@@ -14,13 +14,13 @@ import redis
 from redis.asyncio import Redis
 
 from meteorseed_scrapy.cli import main as cli_main
-from meteorseed_scrapy.keys import KeyLayout, shard_of
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.streams.consumer import StreamConsumer
-from meteorseed_scrapy.streams.shards import ShardMismatch
-from meteorseed_scrapy.streams.writer import CHUNK_SIZE, TaskWriter
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
+from meteorseed_scrapy.queue.shards import ShardMismatch
+from meteorseed_scrapy.queue.writer import CHUNK_SIZE, TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import start_worker, stored_docs
 from tests.test_consumer import arun

@@ -16,13 +16,13 @@ from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.middlewares import BackoffMiddleware
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
-from meteorseed_scrapy.politeness.dispatcher import Dispatcher
 from meteorseed_scrapy.politeness.permits import SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.scheduler import StreamScheduler
-from meteorseed_scrapy.sites.schema import Limits
-from meteorseed_scrapy.tasks import ExecTask
+from meteorseed_scrapy.sites.model import Limits
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
+from meteorseed_scrapy.worker.dispatcher import Dispatcher
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
 from tests.test_politeness_gate import make_gate, run
 

@@ -200,7 +200,7 @@ def test_command_line_serves_on_the_given_port() -> None:
 
 
 def test_demo_seeds_are_valid_seeds() -> None:
-    from meteorseed_scrapy.tasks import SeedTask
+    from meteorseed_scrapy.task.seed_task import SeedTask
     from meteorseed_scrapy.testing.demo import demo_seeds
 
     seeds = [SeedTask.from_dict(seed) for seed in demo_seeds("http://127.0.0.1:1234/")]

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_helpers import enqueue, stored_docs, wait_for
+from e2e_helpers import enqueue, stored_docs
 
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 
 pytestmark = pytest.mark.e2e

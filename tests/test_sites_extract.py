@@ -6,7 +6,7 @@ import pytest
 from scrapy.http import HtmlResponse
 
 from meteorseed_scrapy.sites.extract import find, select_values, serialise
-from meteorseed_scrapy.sites.schema import Selector
+from meteorseed_scrapy.sites.model import Selector
 from meteorseed_scrapy.testing.demo_pages import article, product
 
 PAGES = [article(3), product(7), b"<html><body><p>a<!-- c --><b>b</b></p>"

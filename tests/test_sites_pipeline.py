@@ -12,12 +12,13 @@ from scrapy.exceptions import DropItem
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.sites.fingerprint import fingerprint
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.sites.model import Dedup
 from meteorseed_scrapy.sites.pipeline import SiteItem, SitesPipeline
 from meteorseed_scrapy.sites.quality import AnomalyTracker
-from meteorseed_scrapy.sites.schema import Dedup, parse_site
-from meteorseed_scrapy.stores import open_store
+from meteorseed_scrapy.sites.reposts import fingerprint
+from meteorseed_scrapy.sites.schema import parse_site
+from meteorseed_scrapy.store import open_store
 
 
 class _Crawler:

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 import redis
-from e2e_helpers import enqueue, stored_docs, wait_for
+from e2e_helpers import enqueue, stored_docs
 from test_sites_e2e import enqueue_details, finish, start_sites_worker
 
 from meteorseed_scrapy.cli import main
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.remote import RemoteRules
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
 

@@ -11,10 +11,11 @@ from parsel import Selector
 
 from meteorseed_scrapy.sites.extract import extract
 from meteorseed_scrapy.sites.loader import load_file
+from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.processors import Context, ProcessorError, make_date, make_float
 from meteorseed_scrapy.sites.quality import check
 from meteorseed_scrapy.sites.reader import ConfigError
-from meteorseed_scrapy.sites.schema import SiteConfig, parse_site
+from meteorseed_scrapy.sites.schema import parse_site
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "example_project" / "sites"
 NOW = datetime(2025, 6, 1, tzinfo=timezone.utc)

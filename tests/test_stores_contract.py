@@ -15,17 +15,18 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from meteorseed_scrapy.stores import (
+from meteorseed_scrapy.store import open_store
+from meteorseed_scrapy.store import sqlite as sqlite_module
+from meteorseed_scrapy.store.base import (
     DocumentError,
     Store,
     StoreUnavailable,
     build_document,
     check_fields,
-    open_store,
+    last_wins,
+    utc_timestamp,
 )
-from meteorseed_scrapy.stores import sqlite as sqlite_module
-from meteorseed_scrapy.stores.base import last_wins, utc_timestamp
-from meteorseed_scrapy.stores.mongo import MongoStore
+from meteorseed_scrapy.store.mongo import MongoStore
 
 MONGO_ENV = "METEORSEED_TEST_MONGO_URL"
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)

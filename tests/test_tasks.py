@@ -9,16 +9,10 @@ from typing import Any
 
 import pytest
 
-from meteorseed_scrapy.tasks import (
-    MAX_MESSAGE_BYTES,
-    MESSAGE_VERSION,
-    ExecTask,
-    SeedTask,
-    TaskError,
-    canonical_url,
-    check_url,
-    url_fingerprint,
-)
+from meteorseed_scrapy.task.canonical import canonical_url, url_fingerprint
+from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, MESSAGE_VERSION, ExecTask
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError, check_url
 
 BASE: dict[str, Any] = {
     "task_id": "t1",
@@ -434,7 +428,7 @@ def _varied_urls() -> list[str]:
 def test_canonical_url_matches_w3lib_over_varied_urls() -> None:
     from w3lib.url import canonicalize_url
 
-    from meteorseed_scrapy.tasks import _is_canonical
+    from meteorseed_scrapy.task.canonical import _is_canonical
 
     fast = 0
     for url in _varied_urls():

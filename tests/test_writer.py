@@ -10,15 +10,11 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.dedup import fingerprint_bytes
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.streams.writer import (
-    CHUNK_SIZE,
-    AddResult,
-    TaskWriter,
-    fingerprint,
-)
-from meteorseed_scrapy.tasks import MAX_MESSAGE_BYTES, ExecTask, TaskError
+from meteorseed_scrapy.queue.dedup import fingerprint, fingerprint_bytes
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import CHUNK_SIZE, AddResult, TaskWriter
+from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
+from meteorseed_scrapy.task.validation import TaskError
 
 T = TypeVar("T")
 

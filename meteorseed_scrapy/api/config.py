@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from meteorseed_scrapy.connection import is_cluster_url
-from meteorseed_scrapy.keys import KeyLayout
-from meteorseed_scrapy.seeding.expand import MAX_LINE_BYTES
+from meteorseed_scrapy.queue.connection import is_cluster_url
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from aiohttp import web
 from meteorseed_scrapy.api.expansion import MAX_LISTED_ERRORS, Progress, expand_seed
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.seeding.expand import check_payload
-from meteorseed_scrapy.tasks import SeedTask, TaskError
+from meteorseed_scrapy.seeding.payload import check_payload
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError
 
 logger = logging.getLogger(__name__)
 

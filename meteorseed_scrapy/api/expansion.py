@@ -3,7 +3,7 @@
 The URL generator of a seed (:func:`meteorseed_scrapy.seeding.expand.expand`) may block: a
 sitemap is fetched over HTTP while it is iterated, a million-URL template takes seconds. So it
 is pulled in chunks in a worker thread, and each chunk is checked against the site's rules and
-enqueued through :class:`~meteorseed_scrapy.streams.writer.TaskWriter` (fleet-wide dedup,
+enqueued through :class:`~meteorseed_scrapy.queue.writer.TaskWriter` (fleet-wide dedup,
 backpressure) on the event loop. :class:`Progress` holds the counts so far, which
 ``GET /seeds/{id}`` shows while a background expansion runs.
 """
@@ -20,10 +20,12 @@ from typing import Any
 
 from meteorseed_scrapy.api.problems import FieldError
 from meteorseed_scrapy.api.rules import SiteRules
-from meteorseed_scrapy.seeding.expand import UrlError, cached_canonical_url, expand
+from meteorseed_scrapy.queue.writer import CHUNK_SIZE, Encoded, TaskWriter
+from meteorseed_scrapy.seeding.seed_urls import UrlError, cached_canonical_url, expand
 from meteorseed_scrapy.seeding.sitemap import SitemapError
-from meteorseed_scrapy.streams.writer import CHUNK_SIZE, Encoded, TaskWriter
-from meteorseed_scrapy.tasks import ExecTask, SeedTask, TaskError
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError
 
 logger = logging.getLogger(__name__)
 

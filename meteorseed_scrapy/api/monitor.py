@@ -1,7 +1,7 @@
 """The console's data: the overview (queue, throughput) and the sites (breakers, rates).
 
 The queue numbers come from the metrics endpoint's :class:`QueueSampler`; per-site politeness
-state is read from the keys documented in :mod:`meteorseed_scrapy.keys`; anything synchronous
+state is read from the keys documented in :mod:`meteorseed_scrapy.queue.keys`; anything synchronous
 (SCAN, the store) runs in a worker thread so the event loop never blocks.
 """
 
@@ -17,9 +17,9 @@ from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.cli.common import scan_namespace
-from meteorseed_scrapy.connection import redact
-from meteorseed_scrapy.observability.queue import QueueSampler
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
+from meteorseed_scrapy.queue.connection import redact
+from meteorseed_scrapy.queue.status import QueueSampler
 from meteorseed_scrapy.settings import DEFAULTS
 
 #: Sites listed on the sites page (found by their politeness keys, rule files, dedup roots).
@@ -225,7 +225,7 @@ class AnomalyCounts:
         return counts
 
     def _count(self, uri: str) -> dict[str, int]:
-        from meteorseed_scrapy.stores import open_store
+        from meteorseed_scrapy.store import open_store
 
         counts: dict[str, int] = {}
         with open_store(uri) as store:

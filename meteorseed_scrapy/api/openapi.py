@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from meteorseed_scrapy import __version__
-from meteorseed_scrapy.cli import deadletters
+from meteorseed_scrapy.queue import deadletters
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 

@@ -14,8 +14,8 @@ import time
 from urllib.parse import urlsplit
 
 from meteorseed_scrapy.sites.loader import SiteRegistry
+from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.remote import RemoteRules
-from meteorseed_scrapy.sites.schema import SiteConfig
 
 RELOAD_INTERVAL_S = 1.0
 

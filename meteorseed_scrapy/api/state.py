@@ -17,11 +17,11 @@ from redis.asyncio import Redis
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.expansion import Progress
 from meteorseed_scrapy.api.rules import SiteRules
-from meteorseed_scrapy.connection import async_client
-from meteorseed_scrapy.connection import sync_client as sync_client_for
+from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.connection import sync_client as sync_client_for
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.sites.remote import RemoteRules
-from meteorseed_scrapy.streams.writer import TaskWriter
 
 logger = logging.getLogger(__name__)
 

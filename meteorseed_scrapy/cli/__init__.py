@@ -22,10 +22,10 @@ from meteorseed_scrapy.cli.common import (
     Context,
     connect,
     layout,
-    redact,
     resolve_target,
 )
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.connection import redact
+from meteorseed_scrapy.queue.keys import KeyLayout
 
 SUBCOMMANDS = (status, dead, reset, serve, seeder, sites)
 

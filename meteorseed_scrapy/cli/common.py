@@ -18,10 +18,10 @@ from typing import IO, Any
 import redis
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.connection import is_cluster_url, redact, sync_client
-from meteorseed_scrapy.keys import SHARDS_SETTING, KeyLayout
+from meteorseed_scrapy.queue.connection import is_cluster_url, redact, sync_client
+from meteorseed_scrapy.queue.keys import SHARDS_SETTING, KeyLayout
+from meteorseed_scrapy.queue.shards import stored_shards
 from meteorseed_scrapy.settings import DEFAULT_REDIS_URL, DEFAULTS, redis_url_from
-from meteorseed_scrapy.streams.shards import stored_shards
 
 EXIT_OK = 0
 #: Something asked for was not done (an unknown id, a dead letter that cannot be requeued, an

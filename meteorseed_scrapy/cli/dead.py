@@ -6,7 +6,6 @@ import argparse
 import json
 from typing import Any
 
-from meteorseed_scrapy.cli import deadletters
 from meteorseed_scrapy.cli.common import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -15,8 +14,9 @@ from meteorseed_scrapy.cli.common import (
     add_target_options,
     table,
 )
+from meteorseed_scrapy.queue import deadletters
 from meteorseed_scrapy.seeding.schedule import format_duration, parse_duration
-from meteorseed_scrapy.tasks import TaskError
+from meteorseed_scrapy.task.validation import TaskError
 
 
 def register(sub: Any) -> None:

@@ -23,10 +23,11 @@ from meteorseed_scrapy.cli.common import (
     resolve_target,
     table,
 )
-from meteorseed_scrapy.connection import async_client
+from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.adapt import MAX_INTERVAL_SETTING, MIN_INTERVAL_SETTING
-from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry
+from meteorseed_scrapy.seeding.records import SeedRecord
+from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.schedule import format_duration
 from meteorseed_scrapy.seeding.seeder import SeederConfig
 from meteorseed_scrapy.settings import DEFAULTS

@@ -51,7 +51,7 @@ def register(sub: Any) -> None:
 
 
 def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
-    from meteorseed_scrapy.api import ApiConfig
+    from meteorseed_scrapy.api.config import ApiConfig
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if token is None and not args.insecure_no_auth:
@@ -78,7 +78,7 @@ def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    from meteorseed_scrapy.api import create_app
+    from meteorseed_scrapy.api.app import create_app
 
     config = config_from(args, ctx.keys.shards)  # (the count the namespace recorded)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(name)s] %(levelname)s: "

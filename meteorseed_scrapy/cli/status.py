@@ -24,8 +24,8 @@ from meteorseed_scrapy.cli.common import (
     scan_namespace,
     table,
 )
-from meteorseed_scrapy.keys import BANDS, LANES
-from meteorseed_scrapy.streams.writer import StreamCount
+from meteorseed_scrapy.queue.writer import StreamCount
+from meteorseed_scrapy.task.lanes import BANDS, LANES
 
 #: At most this many ``<ns>:seen:*`` sets are sized: status must stay cheap on a big Redis.
 MAX_SEEN_KEYS = 200

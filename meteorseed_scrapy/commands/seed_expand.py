@@ -21,23 +21,19 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import NotConfigured, UsageError
 
 from meteorseed_scrapy.api.rules import SiteRules
-from meteorseed_scrapy.connection import async_client, check_url, redact
-from meteorseed_scrapy.keys import DEFAULT_LANE, LANES, KeyLayout
 from meteorseed_scrapy.migrate import command as migration
+from meteorseed_scrapy.queue.connection import async_client, check_url, redact
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.shards import ShardMismatch
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding import runner
-from meteorseed_scrapy.seeding.expand import (
-    MAX_LINE_BYTES,
-    MAX_URLS_PER_LINE,
-    ExpandSummary,
-    Rejection,
-    expand_stream,
-    read_lines,
-)
+from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
+from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
 from meteorseed_scrapy.seeding.progress import Progress
+from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES, read_lines
 from meteorseed_scrapy.seeding.seeder import SeederConfig
 from meteorseed_scrapy.settings import DEFAULTS, key_layout, redis_url_from
-from meteorseed_scrapy.streams.shards import ShardMismatch
-from meteorseed_scrapy.streams.writer import TaskWriter
+from meteorseed_scrapy.task.lanes import DEFAULT_LANE, LANES
 
 __all__ = ["Command", "ExpandSummary", "expand_stream"]
 

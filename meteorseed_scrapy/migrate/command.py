@@ -11,8 +11,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from meteorseed_scrapy.connection import async_client
-from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.migrate.convert import Origin
 from meteorseed_scrapy.migrate.scrapy_redis import (
     MigrationSummary,
@@ -20,8 +18,11 @@ from meteorseed_scrapy.migrate.scrapy_redis import (
     ScrapyRedisSource,
     migrate,
 )
-from meteorseed_scrapy.streams.writer import TaskWriter
-from meteorseed_scrapy.tasks import TaskError, _check_id
+from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.task.validation import check_id as _check_id
 
 DEFAULT_SEED_ID = "scrapy-redis"
 EXIT_REJECTED = 1

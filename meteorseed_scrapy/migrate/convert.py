@@ -16,8 +16,9 @@ from typing import Any
 from scrapy import FormRequest
 
 from meteorseed_scrapy.migrate.unpickle import RejectedPayload
-from meteorseed_scrapy.requests import _DOWNLOAD_META
-from meteorseed_scrapy.tasks import ExecTask, TaskError
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.worker.requests import _DOWNLOAD_META
 
 #: Request classes whose whole state is in url/method/headers/body: safe to send as a task.
 PLAIN_CLASSES = frozenset({

@@ -28,7 +28,7 @@ from meteorseed_scrapy.migrate.unpickle import RejectedPayload, loads_request
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from meteorseed_scrapy.streams.writer import TaskWriter
+    from meteorseed_scrapy.queue.writer import TaskWriter
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 :class:`TaskContextFilter` gives every record ``seed_id`` and ``task_id`` attributes (``None``
 when unknown). It takes them, in this order, from ``extra=`` passed by the caller, from the task
-whose callback/items run now (:data:`~meteorseed_scrapy.context.CURRENT_SCRAPE`), or from the
+whose callback/items run now (:data:`~meteorseed_scrapy.task.context.CURRENT_SCRAPE`), or from the
 request/response among a record's dict arguments (Scrapy's "Crawled …", "Scraped from …" and
 "Dropped …" lines carry them). :class:`TracingExtension` installs it on the root logger's
 handlers (Scrapy's root handler among them), and :class:`JsonFormatter` with them when
@@ -19,7 +19,7 @@ from typing import Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from meteorseed_scrapy.context import current_scrape, task_of
+from meteorseed_scrapy.task.context import current_scrape, task_of
 
 TRACE_FIELDS = ("seed_id", "task_id")
 

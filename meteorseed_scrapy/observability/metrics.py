@@ -24,9 +24,9 @@ from typing import Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from meteorseed_scrapy.ledger import Entry, Outcome
-from meteorseed_scrapy.observability.queue import QueueSampler
+from meteorseed_scrapy.queue.status import QueueSampler
 from meteorseed_scrapy.settings import key_layout, redis_url_from
+from meteorseed_scrapy.worker.ledger import Entry, Outcome
 
 logger = logging.getLogger(__name__)
 

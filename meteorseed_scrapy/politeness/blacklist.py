@@ -5,7 +5,7 @@ from __future__ import annotations
 from scrapy import Request, Spider
 from scrapy.exceptions import IgnoreRequest
 
-from meteorseed_scrapy.politeness.site_configs import SiteMiddleware
+from meteorseed_scrapy.sites.lookup import SiteMiddleware
 
 
 class BlacklistMiddleware(SiteMiddleware):

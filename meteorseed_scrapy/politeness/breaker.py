@@ -17,9 +17,9 @@ from typing import Any
 
 from scrapy.exceptions import NotConfigured
 
-from meteorseed_scrapy import scripts
-from meteorseed_scrapy.keys import KeyLayout
 from meteorseed_scrapy.politeness.policy import positive_number
+from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.keys import KeyLayout
 
 logger = logging.getLogger(__name__)
 

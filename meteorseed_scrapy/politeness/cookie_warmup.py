@@ -8,14 +8,10 @@ from urllib.parse import urlsplit
 
 from scrapy import Request, Spider
 
-from meteorseed_scrapy.politeness.site_configs import (
-    FETCH_ATTEMPTS,
-    SITE_META_KEY,
-    SiteMiddleware,
-)
+from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, SiteMiddleware
 
 # Logged under the name these middlewares always had (users' logging config refers to it).
-logger = logging.getLogger("meteorseed_scrapy.politeness.hygiene")
+logger = logging.getLogger("meteorseed_scrapy.middlewares")
 
 
 class CookieWarmupMiddleware(SiteMiddleware):

@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy import scripts
-from meteorseed_scrapy.keys import KeyLayout, band_of
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.streams.shards import call_scripts
-from meteorseed_scrapy.tasks import MESSAGE_VERSION, ExecTask
+from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.shards import call_scripts
+from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
+from meteorseed_scrapy.task.lanes import band_of
 
 LEASE_TTL_S = 30.0  # renewed every ~LEASE_TTL_S / 3 while a request is in flight
 

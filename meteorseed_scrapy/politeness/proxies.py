@@ -13,10 +13,10 @@ from scrapy import Request, Spider
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
-from meteorseed_scrapy.politeness.site_configs import SiteMiddleware
+from meteorseed_scrapy.sites.lookup import SiteMiddleware
 
 # Logged under the name these middlewares always had (users' logging config refers to it).
-logger = logging.getLogger("meteorseed_scrapy.politeness.hygiene")
+logger = logging.getLogger("meteorseed_scrapy.middlewares")
 
 #: meta key of the proxy the pool chose for a request
 PROXY_META_KEY = "meteorseed_proxy"

@@ -15,10 +15,10 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.defer import Deferred
 
-from meteorseed_scrapy.politeness.site_configs import FETCH_ATTEMPTS, SITE_META_KEY, site_of
+from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_of
 
 # Logged under the name these middlewares always had (users' logging config refers to it).
-logger = logging.getLogger("meteorseed_scrapy.politeness.hygiene")
+logger = logging.getLogger("meteorseed_scrapy.middlewares")
 
 
 class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from meteorseed_scrapy.politeness.policy import SiteLimits
-from meteorseed_scrapy.politeness.site_configs import SiteConfigs
+from meteorseed_scrapy.sites.lookup import SiteConfigs
 
 
 class SiteLimitsLookup:

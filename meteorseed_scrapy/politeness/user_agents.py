@@ -6,7 +6,7 @@ from typing import Any
 
 from scrapy import Request, Spider
 
-from meteorseed_scrapy.politeness.site_configs import SiteMiddleware
+from meteorseed_scrapy.sites.lookup import SiteMiddleware
 
 
 class UserAgentPoolMiddleware(SiteMiddleware):

@@ -3,21 +3,18 @@
 
 from __future__ import annotations
 
-from meteorseed_scrapy.seeding.expand import (
+from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
+from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE, UnsupportedTaskType
+from meteorseed_scrapy.seeding.records import SeedRecord
+from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.seeding.schedule import Cron, Every, Schedule, parse_schedule
+from meteorseed_scrapy.seeding.seed_lines import (
     MAX_LINE_BYTES,
-    MAX_URLS_PER_LINE,
-    ExpandSummary,
-    Rejection,
     SeedLineError,
-    UnsupportedTaskType,
-    UrlError,
-    expand,
-    expand_stream,
     parse_seed_line,
     read_lines,
 )
-from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry
-from meteorseed_scrapy.seeding.schedule import Cron, Every, Schedule, parse_schedule
+from meteorseed_scrapy.seeding.seed_urls import UrlError, expand
 from meteorseed_scrapy.seeding.seeder import Seeder, SeederConfig
 
 __all__ = [

@@ -20,7 +20,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
-from meteorseed_scrapy.tasks import TaskError
+from meteorseed_scrapy.task.validation import TaskError
 
 MACROS = {
     "@yearly": "0 0 1 1 *",

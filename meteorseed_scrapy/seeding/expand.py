@@ -35,10 +35,11 @@ from meteorseed_scrapy.seeding.seed_urls import (
     expand,
 )
 from meteorseed_scrapy.seeding.sitemap import SitemapError
-from meteorseed_scrapy.tasks import SeedTask, TaskError
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.streams.writer import AddResult, Encoded, TaskWriter
+    from meteorseed_scrapy.queue.writer import AddResult, Encoded, TaskWriter
 
 logger = logging.getLogger(__name__)
 

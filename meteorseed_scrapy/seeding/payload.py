@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from meteorseed_scrapy.dedup.fingerprint import RECRAWL_META_KEY, check_recrawl_after
+from meteorseed_scrapy.queue.dedup import RECRAWL_META_KEY, check_recrawl_after
 from meteorseed_scrapy.seeding.schedule import parse_schedule
 from meteorseed_scrapy.seeding.sitemap import check_sitemap_payload
 from meteorseed_scrapy.seeding.templates import plan_keywords, plan_template
-from meteorseed_scrapy.tasks import SeedTask, TaskError
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError
 
 #: Most URLs accepted in one ``url_list`` seed line.
 MAX_URLS_PER_LINE = 10_000

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from meteorseed_scrapy.keys import DEFAULT_LANE
-from meteorseed_scrapy.tasks import SeedTask
+from meteorseed_scrapy.task.lanes import DEFAULT_LANE
+from meteorseed_scrapy.task.seed_task import SeedTask
 
 # Logged under the registry's name, as before this was split out of it.
 logger = logging.getLogger("meteorseed_scrapy.seeding.registry")

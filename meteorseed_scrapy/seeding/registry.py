@@ -1,6 +1,6 @@
 """The seed registry in Redis: every seed's definition, its schedule and its run state.
 
-Keys (see :mod:`meteorseed_scrapy.keys`): ``<ns>:seed:<id>`` (hash: definition + state),
+Keys (see :mod:`meteorseed_scrapy.queue.keys`): ``<ns>:seed:<id>`` (hash: definition + state),
 ``<ns>:seeds`` and ``<ns>:seeds:by_site`` (indexes), ``<ns>:seeds:due`` (due times, which are
 also the leases of claimed seeds) and ``<ns>:seeds:yield`` (child URLs counted by workers).
 Every time that matters across machines is Redis ``TIME``, read inside the Lua scripts
@@ -14,8 +14,8 @@ import builtins
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy import scripts
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor, RunState, plan_next
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.seeding.records import (
@@ -26,7 +26,8 @@ from meteorseed_scrapy.seeding.records import (
     text,
 )
 from meteorseed_scrapy.seeding.schedule import schedule_of
-from meteorseed_scrapy.tasks import SeedTask, TaskError
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
     import redis.asyncio

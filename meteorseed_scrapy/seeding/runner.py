@@ -21,8 +21,8 @@ from typing import IO, Any
 
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.connection import async_client
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.adapt import (
     DEFAULT_MAX_INTERVAL,
     DEFAULT_MIN_INTERVAL,
@@ -31,8 +31,9 @@ from meteorseed_scrapy.seeding.adapt import (
     Bounds,
     site_bounds,
 )
-from meteorseed_scrapy.seeding.expand import Rejection, read_lines
+from meteorseed_scrapy.seeding.expand import Rejection
 from meteorseed_scrapy.seeding.schedule import parse_duration
+from meteorseed_scrapy.seeding.seed_lines import read_lines
 from meteorseed_scrapy.seeding.seeder import Seeder, SeederConfig
 
 logger = logging.getLogger(__name__)

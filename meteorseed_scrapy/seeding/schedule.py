@@ -10,7 +10,7 @@ Accepted forms (see docs/seeding.md):
   a standard 5-field cron expression (:mod:`meteorseed_scrapy.seeding.cron`), fired on its
   expression, never adapted.
 
-Every error is a :class:`~meteorseed_scrapy.tasks.TaskError` whose field starts with
+Every error is a :class:`~meteorseed_scrapy.task.TaskError` whose field starts with
 ``schedule``.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from meteorseed_scrapy.seeding.cron import CronExpr
-from meteorseed_scrapy.tasks import TaskError
+from meteorseed_scrapy.task.validation import TaskError
 
 FIELD = "schedule"
 #: Shortest accepted interval (and bound), seconds.

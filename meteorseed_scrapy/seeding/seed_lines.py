@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import IO
 
 from meteorseed_scrapy.seeding.payload import check_payload
-from meteorseed_scrapy.tasks import SeedTask, TaskError
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError
 
 #: Longest accepted seed line, in UTF-8 bytes, line ending excluded.
 MAX_LINE_BYTES = 2 * 1024 * 1024

@@ -7,11 +7,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy.dedup.fingerprint import RECRAWL_META_KEY
+from meteorseed_scrapy.queue.dedup import RECRAWL_META_KEY
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.seeding.sitemap import SitemapError, expand_sitemap
 from meteorseed_scrapy.seeding.templates import expand_keywords, expand_template
-from meteorseed_scrapy.tasks import ExecTask, SeedTask, TaskError, canonical_url
+from meteorseed_scrapy.task.canonical import canonical_url
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.validation import TaskError
 
 #: canonical_url of the URLs just expanded: the check here and the fingerprint in
 #: TaskWriter.encode then canonicalise each URL once (w3lib is the costliest step per URL).

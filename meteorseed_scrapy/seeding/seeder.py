@@ -25,22 +25,18 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor
-from meteorseed_scrapy.seeding.expand import (
-    ExpandSummary,
-    Rejection,
-    expand_stream,
-    parse_lines,
-)
-from meteorseed_scrapy.seeding.registry import SeedRecord, SeedRegistry, seed_to_dict
+from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream, parse_lines
+from meteorseed_scrapy.seeding.records import SeedRecord, seed_to_dict
+from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.schedule import format_duration
 from meteorseed_scrapy.seeding.threaded import expand_on_thread
-from meteorseed_scrapy.streams.writer import TaskWriter
 
 if TYPE_CHECKING:
     import redis.asyncio
 
-    from meteorseed_scrapy.keys import KeyLayout
+    from meteorseed_scrapy.queue.keys import KeyLayout
 
 logger = logging.getLogger(__name__)
 

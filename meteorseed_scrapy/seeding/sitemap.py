@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import IO, Any
 from xml.parsers import expat
 
-from meteorseed_scrapy.tasks import TaskError, check_url
+from meteorseed_scrapy.task.validation import TaskError, check_url
 
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # the protocol's limit, uncompressed
 MAX_SITEMAP_URLS = 50_000  # per sitemap file, as the protocol says

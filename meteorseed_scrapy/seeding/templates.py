@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from meteorseed_scrapy.tasks import TaskError
+from meteorseed_scrapy.task.validation import TaskError
 
 #: Most URLs one template or keyword seed may expand to.
 MAX_EXPANSION = 1_000_000

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 
-from meteorseed_scrapy.connection import clone_async
+from meteorseed_scrapy.queue.connection import clone_async
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.expand import ExpandSummary, expand_stream
-from meteorseed_scrapy.streams.writer import TaskWriter
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.keys import KeyLayout
+    from meteorseed_scrapy.queue.keys import KeyLayout
 
 
 def clone_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:

@@ -17,8 +17,8 @@ from lxml import etree
 from parsel import Selector as Parsel
 from parsel.csstranslator import HTMLTranslator
 
+from meteorseed_scrapy.sites.model import FieldRule, Selector
 from meteorseed_scrapy.sites.processors import Context, ProcessorError, collapse
-from meteorseed_scrapy.sites.schema import FieldRule, Selector
 
 #: Elements whose content is never text of the page.
 DROPPED_TAGS = frozenset({"script", "style", "iframe", "noscript", "template"})

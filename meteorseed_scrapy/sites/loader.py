@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 import yaml
 from redis.exceptions import RedisError
 
+from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import ConfigError
-from meteorseed_scrapy.sites.schema import SiteConfig, parse_site
+from meteorseed_scrapy.sites.schema import parse_site
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.sites.remote import RemoteRules

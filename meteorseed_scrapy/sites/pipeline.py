@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import DropItem
 
-from meteorseed_scrapy.connection import async_client
-from meteorseed_scrapy.context import current_scrape
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import key_layout, redis_url_from, store_uri_from
-from meteorseed_scrapy.sites.fingerprint import FingerprintIndex, fingerprint
-from meteorseed_scrapy.sites.schema import Dedup
-from meteorseed_scrapy.stores import Store, check_fields, check_store_uri, open_store
-from meteorseed_scrapy.stores.base import utc_timestamp
-from meteorseed_scrapy.tasks import url_fingerprint
+from meteorseed_scrapy.sites.model import Dedup
+from meteorseed_scrapy.sites.reposts import FingerprintIndex, fingerprint
+from meteorseed_scrapy.store import check_store_uri, open_store
+from meteorseed_scrapy.store.base import Store, check_fields, utc_timestamp
+from meteorseed_scrapy.task.canonical import url_fingerprint
+from meteorseed_scrapy.task.context import current_scrape
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

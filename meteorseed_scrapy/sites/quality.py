@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.sites.extract import Parsed
-from meteorseed_scrapy.sites.schema import FieldRule, SiteConfig
+from meteorseed_scrapy.sites.model import FieldRule, SiteConfig
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from meteorseed_scrapy.connection import sync_client
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.connection import sync_client
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import ConfigError
-from meteorseed_scrapy.sites.schema import SiteConfig
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.sites.loader import FileResult, Stamp

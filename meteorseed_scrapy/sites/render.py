@@ -30,8 +30,8 @@ from scrapy import Request, Spider, signals
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
-from meteorseed_scrapy.context import task_of
-from meteorseed_scrapy.politeness.site_configs import site_configs
+from meteorseed_scrapy.sites.lookup import site_configs
+from meteorseed_scrapy.task.context import task_of
 
 try:
     from scrapy_playwright import handler as _pw

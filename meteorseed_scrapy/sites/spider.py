@@ -23,17 +23,17 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
 from twisted.internet import task, threads
 
-from meteorseed_scrapy.context import task_of
 from meteorseed_scrapy.settings import key_layout, redis_url_from
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, find, select_values
 from meteorseed_scrapy.sites.loader import SiteRegistry
+from meteorseed_scrapy.sites.model import Selector as Rule
+from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
 from meteorseed_scrapy.sites.remote import RemoteRules
-from meteorseed_scrapy.sites.schema import Selector as Rule
-from meteorseed_scrapy.sites.schema import SiteConfig
-from meteorseed_scrapy.tasks import url_fingerprint
+from meteorseed_scrapy.task.canonical import url_fingerprint
+from meteorseed_scrapy.task.context import task_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -28,10 +28,11 @@ from typing import IO, Any
 
 import redis
 
-from meteorseed_scrapy.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.sites.render import DEFAULT_CHROMIUM, chromium_missing
+from meteorseed_scrapy.testing.demo_pages import PER_PAGE
 from meteorseed_scrapy.testing.redis_server import RedisServer
-from meteorseed_scrapy.testing.sites import PER_PAGE, DemoSite
+from meteorseed_scrapy.testing.sites import DemoSite
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_DIR = REPO_ROOT / "example_project"

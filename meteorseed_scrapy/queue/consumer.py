@@ -1,0 +1,353 @@
+"""The worker's side of the task streams: read, reclaim, keep alive, ack, dead-letter, hand back.
+
+Every method is one round trip (a command, a pipeline or one Lua script) on a ``redis.asyncio``
+client created with ``decode_responses=True``. Every delivery names the stream (lane and band)
+it came from, and everything done to it later goes to that stream. Nothing here knows about
+Scrapy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shares
+from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
+from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
+from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count, is_cluster
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.lanes import BANDS, LANES
+
+__all__ = ["Delivery", "Ref", "StreamConsumer", "by_stream"]
+
+logger = logging.getLogger(__name__)
+
+
+class StreamConsumer:
+    """Reads every task stream of ``keys`` (shards x lanes x bands) as one consumer of the group.
+
+    Scripts get one shard's keys at a time (one Redis Cluster slot); a read goes through the
+    shards starting at a rotating one until it has what it asked for.
+    """
+
+    def __init__(self, redis: Any, keys: KeyLayout, consumer: str,
+                 weights: LaneWeights | None = None) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.consumer = consumer
+        self.streams = keys.streams
+        self.shards = keys.shard_keys
+        # stream -> (its shard's number, 1-based index among the shard's streams)
+        self._index = {stream: (k, i) for k, shard in enumerate(self.shards)
+                       for i, stream in enumerate(shard.streams, start=1)}
+        self.shares = LaneShares(weights or LaneWeights.parse(DEFAULT_WEIGHTS))
+        self._cluster = is_cluster(redis)
+        self._turn = 0  # the shard a read starts at, rotating
+        self._read = scripts.register(redis, "read")
+        self._dead = scripts.register(redis, "dead")
+        self._touch = scripts.register(redis, "touch")
+        self._handback = scripts.register(redis, "handback")
+        self._reclaim = scripts.register(redis, "reclaim")
+        self._release = scripts.register(redis, "dedup_release")
+        self._reclaim_cursors = [["0-0"] * len(shard.streams) for shard in self.shards]
+
+    def _rotation(self) -> list[int]:
+        n = len(self.shards)
+        start, self._turn = self._turn, (self._turn + 1) % n
+        return [(start + i) % n for i in range(n)]
+
+    def _by_shard(self, refs: Sequence[Ref]) -> dict[int, list[tuple[int, str]]]:
+        out: dict[int, list[tuple[int, str]]] = {}
+        for stream, msg_id in refs:
+            k, index = self._index[stream]
+            out.setdefault(k, []).append((index, msg_id))
+        return out
+
+    def lane_of(self, delivery: Delivery) -> str:
+        """The lane whose stream ``delivery`` came from (not the task's own: a retry of a
+        realtime task waits in the retry lane)."""
+        return self.keys.stream_lanes[delivery.stream][0]
+
+    async def ensure_group(self) -> None:
+        """Create the consumer group of every task stream (from its start) unless it exists,
+        and record the shard count (or refuse a different one: :class:`ShardMismatch`)."""
+        await check_shard_count(self.redis, self.keys)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xgroup_create(stream, self.keys.group, id="0", mkstream=True)
+            replies = await pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+                raise reply
+
+    async def read(self, count: int, block_ms: int) -> list[Delivery]:
+        """Up to ``count`` new entries, shared between the lanes by weight (one script call
+        per shard, until filled); when every stream is empty, one blocking XREADGROUP, so an
+        idle worker wakes as soon as a task arrives in any lane."""
+        shares = self.shares.split(count)
+        lanes = len(shares)
+        reply: list[Any] = []
+        for k in self._rotation():
+            got = await self._read(
+                keys=self.shards[k].streams,
+                args=[self.keys.group, self.consumer, len(BANDS), *self.shares.weights, *shares],
+            )
+            reply += got or []
+            taken = [0] * lanes
+            for stream, entries in got or []:
+                taken[LANES.index(self.keys.stream_lanes[stream][0])] += len(entries)
+            shares = [max(0, s - t) for s, t in zip(shares, taken, strict=True)]
+            # What a lane took beyond its share (an empty lane's slots) comes off the others.
+            left = count - sum(len(e) for _, e in reply)
+            shares = trim_shares(shares, left)
+            if left <= 0:
+                break
+        if not reply and block_ms > 0:
+            reply = await self._block(count, block_ms)
+        out: list[Delivery] = []
+        for stream, entries in reply:
+            for msg_id, fields in entries:
+                if isinstance(fields, list):  # from the script: a flat field list
+                    fields = dict(zip(fields[::2], fields[1::2], strict=True))
+                out.append(Delivery.decode(stream, msg_id, fields, 1))
+        return out
+
+    async def _block(self, count: int, block_ms: int) -> list[Any]:
+        # (Several streams filled at the same instant may give up to count each.) A cluster
+        # serves a multi-stream XREADGROUP only within one slot: block on one shard at a
+        # time, for a share of block_ms, so every shard is swept again soon.
+        if self._cluster and len(self.shards) > 1:
+            shard = self.shards[self._rotation()[0]]
+            streams, block_ms = shard.streams, max(1, block_ms // len(self.shards))
+        else:
+            streams = self.streams
+        reply = await self.redis.xreadgroup(
+            self.keys.group, self.consumer, dict.fromkeys(streams, ">"),
+            count=count, block=block_ms,
+        )
+        return list(reply or [])
+
+    async def reclaim(self, min_idle_s: float, count: int) -> list[Delivery]:
+        """Entries idle for ``min_idle_s`` on any consumer (dead workers, failed tasks)."""
+        out: list[Delivery] = []
+        for k in self._rotation():
+            if len(out) >= count:
+                break
+            shard = self.shards[k]
+            cursors, entries = await self._reclaim(
+                keys=shard.streams,
+                args=[self.keys.group, self.consumer, int(min_idle_s * 1000), count - len(out),
+                      *self._reclaim_cursors[k]],
+            )
+            self._reclaim_cursors[k] = [str(c) for c in cursors]
+            for index, msg_id, flat, deliveries in entries:
+                fields = dict(zip(flat[::2], flat[1::2], strict=True))
+                out.append(Delivery.decode(shard.streams[int(index) - 1], msg_id, fields,
+                                           int(deliveries)))
+        return out
+
+    async def touch(self, refs: Sequence[Ref]) -> list[Ref]:
+        """Reset the idle time of our pending entries; returns those that are no longer ours."""
+        calls, shards = [], []
+        for k, pairs in self._by_shard(refs).items():
+            args: list[Any] = [self.keys.group, self.consumer]
+            for index, msg_id in pairs:
+                args += [index, msg_id]
+            calls.append((self.shards[k].streams, args))
+            shards.append(self.shards[k])
+        if not calls:
+            return []
+        replies = await call_scripts(self.redis, self._touch, calls)
+        return [(shard.streams[int(index) - 1], str(msg_id))
+                for shard, lost in zip(shards, replies, strict=True) for index, msg_id in lost]
+
+    async def hand_back(self, deliveries: Sequence[Delivery], idle_s: float) -> int:
+        counts = {d.ref: max(0, d.deliveries - 1) for d in deliveries}
+        calls = []
+        for k, pairs in self._by_shard([d.ref for d in deliveries]).items():
+            args: list[Any] = [self.keys.group, self.consumer, int(idle_s * 1000)]
+            for index, msg_id in pairs:
+                args += [index, msg_id, counts[(self.shards[k].streams[index - 1], msg_id)]]
+            calls.append((self.shards[k].streams, args))
+        if not calls:
+            return 0
+        return sum(int(n) for n in await call_scripts(self.redis, self._handback, calls))
+
+    async def record_completions(self, records: Sequence[tuple[ExecTask, str]], ttl: int
+                                 ) -> None:
+        """Write ``(task, record JSON)`` completion records, before the tasks are acked.
+
+        A task redelivered after a crash between this write and its ack is then acked
+        without a refetch (and so is a duplicate message of a task that is already done).
+        """
+        await self.complete(records, (), ttl)
+
+    async def ack(self, refs: Sequence[Ref]) -> int:
+        """XACK then XDEL (so XLEN = waiting + pending); returns how many were still pending."""
+        return await self.complete((), refs, 0)
+
+    async def complete(self, records: Sequence[tuple[ExecTask, str]], refs: Sequence[Ref],
+                       ttl: int) -> int:
+        """Completion records first, then XACK and XDEL of ``refs``: one round trip.
+
+        Commands of a pipeline run in order, so no entry is acked before the records sent
+        with it are written, and no entry is deleted before it is acked. A task's record is
+        in its shard's slot, with its stream: on a cluster, where a pipeline is split per
+        node, the order still holds on the node of each shard.
+        """
+        streams = by_stream(refs)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task, record in records:
+                pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
+            for stream, msg_ids in streams.items():
+                pipe.xack(stream, self.keys.group, *msg_ids)
+                pipe.xdel(stream, *msg_ids)
+            if not len(pipe):
+                return 0
+            replies = await pipe.execute()
+        return sum(int(n) for n in replies[len(records)::2])
+
+    async def _mget(self, tasks: Sequence[ExecTask], key: Any) -> list[str | None]:
+        """``key(shard, task_id)`` of every task: one MGET per shard (one slot each)."""
+        groups: dict[int, list[int]] = {}
+        for i, task in enumerate(tasks):
+            groups.setdefault(shard_of(task.site_id, self.keys.shards), []).append(i)
+        out: list[str | None] = [None] * len(tasks)
+        names = [[key(self.shards[k], tasks[i].task_id) for i in positions]
+                 for k, positions in groups.items()]
+        if self._cluster:  # a cluster pipeline refuses MGET: concurrent calls, one per slot
+            replies = await asyncio.gather(*(self.redis.mget(group) for group in names))
+        else:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for group in names:
+                    pipe.mget(group)
+                replies = await pipe.execute()
+        for positions, values in zip(groups.values(), replies, strict=True):
+            for i, value in zip(positions, values, strict=True):
+                out[i] = value
+        return out
+
+    async def completion_records(self, tasks: Sequence[ExecTask]) -> list[str | None]:
+        if not tasks:
+            return []
+        return await self._mget(tasks, lambda shard, t: shard.done(t))
+
+    async def note_failures(self, failures: Sequence[tuple[ExecTask, str]], ttl: int) -> None:
+        """Remember why tasks failed, so the dead letter of a task that keeps failing says why."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task, reason in failures:
+                pipe.set(self.keys.for_site(task.site_id).failed(task.task_id), reason[:2000],
+                         ex=ttl)
+            await pipe.execute()
+
+    async def failure_notes(self, tasks: Sequence[ExecTask]) -> dict[str, str]:
+        if not tasks:
+            return {}
+        notes = await self._mget(tasks, lambda shard, t: shard.failed(t))
+        return {t.task_id: n for t, n in zip(tasks, notes, strict=True) if n}
+
+    async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
+        """Move ``delivery`` to its shard's dead letters and release its URL (one script when
+        its site's dedup root is in that shard, as it is unless the task was put in another
+        shard's stream by hand or by an older layout)."""
+        task = delivery.task
+        shard = self.keys.shard_of_stream(delivery.stream)
+        keys = [delivery.stream, shard.dead]
+        release = ""
+        if task is None:
+            payload = json.dumps(dict(delivery.fields), ensure_ascii=False)[:65536]
+            fingerprint = ""
+        else:
+            payload = delivery.fields.get("t", "")
+            if self.keys.for_site(task.site_id) == shard:
+                keys.append(shard.seen(task.site_id))
+            else:
+                release, fingerprint = fingerprint, ""
+        args = [self.keys.group, delivery.msg_id, payload, reason[:2000], self.consumer,
+                delivery.deliveries, f"{time.time():.3f}", fingerprint]
+        dead_id = str(await self._dead(keys=keys, args=args))
+        if release and task is not None:
+            await self._release(keys=[self.keys.seen(task.site_id)],
+                                args=["", bytes.fromhex(release)])
+        return dead_id
+
+    async def leave(self) -> int:
+        """Remove this consumer from the group of every stream where it holds nothing pending
+        (a graceful stop after its hand-back): otherwise every worker process ever started
+        stays listed. A stream where it still holds entries keeps it, or they could never be
+        reclaimed. Returns how many streams it left."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xpending_range(stream, self.keys.group, "-", "+", 1,
+                                    consumername=self.consumer)
+            held = await pipe.execute(raise_on_error=False)
+        empty = [s for s, reply in zip(self.streams, held, strict=True)
+                 if isinstance(reply, list) and not reply]
+        if not empty:
+            return 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in empty:
+                pipe.xgroup_delconsumer(stream, self.keys.group, self.consumer)
+            await pipe.execute(raise_on_error=False)
+        return len(empty)
+
+    async def prune(self, min_idle_s: float) -> list[str]:
+        """Remove consumers that hold nothing and were not seen for ``min_idle_s`` (workers that
+        crashed, or stopped after handing tasks back that others took over). A live worker
+        reads every fraction of a second, so it is never idle that long; one that holds
+        entries is kept whatever its idle time, or they could not be reclaimed."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xinfo_consumers(stream, self.keys.group)
+            listed = await pipe.execute(raise_on_error=False)
+        gone: list[tuple[str, str]] = []
+        for stream, consumers in zip(self.streams, listed, strict=True):
+            if isinstance(consumers, list):
+                gone += [(stream, str(c["name"])) for c in consumers
+                         if int(c["pending"]) == 0 and int(c["idle"]) >= min_idle_s * 1000
+                         and str(c["name"]) != self.consumer]
+        if gone:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for stream, name in gone:
+                    pipe.xgroup_delconsumer(stream, self.keys.group, name)
+                await pipe.execute(raise_on_error=False)
+        return sorted({name for _, name in gone})
+
+    async def namespace_quiet(self) -> bool:
+        """True when no task waits in any stream, is pending on any consumer (entries are
+        XDEL'd on ack) or is deferred in a delayed set."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xlen(stream)
+            for shard in self.shards:
+                pipe.zcard(shard.delayed)
+            counts = await pipe.execute()
+        return not any(int(n) for n in counts)
+
+    async def check_durability(self) -> list[str]:
+        """Warnings about Redis settings that can lose tasks (empty when all is well)."""
+        warnings: list[str] = []
+        try:
+            policy = (await self.redis.config_get("maxmemory-policy")).get("maxmemory-policy")
+            aof = (await self.redis.config_get("appendonly")).get("appendonly")
+            save = (await self.redis.config_get("save")).get("save")
+        except ResponseError as exc:  # CONFIG disabled on managed Redis
+            return [f"cannot check Redis persistence settings ({exc})"]
+        if policy and policy != "noeviction":
+            warnings.append(
+                f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict "
+                "task streams; set it to 'noeviction'"
+            )
+        if aof != "yes" and not save:
+            warnings.append(
+                "Redis persistence is off (appendonly no, no RDB save points): a Redis restart "
+                "loses every task; enable appendonly"
+            )
+        return warnings

@@ -1,0 +1,256 @@
+"""Reading, requeueing and purging the dead-letter stream ``<ns>:dead`` (on a Redis Cluster with
+``METEORSEED_STREAM_SHARDS`` > 1 one per shard, ``<ns>:{s<k>}:dead``: a dead letter's id is then
+``<k>:<stream id>``, and listings go shard by shard, each oldest first).
+
+A dead letter (written by ``lua/dead.lua``) has the fields ``t`` (the original task JSON, or
+the raw message fields as JSON when the message could not be decoded), ``reason``,
+``source_id``, ``consumer``, ``deliveries`` and ``at``. Only one whose ``t`` is a valid exec
+task can be requeued; a malformed one stays until it is purged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, cast
+
+import redis
+
+from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.dedup import fingerprint
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
+from meteorseed_scrapy.task.validation import TaskError
+
+#: Dead letters per XRANGE page and per requeue script call (one call blocks Redis briefly).
+BATCH = 200
+
+#: XRANGE's reply with ``decode_responses=True`` (redis-py's own annotation also allows bytes).
+_Entries = list[tuple[str, dict[str, str]]]
+
+
+#: A dead letter's id: its stream id, after ``<shard>:`` when each shard has its own.
+LETTER_ID = re.compile(r"^(\d+:)?\d+-\d+$")
+#: What an invalid id is told it should look like.
+LETTER_ID_FORM = "<ms>-<seq>, with stream shards on a cluster <shard>:<ms>-<seq>"
+
+#: Newest dead-letter id per shard, what ``--all`` acts on (see :func:`last_id`).
+Upto = dict[int, str]
+
+
+def letter_id(keys: KeyLayout, shard: int, entry_id: str) -> str:
+    """A dead letter's id as the CLI and the API show it."""
+    return f"{shard}:{entry_id}" if len(keys.deads) > 1 else entry_id
+
+
+def split_id(keys: KeyLayout, letter: str) -> tuple[int, str] | None:
+    """``(shard, stream id)`` of a dead letter's id; None when it names no shard there is."""
+    shard, sep, entry_id = letter.rpartition(":")
+    if len(keys.deads) == 1:
+        return (0, letter) if not sep else None
+    if not sep or not shard.isdigit() or int(shard) >= len(keys.deads):
+        return None
+    return int(shard), entry_id
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: str
+    fields: dict[str, str]
+    task: ExecTask | None = None
+    error: str = ""
+    site_id: str | None = None
+    shard: int = 0  # its dead-letter stream (index into KeyLayout.deads)
+    entry_id: str = ""  # the id in that stream
+
+    @classmethod
+    def decode(cls, entry_id: str, fields: dict[str, str], keys: KeyLayout | None = None,
+               shard: int = 0) -> DeadLetter:
+        raw = fields.get("t", "")
+        shown = letter_id(keys, shard, entry_id) if keys is not None else entry_id
+        try:
+            task = ExecTask.from_message({"v": MESSAGE_VERSION, "t": raw})
+        except TaskError as exc:
+            return cls(shown, fields, None, f"not a valid task ({exc})", _loose_site(raw),
+                       shard, entry_id)
+        return cls(shown, fields, task, "", task.site_id, shard, entry_id)
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON shape of ``dead list`` and ``dead show``."""
+        at = self.fields.get("at")
+        return {
+            "id": self.id,
+            "site_id": self.site_id,
+            "task_id": self.task.task_id if self.task else None,
+            "seed_id": self.task.seed_id if self.task else None,
+            "url": self.task.url if self.task else None,
+            "reason": self.fields.get("reason", ""),
+            "source_id": self.fields.get("source_id"),
+            "consumer": self.fields.get("consumer"),
+            "deliveries": _int(self.fields.get("deliveries")),
+            "at": _iso(at),
+            "requeueable": self.task is not None,
+            "error": self.error or None,
+        }
+
+
+def _loose_site(raw: str) -> str | None:
+    """The site of a payload that is not a valid task, when it still names one."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    site = data.get("site_id") if isinstance(data, dict) else None
+    return site if isinstance(site, str) else None
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _iso(value: str | None) -> str | None:
+    try:
+        stamp = float(value) if value is not None else None
+    except ValueError:
+        return value
+    if stamp is None:
+        return None
+    return datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec="seconds")
+
+
+def iter_dead(client: redis.Redis, keys: KeyLayout, upto: Upto | None = None,
+              site: str | None = None) -> Iterator[DeadLetter]:
+    """Every dead letter (shard by shard, each oldest first), up to the ids of ``upto`` when
+    given (a shard it does not name is skipped), optionally of one site only."""
+    for k, dead in enumerate(keys.deads):
+        end = "+" if upto is None else upto.get(k)
+        if end is None:
+            continue
+        start = "-"
+        while True:
+            page = cast(_Entries, client.xrange(dead, start, end, count=BATCH))
+            for entry_id, fields in page:
+                letter = DeadLetter.decode(entry_id, fields, keys, k)
+                if site is None or letter.site_id == site:
+                    yield letter
+            if len(page) < BATCH:
+                break
+            start = "(" + page[-1][0]
+
+
+def fetch(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]
+          ) -> tuple[list[DeadLetter], list[str]]:
+    """The dead letters with ``ids`` and the ids that are not (or no longer) there."""
+    pipe = client.pipeline(transaction=False)
+    asked: list[tuple[str, int]] = []
+    missing: list[str] = []
+    for letter in ids:
+        where = split_id(keys, letter)
+        if where is None:
+            missing.append(letter)
+            continue
+        pipe.xrange(keys.deads[where[0]], where[1], where[1])
+        asked.append((letter, where[0]))
+    found: list[DeadLetter] = []
+    replies = pipe.execute(raise_on_error=False) if asked else []
+    for (letter, k), reply in zip(asked, replies, strict=True):
+        if isinstance(reply, redis.ResponseError):  # "Invalid stream ID"
+            missing.append(letter)
+        elif isinstance(reply, Exception):
+            raise reply
+        elif reply:
+            entry_id, fields = reply[0]
+            found.append(DeadLetter.decode(entry_id, fields, keys, k))
+        else:
+            missing.append(letter)
+    return found, missing
+
+
+@dataclass
+class RequeueResult:
+    requeued: list[dict[str, str]] = field(default_factory=list)
+    kept: list[dict[str, str]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
+            result: RequeueResult | None = None) -> RequeueResult:
+    """Requeue ``letters`` (one atomic script call per :data:`BATCH`)."""
+    result = result or RequeueResult()
+    script = scripts.register(client, "requeue")
+    valid: list[tuple[DeadLetter, ExecTask]] = []
+    for letter in letters:
+        if letter.task is None:
+            result.kept.append({"id": letter.id, "error": letter.error})
+        else:
+            valid.append((letter, letter.task))
+    by_shard: dict[int, list[tuple[DeadLetter, ExecTask]]] = {}
+    for letter, task in valid:
+        by_shard.setdefault(letter.shard, []).append((letter, task))
+    for k, letters_k in by_shard.items():
+        for i in range(0, len(letters_k), BATCH):
+            chunk = letters_k[i:i + BATCH]
+            script_keys = [keys.deads[k]]
+            args: list[str] = [MESSAGE_VERSION]
+            for letter, task in chunk:
+                # Back to the task's own lane (and the band of its priority), in its site's
+                # shard; on a cluster in the shard of its dead letter (one slot per call),
+                # which is the same unless it was put in another shard's stream.
+                shard = keys.shard_keys[k] if len(keys.deads) > 1 else keys.for_site(
+                    task.site_id)
+                script_keys += [shard.stream_for(task.lane, task.priority),
+                                shard.done(task.task_id), shard.failed(task.task_id),
+                                shard.seen(task.site_id)]
+                try:  # (a site of another shard: its dedup root is elsewhere, left alone)
+                    fp = fingerprint(task) if keys.for_site(task.site_id) == shard else ""
+                except ValueError:  # unreachable for a task that decoded; keep dedup untouched
+                    fp = ""
+                args += [letter.entry_id or letter.id, letter.fields["t"], fp]
+            done = dict(script(keys=script_keys, args=args))
+            for letter, task in chunk:
+                new_id = done.get(letter.entry_id or letter.id)
+                if new_id is not None:
+                    result.requeued.append({"id": letter.id, "task_id": task.task_id,
+                                            "stream_id": new_id})
+                else:
+                    result.missing.append(letter.id)
+    return result
+
+
+def purge(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]) -> int:
+    """Delete the dead letters ``ids``; returns how many existed."""
+    deleted = 0
+    by_shard: dict[int, list[str]] = {}
+    for letter in ids:
+        where = split_id(keys, letter)
+        if where is not None:
+            by_shard.setdefault(where[0], []).append(where[1])
+    for k, entry_ids in by_shard.items():
+        for i in range(0, len(entry_ids), BATCH):
+            deleted += int(client.xdel(keys.deads[k], *entry_ids[i:i + BATCH]))
+    return deleted
+
+
+def purge_older(client: redis.Redis, keys: KeyLayout, seconds: float) -> int:
+    """Delete every dead letter older than ``seconds`` (by Redis's clock: the ids are its
+    millisecond times); returns how many went."""
+    secs, _ = client.time()
+    min_id = max(0, int((secs - seconds) * 1000))
+    return sum(int(client.xtrim(dead, minid=min_id, approximate=False)) for dead in keys.deads)
+
+
+def last_id(client: redis.Redis, keys: KeyLayout) -> Upto:
+    """The newest dead letter's id per dead-letter stream (empty ones left out): ``--all`` acts on
+    what existed when it was confirmed."""
+    out: Upto = {}
+    for k, dead in enumerate(keys.deads):
+        newest = cast(_Entries, client.xrevrange(dead, "+", "-", count=1))
+        if newest:
+            out[k] = newest[0][0]
+    return out

@@ -1,0 +1,363 @@
+"""The whole Redis key layout, in one place.
+
+Every key starts with the namespace and a colon; a Redis Cluster hash tag, where needed, comes
+right after it (``<ns>:{site}:...``). With ``METEORSEED_STREAM_SHARDS`` > 1, or on any
+``redis+cluster://`` URL, the keys one task's life touches in one script (task streams, dead
+letters, delayed set, completion record, failure note, its site's dedup root) belong to the shard
+of its site (``k = crc32(site_id) % shards``) and carry the shard's tag: read ``<ns>:tasks`` below
+as ``<ns>:{s<k>}:tasks``, ``<ns>:dead`` as ``<ns>:{s<k>}:dead`` (on a cluster only: one Redis
+keeps the one ``<ns>:dead``), ``<ns>:delayed`` as
+``<ns>:{s<k>}:delayed``, ``<ns>:done:<id>`` as ``<ns>:{s<k>}:done:<id>``, ``<ns>:failed:<id>`` as
+``<ns>:{s<k>}:failed:<id>`` and ``<ns>:seen:{<site>}`` as ``<ns>:{s<k>}:seen:<site>``
+(:class:`ShardKeys`). On a cluster the seed registry's keys carry ``{seeds}``
+(``<ns>:{seeds}``, ``<ns>:{seeds}:by_site``, ``<ns>:{seeds}:seed:<id>``, ``<ns>:{seeds}:due``,
+``<ns>:{seeds}:yield``) and the site rules ``{sites}`` (``<ns>:{sites}``, ``<ns>:{sites}:rev``).
+One shard on one Redis keeps the names below exactly. See ``docs/cluster.md``.
+
+==================================  ======  ===================================================
+key                                 type    holds
+==================================  ======  ===================================================
+``<ns>:tasks``                      stream  exec tasks (fields ``v``, ``t``) of the scheduled
+                                            lane, normal band; consumer group ``workers``. An
+                                            entry is XDEL'd only after XACK, so XLEN = tasks
+                                            waiting + tasks pending. The name predates lanes:
+                                            older namespaces and migrations keep working.
+``<ns>:tasks:<lane>:<band>``        stream  the other task streams, same fields and group:
+                                            lane ``realtime``/``scheduled``/``retry`` times band
+                                            ``high``/``normal``/``low`` (from the task's
+                                            ``priority``: > 0, 0, < 0), except scheduled/normal
+                                            which is ``<ns>:tasks``. Workers read them weighted
+                                            by lane (``METEORSEED_LANE_WEIGHTS``), bands strictly
+                                            in order; see ``docs/lanes.md``.
+``<ns>:dead``                       stream  dead letters: ``t`` (original message or raw fields),
+                                            ``reason``, ``source_id``, ``consumer``, ``at``,
+                                            ``deliveries``
+``<ns>:seen:{<site_id>}``           hash    the site's URL dedup root (fleet-wide dedup;
+                                            a dead-lettered URL is released): ``w`` = re-crawl
+                                            window in seconds (0 = never). Its generations
+                                            ``<root>:<w>:<g>`` (g = now // w, 0 when w = 0;
+                                            expire at (g + 2) * w + 60 s) hold: the generation
+                                            (hash: n, b, p, s, f), ``<gen>:f<i>`` Bloom slices
+                                            (strings, blocked Bloom, 10 bits/URL, doubling)
+                                            and ``<gen>:<j>`` exact buckets (small listpack
+                                            hashes: 6-byte fingerprint prefix -> time slot,
+                                            linear hashing, ~40 entries). See
+                                            ``lua/dedup_lib.lua`` and ``docs/dedup.md``.
+``<ns>:done:<task_id>``             string  completion record (JSON: outcome, items, digest,
+                                            status, at), written once a task's items are
+                                            committed and its children durable, just before
+                                            its ack; a redelivery of it is acked without a
+                                            refetch. Expires after ``METEORSEED_DONE_TTL``.
+``<ns>:delayed``                    zset    deferred tasks (``<lane>:<band>|<message JSON>``
+                                            -> due time, ms): durable retries with backoff (to
+                                            the retry lane), tasks of paused sites (to their own
+                                            lane); moved into that task stream when due. A bare
+                                            JSON member (older versions) goes to ``<ns>:tasks``.
+``<ns>:{<site>}:bucket``            hash    the site's token bucket (tokens, ts in Redis TIME
+                                            ms); the rate quota shared by every worker
+``<ns>:{<site>}:leases``            zset    concurrency leases (lease id -> expiry ms), one per
+                                            request in flight to the site, fleet-wide;
+                                            renewed while in flight, expire with dead workers
+``<ns>:{<site>}:pause``             string  present (with a PX expiry) while the site is paused
+                                            after a 429/403
+``<ns>:{<site>}:strikes``           string  consecutive 429/403s (the backoff exponent)
+``<ns>:{<site>}:tighten``           string  rate factor (< 1) for a while after a 429/403
+                                            (bucket, leases, pause, strikes and tighten are
+                                            keyed by the site's ``limits.quota_key`` instead
+                                            when its rule config names one: the sites of one
+                                            host share them; breaker, probe and health stay
+                                            the site's own, on a tagged layout in the quota's
+                                            slot: ``<ns>:{<quota>}:site:<site>:breaker``)
+``<ns>:failed:<task_id>``           string  why the task's last delivery failed (callback or
+                                            store error); quoted in its dead letter when it
+                                            keeps failing. Expires after ``METEORSEED_DONE_TTL``.
+``<ns>:{<site>}:fp:<sha1>``         string  content fingerprint of an article (title + start of
+                                            content, :mod:`meteorseed_scrapy.sites.reposts`)
+                                            -> id of the first document seen with it; reposts
+                                            under other URLs get ``duplicate_of`` it. Expires
+                                            after the site's dedup window (default 30 days).
+``<ns>:seeds``                      zset    the seed registry's index: every seed_id, score 0
+                                            (lexical order: paging, ZCARD = count)
+``<ns>:seeds:by_site``              zset    ``<site_id>\t<seed_id>``, score 0: a site's seeds
+                                            by ZRANGEBYLEX (site ids hold no whitespace)
+``<ns>:seed:<seed_id>``             hash    one seed: ``def`` (its JSON line, canonical),
+                                            ``site``, ``sched`` (schedule JSON), ``rev``,
+                                            ``added_at``/``updated_at`` and run state
+                                            (``last_run``, ``last_success``, ``last_error``,
+                                            ``last_yield``, ``runs``, ``failures``,
+                                            ``interval_s``, ``rate``, ...); see
+                                            :mod:`meteorseed_scrapy.seeding.registry`
+``<ns>:seeds:due``                  zset    seed_id -> due time (epoch s, Redis TIME). A
+                                            claimed seed's score is its lease expiry, so two
+                                            seeders never run one seed at once
+                                            (``lua/seed_claim.lua``); absent = not scheduled
+``<ns>:seeds:yield``                hash    seed_id -> new child URLs counted by workers since
+                                            the seed's last run (``SeedRegistry.add_yield``);
+                                            taken by the next ``record_run``
+``<ns>:sites``                      hash    site rule files pushed by ``meteorseed sites push``:
+                                            site_id -> JSON (``source`` file name, ``text``,
+                                            ``version``, ``sha1``, ``pushed_at``); see
+                                            :mod:`meteorseed_scrapy.sites.remote`
+``<ns>:sites:rev``                  string  bumped with every change of ``<ns>:sites`` (workers
+                                            poll it: one GET while nothing changed)
+``<ns>:shards``                     string  the namespace's ``METEORSEED_STREAM_SHARDS``, set by
+                                            its first worker or writer (``1u``: one untagged
+                                            shard); another count is refused
+                                            (:mod:`meteorseed_scrapy.queue.shards`)
+==================================  ======  ===================================================
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from functools import cached_property
+
+from meteorseed_scrapy.task.lanes import BANDS, DEFAULT_LANE, LANES, band_of
+
+GROUP = "workers"
+SHARDS_SETTING = "METEORSEED_STREAM_SHARDS"
+#: Upper bound of ``METEORSEED_STREAM_SHARDS``: every worker reads every shard.
+MAX_SHARDS = 256
+
+
+def shard_of(site_id: str, shards: int) -> int:
+    """The shard of a site: stable across processes and versions (CRC-32, not ``hash()``)."""
+    return zlib.crc32(site_id.encode("utf-8")) % shards if shards > 1 else 0
+
+
+@dataclass(frozen=True)
+class ShardKeys:
+    """The keys of one stream shard: everything one task's life touches in one script.
+
+    Untagged (one shard on one Redis) these are the historical names (``<ns>:tasks``, ...);
+    tagged they all carry the shard's hash tag (``<ns>:{s<k>}:tasks``, ...), so every script
+    and MULTI over them stays in one Redis Cluster slot.
+    """
+
+    namespace: str
+    index: int = 0
+    tagged: bool = False
+    cluster: bool = False  # dead letters per shard (on one Redis: the one ``<ns>:dead``)
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.namespace}:{{s{self.index}}}" if self.tagged else self.namespace
+
+    @property
+    def stream(self) -> str:
+        return f"{self.prefix}:tasks"
+
+    def task_stream(self, lane: str, band: str) -> str:
+        """The stream of one lane and band (``<prefix>:tasks`` for scheduled/normal)."""
+        if lane not in LANES or band not in BANDS:
+            raise ValueError(f"no task stream for lane {lane!r}, band {band!r}")
+        if lane == DEFAULT_LANE and band == "normal":
+            return self.stream
+        # Named after the main stream, so a tagged shard keeps all its lanes in its slot.
+        return f"{self.stream}:{lane}:{band}"
+
+    @cached_property
+    def streams(self) -> tuple[str, ...]:
+        """Every task stream, lane by lane in :data:`LANES` order, bands in :data:`BANDS` order."""
+        return tuple(self.task_stream(lane, band) for lane in LANES for band in BANDS)
+
+    @cached_property
+    def stream_lanes(self) -> dict[str, tuple[str, str]]:
+        """Task stream -> its (lane, band)."""
+        return {self.task_stream(lane, band): (lane, band) for lane in LANES for band in BANDS}
+
+    def stream_for(self, lane: str, priority: int) -> str:
+        """Where a task of ``lane`` and ``priority`` waits."""
+        return self.task_stream(lane, band_of(priority))
+
+    @property
+    def dead(self) -> str:
+        """The dead letters: ``<ns>:dead`` on one Redis (a script may touch any key there),
+        ``<ns>:{s<k>}:dead`` on a cluster (``dead.lua`` moves a task in one slot)."""
+        return f"{self.prefix}:dead" if self.cluster else f"{self.namespace}:dead"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self.prefix}:delayed"
+
+    def done(self, task_id: str) -> str:
+        return f"{self.prefix}:done:{task_id}"
+
+    def failed(self, task_id: str) -> str:
+        return f"{self.prefix}:failed:{task_id}"
+
+    def seen(self, site_id: str) -> str:
+        """A site's dedup root (of a site of this shard); every dedup key starts with it."""
+        if self.tagged:
+            return f"{self.prefix}:seen:{site_id}"
+        return f"{self.namespace}:seen:{{{site_id}}}"
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """Every key of a namespace. ``shards`` (``METEORSEED_STREAM_SHARDS``) splits the task
+    streams and what goes with them (:class:`ShardKeys`) by site; ``cluster`` (a cluster URL)
+    tags even a single shard and the seed registry and site rules, so that every script and
+    MULTI touches one slot. ``KeyLayout(ns)`` is the historical single-Redis layout."""
+
+    namespace: str = "meteorseed"
+    shards: int = 1
+    cluster: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.namespace or any(c in self.namespace for c in " {}\n"):
+            raise ValueError(f"METEORSEED_NAMESPACE: invalid namespace {self.namespace!r}")
+        if type(self.shards) is not int or not 1 <= self.shards <= MAX_SHARDS:
+            raise ValueError(f"{SHARDS_SETTING}: expected an integer from 1 to {MAX_SHARDS}, "
+                             f"got {self.shards!r}")
+
+    @property
+    def group(self) -> str:
+        return GROUP
+
+    @property
+    def tagged(self) -> bool:
+        """Shard keys carry a hash tag (``<ns>:{s<k>}:...``)."""
+        return self.cluster or self.shards > 1
+
+    @cached_property
+    def shard_keys(self) -> tuple[ShardKeys, ...]:
+        """Every shard, in index order."""
+        return tuple(ShardKeys(self.namespace, k, self.tagged, self.cluster)
+                     for k in range(self.shards))
+
+    def for_site(self, site_id: str) -> ShardKeys:
+        return self.shard_keys[shard_of(site_id, self.shards)]
+
+    @cached_property
+    def _by_stream(self) -> dict[str, ShardKeys]:
+        return {stream: shard for shard in self.shard_keys for stream in shard.streams}
+
+    def shard_of_stream(self, stream: str) -> ShardKeys:
+        """The shard a task stream belongs to (KeyError for a key that is not a task stream)."""
+        return self._by_stream[stream]
+
+    @property
+    def only(self) -> ShardKeys:
+        """The one shard of a single-shard layout; a sharded layout has no such thing, and code
+        that asks for it names a key it cannot know (it needs the task's site)."""
+        if self.shards != 1:
+            raise ValueError(f"{SHARDS_SETTING}={self.shards}: this key depends on the site's "
+                             "shard (use KeyLayout.for_site or shard_keys)")
+        return self.shard_keys[0]
+
+    # Single-shard shortcuts (the historical API): the keys of the only shard.
+    @property
+    def stream(self) -> str:
+        return self.only.stream
+
+    def task_stream(self, lane: str, band: str) -> str:
+        return self.only.task_stream(lane, band)
+
+    def stream_for(self, lane: str, priority: int) -> str:
+        return self.only.stream_for(lane, priority)
+
+    @property
+    def dead(self) -> str:
+        """``<ns>:dead`` on one Redis, whatever the shard count (see :attr:`deads`)."""
+        if len(self.deads) != 1:
+            return self.only.dead  # (raises: a cluster has one per shard)
+        return self.deads[0]
+
+    @property
+    def delayed(self) -> str:
+        return self.only.delayed
+
+    def done(self, task_id: str) -> str:
+        return self.only.done(task_id)
+
+    def failed(self, task_id: str) -> str:
+        return self.only.failed(task_id)
+
+    @cached_property
+    def streams(self) -> tuple[str, ...]:
+        """Every task stream of every shard (shard by shard, each in lane and band order)."""
+        return tuple(s for shard in self.shard_keys for s in shard.streams)
+
+    @cached_property
+    def stream_lanes(self) -> dict[str, tuple[str, str]]:
+        """Task stream (of any shard) -> its (lane, band)."""
+        return {s: lb for shard in self.shard_keys for s, lb in shard.stream_lanes.items()}
+
+    @cached_property
+    def deads(self) -> tuple[str, ...]:
+        """Every dead-letter stream: ``(<ns>:dead,)`` on one Redis, one per shard on a
+        cluster (``<ns>:{s<k>}:dead``)."""
+        return tuple(dict.fromkeys(shard.dead for shard in self.shard_keys))
+
+    @property
+    def shard_count(self) -> str:
+        """Where the shard count is recorded (string), so a mismatch is refused."""
+        return f"{self.namespace}:shards"
+
+    def seen(self, site_id: str) -> str:
+        """The site's dedup root, in its shard's slot; every dedup key of the site starts
+        with it."""
+        return self.for_site(site_id).seen(site_id)
+
+    def site(self, site: str, what: str) -> str:
+        """A per-site politeness key (``bucket``, ``leases``, ``pause``, ...), hash-tagged."""
+        return f"{self.namespace}:{{{site}}}:{what}"
+
+    def site_own(self, site: str, quota: str, what: str) -> str:
+        """A site's own breaker key (``breaker``, ``probe``, ``health``). On a tagged layout a
+        site that shares another quota keeps them in that quota's slot, because ``gate.lua``
+        reads them with the quota's keys: ``<ns>:{<quota>}:site:<site>:<what>``."""
+        if self.tagged and quota != site:
+            return f"{self.namespace}:{{{quota}}}:site:{site}:{what}"
+        return self.site(site, what)
+
+    def fingerprint(self, site_id: str, fp: str) -> str:
+        return f"{self.namespace}:{{{site_id}}}:fp:{fp}"
+
+    @property
+    def pattern(self) -> str:
+        """Glob matching every key of the namespace (for ``reset`` and tests)."""
+        return f"{self.namespace}:*"
+
+    # -- seed registry (meteorseed_scrapy.seeding.registry) --------------------------------------
+    # On a cluster every registry key carries the ``{seeds}`` tag (its scripts touch several),
+    # and the site rules the ``{sites}`` tag (pushed in a MULTI with their revision).
+
+    @property
+    def _registry(self) -> str:
+        return f"{self.namespace}:{{seeds}}" if self.cluster else f"{self.namespace}:seeds"
+
+    @property
+    def seeds(self) -> str:
+        """Index of every registered seed_id (zset, score 0, lexical order)."""
+        return self._registry
+
+    @property
+    def seeds_by_site(self) -> str:
+        return f"{self._registry}:by_site"
+
+    def seed(self, seed_id: str) -> str:
+        """One seed's definition and run state (hash)."""
+        if self.cluster:
+            return f"{self._registry}:seed:{seed_id}"
+        return f"{self.namespace}:seed:{seed_id}"
+
+    @property
+    def seeds_due(self) -> str:
+        return f"{self._registry}:due"
+
+    @property
+    def seeds_yield(self) -> str:
+        return f"{self._registry}:yield"
+
+    # -- site rules pushed to Redis (meteorseed_scrapy.sites.remote) ----------------------------
+
+    @property
+    def sites(self) -> str:
+        return f"{self.namespace}:{{sites}}" if self.cluster else f"{self.namespace}:sites"
+
+    @property
+    def sites_rev(self) -> str:
+        return f"{self.sites}:rev"

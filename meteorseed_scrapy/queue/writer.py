@@ -1,0 +1,315 @@
+"""Writing exec tasks into the task streams: fleet-wide dedup, enqueue, backlog, backpressure.
+
+Dedup and enqueue happen in one Lua script (``lua/enqueue.lua`` with the two-layer dedup of
+``lua/dedup_lib.lua``), so concurrent writers (several ``seed-expand`` runs, workers yielding
+child requests) never enqueue one URL twice. Each task goes to the stream of its lane and band
+(``KeyLayout.stream_for``). A stream is never trimmed: an entry leaves it only when a worker has
+acked it (and then XDELs it), which is also what makes :meth:`TaskWriter.backlog` cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from redis.exceptions import ResponseError
+
+from meteorseed_scrapy.queue import dedup as fingerprint
+from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.dedup import RECRAWL_META_KEY, fingerprint_bytes, recrawl_window
+from meteorseed_scrapy.queue.dedup_server import check_server_config
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count
+from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
+from meteorseed_scrapy.task.lanes import LANES
+from meteorseed_scrapy.task.validation import TaskError
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "StreamCount", "TaskWriter", "fingerprint",
+           "pack_tasks"]
+
+logger = logging.getLogger(__name__)
+
+#: Tasks per script call. A call blocks Redis while it runs; 500 dedup checks + XADDs take a
+#: few milliseconds, so workers reading the stream never wait long behind a big seed file.
+CHUNK_SIZE = 500
+#: Seconds between two ``on_wait`` reports while :meth:`TaskWriter.wait_for_room` waits.
+WAIT_REPORT_INTERVAL = 10.0
+
+# enqueue.lua writes the "v" field itself (the task JSON is its only payload); a new message
+# version in tasks.py must come with a script update, so fail loudly at import, not in Redis.
+_SCRIPT_MESSAGE_VERSION = "1"
+if MESSAGE_VERSION != _SCRIPT_MESSAGE_VERSION:  # pragma: no cover - guards a future edit
+    raise RuntimeError(
+        f"lua/enqueue.lua writes message version {_SCRIPT_MESSAGE_VERSION}, "
+        f"tasks.py encodes version {MESSAGE_VERSION}: update the script"
+    )
+
+
+class Encoded(NamedTuple):
+    """One task as ``enqueue.lua`` takes it (see :meth:`TaskWriter.encode`)."""
+
+    root: str | None  # the site's dedup root, None = no dedup
+    fingerprint: bytes
+    window: str  # re-crawl window argument ("" = the site's stored one)
+    payload: str  # the task JSON
+    stream: str  # the task stream of its lane and band
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """What one :meth:`TaskWriter.add` call did; ``fresh[i]`` says whether its i-th task was
+    enqueued (False: a duplicate), in the order the tasks were given."""
+
+    enqueued: int = 0
+    duplicates: int = 0
+    fresh: tuple[bool, ...] = field(default=(), compare=False)
+
+    def __add__(self, other: AddResult) -> AddResult:
+        return AddResult(self.enqueued + other.enqueued, self.duplicates + other.duplicates,
+                         self.fresh + other.fresh)
+
+
+_RECORD_HEAD = struct.Struct(">HBI")  # root index, window length, task JSON length
+
+
+def pack_tasks(records: Iterable[tuple[int, bytes, str, str]]) -> bytes:
+    """``enqueue.lua``'s batch argument from ``(root index, fingerprint, window, task JSON)``
+    per task (root index 0: no dedup, the fingerprint is then left out); see the script."""
+    pack = _RECORD_HEAD.pack
+    parts: list[bytes] = []
+    append = parts.append
+    for root, fp, window, payload in records:
+        data = payload.encode()
+        append(pack(root, len(window), len(data)))
+        if root:
+            append(fp)
+        if window:
+            append(window.encode())
+        append(data)
+    return b"".join(parts)
+
+
+@dataclass(frozen=True)
+class StreamCount:
+    """Tasks of one stream (or a sum of streams): waiting to be delivered, and pending."""
+
+    waiting: int = 0
+    pending: int = 0
+
+    def __add__(self, other: StreamCount) -> StreamCount:
+        return StreamCount(self.waiting + other.waiting, self.pending + other.pending)
+
+    @classmethod
+    def of(cls, length: Any, pending: Any) -> StreamCount:
+        """From the replies of XLEN and XPENDING (summary form) of one stream."""
+        if isinstance(length, Exception):
+            raise length
+        if isinstance(pending, ResponseError) and str(pending).startswith("NOGROUP"):
+            # No consumer group yet (no worker ever started): every entry is waiting.
+            pending_count = 0
+        elif isinstance(pending, Exception):
+            raise pending
+        elif isinstance(pending, (list, tuple)):  # raw reply: a cluster MULTI skips parsing
+            pending_count = int(pending[0])
+        else:
+            pending_count = int(pending["pending"])
+        return cls(max(0, int(length) - pending_count), pending_count)
+
+
+async def shard_stream_counts(redis: Any, streams: Sequence[str], group: str
+                              ) -> dict[str, StreamCount]:
+    """XLEN and XPENDING of ``streams`` (of one shard: one slot) in one MULTI."""
+    async with redis.pipeline(transaction=True) as pipe:
+        for stream in streams:
+            pipe.xlen(stream)
+            pipe.xpending(stream, group)
+        replies = await pipe.execute(raise_on_error=False)
+    return {stream: StreamCount.of(length, pending)
+            for stream, length, pending in zip(streams, replies[::2], replies[1::2], strict=True)}
+
+
+class TaskWriter:
+    """Adds exec tasks to their lanes' streams (deduplicated per site) and watches the backlog.
+
+    ``clock`` (epoch seconds) replaces the Redis server's TIME for the re-crawl windows; only
+    tests pass one. Every writer of a namespace must share one clock, which the server's is.
+    ``lane`` puts every task this writer adds in that lane (``seed-expand --lane``); None
+    keeps each task's own.
+    """
+
+    def __init__(self, redis: Redis, keys: KeyLayout,
+                 clock: Callable[[], int] | None = None, lane: str | None = None) -> None:
+        # No I/O here (not even reading the script file): writers are built in constructors.
+        self._redis = redis
+        self._keys = keys
+        self._clock = clock
+        self._scripts = scripts.Scripts(redis)
+        self._config_checked = False
+        self._last_window: tuple[int | None, str] = (None, "")
+        if lane is not None and lane not in LANES:
+            raise ValueError(f"lane must be one of {', '.join(LANES)}, got {lane!r}")
+        self._lane = lane
+
+    @property
+    def keys(self) -> KeyLayout:
+        return self._keys
+
+    def _now(self) -> str:
+        return "" if self._clock is None else str(int(self._clock()))
+
+    def encode(self, task: ExecTask, dedup: bool = True, canonical: str | None = None) -> Encoded:
+        """Everything :meth:`add` sends for ``task``; raises :class:`TaskError` (too large, not
+        encodable, a URL that cannot be canonicalised, a bad ``meta.recrawl_after``)."""
+        if self._lane is not None and task.lane != self._lane:
+            task = replace(task, lane=self._lane)
+        shard = self._keys.for_site(task.site_id)
+        stream = shard.stream_for(task.lane, task.priority)
+        try:
+            payload = task.to_message()["t"]
+        except TaskError:
+            raise
+        except ValueError as exc:  # e.g. a lone surrogate that UTF-8 cannot encode
+            raise TaskError("task", f"cannot be encoded as UTF-8 JSON ({exc})") from None
+        if not dedup:
+            return Encoded(None, b"", "", payload, stream)
+        value = task.meta.get(RECRAWL_META_KEY)
+        if type(value) is int and value == self._last_window[0]:  # (bool is not int here)
+            window = self._last_window[1]  # the same window as the task before: checked then
+        else:
+            window = recrawl_window(task)
+            if type(value) is int:
+                self._last_window = (value, window)
+        try:
+            fp = fingerprint_bytes(task, canonical)
+        except ValueError as exc:
+            raise TaskError("url", f"cannot be canonicalised: {exc}") from None
+        return Encoded(shard.seen(task.site_id), fp, window, payload, stream)
+
+    def _script_args(self, stream: str, chunk: Sequence[Encoded]
+                     ) -> tuple[list[str], list[str | bytes]]:
+        positions: dict[str, int] = {}  # dedup root -> 1-based position after the stream key
+        # A window equal to the one already sent for that root in this call goes as "": the
+        # script then reuses the window it holds for the root (the same value) instead of
+        # reading it from Redis again for every task.
+        sent: dict[int, str] = {}
+        records: list[tuple[int, bytes, str, str]] = []
+        for root, fp, window, payload, _ in chunk:
+            if root is None:
+                records.append((0, b"", "", payload))
+                continue
+            index = positions.setdefault(root, len(positions) + 1)
+            if window:
+                if sent.get(index) == window:
+                    window = ""
+                else:
+                    sent[index] = window
+            records.append((index, fp, window, payload))
+        return [stream, *positions], [self._now(), pack_tasks(records)]
+
+    async def add(self, tasks: Sequence[ExecTask], *, dedup: bool = True) -> AddResult:
+        """Enqueue ``tasks``, skipping those the site has already seen within its window.
+
+        Every task is encoded before anything is sent, so a task that is too large (or otherwise
+        not encodable) raises :class:`TaskError` and nothing of the call is enqueued.
+        """
+        return await self.add_encoded([self.encode(task, dedup) for task in tasks])
+
+    async def add_encoded(self, encoded: Sequence[Encoded]) -> AddResult:
+        """Enqueue tasks already encoded by :meth:`encode`, in script calls of
+        :data:`CHUNK_SIZE` per stream, all sent in one round trip (concurrently on a cluster)."""
+        if not encoded:
+            return AddResult()
+        if not self._config_checked:
+            self._config_checked = True
+            await check_shard_count(self._redis, self._keys)
+            for warning in await check_server_config(self._redis):
+                logger.warning("%s", warning)
+        script = self._scripts["enqueue"]
+        streams: dict[str, list[int]] = {}  # stream -> positions of its tasks in ``encoded``
+        for position, item in enumerate(encoded):
+            streams.setdefault(item.stream, []).append(position)
+        chunks = [positions[i : i + CHUNK_SIZE] for positions in streams.values()
+                  for i in range(0, len(positions), CHUNK_SIZE)]
+        calls = [self._script_args(encoded[chunk[0]].stream, [encoded[p] for p in chunk])
+                 for chunk in chunks]
+        # A stream's dedup roots are in its shard's slot, so each call touches one slot.
+        replies = await call_scripts(self._redis, script, calls)
+        fresh = [False] * len(encoded)
+        enqueued = duplicates = 0
+        for chunk, (added, dups, flags) in zip(chunks, replies, strict=True):
+            enqueued += int(added)
+            duplicates += int(dups)
+            flag_text = flags.decode() if isinstance(flags, bytes) else str(flags)
+            for position, flag in zip(chunk, flag_text, strict=True):
+                fresh[position] = flag == "1"
+        result = AddResult(enqueued, duplicates, tuple(fresh))
+        logger.debug(
+            "enqueued %d tasks, %d duplicates, into %s", result.enqueued, result.duplicates,
+            ", ".join(streams),
+        )
+        return result
+
+    async def release(self, task: ExecTask) -> bool:
+        """Forget ``task``'s URL, so a later seed may enqueue it again; True if it was there.
+
+        ``dead.lua`` does the same for a dead-lettered task, in the same step as the dead letter.
+        """
+        removed = await self._scripts["dedup_release"](
+            keys=[self._keys.seen(task.site_id)], args=[self._now(), fingerprint_bytes(task)]
+        )
+        return int(removed) > 0
+
+    async def is_seen(self, task: ExecTask) -> bool:
+        """True when ``task``'s site has recorded its URL and the re-crawl window is not over."""
+        [seen] = await self._scripts["dedup_seen"](
+            keys=[self._keys.seen(task.site_id)], args=[self._now(), fingerprint_bytes(task)]
+        )
+        return bool(int(seen))
+
+    async def backlog(self) -> int:
+        """Tasks in the streams that no worker has received yet (every lane and band)."""
+        return sum((await self.stream_counts()).values(), StreamCount()).waiting
+
+    async def stream_counts(self) -> dict[str, StreamCount]:
+        """Waiting and pending tasks per task stream, read in one MULTI per shard so the
+        counts of a stream agree.
+
+        Workers XDEL an entry right after XACKing it, so XLEN counts waiting plus pending
+        entries, and XPENDING's summary gives the pending ones. This works on Redis 6.2, whose
+        XINFO GROUPS has no ``lag``.
+        """
+        out: dict[str, StreamCount] = {}
+        for shard in self._keys.shard_keys:
+            out.update(await shard_stream_counts(self._redis, shard.streams, self._keys.group))
+        return out
+
+    async def wait_for_room(
+        self, max_backlog: int, on_wait: Callable[[int], None], poll: float = 1.0
+    ) -> int:
+        """Return the backlog once it is at most ``max_backlog``; until then sleep ``poll``
+        seconds between checks and call ``on_wait(backlog)`` every
+        :data:`WAIT_REPORT_INTERVAL` seconds.
+
+        Backpressure only: nothing is ever trimmed to make room.
+        """
+        if max_backlog < 0:
+            raise ValueError(f"max_backlog must be >= 0, got {max_backlog}")
+        last_report: float | None = None
+        while True:
+            backlog = await self.backlog()
+            if backlog <= max_backlog:
+                return backlog
+            now = time.monotonic()
+            if last_report is None or now - last_report >= WAIT_REPORT_INTERVAL:
+                last_report = now
+                logger.info("backlog %d > %d: waiting for workers", backlog, max_backlog)
+                on_wait(backlog)
+            await asyncio.sleep(poll)

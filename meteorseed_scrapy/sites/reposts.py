@@ -1,0 +1,50 @@
+"""Content fingerprints: the same article reposted under another URL is recognised.
+
+The fingerprint is the SHA-1 of the normalised title and the first 100 characters of the
+normalised content (case folded, punctuation dropped, whitespace collapsed), so markup,
+tracking parameters and trailing boilerplate do not hide a repost. The first document seen
+with a fingerprint owns it for the site's dedup window: ``<ns>:fp:{<site>}:<sha1>`` holds its
+document id and expires after the window (see :mod:`meteorseed_scrapy.queue.keys`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+from meteorseed_scrapy.queue.keys import KeyLayout
+
+CONTENT_CHARS = 100
+_NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def normalise(text: Any) -> str:
+    if isinstance(text, list):
+        text = " ".join(str(part) for part in text)
+    return _NON_WORD.sub(" ", str(text or "").casefold()).strip()
+
+
+def fingerprint(title: Any, content: Any) -> str:
+    material = normalise(title) + "\n" + normalise(content)[:CONTENT_CHARS]
+    return hashlib.sha1(material.encode("utf-8")).hexdigest()
+
+
+class FingerprintIndex:
+    """Fleet-wide first owner of each fingerprint, in Redis (``redis.asyncio`` client)."""
+
+    def __init__(self, client: Any, keys: KeyLayout) -> None:
+        self.client = client
+        self.keys = keys
+
+    async def owner(self, site_id: str, fp: str, doc_id: str, window: float) -> str | None:
+        """The id of an *other* document that had ``fp`` first within the window, else None
+        (``doc_id`` then owns it, or already did: a re-crawl is not a repost)."""
+        key = self.keys.fingerprint(site_id, fp)
+        # SET NX first: one round trip in the common case of a new article.
+        if await self.client.set(key, doc_id, nx=True, ex=max(1, int(window))):
+            return None
+        first = await self.client.get(key)
+        if isinstance(first, bytes):
+            first = first.decode("utf-8")
+        return first if first and first != doc_id else None

@@ -1,0 +1,223 @@
+"""Group commit of documents to a store, in one dedicated thread, in order, with retries.
+
+See :mod:`meteorseed_scrapy.pipelines` (the store stage that uses it) for the batching, backoff
+and give-up rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from meteorseed_scrapy.settings import StoreConfig
+from meteorseed_scrapy.store import open_store
+from meteorseed_scrapy.store.base import Store, StoreUnavailable
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
+# Logged under the store stage's name, as before this was split out of it.
+logger = logging.getLogger("meteorseed_scrapy.pipelines")
+
+_T = TypeVar("_T")
+BACKOFF_FIRST = 0.1
+BACKOFF_CAP = 5.0
+STATS_PREFIX = "meteorseed/store/"
+
+
+@dataclass(eq=False)
+class _Batch:
+    future: asyncio.Future[list[BaseException | None]]
+    docs: list[dict[str, Any]] = field(default_factory=list)
+    #: Loop time after which a failing batch gives up; set at its first failure.
+    deadline: float | None = None
+
+
+class GroupCommitter:
+    """Documents in, one future each out: batches of ``config.batch_size`` documents or
+    ``config.batch_wait`` seconds, written one after another by one thread."""
+
+    def __init__(self, config: StoreConfig, stats: StatsCollector | None = None,
+                 store_factory: Callable[[str], Store] = open_store) -> None:
+        self.config = config
+        self.stats = stats
+        self._store_factory = store_factory
+        self._store: Store | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._open_batch: _Batch | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._sealed: deque[_Batch] = deque()
+        self._committer: asyncio.Task[None] | None = None
+
+    def open(self) -> None:
+        self._ensure_open()
+
+    def _ensure_open(self) -> tuple[Store, ThreadPoolExecutor]:
+        if self._store is None or self._executor is None:
+            # One thread: the store's connection lives there and batches stay in order.
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="meteorseed-store")
+            self._store = self._store_factory(self.config.uri)  # connects lazily, on first write
+        return self._store, self._executor
+
+    async def close(self) -> None:
+        """Write what is waiting, then close the store and its thread."""
+        self._seal()
+        while self._committer is not None and not self._committer.done():
+            await self._committer
+        store, executor = self._store, self._executor
+        self._store = self._executor = None
+        if store is not None and executor is not None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(executor, store.close)
+            finally:
+                executor.shutdown(wait=True)
+
+    async def submit(self, doc: dict[str, Any]) -> BaseException | None:
+        """Add ``doc`` to the open batch; its error once the batch is settled (None: committed)."""
+        self._ensure_open()
+        loop = asyncio.get_running_loop()
+        batch = self._open_batch
+        idle = self._committer is None or self._committer.done()
+        if batch is None:
+            batch = self._open_batch = _Batch(loop.create_future())
+            if idle and self.config.batch_wait > 0:
+                self._timer = loop.call_later(self.config.batch_wait, self._seal)
+        index = len(batch.docs)
+        batch.docs.append(doc)
+        # Group commit: an idle store writes at once; while a write is running, items gather
+        # and the commit loop writes them together as soon as it is done.
+        if len(batch.docs) >= self.config.batch_size or (idle and self._timer is None):
+            self._seal()
+        # shield: one cancelled item must not cancel the write its batch-mates wait for.
+        outcome = await asyncio.shield(batch.future)
+        return outcome[index]
+
+    def _seal(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        batch, self._open_batch = self._open_batch, None
+        if batch is None or not batch.docs:
+            return
+        self._sealed.append(batch)
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+
+    async def _in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
+        _, executor = self._ensure_open()
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+
+    async def _commit_loop(self) -> None:
+        """Write sealed batches one after another, in order, until none is left."""
+        loop = asyncio.get_running_loop()
+        attempt = 0  # failed attempts since the last successful write
+        try:
+            while self._sealed or (self._open_batch is not None and self._open_batch.docs):
+                if not self._sealed:
+                    self._seal()  # what gathered during the last write goes next
+                    continue
+                store, _ = self._ensure_open()
+                batch = self._sealed[0]
+                try:
+                    await self._in_thread(store.upsert_many, batch.docs)
+                except StoreUnavailable as exc:
+                    attempt += 1
+                    await self._after_outage(exc, attempt, loop.time())
+                    continue
+                except Exception as exc:
+                    self._sealed.popleft()
+                    logger.warning(
+                        "Store refused a batch of %d documents (%s); writing them one by one"
+                        " to find the culprit",
+                        len(batch.docs),
+                        exc,
+                    )
+                    await self._commit_one_by_one(store, batch)
+                    continue
+                self._sealed.popleft()
+                if attempt:
+                    logger.info("Store is available again after %d retries", attempt)
+                    attempt = 0
+                self._settle([batch], None)
+                self._inc("batches")
+                self._inc("committed", len(batch.docs))
+        finally:
+            # Only reached with batches left when cancelled (loop shutting down): nobody may
+            # wait forever for a batch that will not be written.
+            unsettled = list(self._sealed)
+            self._sealed.clear()
+            self._settle(unsettled, StoreUnavailable("the store stage was stopped"))
+
+    async def _after_outage(self, exc: StoreUnavailable, attempt: int, now: float) -> None:
+        """Give up on batches past their deadline; back off before retrying the others.
+
+        Every waiting batch shares the outage: its retry window starts at the first failed
+        attempt it waited through, so a long queue does not wait ``retry_max`` per batch.
+        """
+        for batch in self._sealed:
+            if batch.deadline is None:
+                batch.deadline = now + self.config.retry_max
+        expired: list[_Batch] = []
+        while self._sealed and (self._sealed[0].deadline or now) <= now:
+            expired.append(self._sealed.popleft())  # deadlines grow along the queue
+        if expired:
+            logger.error(
+                "Store unavailable for %.1f s, giving up on %d items (their tasks will be"
+                " delivered again): %s",
+                self.config.retry_max,
+                sum(len(batch.docs) for batch in expired),
+                exc,
+            )
+            self._settle(expired, exc)
+        if not self._sealed:
+            return
+        delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+        # Never sleep past the next deadline: the last attempt happens right at it.
+        delay = max(0.0, min(delay, (self._sealed[0].deadline or now) - now))
+        logger.warning(
+            "Store unavailable (attempt %d, %d items waiting), retrying in %.2f s: %s",
+            attempt,
+            sum(len(batch.docs) for batch in self._sealed),
+            delay,
+            exc,
+        )
+        self._inc("retries")
+        await asyncio.sleep(delay)
+
+    async def _commit_one_by_one(self, store: Store, batch: _Batch) -> None:
+        # Any failure now is charged to the one document (even an outage starting right now):
+        # its task is redelivered, so nothing is lost, and the rest of the batch goes through.
+        outcome: list[BaseException | None] = []
+        for doc in batch.docs:
+            try:
+                await self._in_thread(store.upsert_many, [doc])
+            except Exception as exc:
+                logger.error("Store refused document %r: %s", doc["_id"], exc)
+                outcome.append(exc)
+                self._inc("failed")
+            else:
+                outcome.append(None)
+                self._inc("committed")
+        self._inc("batches")
+        if not batch.future.done():
+            batch.future.set_result(outcome)
+
+    def _settle(self, batches: list[_Batch], error: BaseException | None) -> None:
+        for batch in batches:
+            if not batch.future.done():
+                batch.future.set_result([error] * len(batch.docs))
+                if error is not None:
+                    self._inc("failed", len(batch.docs))
+
+    def _inc(self, name: str, count: int = 1) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(STATS_PREFIX + name, count)
+
+
+__all__ = ["BACKOFF_CAP", "BACKOFF_FIRST", "STATS_PREFIX", "GroupCommitter"]

@@ -1,0 +1,140 @@
+"""MongoDB store: database from the URI path (default ``meteorseed``), collection ``items``.
+
+Each document is written with one pipeline-style update per ``_id``::
+
+    UpdateOne({"_id": id},
+              [{"$replaceWith": {"$mergeObjects": [
+                  {"$literal": doc},
+                  {"first_seen_at": {"$ifNull": ["$first_seen_at", doc["first_seen_at"]]}}]}}],
+              upsert=True)
+
+``$replaceWith`` drops fields the new item lacks; ``$ifNull`` keeps the stored ``first_seen_at``;
+``$literal`` stops string values that start with ``$`` from being read as field paths. It is
+one atomic, idempotent operation per document, so a replayed batch changes nothing but
+``updated_at``. A batch is one unordered ``bulk_write`` (duplicates are folded first, because
+unordered writes may run in any order).
+
+``mongomock://<name>/<db>`` opens an in-process mongomock-ng server (tests only): every store
+opened with the same ``<name>`` sees the same data.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from pymongo import MongoClient, UpdateOne
+from pymongo.errors import BulkWriteError, ConnectionFailure, OperationFailure
+
+from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
+
+DEFAULT_DATABASE = "meteorseed"
+COLLECTION = "items"
+ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
+#: pymongo waits 30 s for a server by default; fail faster so the pipeline's own retry loop
+#: (which logs and counts) decides how long to keep trying.
+SERVER_SELECTION_TIMEOUT_MS = 5000
+_DUPLICATE_KEY = 11000  # two workers upserting one new _id at once: the loser may retry
+
+_MOCK_CLIENTS: dict[str, Any] = {}
+_MOCK_LOCK = threading.Lock()
+
+
+def database_name(uri: str) -> str:
+    name = unquote(urlsplit(uri).path.lstrip("/"))
+    return name or DEFAULT_DATABASE
+
+
+def upsert_operation(doc: dict[str, Any]) -> UpdateOne:
+    keep_first_seen = {"$ifNull": ["$first_seen_at", doc.get("first_seen_at")]}
+    pipeline = [
+        {"$replaceWith": {"$mergeObjects": [{"$literal": doc}, {"first_seen_at": keep_first_seen}]}}
+    ]
+    return UpdateOne({"_id": doc["_id"]}, pipeline, upsert=True)
+
+
+def _retryable_bulk_error(exc: BulkWriteError) -> bool:
+    details = exc.details or {}
+    write_errors = details.get("writeErrors") or []
+    if write_errors:
+        return all(error.get("code") == _DUPLICATE_KEY for error in write_errors)
+    return bool(details.get("writeConcernErrors"))
+
+
+def _mock_client(name: str) -> Any:
+    import mongomock_ng  # a test dependency only (the "dev" extra)
+
+    with _MOCK_LOCK:
+        client = _MOCK_CLIENTS.get(name)
+        if client is None:
+            client = _MOCK_CLIENTS[name] = mongomock_ng.MongoClient()
+        return client
+
+
+class MongoStore(Store):
+    def __init__(self, client: Any, database: str = DEFAULT_DATABASE, *, owns_client: bool = True):
+        self._client = client
+        self._owns_client = owns_client
+        self.collection = client[database][COLLECTION]
+        self.anomalies = client[database][ANOMALIES]
+
+    @classmethod
+    def from_uri(cls, uri: str) -> MongoStore:
+        parts = urlsplit(uri)
+        database = database_name(uri)
+        if parts.scheme == "mongomock":
+            return cls(_mock_client(parts.netloc), database, owns_client=False)
+        options = {key.lower() for key in parse_qs(parts.query)}
+        kwargs: dict[str, Any] = {"connect": False}  # no network before the first write
+        if "serverselectiontimeoutms" not in options:
+            kwargs["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
+        return cls(MongoClient(uri, **kwargs), database)
+
+    def upsert_many(self, docs: list[dict[str, Any]]) -> None:
+        self._upsert(self.collection, docs)
+
+    def upsert_anomalies(self, docs: list[dict[str, Any]]) -> None:
+        self._upsert(self.anomalies, docs)
+
+    def _upsert(self, collection: Any, docs: list[dict[str, Any]]) -> None:
+        operations = [upsert_operation(doc) for doc in last_wins(docs)]
+        if not operations:
+            return
+        try:
+            collection.bulk_write(operations, ordered=False)
+        except ConnectionFailure as exc:  # AutoReconnect, NotPrimary, ServerSelectionTimeout...
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
+        except BulkWriteError as exc:
+            if _retryable_bulk_error(exc):
+                raise StoreUnavailable(f"MongoDB: transient write errors: {exc}") from exc
+            raise
+        except OperationFailure as exc:
+            if exc.has_error_label("RetryableWriteError"):
+                raise StoreUnavailable(f"MongoDB: {exc}") from exc
+            raise
+
+    def get(self, doc_id: str) -> dict[str, Any] | None:
+        doc = self.collection.find_one({"_id": doc_id})
+        return None if doc is None else dict(doc)
+
+    def count(self) -> int:
+        return int(self.collection.count_documents({}))
+
+    def iter_docs(self) -> Iterator[dict[str, Any]]:
+        for doc in self.collection.find({}).sort("_id", 1):
+            yield dict(doc)
+
+    def iter_anomalies(self) -> Iterator[dict[str, Any]]:
+        for doc in self.anomalies.find({}).sort("_id", 1):
+            yield dict(doc)
+
+    def count_by_site(self) -> dict[str, int]:
+        groups = self.collection.aggregate([{"$group": {"_id": "$site_id", "n": {"$sum": 1}}}])
+        counts = {str(group["_id"]): int(group["n"]) for group in groups}
+        return dict(sorted(counts.items()))
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()

@@ -1,0 +1,211 @@
+"""SQLite store: one file shared by every worker process of a machine.
+
+Schema (created on first use)::
+
+    CREATE TABLE items (
+        _id TEXT PRIMARY KEY,   -- "<site_id>:<unique_key>"
+        doc TEXT NOT NULL       -- the whole document as JSON, "_id" included
+    );
+
+Other tables of the same file (e.g. ``anomalies``) belong to other modules.
+
+- WAL journal, so readers never block the writer, and ``synchronous=FULL``: a batch reported
+  committed survives power loss, not only a process crash (the task is acked right after;
+  batching amortises the fsync).
+- Several processes write the same file: each batch takes the write lock up front
+  (``BEGIN IMMEDIATE``), waits up to ``busy_timeout`` for it, and is retried a few times with
+  backoff on "database is locked"; only then is :class:`StoreUnavailable` raised (the pipeline
+  keeps retrying for longer).
+- One multi-row ``INSERT ... ON CONFLICT(_id) DO UPDATE`` per chunk of rows, all chunks of a
+  batch in one transaction: ``executemany`` pays a GIL hand-off per row while the reactor thread
+  is busy, which made it several times slower (see design/SCRAPY_NOTES.md).
+- The connection is opened lazily by the thread that first uses it (the pipeline's single store
+  thread); ``check_same_thread=False`` plus a lock lets tests read from another thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
+
+_T = TypeVar("_T")
+
+BUSY_TIMEOUT = 5.0
+LOCK_ATTEMPTS = 4
+#: Rows per INSERT: 2 variables each, far below SQLITE_MAX_VARIABLE_NUMBER even on old builds (999).
+CHUNK_ROWS = 400
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS items (_id TEXT PRIMARY KEY, doc TEXT NOT NULL)"
+ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
+_ANOMALY_SCHEMA = _SCHEMA.replace("items", ANOMALIES)
+# COALESCE: a row written without first_seen_at (by hand, by an old version) adopts the new one.
+_UPSERT_TAIL = (
+    " ON CONFLICT(_id) DO UPDATE SET doc = json_set(excluded.doc, '$.first_seen_at',"
+    " COALESCE(json_extract({table}.doc, '$.first_seen_at'),"
+    " json_extract(excluded.doc, '$.first_seen_at')))"
+)
+# Errors worth retrying: another process holds the lock, or the file/disk hiccuped.
+_TRANSIENT = ("locked", "busy", "disk i/o error", "unable to open database file")
+
+
+def sqlite_path(uri: str) -> str:
+    """``sqlite:///rel/path.db`` -> ``rel/path.db``; ``sqlite:////abs/x.db`` -> ``/abs/x.db``."""
+    prefix = "sqlite:///"
+    if not uri.startswith(prefix) or len(uri) == len(prefix):
+        raise ValueError(f"METEORSEED_STORE_URI: expected sqlite:///path.db, got {uri!r}")
+    return uri[len(prefix) :]
+
+
+def _is_transient(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and any(
+        marker in str(exc).lower() for marker in _TRANSIENT
+    )
+
+
+class SQLiteStore(Store):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_uri(cls, uri: str) -> SQLiteStore:
+        return cls(sqlite_path(uri))
+
+    # -- connection ---------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None:
+            return self._conn
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute(_SCHEMA)
+            conn.execute(_ANOMALY_SCHEMA)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+
+    def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``work(conn)`` under the lock, retrying transient errors a few times."""
+        delay = 0.05
+        with self._lock:
+            for attempt in range(1, LOCK_ATTEMPTS + 1):
+                try:
+                    return work(self._connect())
+                except sqlite3.Error as exc:
+                    if not _is_transient(exc):
+                        raise
+                    message = str(exc).lower()
+                    if "locked" not in message and "busy" not in message:
+                        self._drop_connection()  # I/O trouble: start afresh next time
+                    if attempt == LOCK_ATTEMPTS:
+                        raise StoreUnavailable(
+                            f"SQLite {self.path}: {exc} (after {attempt} attempts)"
+                        ) from exc
+                    time.sleep(delay * random.uniform(0.5, 1.5))
+                    delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    # -- writes -------------------------------------------------------------------------
+
+    def upsert_many(self, docs: list[dict[str, Any]]) -> None:
+        self._upsert("items", docs)
+
+    def upsert_anomalies(self, docs: list[dict[str, Any]]) -> None:
+        self._upsert(ANOMALIES, docs)
+
+    def _upsert(self, table: str, docs: list[dict[str, Any]]) -> None:
+        rows = [
+            (doc["_id"], json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+            for doc in last_wins(docs)
+        ]
+        if not rows:
+            return
+
+        def write(conn: sqlite3.Connection) -> None:
+            if len(rows) <= CHUNK_ROWS:
+                # One statement is its own (atomic) transaction in autocommit mode: one
+                # sqlite3_step, so this thread takes the GIL back once instead of three times
+                # (BEGIN, INSERT, COMMIT), each a wait of up to the switch interval while the
+                # reactor thread is busy.
+                values = ",".join(["(?, ?)"] * len(rows))
+                tail = _UPSERT_TAIL.format(table=table)
+                conn.execute(f"INSERT INTO {table} (_id, doc) VALUES {values}{tail}",
+                             [value for row in rows for value in row])
+                return
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for start in range(0, len(rows), CHUNK_ROWS):
+                    chunk = rows[start : start + CHUNK_ROWS]
+                    values = ",".join(["(?, ?)"] * len(chunk))
+                    params = [value for row in chunk for value in row]
+                    tail = _UPSERT_TAIL.format(table=table)
+                    sql = f"INSERT INTO {table} (_id, doc) VALUES {values}{tail}"
+                    conn.execute(sql, params)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        self._run(write)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def get(self, doc_id: str) -> dict[str, Any] | None:
+        row = self._run(
+            lambda conn: conn.execute("SELECT doc FROM items WHERE _id = ?", (doc_id,)).fetchone()
+        )
+        return None if row is None else dict(json.loads(row[0]))
+
+    def count(self) -> int:
+        return int(self._run(lambda conn: conn.execute("SELECT COUNT(*) FROM items").fetchone()[0]))
+
+    def iter_docs(self) -> Iterator[dict[str, Any]]:
+        rows = self._run(lambda conn: conn.execute("SELECT doc FROM items ORDER BY _id").fetchall())
+        for (doc,) in rows:
+            yield json.loads(doc)
+
+    def iter_anomalies(self) -> Iterator[dict[str, Any]]:
+        rows = self._run(
+            lambda conn: conn.execute(f"SELECT doc FROM {ANOMALIES} ORDER BY _id").fetchall()
+        )
+        for (doc,) in rows:
+            yield json.loads(doc)
+
+    def count_by_site(self) -> dict[str, int]:
+        rows = self._run(
+            lambda conn: conn.execute(
+                "SELECT json_extract(doc, '$.site_id') AS site, COUNT(*) FROM items"
+                " GROUP BY site ORDER BY site"
+            ).fetchall()
+        )
+        return {str(site): int(n) for site, n in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop_connection()

@@ -1,0 +1,87 @@
+"""Which waiting task may go to the downloader now: permits per site, parking of blocked sites.
+
+Runs as one of the worker's background loops. Tasks of a site that may not be fetched for a
+while (paused after a 429, or far behind its quota) are parked in the delayed set rather than
+kept in memory, so they neither hold download capacity nor crowd out other sites' tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable
+from typing import Any
+
+from meteorseed_scrapy.politeness.breaker import Breaker
+from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
+from meteorseed_scrapy.politeness.policy import SiteLimits
+from meteorseed_scrapy.worker.ledger import Entry
+
+PARK_AFTER_S = 2.0  # a site that must wait longer than this gives its waiting tasks back
+QUEUE_SECONDS = 2.0  # a site keeps at most this many seconds of its quota waiting in memory
+MIN_QUEUE = 4
+
+
+class Dispatcher:
+    def __init__(self, desk: PermitDesk, buffer: SiteQueues, hops: SiteQueues,
+                 limits_for: Callable[[str], SiteLimits], breaker: Breaker, *,
+                 budget: Callable[[], int],
+                 on_change: Callable[[], None], park: Callable[[Entry, float], None],
+                 stats: Any) -> None:
+        self.desk = desk
+        self.buffer = buffer
+        self.hops = hops
+        self.limits_for = limits_for
+        self.breaker = breaker
+        self._budget = budget
+        self._on_change = on_change
+        self._park = park
+        self.stats = stats
+        self.wake = asyncio.Event()
+
+    def demand(self) -> dict[str, int]:
+        sites = set(self.buffer.sites()) | set(self.hops.sites())
+        return {s: self.buffer.count(s) + self.hops.count(s) for s in sites}
+
+    async def step(self) -> None:
+        await self.breaker.flush()
+        # Leases of finished downloads go back first, so that the refill can reuse them.
+        await self.desk.flush()
+        before = sum(self.desk.held(s) for s in self.desk.available)
+        waits = await self.desk.refill(self.demand(), self._budget())
+        for site, wait in waits.items():
+            self._park_excess(site, wait)
+        if sum(self.desk.held(s) for s in self.desk.available) > before:
+            self._on_change()
+        pause = min([*waits.values(), 0.5])
+        self.wake.clear()
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.wake.wait(), max(0.005, pause))
+
+    def _park_excess(self, site: str, wait: float) -> None:
+        if wait > PARK_AFTER_S:
+            keep = 0
+        else:
+            rate = self.limits_for(site).rate
+            keep = max(MIN_QUEUE, math.ceil(rate * QUEUE_SECONDS))
+        if self.buffer.count(site) <= keep:
+            return
+        entries = self.buffer.take_all(site)
+        if self.breaker.state.get(site, "closed") != "closed":
+            # A sick or recovering site's scarce permits go to its most important tasks.
+            entries.sort(key=lambda e: -e.task.priority)
+        for entry in entries[:keep]:
+            self.buffer.append(site, entry)
+        rate = self.limits_for(site).rate
+        parked = entries[keep:]
+        degraded = 0
+        for i, entry in enumerate(parked):
+            # Spread them over the site's quota so they do not all come back at once.
+            delay = max(wait, 0.0, self.breaker.degraded(site, entry.task.priority))
+            degraded += delay > max(wait, 0.0)
+            self._park(entry, delay + (keep + i) / rate)
+        if parked:
+            self.stats.inc_value(f"meteorseed/quota/parked/{site}", len(parked))
+        if degraded:
+            self.stats.inc_value(f"meteorseed/breaker/{site}/degraded", degraded)

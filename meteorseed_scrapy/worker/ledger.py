@@ -1,0 +1,138 @@
+"""Which task is still waiting for what, and when it may be acked.
+
+A task may be acked only when (a) its request's final hop was processed, (b) every item it
+produced was committed by the store stage, and (c) every request its callback yielded is durable
+in the stream. (b) holds once the scrape finished, because the store stage awaits its commit
+before an item passes; failures along the way are recorded on the :class:`Scrape`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+
+from meteorseed_scrapy.queue.delivery import Delivery, Ref
+from meteorseed_scrapy.task.context import Scrape
+from meteorseed_scrapy.task.exec_task import ExecTask
+
+
+class Outcome(Enum):
+    DONE = "done"  # items committed, children durable: ack with a completion record
+    GONE = "gone"  # 404/410: terminal, acked
+    IGNORED = "ignored"  # IgnoreRequest / dropped: terminal, acked
+    DEAD = "dead"  # download failed for good: dead-lettered
+    FAILED = "failed"  # callback or store failure: left pending, redelivered later
+    DEFERRED = "deferred"  # 429 pause, 5xx/timeout retry: durably put back for later
+
+
+@dataclass(eq=False)
+class Entry:
+    task: ExecTask
+    deliveries: list[Delivery]
+    received_at: float = field(default_factory=time.monotonic)
+    started: bool = False  # handed to the engine
+    scrape: Scrape | None = None
+    outcome: Outcome | None = None
+    reason: str = ""
+    children_pending: int = 0
+    response_at: float = 0.0  # when the final hop's response reached the scraper
+    status: int = 0
+    defer_s: float = 0.0  # for DEFERRED: when to try again
+    defer_task: ExecTask | None = None  # for DEFERRED: the task to put back (retry_count)
+    defer_lane: str = ""  # for DEFERRED: the lane it goes back to ("" = its own)
+
+    @property
+    def refs(self) -> list[Ref]:
+        """Its messages as ``(stream, id)``: each delivery knows the stream (lane) it came from."""
+        return [d.ref for d in self.deliveries]
+
+    def record(self) -> str:
+        """The completion record stored in Redis when the task is acked."""
+        scrape = self.scrape
+        return json.dumps(
+            {
+                "outcome": self.outcome.value if self.outcome else None,
+                "items": scrape.committed if scrape else 0,
+                "digest": scrape.digest if scrape else "",
+                "status": self.status,
+                "at": round(time.time(), 3),
+            },
+            separators=(",", ":"),
+        )
+
+
+class TaskLedger:
+    """In-memory book of this worker's tasks, keyed by ``task_id``."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, task_id: object) -> bool:
+        return task_id in self._entries
+
+    def get(self, task_id: str) -> Entry | None:
+        return self._entries.get(task_id)
+
+    def entries(self) -> Iterator[Entry]:
+        return iter(list(self._entries.values()))
+
+    def refs(self) -> list[Ref]:
+        return [r for e in self._entries.values() for r in e.refs]
+
+    def add(self, delivery: Delivery) -> Entry | None:
+        """Book a delivery; returns None when the task is already held (the entry absorbs it)."""
+        assert delivery.task is not None
+        existing = self._entries.get(delivery.task.task_id)
+        if existing is not None:
+            existing.deliveries.append(delivery)
+            return None
+        entry = Entry(delivery.task, [delivery])
+        self._entries[delivery.task.task_id] = entry
+        return entry
+
+    def finish_scrape(self, task_id: str, outcome: Outcome, reason: str = "") -> Entry | None:
+        """The final hop was processed; returns the entry if it is now settled."""
+        entry = self._entries.get(task_id)
+        if entry is None or entry.outcome is not None:
+            return None
+        if entry.scrape is not None and entry.scrape.errors and outcome is not Outcome.DEAD:
+            outcome, reason = Outcome.FAILED, "; ".join(entry.scrape.errors)[:2000]
+        entry.outcome = outcome
+        entry.reason = reason
+        return self._settled(entry)
+
+    def child_added(self, task_id: str) -> None:
+        entry = self._entries.get(task_id)
+        if entry is not None:
+            entry.children_pending += 1
+
+    def child_durable(self, task_id: str) -> Entry | None:
+        entry = self._entries.get(task_id)
+        if entry is None:
+            return None
+        entry.children_pending -= 1
+        return self._settled(entry)
+
+    def _settled(self, entry: Entry) -> Entry | None:
+        if entry.outcome is None:
+            return None
+        # A failed task is settled at once: it will not be acked, so its children need not wait.
+        if entry.children_pending > 0 and entry.outcome is not Outcome.FAILED:
+            return None
+        return entry
+
+    def pop(self, task_id: str) -> Entry | None:
+        return self._entries.pop(task_id, None)
+
+    def forget_msg(self, ref: Ref) -> None:
+        """Drop a delivery another worker took over (its entry goes when it has none left)."""
+        for task_id, entry in list(self._entries.items()):
+            entry.deliveries = [d for d in entry.deliveries if d.ref != ref]
+            if not entry.deliveries and not entry.started:
+                del self._entries[task_id]
