@@ -24,7 +24,7 @@ from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store.base import DocumentError, Store, StoreUnavailable
 from meteorseed_scrapy.store.documents import UniqueKeyError
 from meteorseed_scrapy.store.sqlite import SQLiteStore
-from meteorseed_scrapy.task.canonical import url_fingerprint
+from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 
@@ -178,7 +178,7 @@ def test_keyless_item_is_keyed_by_the_task_url_fingerprint(store: ProbeStore) ->
         await pipeline.close_spider()
 
     run(main())
-    key = url_fingerprint("https://news.example/a?a=1&b=2")  # canonical: sorted, no fragment
+    key = url_hash("https://news.example/a?a=1&b=2")  # canonical: sorted, no fragment
     assert key == hashlib.sha256(b"https://news.example/a?a=1&b=2").hexdigest()
     doc = store.get(f"news:{key}")
     assert doc is not None and doc["title"] == "t" and "unique_key" not in doc
@@ -350,9 +350,9 @@ def test_items_without_a_scrape_use_their_own_fields(store: ProbeStore) -> None:
     run(main())
     article = store.get("spider:a1")
     assert article is not None and article["title"] == "T" and article["url"] is None
-    shop = store.get(f"shop:{url_fingerprint('https://s.example/p')}")
+    shop = store.get(f"shop:{url_hash('https://s.example/p')}")
     assert shop is not None and shop["n"] == 1 and shop["task_id"] is None
-    product = store.get(f"spider:{url_fingerprint('https://s.example/q')}")
+    product = store.get(f"spider:{url_hash('https://s.example/q')}")
     assert product is not None and product["price"] == 9.5
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from meteorseed_scrapy.task.canonical import canonical_url, url_fingerprint
+from meteorseed_scrapy.task.canonical import canonical_url, url_hash
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError, check_url
@@ -278,22 +278,22 @@ def test_canonical_url_sorts_query_and_drops_fragment() -> None:
 
 
 def test_fingerprint_ignores_query_order_and_fragment() -> None:
-    fp = url_fingerprint("https://example.com/p?a=1&b=2")
-    assert url_fingerprint("https://example.com/p?b=2&a=1") == fp
-    assert url_fingerprint("https://example.com/p?a=1&b=2#section-3") == fp
-    assert url_fingerprint("https://example.com/p?a=1&b=2") == fp  # stable across calls
+    fp = url_hash("https://example.com/p?a=1&b=2")
+    assert url_hash("https://example.com/p?b=2&a=1") == fp
+    assert url_hash("https://example.com/p?a=1&b=2#section-3") == fp
+    assert url_hash("https://example.com/p?a=1&b=2") == fp  # stable across calls
 
 
 def test_fingerprint_is_sha256_hex_of_canonical_url() -> None:
     expected = hashlib.sha256(b"https://example.com/p?a=1&b=2").hexdigest()
-    assert url_fingerprint("https://example.com/p?b=2&a=1#x") == expected
+    assert url_hash("https://example.com/p?b=2&a=1#x") == expected
 
 
 def test_fingerprint_tells_different_urls_apart() -> None:
-    fp = url_fingerprint("https://example.com/p?a=1")
-    assert url_fingerprint("https://example.com/p?a=2") != fp
-    assert url_fingerprint("https://example.com/q?a=1") != fp
-    assert url_fingerprint("https://example.org/p?a=1") != fp
+    fp = url_hash("https://example.com/p?a=1")
+    assert url_hash("https://example.com/p?a=2") != fp
+    assert url_hash("https://example.com/q?a=1") != fp
+    assert url_hash("https://example.org/p?a=1") != fp
 
 
 def test_task_canonical_url_property() -> None:

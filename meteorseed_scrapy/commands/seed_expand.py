@@ -22,7 +22,7 @@ from scrapy.exceptions import NotConfigured, UsageError
 
 from meteorseed_scrapy.api.rules import SiteRules
 from meteorseed_scrapy.migrate import command as migration
-from meteorseed_scrapy.queue.connection import async_client, check_url, redact
+from meteorseed_scrapy.queue.connection import async_client, check_redis_url, redact
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import ShardMismatch
 from meteorseed_scrapy.queue.writer import TaskWriter
@@ -199,7 +199,7 @@ class Command(ScrapyCommand):
         sites = runner.SiteBounds(bounds, self.settings.get("METEORSEED_SITES_DIR"))
         redis_url = redis_url_from(self.settings)
         try:
-            check_url(redis_url)
+            check_redis_url(redis_url)
         except ValueError as exc:
             _say(f"invalid Redis URL {redact(redis_url)!r}: {exc}")
             return EXIT_FAILED

@@ -74,7 +74,7 @@ def parse_cluster_url(url: str, setting: str = SETTING) -> ClusterTarget:
     return ClusterTarget(node_url, tuple(nodes))
 
 
-def check_url(url: str) -> None:
+def check_redis_url(url: str) -> None:
     """Raise :class:`ValueError` for a URL neither client could use."""
     if is_cluster_url(url):
         parse_cluster_url(url)

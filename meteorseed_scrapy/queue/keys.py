@@ -313,7 +313,7 @@ class KeyLayout:
             return f"{self.namespace}:{{{quota}}}:site:{site}:{what}"
         return self.site(site, what)
 
-    def fingerprint(self, site_id: str, fp: str) -> str:
+    def content_fingerprint(self, site_id: str, fp: str) -> str:
         return f"{self.namespace}:{{{site_id}}}:fp:{fp}"
 
     @property

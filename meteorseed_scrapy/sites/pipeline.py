@@ -24,10 +24,10 @@ from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import key_layout, redis_url_from, store_uri_from
 from meteorseed_scrapy.sites.model import Dedup
-from meteorseed_scrapy.sites.reposts import FingerprintIndex, fingerprint
+from meteorseed_scrapy.sites.reposts import RepostIndex, content_fingerprint
 from meteorseed_scrapy.store import check_store_uri, open_store
 from meteorseed_scrapy.store.base import Store, check_fields, utc_timestamp
-from meteorseed_scrapy.task.canonical import url_fingerprint
+from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import current_scrape
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class SitesPipeline:
         self._redis_factory = redis_factory
         self._store: Store | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._index: FingerprintIndex | None = None
+        self._index: RepostIndex | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SitesPipeline:
@@ -101,7 +101,7 @@ class SitesPipeline:
         out = item.output()
         dedup = item.dedup
         if dedup.mode != "off":
-            fp = fingerprint(item.fields.get(dedup.title), item.fields.get(dedup.content))
+            fp = content_fingerprint(item.fields.get(dedup.title), item.fields.get(dedup.content))
             out["content_fingerprint"] = fp
             owner = await self._fingerprints().owner(
                 item.site_id, fp, self._doc_id(item), dedup.window)
@@ -120,7 +120,7 @@ class SitesPipeline:
         if item.key is not None:
             return f"{item.site_id}:{item.key}"
         scrape = current_scrape()
-        return f"{item.site_id}:{url_fingerprint(scrape.task.url if scrape else item.url)}"
+        return f"{item.site_id}:{url_hash(scrape.task.url if scrape else item.url)}"
 
     async def _store_anomaly(self, item: SiteItem) -> None:
         scrape = current_scrape()
@@ -141,13 +141,13 @@ class SitesPipeline:
             self._executor, self._store.upsert_anomalies, [doc])
         self._inc(f"{item.site_id}/anomalies_stored")
 
-    def _fingerprints(self) -> FingerprintIndex:
+    def _fingerprints(self) -> RepostIndex:
         if self._index is None:
             if self._redis_factory is not None:
                 client = self._redis_factory(self.redis_url)
             else:
                 client = async_client(self.redis_url, decode_responses=True)
-            self._index = FingerprintIndex(client, self.keys)
+            self._index = RepostIndex(client, self.keys)
         return self._index
 
     def _inc(self, name: str) -> None:

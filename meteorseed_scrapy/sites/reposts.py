@@ -25,12 +25,12 @@ def normalise(text: Any) -> str:
     return _NON_WORD.sub(" ", str(text or "").casefold()).strip()
 
 
-def fingerprint(title: Any, content: Any) -> str:
+def content_fingerprint(title: Any, content: Any) -> str:
     material = normalise(title) + "\n" + normalise(content)[:CONTENT_CHARS]
     return hashlib.sha1(material.encode("utf-8")).hexdigest()
 
 
-class FingerprintIndex:
+class RepostIndex:
     """Fleet-wide first owner of each fingerprint, in Redis (``redis.asyncio`` client)."""
 
     def __init__(self, client: Any, keys: KeyLayout) -> None:
@@ -40,7 +40,7 @@ class FingerprintIndex:
     async def owner(self, site_id: str, fp: str, doc_id: str, window: float) -> str | None:
         """The id of an *other* document that had ``fp`` first within the window, else None
         (``doc_id`` then owns it, or already did: a re-crawl is not a repost)."""
-        key = self.keys.fingerprint(site_id, fp)
+        key = self.keys.content_fingerprint(site_id, fp)
         # SET NX first: one round trip in the common case of a new article.
         if await self.client.set(key, doc_id, nx=True, ex=max(1, int(window))):
             return None

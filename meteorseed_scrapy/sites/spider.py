@@ -32,7 +32,7 @@ from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
 from meteorseed_scrapy.sites.remote import RemoteRules
-from meteorseed_scrapy.task.canonical import url_fingerprint
+from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import task_of
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ class RuleSpider(scrapy.Spider):
             if value not in (None, "", []):
                 key = str(value)
             elif index is not None:  # an anomaly without its key: unique per page position
-                key = f"{url_fingerprint(url)}-{index}"
+                key = f"{url_hash(url)}-{index}"
         self._sample(config, parsed.fields, parsed.raw, url)
         self._inc(f"{config.site_id}/items")
         return SiteItem(config.site_id, config.version, url, key, parsed.fields, parsed.raw,

@@ -14,7 +14,7 @@ from meteorseed_scrapy.store.base import (
     check_fields,
     check_unique_key,
 )
-from meteorseed_scrapy.task.canonical import url_fingerprint
+from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import Scrape
 
 
@@ -47,9 +47,9 @@ def item_document(item: Any, scrape: Scrape | None,
                 " without a 'unique_key' field; they would overwrite each other: give each"
                 " item a distinct unique_key"
             )
-        unique_key = url_fingerprint(scrape.task.url)
+        unique_key = url_hash(scrape.task.url)
     elif isinstance(origin["url"], str) and origin["url"]:
-        unique_key = url_fingerprint(origin["url"])
+        unique_key = url_hash(origin["url"])
     else:
         raise UniqueKeyError(
             "item has neither a 'unique_key' nor a 'url' field, and no MeteorSeed task"

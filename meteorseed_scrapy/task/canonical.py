@@ -45,9 +45,9 @@ def canonical_url(url: str) -> str:
     return canonicalize_url(url, keep_fragments=False)
 
 
-def url_fingerprint(url: str) -> str:
+def url_hash(url: str) -> str:
     """Hex SHA-256 of the canonical URL (the default ``unique_key`` of stored documents)."""
     return hashlib.sha256(canonical_url(url).encode("utf-8")).hexdigest()
 
 
-__all__ = ["canonical_url", "url_fingerprint"]
+__all__ = ["canonical_url", "url_hash"]
