@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ from meteorseed_scrapy.sites.lookup import site_config
 from meteorseed_scrapy.task.context import TASK_META_KEY
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.loopback import LoopbackSite
+from meteorseed_scrapy.testing.polling import wait_for
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
 
 SITE = """site_id: {site_id}
@@ -167,19 +170,44 @@ def test_user_agent_pool_round_robin_and_explicit_agent_kept(tmp_path: Path) -> 
     assert explicit.headers[b"User-Agent"] == b"Mine"
 
 
+def rewrite(path: Path, text: str) -> None:
+    """Rewrite ``path`` so its (mtime, size) stamp changes whatever the mtime grain."""
+    stamp = path.stat().st_mtime_ns + 5_000_000_000
+    path.write_text(text)
+    os.utime(path, ns=(stamp, stamp))
+
+
+def blacklist_of(crawler: Any, site_id: str = "hot") -> list[str] | None:
+    config = site_config(crawler, site_id)
+    return None if config is None else [p.pattern for p in config.blacklist]
+
+
 def test_site_config_follows_file_changes(tmp_path: Path) -> None:
     sites = write_site(tmp_path / "sites", "hot", 'blacklist: ["/a"]')
     crawler = crawler_for(sites, METEORSEED_SITES_RELOAD_INTERVAL=0.0001)
-    assert [p.pattern for p in site_config(crawler, "hot").blacklist] == ["/a"]  # type: ignore
-    import os
-    import time
+    assert blacklist_of(crawler) == ["/a"]
+    rewrite(sites / "hot.yaml", SITE.format(site_id="hot", extra='blacklist: ["/b"]'))
+    wait_for(lambda: blacklist_of(crawler) == ["/b"])
 
-    time.sleep(0.01)
-    path = sites / "hot.yaml"
-    path.write_text(SITE.format(site_id="hot", extra='blacklist: ["/b"]'))
-    os.utime(path, (time.time() + 5, time.time() + 5))
-    time.sleep(0.01)
-    assert [p.pattern for p in site_config(crawler, "hot").blacklist] == ["/b"]  # type: ignore
+
+def test_a_bad_edit_keeps_the_sites_last_good_config_on_the_worker(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    sites = write_site(tmp_path / "sites", "hot", 'blacklist: ["/a"]\nlimits: {rate: 3}')
+    crawler = crawler_for(sites, METEORSEED_SITES_RELOAD_INTERVAL=0.0001)
+    assert site_config(crawler, "hot").limits.rate == 3.0  # type: ignore[union-attr]
+    with caplog.at_level(logging.ERROR, logger="meteorseed_scrapy.sites.loader"):
+        rewrite(sites / "hot.yaml", SITE.format(site_id="hot", extra="limits: {rate: .nan}"))
+        wait_for(lambda: blacklist_of(crawler) is not None  # each look may reload
+                 and "limits.rate: must be a positive finite number, got nan" in caplog.text)
+    assert site_config(crawler, "hot").limits.rate == 3.0  # type: ignore[union-attr]
+    assert blacklist_of(crawler) == ["/a"]
+
+
+def test_a_missing_sites_dir_is_looked_for_again(tmp_path: Path) -> None:
+    crawler = crawler_for(tmp_path / "later", METEORSEED_SITES_RELOAD_INTERVAL=0.0001)
+    assert site_config(crawler, "hot") is None
+    write_site(tmp_path / "later", "hot", 'blacklist: ["/a"]')
+    wait_for(lambda: blacklist_of(crawler) == ["/a"], timeout=10)
 
 
 class Clock:

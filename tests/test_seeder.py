@@ -28,6 +28,7 @@ from meteorseed_scrapy.seeding.adapt import Bounds
 from meteorseed_scrapy.seeding.records import SeedRecord
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seeder import RunResult, Seeder, SeederConfig
+from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
@@ -429,13 +430,14 @@ def test_site_bounds_from_rule_files_and_settings(tmp_path: Path) -> None:
         runner.bounds_from({"METEORSEED_SCHEDULE_MIN_INTERVAL": "soon"}.get)
     with pytest.raises(ValueError, match="must not be above"):
         runner.bounds_from({"METEORSEED_SCHEDULE_MIN_INTERVAL": "3h"}.get)
-    sites = runner.SiteBounds(defaults, str(tmp_path))
+    sites = SiteConfigs(str(tmp_path))
     asyncio.run(sites.refresh())
+    bounds = runner.bounds_for(sites, defaults)
     site_id = next(line.split(":", 1)[1].strip() for line in text.splitlines()
                    if line.startswith("site_id:"))
-    assert sites(site_id) == Bounds(120, 1200)
-    assert sites("unknown_site") == defaults
-    assert runner.SiteBounds(defaults, None)("x") == defaults
+    assert bounds(site_id) == Bounds(120, 1200)
+    assert bounds("unknown_site") == defaults
+    assert runner.bounds_for(SiteConfigs(), defaults)("x") == defaults
     # The same rule files keep a seed's URLs inside the site's allowed domains.
     assert sites.rejects(site_id, "https://elsewhere.invalid/x") is not None
     assert sites.rejects("unknown_site", "https://elsewhere.invalid/x") is None

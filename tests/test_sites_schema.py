@@ -10,11 +10,11 @@ import pytest
 from parsel import Selector
 
 from meteorseed_scrapy.sites.extract import extract
-from meteorseed_scrapy.sites.loader import load_file
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.processors import Context, ProcessorError, make_date, make_float
 from meteorseed_scrapy.sites.quality import check
 from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.rulefile import load_file
 from meteorseed_scrapy.sites.schema import parse_site
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "example_project" / "sites"
@@ -63,7 +63,7 @@ def test_example_sites_load() -> None:
     ({"fields": {"site_id": "h1::text"}}, "fields.site_id", "reserved"),
     ({"required": ["body"]}, "required", "'body'"),
     ({"unique_key": "sku"}, "unique_key", "must be 'url' or a field name"),
-    ({"limits": {"rate": -1}}, "limits.rate", ">= 0"),
+    ({"limits": {"rate": -1}}, "limits.rate", "positive finite number"),
     ({"limits": {"concurrency": 1.5}}, "limits.concurrency", "whole number"),
     ({"rendering": {"mode": "browser"}}, "rendering.wait_for", "required when mode is browser"),
     ({"rendering": {"mode": "chrome"}}, "rendering.mode", "must be one of"),

@@ -19,10 +19,10 @@ from itertools import islice
 from typing import Any
 
 from meteorseed_scrapy.api.problems import FieldError
-from meteorseed_scrapy.api.rules import SiteRules
 from meteorseed_scrapy.queue.writer import CHUNK_SIZE, Encoded, TaskWriter
 from meteorseed_scrapy.seeding.seed_urls import UrlError, cached_canonical_url, expand
 from meteorseed_scrapy.seeding.sitemap import SitemapError
+from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
@@ -92,7 +92,7 @@ def _take(items: Iterator[ExecTask | UrlError], n: int) -> list[ExecTask | UrlEr
 
 
 async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: TaskWriter,
-                      rules: SiteRules, max_backlog: int,
+                      rules: SiteConfigs, max_backlog: int,
                       keepalive: Callable[[], Awaitable[None]] | None = None
                       ) -> tuple[str, str | None]:
     """Expand ``seed`` into the task stream, recording counts and rejections in ``progress``;
@@ -131,7 +131,7 @@ async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: T
 
 
 def _encode(seed: SeedTask, prefix: str, chunk: list[ExecTask | UrlError], progress: Progress,
-            writer: TaskWriter, rules: SiteRules) -> list[Encoded]:
+            writer: TaskWriter, rules: SiteConfigs) -> list[Encoded]:
     batch: list[Encoded] = []
     for position, item in enumerate(chunk, start=progress.enqueued + progress.duplicates
                                     + progress.rejected):

@@ -16,11 +16,11 @@ from redis.asyncio import Redis
 
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.expansion import Progress
-from meteorseed_scrapy.api.rules import SiteRules
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.connection import sync_client as sync_client_for
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.sites.remote import RemoteRules
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class ApiState:
     sync_client: SyncRedis
     writer: TaskWriter
     registry: SeedRegistry
-    rules: SiteRules
+    rules: SiteConfigs
     expansions: Expansions = field(default_factory=Expansions)
 
     @classmethod
@@ -112,7 +112,7 @@ class ApiState:
             writer=TaskWriter(client, keys),
             registry=SeedRegistry(client, keys),
             # Rules pushed to the namespace always count; --sites-dir adds local files.
-            rules=SiteRules(config.sites_dir, RemoteRules(sync_client, keys)),
+            rules=SiteConfigs(config.sites_dir, RemoteRules(sync_client, keys)),
         )
 
     async def close(self) -> None:

@@ -31,6 +31,7 @@ from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.schedule import format_duration
 from meteorseed_scrapy.seeding.seeder import SeederConfig
 from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.sites.lookup import SiteConfigs
 
 #: Most seeds ``--list`` shows.
 LIST_LIMIT = 1000
@@ -91,9 +92,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(f"meteorseed seeder: {line}", file=ctx.err, flush=True)
 
     runner.log_to(ctx.err)
-    sites = runner.SiteBounds(bounds, _setting("METEORSEED_SITES_DIR", args.sites_dir))
+    sites = SiteConfigs(_setting("METEORSEED_SITES_DIR", args.sites_dir))
     return asyncio.run(runner.watch(
-        url, ctx.keys, seed_file=args.file, config=config, bounds=sites, say=say,
+        url, ctx.keys, seed_file=args.file, config=config, sites=sites, bounds=bounds, say=say,
         on_error=lambda rejection: print(rejection, file=ctx.err, flush=True),
         stdin=sys.stdin.buffer if args.file == "-" else None))
 

@@ -20,7 +20,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import NotConfigured, UsageError
 
-from meteorseed_scrapy.api.rules import SiteRules
 from meteorseed_scrapy.migrate import command as migration
 from meteorseed_scrapy.queue.connection import async_client, check_redis_url, redact
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -33,6 +32,7 @@ from meteorseed_scrapy.seeding.progress import Progress
 from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES, read_lines
 from meteorseed_scrapy.seeding.seeder import SeederConfig
 from meteorseed_scrapy.settings import DEFAULTS, key_layout, redis_url_from
+from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE, LANES
 
 __all__ = ["Command", "ExpandSummary", "expand_stream"]
@@ -196,7 +196,7 @@ class Command(ScrapyCommand):
             return EXIT_FAILED
         runner.log_to(sys.stderr)
         config = SeederConfig(batch_size=opts.batch_size, max_backlog=self._max_backlog())
-        sites = runner.SiteBounds(bounds, self.settings.get("METEORSEED_SITES_DIR"))
+        sites = SiteConfigs(self.settings.get("METEORSEED_SITES_DIR"))
         redis_url = redis_url_from(self.settings)
         try:
             check_redis_url(redis_url)
@@ -206,7 +206,8 @@ class Command(ScrapyCommand):
         try:
             return asyncio.run(runner.watch(
                 redis_url, keys, seed_file=args[0] if args else None,
-                config=config, bounds=sites, say=_say, on_error=_report_rejection))
+                config=config, sites=sites, bounds=bounds, say=_say,
+                on_error=_report_rejection))
         except ShardMismatch as exc:
             _say(str(exc))
             return EXIT_FAILED
@@ -234,7 +235,7 @@ class Command(ScrapyCommand):
         client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
         progress = Progress(sys.stderr)
         assert self.settings is not None
-        rules = SiteRules(self.settings.get("METEORSEED_SITES_DIR") or None)
+        rules = SiteConfigs(self.settings.get("METEORSEED_SITES_DIR"))
         try:
             if not opts.dry_run:
                 await client.ping()  # fail before reading any input when Redis is not there

@@ -107,7 +107,7 @@ async def expand_stream(
     ``dry_run`` expands, validates and counts (``summary.expanded``) but sends nothing to
     Redis. ``on_batch`` is called after each batch (progress reports). ``rejects(site_id,
     url)`` says why a URL may not be enqueued for its site (outside its allowed domains, on its
-    blacklist: see :class:`~meteorseed_scrapy.api.rules.SiteRules`), or None.
+    blacklist: see :meth:`~meteorseed_scrapy.sites.lookup.SiteConfigs.rejects`), or None.
 
     While Redis runs one batch's script, the next batch is built: one batch in flight at a
     time, so Python's work and Redis's overlap instead of adding up.

@@ -35,6 +35,7 @@ from meteorseed_scrapy.seeding.expand import Rejection
 from meteorseed_scrapy.seeding.schedule import parse_duration
 from meteorseed_scrapy.seeding.seed_lines import read_lines
 from meteorseed_scrapy.seeding.seeder import Seeder, SeederConfig
+from meteorseed_scrapy.sites.lookup import SiteConfigs
 
 logger = logging.getLogger(__name__)
 
@@ -63,24 +64,14 @@ def bounds_from(get: Callable[[str], Any]) -> Bounds:
                          f"({values[0]:g} s > {values[1]:g} s)") from None
 
 
-class SiteBounds:
-    """``bounds_for(site_id)`` from the site rule files' ``schedule: {min, max}`` over the
-    default bounds; the directory is re-read (in a thread) by :meth:`refresh`."""
+def bounds_for(sites: SiteConfigs, defaults: Bounds) -> Callable[[str], Bounds]:
+    """``bounds(site_id)``: the site rule config's ``schedule: {min, max}`` over ``defaults``."""
 
-    def __init__(self, defaults: Bounds, sites_dir: str | None) -> None:
-        from meteorseed_scrapy.api.rules import SiteRules
+    def bounds(site_id: str) -> Bounds:
+        config = sites.get(site_id)
+        return site_bounds(config.schedule if config is not None else None, defaults, site_id)
 
-        self.defaults = defaults
-        self._rules = SiteRules(sites_dir or None)
-        #: why a URL may not be enqueued for a site (allowed domains, blacklist), or None
-        self.rejects = self._rules.rejects
-
-    def __call__(self, site_id: str) -> Bounds:
-        config = self._rules.get(site_id)
-        return site_bounds(getattr(config, "schedule", None), self.defaults, site_id)
-
-    async def refresh(self) -> None:
-        await self._rules.refresh()
+    return bounds
 
 
 @dataclass
@@ -132,16 +123,18 @@ def log_to(stream: IO[str]) -> None:
 
 
 async def watch(redis_url: str, keys: KeyLayout, *, seed_file: str | None, config: SeederConfig,
-                bounds: SiteBounds, say: Callable[[str], None],
+                sites: SiteConfigs, bounds: Bounds, say: Callable[[str], None],
                 on_error: Callable[[Rejection], None], stdin: IO[bytes] | None = None) -> int:
-    """Run a seeder until SIGINT/SIGTERM; returns the exit code (0 on a graceful stop)."""
+    """Run a seeder until SIGINT/SIGTERM; returns the exit code (0 on a graceful stop).
+    ``sites``: the site rules (schedule bounds over ``bounds``, allowed domains, blacklist)."""
     client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     source = SeedFile(seed_file) if seed_file else None
-    seeder = Seeder(client, keys, config=config, bounds_for=bounds, rejects=bounds.rejects,
+    seeder = Seeder(client, keys, config=config, bounds_for=bounds_for(sites, bounds),
+                    rejects=sites.rejects,
                     on_wait=lambda backlog: say(
                         f"{backlog} tasks waiting (more than {config.max_backlog}); pausing "
                         "until workers catch up"))
@@ -150,7 +143,7 @@ async def watch(redis_url: str, keys: KeyLayout, *, seed_file: str | None, confi
 
     async def before_claim() -> None:
         nonlocal outages
-        await bounds.refresh()
+        await sites.refresh()
         if source is None:
             return
         if seeder.outages != outages:  # Redis may have come back empty: register again

@@ -2,9 +2,13 @@
 
 - :mod:`.schema` / :mod:`.reader`: the validated config objects and their errors
 - :mod:`.processors`, :mod:`.extract`: selecting and normalising field values
-- :mod:`.loader`: the rules directory, hot reload that keeps the last good version
+- :mod:`.rulefile`: one rule file read and validated
+- :mod:`.loader`: the rules directory (and, with :mod:`.remote`, the rules pushed to Redis), hot
+  reload that keeps the last good version
+- :mod:`.lookup`: :class:`~meteorseed_scrapy.sites.lookup.SiteConfigs`, the one site-rule lookup
+  of workers, seeding and the HTTP API
 - :mod:`.quality`: constraint checks, per-site anomaly rates and jump detection
-- :mod:`.fingerprint`: content fingerprints for repost detection
+- :mod:`.reposts`: content fingerprints for repost detection
 - :mod:`.pipeline`: anomalies to the anomaly store, duplicates marked, items to the store stage
 - :mod:`.spider`: :class:`~meteorseed_scrapy.sites.spider.RuleSpider`
 

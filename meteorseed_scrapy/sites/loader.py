@@ -11,54 +11,17 @@ version: the site keeps its last good config and the log says so.
 
 from __future__ import annotations
 
-import json
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import yaml
 from redis.exceptions import RedisError
 
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import ConfigError
-from meteorseed_scrapy.sites.schema import parse_site
-
-if TYPE_CHECKING:
-    from meteorseed_scrapy.sites.remote import RemoteRules
+from meteorseed_scrapy.sites.remote import RemoteRules
+from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Source, Stamp, load_file
 
 logger = logging.getLogger(__name__)
-SUFFIXES = (".yaml", ".yml", ".json")
-Stamp = tuple[int, int]  # (mtime_ns, size); pushed rules: (digest prefix, size)
-Source = Path | str  # a file, or ``redis:<key>/<site_id>`` for a pushed rule file
-
-
-@dataclass(frozen=True)
-class FileResult:
-    path: Source
-    stamp: Stamp | None  # None: the file is gone
-    config: SiteConfig | None = None
-    error: ConfigError | None = None
-
-
-def load_file(path: Path) -> SiteConfig:
-    """Read and validate one rule file, or raise :class:`ConfigError`."""
-    source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(source, "", f"cannot read: {exc}") from None
-    return parse_text(text, path.suffix, source)
-
-
-def parse_text(text: str, suffix: str, source: str) -> SiteConfig:
-    """Validate the text of a rule file (``suffix`` ``.json``: JSON, else YAML)."""
-    try:
-        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        kind = "JSON" if suffix == ".json" else "YAML"
-        raise ConfigError(source, "", f"not valid {kind}: {exc}") from None
-    return parse_site(data, source)
 
 
 class SiteRegistry:
@@ -100,7 +63,7 @@ class SiteRegistry:
     def _poll_remote(self, remote: RemoteRules) -> list[FileResult]:
         try:
             results = remote.changes(self._stamps)
-        except RedisError as exc:
+        except (RedisError, UnicodeDecodeError) as exc:  # also bytes written by hand, not UTF-8
             if not self._remote_down:
                 logger.warning("Cannot read the site rules pushed to Redis (%s): %s; keeping"
                                " the %d sites loaded", remote.keys.sites, exc, len(self._sites))

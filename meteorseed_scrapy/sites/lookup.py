@@ -1,22 +1,30 @@
-"""Site rule configs by ``site_id`` for one crawler, and the base of the per-site middlewares.
+"""Site rule configs by ``site_id``: the one lookup of workers, seeding and the HTTP API.
 
-The hygiene middlewares (see :mod:`meteorseed_scrapy.middlewares`) share one
-:class:`SiteConfigs` per crawler, looked up by the task's ``site_id`` (or, for a request that
-carries no task, :data:`SITE_META_KEY`).
+:class:`SiteConfigs` holds a :class:`~meteorseed_scrapy.sites.loader.SiteRegistry` over
+``METEORSEED_SITES_DIR`` (and, when given, the rules pushed to Redis) and reloads it at most
+every ``interval`` seconds: on read for a worker's middlewares (:func:`site_configs`, one per
+crawler, which prefer the running ``sites`` spider's registry), or in a thread through
+:meth:`SiteConfigs.refresh` for asyncio callers. A changed file that does not validate never
+replaces the site's last good config. Also the base of the per-site middlewares.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from scrapy import Request
 
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.model import SiteConfig
+from meteorseed_scrapy.sites.remote import RemoteRules
+from meteorseed_scrapy.sites.rulefile import FileResult
 from meteorseed_scrapy.task.context import task_of
 
 # Logged under the name these middlewares always had (users' logging config refers to it).
@@ -26,47 +34,97 @@ logger = logging.getLogger("meteorseed_scrapy.middlewares")
 SITE_META_KEY = "meteorseed_site"
 #: downloads of robots.txt / the warm-up home page tried before giving up on it
 FETCH_ATTEMPTS = 3
+#: seconds between two looks at the rules (``METEORSEED_SITES_RELOAD_INTERVAL``'s default)
+RELOAD_INTERVAL = 1.0
 
 
 class SiteConfigs:
-    """Site configs for one crawler: the running spider's registry when it has one (the
-    ``sites`` spider, hot-reloaded there), else one loaded here from ``METEORSEED_SITES_DIR`` and
-    re-polled at most every ``METEORSEED_SITES_RELOAD_INTERVAL`` seconds; else none."""
+    """Site configs by ``site_id`` from ``directory`` and/or ``remote``, re-read at most every
+    ``interval`` seconds (0: read once); with neither, no site has rules. ``reload_on_read``:
+    :meth:`get` itself re-reads when due (cheap ``stat`` calls, for the reactor thread);
+    else only :meth:`refresh` does, in a thread. ``spider``: returns the running spider,
+    whose own registry (the ``sites`` spider's, hot-reloaded there) is used when it has one."""
 
-    def __init__(self, crawler: Any) -> None:
-        self.crawler = crawler
-        self._own: SiteRegistry | None = None
-        self._polled = 0.0
+    def __init__(self, directory: str | Path | None = None, remote: RemoteRules | None = None,
+                 *, interval: float = RELOAD_INTERVAL, reload_on_read: bool = False,
+                 spider: Callable[[], Any] | None = None) -> None:
+        self.directory = Path(directory) if directory else None
+        self.interval = interval
+        self.reload_on_read = reload_on_read
+        self._spider = spider
+        self._registry = SiteRegistry(None, remote)  # the directory joins once it is one
+        self._polled: float | None = None  # time.monotonic() of the last look
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> SiteConfigs:
         settings = crawler.settings
-        self.directory = settings.get("METEORSEED_SITES_DIR") or ""
-        self.interval = settings.getfloat("METEORSEED_SITES_RELOAD_INTERVAL", 1.0)
+        return cls(settings.get("METEORSEED_SITES_DIR") or None,
+                   interval=settings.getfloat("METEORSEED_SITES_RELOAD_INTERVAL", RELOAD_INTERVAL),
+                   reload_on_read=True, spider=lambda: getattr(crawler, "spider", None))
 
-    def registry(self) -> SiteRegistry | None:
-        spider = getattr(self.crawler, "spider", None)
-        shared = getattr(spider, "registry", None)
+    def registry(self) -> SiteRegistry:
+        shared = getattr(self._spider(), "registry", None) if self._spider else None
         if isinstance(shared, SiteRegistry):
             return shared
-        if not self.directory:
-            return None
-        now = time.monotonic()
-        if self._own is None:
-            if not Path(self.directory).is_dir():
-                if now - self._polled < max(self.interval, 1.0) and self._polled:
-                    return None
-                if not self._polled:
-                    logger.warning("METEORSEED_SITES_DIR %r is not a directory: no site rules",
-                                   self.directory)
-                self._polled = now  # looked for again (once a second at most)
-                return None
-            self._own, self._polled = SiteRegistry(self.directory).load(), now
-        elif self.interval > 0 and now - self._polled >= self.interval:
-            self._polled = now
-            self._own.apply(self._own.poll())
-        return self._own
+        if self.reload_on_read and self._due():
+            self._registry.apply(self._poll())
+        return self._registry
 
     def get(self, site_id: str) -> SiteConfig | None:
-        registry = self.registry()
-        return registry.get(site_id) if registry is not None else None
+        return self.registry().get(site_id)
+
+    @property
+    def sites(self) -> dict[str, SiteConfig]:
+        return self.registry().sites
+
+    async def refresh(self) -> None:
+        """Apply changed rules (read in a thread, one look at a time); cheap while not due."""
+        if not self._due():
+            return
+        async with self._lock:
+            if self._due():
+                self._registry.apply(await asyncio.to_thread(self._poll))
+
+    def rejects(self, site_id: str, url: str) -> str | None:
+        """Why ``url`` may not be dispatched for ``site_id`` (the site's allowed domains and
+        blacklist), or None when it may; a site without rules takes any URL."""
+        config = self.get(site_id)
+        if config is None or config.allows(url):
+            return None
+        for pattern in config.blacklist:
+            if pattern.search(url):
+                return f"matches the blacklist pattern {pattern.pattern!r} of site {site_id}"
+        host = (urlsplit(url).hostname or "").lower()
+        allowed = ", ".join(config.allowed_domains)
+        return f"host {host!r} is not in the allowed domains of site {site_id} ({allowed})"
+
+    def close(self) -> None:
+        self._registry.close()
+
+    def _due(self) -> bool:
+        if self.directory is None and self._registry.remote is None:
+            return False  # nothing to read, ever
+        if self._polled is None:
+            return True
+        interval = self.interval
+        if self.directory is not None and self._registry.directory is None:
+            interval = max(interval, 1.0)  # a directory still missing: looked for again
+        elif interval <= 0:
+            return False
+        return time.monotonic() - self._polled >= interval
+
+    def _poll(self) -> list[FileResult]:
+        """Blocking: what changed since the last look."""
+        first = self._polled is None
+        self._polled = time.monotonic()
+        if self.directory is not None and self._registry.directory is None:
+            if self.directory.is_dir():
+                self._registry.directory = self.directory
+            elif first:
+                logger.warning("METEORSEED_SITES_DIR %r is not a directory: no site rules from"
+                               " it until it is one", str(self.directory))
+        return self._registry.poll()
 
 
 _CONFIGS: weakref.WeakKeyDictionary[Any, SiteConfigs] = weakref.WeakKeyDictionary()
@@ -76,7 +134,7 @@ def site_configs(crawler: Any) -> SiteConfigs:
     """The one :class:`SiteConfigs` of ``crawler`` (shared by the middlewares)."""
     configs = _CONFIGS.get(crawler)
     if configs is None:
-        configs = _CONFIGS[crawler] = SiteConfigs(crawler)
+        configs = _CONFIGS[crawler] = SiteConfigs.from_crawler(crawler)
     return configs
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
@@ -30,9 +30,7 @@ from meteorseed_scrapy.queue.connection import sync_client
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import ConfigError
-
-if TYPE_CHECKING:
-    from meteorseed_scrapy.sites.loader import FileResult, Stamp
+from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Stamp, parse_text
 
 logger = logging.getLogger(__name__)
 PREFIX = "redis:"  # registry keys of pushed rules: redis:<hash key>/<site_id>
@@ -61,8 +59,6 @@ def sha1(text: str) -> str:
 def collect(directory: Path) -> list[Pushed]:
     """Every rule file of ``directory``, validated; raises :class:`ConfigError` listing every
     bad file (and site_ids defined twice), so nothing is pushed unless all are good."""
-    from meteorseed_scrapy.sites.loader import SUFFIXES, parse_text
-
     if not directory.is_dir():
         raise ConfigError(str(directory), "", "not a directory")
     found: list[Pushed] = []
@@ -151,8 +147,6 @@ class RemoteRules:
     def changes(self, stamps: Mapping[Any, Stamp]) -> list[FileResult]:
         """Blocking: what changed since the registry's ``stamps`` (keyed like :meth:`key_of`):
         one GET while nothing did, else the whole hash, validated here (off the reactor)."""
-        from meteorseed_scrapy.sites.loader import FileResult, parse_text
-
         if self._rev is not _UNSET and self.client.get(self.keys.sites_rev) == self._rev:
             return []
         with self.client.pipeline(transaction=True) as pipe:

@@ -1,5 +1,5 @@
 """Site rule configs, built from one YAML/JSON mapping per site into the value objects of
-:mod:`.model` (re-exported here).
+:mod:`.model`.
 
 See docs/sites.md for the format. :func:`parse_site` either returns a complete
 :class:`SiteConfig` or raises :class:`~meteorseed_scrapy.sites.reader.ConfigError` naming the
@@ -8,6 +8,7 @@ file, the field path and the problem; nothing half-valid ever reaches the spider
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import datetime, timezone
 from typing import Any
@@ -186,11 +187,9 @@ def parse_site(data: Any, source: str) -> SiteConfig:
         max_depth=int(detail.number("max_depth", 1, minimum=1, integer=True) or 1),
         remove=detail.str_list("remove"), fields=fields, unique_key=unique_key,
         limits=Limits(
-            rate=limits.number("rate", None), burst=_int(limits.number("burst", None, minimum=1)),
-            concurrency=_int(limits.number("concurrency", None, minimum=1, integer=True)),
-            timeout=limits.number("timeout", None),
-            retries=_int(limits.number("retries", None, integer=True)),
-            quota_key=_quota_key(limits)),
+            rate=_limit(limits, "rate"), burst=_int(_limit(limits, "burst")),
+            concurrency=_int(_limit(limits, "concurrency")), timeout=_limit(limits, "timeout"),
+            retries=_int(_limit(limits, "retries")), quota_key=_quota_key(limits)),
         rendering=Rendering(mode, wait_for),
         headers=top.str_map("headers"), user_agents=top.str_list("user_agents"),
         proxies=top.str_list("proxies"), robots=top.flag("robots", True),
@@ -213,6 +212,42 @@ def parse_site(data: Any, source: str) -> SiteConfig:
     return config
 
 
+#: ``limits`` ranges: (least, most, whole number). Within them lua/gate.lua's arithmetic stays
+#: exact even at the slowest rate with the breaker's ramp and a 429's tightening (its bucket TTL,
+#: burst / rate in ms, stays below the 1e17 Redis still reads as an integer); outside them a
+#: value is a typo, not a policy. rate: requests a second; timeout: seconds.
+LIMITS: dict[str, tuple[float, float, bool]] = {
+    "rate": (1e-5, 1e6, False), "burst": (1, 10_000, True), "concurrency": (1, 10_000, True),
+    "timeout": (0.0, 86_400.0, False), "retries": (0, 1000, True),
+}
+
+
+def _limit(limits: Reader, key: str) -> float | None:
+    """A ``limits`` value: absent, or a finite number within :data:`LIMITS` (positive, but for
+    retries); anything else, null included, is refused naming the field."""
+    if key not in limits.data:
+        return None
+    value = limits.raw(key)
+    least, most, whole = LIMITS[key]
+    zero_ok = key == "retries"  # 0 retries is a policy; 0 requests a second is a stalled site
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or (isinstance(value, float) and not math.isfinite(value)) \
+            or value < 0 or (value == 0 and not zero_ok):
+        kind = "finite number >= 0" if zero_ok else "positive finite number"
+        raise limits.error(key, f"must be a {kind}, got {_shown(value)}")
+    if not least <= value <= most:
+        raise limits.error(key, f"must be between {least:g} and {most:g}, got {_shown(value)}")
+    if whole and value != int(value):
+        raise limits.error(key, f"must be a whole number, got {_shown(value)}")
+    return int(value) if whole else float(value)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"  # repr() refuses ints of 4300+ digits
+    return repr(value)[:100]
+
+
 def _quota_key(limits: Reader) -> str | None:
     key = limits.string("quota_key")
     if key is not None and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", key):
@@ -224,8 +259,4 @@ def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-__all__ = ["ConfigError", "FieldRule", "SiteConfig", "parse_site"]
-
-
-__all__ = ["DEFAULT_NOT_BEFORE", "RESERVED", "Constraint", "Dedup", "FieldRule", "Limits",
-           "Rendering", "Selector", "SiteConfig", "parse_site"]
+__all__ = ["LIMITS", "RESERVED", "parse_site"]
