@@ -32,7 +32,7 @@ from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
 from meteorseed_scrapy.politeness.user_agents import UserAgentPoolMiddleware
 from meteorseed_scrapy.sites.lookup import SiteConfigs, site_configs
 from meteorseed_scrapy.task.context import LEASE_META_KEY, task_of
-from meteorseed_scrapy.task.exceptions import TaskDeferred
+from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.worker.requests import status_allowed
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,8 @@ class BackoffMiddleware:
             # A 429 is the site asking us to slow down: the task is held back, not failed. A 403
             # may be for good, so it uses up a retry.
             if status == 429 or task.retry_count < self.retries_for(site):
-                raise TaskDeferred(result.pause_s, f"HTTP {status}", count_retry=status == 403)
+                raise TaskDeferred(result.pause_s, f"HTTP {status}", count_retry=status == 403,
+                                   why=DeferReason.PAUSED)
             return response
         if status in self.retry_codes:
             self._retry_or_pass(request, task.site_id, task.retry_count, f"HTTP {status}")
@@ -134,7 +135,8 @@ class BackoffMiddleware:
             return
         delay = self.backoff.compute(retries if count else 0)
         self.stats.inc_value(f"meteorseed/retry/{site}/{reason.replace(' ', '_')}")
-        raise TaskDeferred(delay, f"{reason}, retry in {delay:.1f}s", count_retry=count)
+        raise TaskDeferred(delay, f"{reason}, retry in {delay:.1f}s", count_retry=count,
+                           why=DeferReason.RETRY if count else DeferReason.SICK)
 
 
 class CircuitBreakerMiddleware:

@@ -451,7 +451,14 @@ def test_status_sites_and_dead_letters(client: Client, sync_redis: redis.Redis,
     client.call("POST", "/dispatch", url_list("s", [f"https://news.example/{i}" for i in range(4)]))
     status, _, overview = client.call("GET", "/status")
     assert status == 200 and overview["backlog"] == 4 and overview["seeds"] == 1
+    # Redis 6.2 (the test server) has no entries-added: the enqueue script's counter.
     assert overview["throughput"]["added_total"] == 4
+    assert overview["throughput"]["finished_total"] == 0
+    assert overview["delayed"] == {"total": 0, "next_due_at": None, "next_due_in_s": None,
+                                   "scanned": 0, "reasons": {}, "sites": []}
+    status, _, again = client.call("GET", "/status")
+    rates = again["throughput"]
+    assert rates["added_per_s"] == rates["finished_per_s"] == 0  # numbers, not None
     keys = KeyLayout(namespace)
     sync_redis.hset(keys.site("news", "breaker"), mapping={"state": "open", "since": 1})
     status, _, sites = client.call("GET", "/sites")
@@ -475,6 +482,24 @@ def test_status_sites_and_dead_letters(client: Client, sync_redis: redis.Redis,
     assert "https://news.example/<script>" in [t["url"] for t in stream_tasks(sync_redis,
                                                                               namespace)]
     assert client.call("POST", f"/dead-letters/{dead_id}/requeue")[0] == 404
+
+
+def test_status_shows_delayed_tasks_by_site_reason_and_due_time(
+        client: Client, sync_redis: redis.Redis, namespace: str) -> None:
+    """Tasks that only wait in the delayed set: backlog and pending are 0, yet not done."""
+    keys = KeyLayout(namespace)
+    for i, (site, why) in enumerate([("news", 1), ("news", 2), ("<b>shop</b>", 3)]):
+        task = {"task_id": f"t{i}", "seed_id": "s", "site_id": site,
+                "url": f"https://x.example/{i}", "created_at": 1.0}
+        due_ms = (int(sync_redis.time()[0]) + 60 + i) * 1000
+        sync_redis.zadd(keys.delayed, {f"retry:normal|{json.dumps(task)}": due_ms - 1 + why / 16})
+    status, _, overview = client.call("GET", "/status")
+    assert status == 200 and (overview["backlog"], overview["pending"]) == (0, 0)
+    delayed = overview["delayed"]
+    assert delayed["total"] == 3 and delayed["reasons"] == {"paused": 1, "retry": 1, "sick": 1}
+    assert [(s["site_id"], s["count"]) for s in delayed["sites"]] == [("news", 2),
+                                                                    ("<b>shop</b>", 1)]
+    assert 0 < delayed["next_due_in_s"] <= 61
 
 
 def test_sites_count_anomalies_from_the_store(redis_url: str, namespace: str,

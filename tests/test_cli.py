@@ -85,6 +85,41 @@ def test_status_of_an_empty_namespace(redis_url: str, namespace: str) -> None:
     status = run_json(redis_url, namespace, "status")
     assert status["backlog"] == status["pending"] == status["dead"] == 0
     assert status["consumers"] == []
+    assert status["delayed"]["total"] == 0 and status["delayed"]["sites"] == []
+    assert status["throughput"] == {"added_total": 0, "finished_total": 0}
+
+
+def test_status_shows_delayed_tasks_by_site_why_and_when(
+        sync_redis: redis.Redis, redis_url: str, namespace: str) -> None:
+    """Nothing waits and nothing is pending, but tasks sit in the delayed set: status says so
+    (it used to show 0 / 0 / 0, and the crawl looked finished)."""
+    keys = KeyLayout(namespace)
+    now_ms = int(sync_redis.time()[0]) * 1000
+    hostile = "evil\x1b[2Jsite"  # an escape sequence must not reach the terminal
+    members = {}
+    for i, (site, code) in enumerate([("news", 1), ("news", 1), ("news", 2), (hostile, 3)]):
+        task = ExecTask.create(seed_id="s1", site_id=site, url=f"https://news.test/{i}")
+        members[f"retry:normal|{task.to_message()['t']}"] = now_ms + 29_999 + code / 16
+    members[ExecTask.create(seed_id="s1", site_id="old", url="https://old.test/").to_message()[
+        "t"]] = now_ms - 5_000  # deferred by an older version: no reason, and overdue
+    sync_redis.zadd(keys.delayed, members)
+
+    status = run_json(redis_url, namespace, "status")
+    assert (status["backlog"], status["pending"]) == (0, 0)
+    delayed = status["delayed"]
+    assert delayed["total"] == 5
+    assert delayed["reasons"] == {"retry": 2, "paused": 1, "sick": 1, "unknown": 1}
+    rows = {s["site_id"]: s for s in delayed["sites"]}
+    assert rows["news"]["count"] == 3 and rows["news"]["reasons"] == {"retry": 2, "paused": 1}
+    assert rows[hostile]["reasons"] == {"sick": 1}
+    assert rows["old"]["next_due_in_s"] < 0 and delayed["next_due_in_s"] < 0
+    assert 0 < rows["news"]["next_due_in_s"] <= 30
+
+    code, text, _ = run(redis_url, namespace, "status")
+    assert code == 0 and "\x1b" not in text
+    line = next(x for x in text.splitlines() if x.startswith("delayed"))
+    assert " 5 " in line and "overdue" in line and "retry 2" in line and "unknown 1" in line
+    assert "evil?[2Jsite" in text and "paused 1" in text
 
 
 def test_dead_list_show_and_site_filter(

@@ -113,9 +113,10 @@ def test_queue_sampler_sums_every_lane_and_finds_the_oldest_waiting_task(
 
     sample = asyncio.run(body())
     assert (sample.length, sample.pending, sample.backlog) == (3, 1, 2)
-    assert sample.lanes == {"realtime": (0, 1), "scheduled": (1, 0), "retry": (1, 0)}
-    assert [(c, p) for c, p, _ in sample.consumers] == [("c1", 1)]
-    assert 0 < sample.lag < 3600  # the realtime one was delivered: the others are new
+    assert {lane: (v.backlog, v.pending) for lane, v in sample.lanes.items()} == {
+        "realtime": (0, 1), "scheduled": (1, 0), "retry": (1, 0)}
+    assert [(c.name, c.pending) for c in sample.consumers] == [("c1", 1)]
+    assert 0 < sample.lag_s < 3600  # the realtime one was delivered: the others are new
 
 
 def seed_expand(tmp_path: Path, redis_url: str, namespace: str, *args: str,

@@ -124,12 +124,12 @@ def test_queue_sampler_reads_backlog_pending_lag_and_consumers(
 
     sample = asyncio.run(run())
     assert (sample.length, sample.pending, sample.backlog) == (5, 2, 3)  # type: ignore[attr-defined]
-    assert sample.lag > 50 * 365 * 86400  # type: ignore[attr-defined]  # the 3000-0 entry
-    assert [(c, p) for c, p, _ in sample.consumers] == [("c1", 2)]  # type: ignore[attr-defined]
+    assert sample.lag_s > 50 * 365 * 86400  # type: ignore[attr-defined]  # the 3000-0 entry
+    assert [(c.name, c.pending) for c in sample.consumers] == [("c1", 2)]  # type: ignore[attr-defined]
 
     sync_redis.xreadgroup(keys.group, "c2", {keys.stream: ">"}, count=10)
     drained = asyncio.run(run())
-    assert (drained.backlog, drained.lag) == (0, 0.0)  # type: ignore[attr-defined]
+    assert (drained.backlog, drained.lag_s) == (0, 0.0)  # type: ignore[attr-defined]
 
 
 def test_queue_sampler_without_a_stream(redis_url: str, namespace: str) -> None:
@@ -141,4 +141,4 @@ def test_queue_sampler_without_a_stream(redis_url: str, namespace: str) -> None:
             await sampler.close()
 
     sample = asyncio.run(run())
-    assert (sample.length, sample.backlog, sample.consumers) == (0, 0, [])  # type: ignore[attr-defined]
+    assert (sample.length, sample.backlog, sample.consumers) == (0, 0, ())  # type: ignore[attr-defined]

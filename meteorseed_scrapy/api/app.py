@@ -15,6 +15,7 @@ from meteorseed_scrapy.api.config import CONFIG, ApiConfig
 from meteorseed_scrapy.api.openapi import build_spec
 from meteorseed_scrapy.api.problems import problem_middleware
 from meteorseed_scrapy.api.state import STATE, ApiState
+from meteorseed_scrapy.queue.status import Throughput
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ def create_app(config: ApiConfig) -> web.Application:
     app = web.Application(client_max_size=config.max_body,
                           middlewares=[problem_middleware, auth_middleware])
     app[CONFIG] = config
-    app[monitor.THROUGHPUT] = monitor.Throughput()
+    app[monitor.THROUGHPUT] = Throughput()
     app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri)
     app[monitor.KNOWN_SITES] = monitor.KnownSites()
     app.cleanup_ctx.append(_lifecycle)

@@ -1,74 +1,29 @@
-"""The console's data: the overview (queue, throughput) and the sites (breakers, rates).
+"""The console's data: the overview (queue, delayed tasks, throughput) and the sites (breakers,
+rates).
 
-The queue numbers come from the metrics endpoint's :class:`QueueSampler`; per-site politeness
-state is read from the keys documented in :mod:`meteorseed_scrapy.queue.keys`; anything synchronous
-(SCAN, the store) runs in a worker thread so the event loop never blocks.
+The queue snapshot is :mod:`meteorseed_scrapy.queue.status`'s, the one reader ``meteorseed
+status`` and the workers use too (a few cheap reads, fine every 2 s per open console; the CLI
+also SCANs for dedup roots, too heavy to repeat that often on a big Redis). Per-site politeness
+state is read from the keys documented in :mod:`meteorseed_scrapy.queue.keys`; anything
+synchronous (SCAN, the store) runs in a worker thread so the event loop never blocks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
-from typing import Any
 
 from aiohttp import web
-from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.cli.common import scan_namespace
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.queue.connection import redact
-from meteorseed_scrapy.queue.status import QueueSampler
+from meteorseed_scrapy.queue.status import QueueSampler, Throughput
 from meteorseed_scrapy.settings import DEFAULTS
 
 #: Sites listed on the sites page (found by their politeness keys, rule files, dedup roots).
 MAX_SITES = 500
-#: Throughput is the growth of the stream's counters over this many seconds of samples.
-THROUGHPUT_WINDOW_S = 60.0
-
-
-class Throughput:
-    """Tasks added to and finished in the task streams (every lane and band) per second, from
-    successive overviews.
-
-    ``entries-added`` (XINFO STREAM, Redis 7) counts every task ever enqueued; entries leave
-    a stream only when acked (or dead-lettered), so ``added - length`` counts finished ones.
-    """
-
-    def __init__(self) -> None:
-        self._samples: deque[tuple[float, int, int]] = deque()
-
-    async def sample(self, state: ApiState) -> dict[str, Any]:
-        async with state.client.pipeline(transaction=False) as pipe:
-            for stream in state.config.keys.streams:  # every lane and band
-                pipe.xinfo_stream(stream)
-            replies = await pipe.execute(raise_on_error=False)
-        added = length = 0
-        for reply in replies:
-            if isinstance(reply, ResponseError):  # no such stream yet
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            if reply.get("entries-added") is None:  # Redis 6.2
-                return {"added_per_s": None, "finished_per_s": None, "over_s": 0.0}
-            added += int(reply["entries-added"])
-            length += int(reply["length"])
-        now = time.monotonic()
-        finished = added - length
-        self._samples.append((now, added, finished))
-        while len(self._samples) > 2 and now - self._samples[1][0] >= THROUGHPUT_WINDOW_S:
-            self._samples.popleft()
-        then, added0, finished0 = self._samples[0]
-        span = now - then
-        if span <= 0:
-            return {"added_per_s": None, "finished_per_s": None, "over_s": 0.0,
-                    "added_total": added, "finished_total": finished}
-        return {"added_per_s": round((added - added0) / span, 2),
-                "finished_per_s": round((finished - finished0) / span, 2),
-                "over_s": round(span, 1), "added_total": added,
-                "finished_total": finished}
-
 
 THROUGHPUT = web.AppKey("throughput", Throughput)
 
@@ -76,33 +31,13 @@ THROUGHPUT = web.AppKey("throughput", Throughput)
 async def overview(request: web.Request) -> web.Response:
     state = request.app[STATE]
     keys = state.config.keys
-    # QueueSampler is the metrics endpoint's view of the streams: a few cheap reads, fine every
-    # 2 s per open console. (``meteorseed status``'s collect() also SCANs the keyspace for
-    # dedup roots: too heavy to repeat that often on a big Redis.)
-    queue = await QueueSampler(state.config.redis_url, keys, client=state.client).sample()
-    async with state.client.pipeline(transaction=False) as pipe:
-        for dead_stream in keys.deads:
-            pipe.xlen(dead_stream)
-        for shard in keys.shard_keys:
-            pipe.zcard(shard.delayed)
-        counts = await pipe.execute()
-    dead, delayed = sum(counts[:len(keys.deads)]), sum(counts[len(keys.deads):])
-    return web.json_response({
-        "namespace": keys.namespace,
-        "streams": list(keys.streams),
-        "backlog": queue.backlog,
-        "pending": queue.pending,
-        "stream_length": queue.length,
-        "lag_s": round(queue.lag, 3),
-        "dead": int(dead),
-        "delayed": int(delayed),
-        "consumers": [{"name": name, "pending": pending, "idle_ms": int(idle * 1000)}
-                      for name, pending, idle in queue.consumers],
-        "lanes": {lane: {"backlog": backlog, "pending": pending}
-                  for lane, (backlog, pending) in queue.lanes.items()},
-        "throughput": await request.app[THROUGHPUT].sample(state),
-        "seeds": await state.registry.count(),
-    })
+    status = await QueueSampler(state.config.redis_url, keys, client=state.client).sample()
+    body = status.to_json()
+    body["streams"] = list(keys.streams)
+    # Rates over the last minute of this server's snapshots; the totals are the snapshot's.
+    body["throughput"] = request.app[THROUGHPUT].update(status)
+    body["seeds"] = await state.registry.count()
+    return web.json_response(body)
 
 
 def _site_ids(state: ApiState) -> set[str]:

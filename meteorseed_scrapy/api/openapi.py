@@ -37,6 +37,16 @@ _INT = {"type": "integer"}
 _STR = {"type": "string"}
 _NUM = {"type": "number"}
 _ANY_OBJ = {"type": "object", "additionalProperties": True}
+_NUM_OR_NULL = {"type": ["number", "null"]}
+_INT_OR_NULL = {"type": ["integer", "null"]}
+_COUNTS = {"type": "object", "additionalProperties": _INT,
+           "description": "count per reason: retry, paused, sick, priority, quota, other, "
+                          "unknown (deferred by an older version)"}
+_DELAYED = _obj(total=_INT, next_due_at=_NUM_OR_NULL, next_due_in_s=_NUM_OR_NULL,
+                scanned=_INT, reasons=_COUNTS,
+                sites={"type": "array", "items": _obj(
+                    site_id={"type": ["string", "null"]}, count=_INT, reasons=_COUNTS,
+                    next_due_at=_NUM_OR_NULL, next_due_in_s=_NUM_OR_NULL)})
 _FIELD_ERROR = _obj(field={"type": "string", "examples": ["seeds[2].payload.urls[5]"]},
                     problem=_STR)
 _SEED = {
@@ -124,15 +134,19 @@ def build_spec() -> dict[str, Any]:
                                **_problems(404), **auth}, parameters=[_ID_PARAM]),
             },
             "/status": {"get": _op(
-                "Overview: backlog, pending, consumers, dead letters, throughput",
-                {**_ok("As `meteorseed status --json`, plus delayed, throughput, seeds",
-                       _obj(backlog=_INT, pending=_INT, dead=_INT, delayed=_INT, seeds=_INT,
+                "Overview: backlog, pending, delayed, consumers, dead letters, throughput",
+                {**_ok("As `meteorseed status --json` (without seen, redis), plus "
+                       "throughput rates and seeds",
+                       _obj(backlog=_INT, pending=_INT, dead=_INT, seeds=_INT,
+                            stream_length=_INT, lag_s=_NUM, delayed=_DELAYED,
                             lanes={"type": "object", "additionalProperties": _obj(
-                                backlog=_INT, pending=_INT)},
+                                backlog=_INT, pending=_INT, bands=_ANY_OBJ)},
                             consumers={"type": "array", "items": _obj(
-                                name=_STR, pending=_INT, idle_ms=_INT)},
-                            throughput=_obj(added_per_s=_NUM, finished_per_s=_NUM,
-                                            over_s=_NUM))),
+                                name=_STR, pending=_INT, idle_ms=_INT, last_seen_at=_NUM)},
+                            throughput=_obj(added_per_s=_NUM_OR_NULL,
+                                            finished_per_s=_NUM_OR_NULL, over_s=_NUM,
+                                            added_total=_INT_OR_NULL,
+                                            finished_total=_INT_OR_NULL))),
                  **auth})},
             "/sites": {"get": _op(
                 "Sites: breaker state, request rates, pauses, anomalies",

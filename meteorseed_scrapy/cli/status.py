@@ -1,10 +1,9 @@
-"""``meteorseed status``: backlog and pending per lane, pending work per consumer, dead letters,
-dedup sets, Redis.
+"""``meteorseed status``: the queue (backlog and pending per lane and band, delayed tasks by
+site and reason, dead letters, consumers, throughput totals), dedup sets, Redis.
 
-The counts that must agree (each task stream's length and pending, dead) are read in one MULTI
-per shard, so ``backlog = stream_length - pending`` is exact at one instant for each shard, as
-in ``TaskWriter.backlog`` (workers XDEL an entry right after XACKing it, so XLEN counts
-waiting + pending entries).
+The queue is read by :func:`meteorseed_scrapy.queue.status.read_status`, the one reader the API,
+the console, the metrics and the workers' idle check share; its counts agree at one instant per
+shard (one MULTI each).
 """
 
 from __future__ import annotations
@@ -24,38 +23,23 @@ from meteorseed_scrapy.cli.common import (
     scan_namespace,
     table,
 )
-from meteorseed_scrapy.queue.writer import StreamCount
-from meteorseed_scrapy.task.lanes import BANDS, LANES
+from meteorseed_scrapy.queue.status import read_status
+from meteorseed_scrapy.task.lanes import BANDS
 
 #: At most this many ``<ns>:seen:*`` sets are sized: status must stay cheap on a big Redis.
 MAX_SEEN_KEYS = 200
+#: Delayed-set entries read for the breakdown by site and reason (the soonest due); the total
+#: and the next due time are exact whatever the size.
+DELAYED_SCAN_CLI = 10_000
+#: Rows of the delayed-by-site table (``--json`` lists every site).
+MAX_ROWS = 20
 
 
 def register(sub: Any) -> None:
-    parser = sub.add_parser("status", help="backlog and pending per lane, consumers, dead "
-                            "letters, Redis")
+    parser = sub.add_parser("status", help="backlog and pending per lane, delayed tasks, "
+                            "consumers, dead letters, Redis")
     add_target_options(parser)
     parser.set_defaults(run=run)
-
-
-def _consumers(client: redis.Redis, ctx: Context) -> list[dict[str, Any]]:
-    """Consumers of the group over every task stream: pending summed, the least idle time."""
-    pipe = client.pipeline(transaction=False)
-    for stream in ctx.keys.streams:
-        pipe.xinfo_consumers(stream, ctx.keys.group)
-    found: dict[str, dict[str, Any]] = {}
-    for reply in pipe.execute(raise_on_error=False):
-        if isinstance(reply, ResponseError):  # no stream or no group yet
-            if "NOGROUP" in str(reply) or "no such key" in str(reply):
-                continue
-            raise reply
-        # Redis 6.2 and 7.0 both report name, pending and idle (7.2 adds inactive).
-        for c in reply:
-            row = found.setdefault(c["name"], {"name": c["name"], "pending": 0,
-                                               "idle_ms": int(c["idle"])})
-            row["pending"] += int(c["pending"])
-            row["idle_ms"] = min(row["idle_ms"], int(c["idle"]))
-    return list(found.values())
 
 
 def _seen_sizes(client: redis.Redis, ctx: Context) -> tuple[dict[str, int], bool]:
@@ -144,54 +128,32 @@ def _server(client: redis.Redis) -> dict[str, Any]:
 
 
 def collect(client: redis.Redis, ctx: Context) -> dict[str, Any]:
-    lanes: dict[str, dict[str, Any]] = {
-        lane: {"backlog": 0, "pending": 0,
-               "bands": {b: {"backlog": 0, "pending": 0} for b in BANDS}} for lane in LANES
-    }
-    total, dead, shards = StreamCount(), 0, []
-    counted: set[str] = set()  # (one Redis: every shard's dead letters are <ns>:dead)
-    for shard in ctx.keys.shard_keys:  # one MULTI per shard: one slot on a cluster
-        pipe = client.pipeline(transaction=True)
-        for stream in shard.streams:
-            pipe.xlen(stream)
-            pipe.xpending(stream, ctx.keys.group)
-        own_dead = shard.dead not in counted
-        if own_dead:
-            counted.add(shard.dead)
-            pipe.xlen(shard.dead)
-        *counts, shard_dead = pipe.execute(raise_on_error=False) + ([] if own_dead else [0])
-        if isinstance(shard_dead, Exception):
-            raise shard_dead
-        dead += int(shard_dead)
-        shard_total = StreamCount()
-        for stream, length, pending in zip(shard.streams, counts[::2], counts[1::2],
-                                           strict=True):
-            count = StreamCount.of(length, pending)
-            shard_total += count
-            lane, band = shard.stream_lanes[stream]
-            lanes[lane]["backlog"] += count.waiting
-            lanes[lane]["pending"] += count.pending
-            lanes[lane]["bands"][band]["backlog"] += count.waiting
-            lanes[lane]["bands"][band]["pending"] += count.pending
-        total += shard_total
-        shards.append({"shard": shard.index, "stream": shard.stream, "backlog":
-                       shard_total.waiting, "pending": shard_total.pending,
-                       "dead": int(shard_dead) if len(ctx.keys.deads) > 1 else None})
+    """``status --json``: the queue snapshot (:mod:`meteorseed_scrapy.queue.status`, as the
+    API and console read it), the dedup sets and the Redis server's settings."""
+    status = read_status(client, ctx.keys, DELAYED_SCAN_CLI).to_json()
     seen, seen_truncated = _seen_sizes(client, ctx)
-    return {
-        "namespace": ctx.keys.namespace,
-        "stream": ctx.keys.shard_keys[0].stream,
-        "backlog": total.waiting,  # tasks waiting in every stream
-        "pending": total.pending,
-        "stream_length": total.waiting + total.pending,
-        "lanes": lanes,
-        "shards": shards,
-        "dead": dead,
-        "consumers": _consumers(client, ctx),
-        "seen": seen,
-        "seen_truncated": seen_truncated,
-        "redis": _server(client),
-    }
+    return {**status, "seen": seen, "seen_truncated": seen_truncated,
+            "redis": _server(client)}
+
+
+def _printable(text: Any) -> str:
+    """A value from Redis fit for a terminal: control characters (an escape sequence in a
+    site id) shown as ``?``."""
+    return "".join(c if c.isprintable() else "?" for c in str(text))
+
+
+def _due(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    return f"overdue {-seconds:.1f}s" if seconds < 0 else f"in {seconds:.1f}s"
+
+
+def _say_delayed(ctx: Context, delayed: dict[str, Any]) -> None:
+    reasons = ", ".join(f"{why} {n}" for why, n in delayed["reasons"].items())
+    sampled = "" if delayed["scanned"] >= delayed["total"] else (
+        f" (of the {delayed['scanned']} due soonest)")
+    ctx.say(f"delayed    {delayed['total']:>10}   deferred, due later: next "
+            f"{_due(delayed['next_due_in_s'])}; {reasons}{sampled}")
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -200,11 +162,20 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.emit_json(status)
         return 0
     server = status["redis"]
+    delayed = status["delayed"]
     ctx.say(f"namespace  {status['namespace']}   (redis {server.get('version')} at {ctx.url})")
     ctx.say(f"backlog    {status['backlog']:>10}   tasks waiting to be delivered")
     ctx.say(f"pending    {status['pending']:>10}   delivered, not acked yet")
+    if delayed["total"]:
+        _say_delayed(ctx, delayed)
+    else:
+        ctx.say(f"delayed    {0:>10}   deferred, due later")
     ctx.say(f"dead       {status['dead']:>10}   dead letters ({', '.join(ctx.keys.deads[:3])}"
             f"{', ...' if len(ctx.keys.deads) > 3 else ''})")
+    throughput = status["throughput"]
+    if throughput["added_total"] is not None:
+        ctx.say(f"added      {throughput['added_total']:>10}   tasks added to the streams, "
+                f"{throughput['finished_total']} finished (since counting began)")
     if len(status["shards"]) > 1:
         ctx.say(f"shards     {len(status['shards']):>10}   METEORSEED_STREAM_SHARDS")
     ctx.say()
@@ -213,14 +184,23 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             for lane, v in status["lanes"].items()]
     ctx.say("\n".join(table(rows, ("lane", "backlog", "pending",
                                    *(f"backlog_{b}" for b in BANDS)))))
+    if delayed["sites"]:
+        ctx.say()
+        rows = [{"site": _printable(s["site_id"] or "(damaged entry)"), "delayed": s["count"],
+                 "why": ", ".join(f"{why} {n}" for why, n in s["reasons"].items()),
+                 "next_due": _due(s["next_due_in_s"])} for s in delayed["sites"][:MAX_ROWS]]
+        ctx.say("\n".join(table(rows, ("site", "delayed", "why", "next_due"))))
+        if len(delayed["sites"]) > MAX_ROWS:
+            ctx.say(f"(first {MAX_ROWS} sites only: --json lists them all)")
     ctx.say()
     if status["consumers"]:
-        ctx.say("\n".join(table(status["consumers"], ("name", "pending", "idle_ms"))))
+        rows = [{**c, "name": _printable(c["name"])} for c in status["consumers"]]
+        ctx.say("\n".join(table(rows, ("name", "pending", "idle_ms"))))
     else:
         ctx.say("no consumers (no worker has read the streams yet)")
     if status["seen"]:
         ctx.say()
-        rows = [{"site": s, "seen_urls": n} for s, n in status["seen"].items()]
+        rows = [{"site": _printable(s), "seen_urls": n} for s, n in status["seen"].items()]
         ctx.say("\n".join(table(rows, ("site", "seen_urls"))))
         if status["seen_truncated"]:
             ctx.say(f"(first {MAX_SEEN_KEYS} sites only)")

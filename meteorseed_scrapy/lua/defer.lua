@@ -9,15 +9,30 @@
 -- ARGV[4]  the delayed-set member: '<lane>:<band>|<task message JSON>', where it goes when
 --          due (promote.lua)
 -- ARGV[5]  '1' if ARGV[3] is a delay relative to Redis TIME
+-- ARGV[6]  why it waits: a code 1..15 (queue/delayed.py), recorded as the score's fraction:
+--          due - 1 + code / 16, which promote.lua (comparing with whole ms) moves at the same
+--          ms as the whole due time; absent or 0 = none (a whole score)
 -- Returns 1 if the entry was still pending here (0: another worker acked it; nothing deferred).
-local due = tonumber(ARGV[3])
+local due = math.floor(tonumber(ARGV[3]))
 if ARGV[5] == '1' then
   local t = redis.call('TIME')
   due = due + tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local code = 0
+if ARGV[6] and ARGV[6] ~= '' then
+  code = tonumber(ARGV[6])
+end
+if code == nil or code < 0 or code > 15 or code ~= math.floor(code) then
+  return redis.error_reply('ERR defer.lua: reason code must be an integer from 0 to 15, got '
+    .. tostring(ARGV[6]))
 end
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   return 0
 end
 redis.call('XDEL', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[2], due, ARGV[4])
+local score = due
+if code > 0 then
+  score = due - 1 + code / 16  -- (a Lua number reaches Redis as %.17g: kept exactly)
+end
+redis.call('ZADD', KEYS[2], score, ARGV[4])
 return 1

@@ -27,6 +27,7 @@
 -- Key types and arguments are checked before any write, so a bad call fails as a whole.
 
 --#include dedup_lib
+--#include counts_lib
 
 local stream = KEYS[1]
 local blob = ARGV[2] or ''
@@ -106,4 +107,5 @@ for i = 1, n do
   end
 end
 dd_flush()
+count_added(stream, enqueued)
 return {enqueued, duplicates, table.concat(flags)}

@@ -8,6 +8,9 @@
 -- ARGV[3]    position (1-based, among KEYS[2..]) of the default stream <ns>:tasks
 -- ARGV[4..]  the route '<lane>:<band>' of each of KEYS[2..], in the same order
 -- Returns {moved, ms until the next one is due (-1: none left)}.
+
+--#include counts_lib
+
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local routes = {}
@@ -22,6 +25,7 @@ for _, member in ipairs(due) do
     message = string.sub(member, bar + 1)
   end
   redis.call('XADD', stream, '*', 'v', ARGV[2], 't', message)
+  count_added(stream, 1)
   redis.call('ZREM', KEYS[1], member)
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -13,6 +13,7 @@
 -- Returns   {dead-letter id, new task-stream id} per task requeued (skipped ones left out).
 
 --#include dedup_lib
+--#include counts_lib
 
 local out = {}
 local n = (#ARGV - 1) / 3
@@ -22,6 +23,7 @@ for i = 0, n - 1 do
   local dead_id = ARGV[2 + i * 3]
   if #redis.call('XRANGE', KEYS[1], dead_id, dead_id) > 0 then
     local new_id = redis.call('XADD', KEYS[2 + i * 4], '*', 'v', ARGV[1], 't', ARGV[3 + i * 3])
+    count_added(KEYS[2 + i * 4], 1)
     redis.call('DEL', KEYS[3 + i * 4], KEYS[4 + i * 4])
     local root, fp = KEYS[5 + i * 4], ARGV[4 + i * 3]
     if fp ~= '' then

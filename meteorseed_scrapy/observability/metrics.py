@@ -114,6 +114,8 @@ class MetricsExtension:
                          "to be delivered", registry=self.registry),
             "length": gauge("meteorseed_queue_length", "XLEN summed over the task streams",
                             registry=self.registry),
+            "delayed": gauge("meteorseed_queue_delayed", "Tasks deferred in the delayed sets "
+                             "(retries, paused or sick sites, parked)", registry=self.registry),
         }
         self.per_lane = {
             "backlog": Gauge("meteorseed_lane_backlog", "Tasks waiting per lane", ["lane"],
@@ -153,7 +155,8 @@ class MetricsExtension:
         if pump is not None:
             pump.on_settled = self.settled
         settings = self.crawler.settings
-        self.sampler = QueueSampler(redis_url_from(settings), key_layout(settings))
+        self.sampler = QueueSampler(redis_url_from(settings), key_layout(settings),
+                                    delayed_scan=0)
         self._task = asyncio.ensure_future(self._sample_forever())
 
     async def spider_closed(self, spider: Any) -> None:
@@ -182,16 +185,19 @@ class MetricsExtension:
             except Exception as exc:  # Redis away: keep the last values, say so at DEBUG
                 logger.debug("Queue metrics not sampled: %s", exc)
             else:
-                for name, gauge in self.gauges.items():
-                    gauge.set(getattr(sample, name))
-                for lane, (backlog, pending) in sample.lanes.items():
-                    self.per_lane["backlog"].labels(lane).set(backlog)
-                    self.per_lane["pending"].labels(lane).set(pending)
+                self.gauges["backlog"].set(sample.backlog)
+                self.gauges["pending"].set(sample.pending)
+                self.gauges["lag"].set(sample.lag_s)
+                self.gauges["length"].set(sample.length)
+                self.gauges["delayed"].set(sample.delayed.total)
+                for lane, depth in sample.lanes.items():
+                    self.per_lane["backlog"].labels(lane).set(depth.backlog)
+                    self.per_lane["pending"].labels(lane).set(depth.pending)
                 self.per_consumer.clear()
                 self.consumer_idle.clear()
-                for consumer, pending, idle_s in sample.consumers:
-                    self.per_consumer.labels(consumer).set(pending)
-                    self.consumer_idle.labels(consumer).set(idle_s)
+                for consumer in sample.consumers:
+                    self.per_consumer.labels(consumer.name).set(consumer.pending)
+                    self.consumer_idle.labels(consumer.name).set(consumer.idle_s)
             await asyncio.sleep(self.interval)
 
     def _pump(self) -> Any:

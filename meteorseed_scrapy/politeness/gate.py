@@ -10,8 +10,10 @@ from typing import Any
 
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.delayed import reason_code
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import call_scripts
+from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.lanes import band_of
 
@@ -95,14 +97,15 @@ class SiteGate:
         return max(0.0, ms / 1000)
 
     async def defer(self, ref: tuple[str, str], task: ExecTask, delay_s: float,
-                    lane: str = "") -> bool:
+                    lane: str = "", why: DeferReason = DeferReason.OTHER) -> bool:
         """Ack the message ``ref`` (stream, id) and put ``task`` in the delayed set, due in
-        ``delay_s`` (Redis time), for the task stream of ``lane`` ("" = the task's own)."""
+        ``delay_s`` (Redis time), for the task stream of ``lane`` ("" = the task's own);
+        ``why`` is recorded with it (``meteorseed status`` counts them by reason)."""
         route = f"{lane or task.lane}:{band_of(task.priority)}"
         done = await self._defer(
             keys=[ref[0], self.keys.shard_of_stream(ref[0]).delayed],
             args=[self.keys.group, ref[1], int(delay_s * 1000), f"{route}|{task.to_message()['t']}",
-                  "1"],
+                  "1", reason_code(why)],
         )
         return bool(done)
 

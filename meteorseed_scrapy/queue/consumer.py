@@ -21,7 +21,9 @@ from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shares
 from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
 from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
+from meteorseed_scrapy.queue.reads import run_async
 from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count, is_cluster
+from meteorseed_scrapy.queue.status import quiet_plan
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
@@ -321,15 +323,9 @@ class StreamConsumer:
         return sorted({name for _, name in gone})
 
     async def namespace_quiet(self) -> bool:
-        """True when no task waits in any stream, is pending on any consumer (entries are
-        XDEL'd on ack) or is deferred in a delayed set."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in self.streams:
-                pipe.xlen(stream)
-            for shard in self.shards:
-                pipe.zcard(shard.delayed)
-            counts = await pipe.execute()
-        return not any(int(n) for n in counts)
+        """True when no task waits in any stream, is pending on any consumer or is deferred
+        in a delayed set (read as :mod:`meteorseed_scrapy.queue.status` reads the queue)."""
+        return await run_async(self.redis, quiet_plan(self.keys))
 
     async def check_durability(self) -> list[str]:
         """Warnings about Redis settings that can lose tasks (empty when all is well)."""

@@ -7,7 +7,8 @@ letters, delayed set, completion record, failure note, its site's dedup root) be
 of its site (``k = crc32(site_id) % shards``) and carry the shard's tag: read ``<ns>:tasks`` below
 as ``<ns>:{s<k>}:tasks``, ``<ns>:dead`` as ``<ns>:{s<k>}:dead`` (on a cluster only: one Redis
 keeps the one ``<ns>:dead``), ``<ns>:delayed`` as
-``<ns>:{s<k>}:delayed``, ``<ns>:done:<id>`` as ``<ns>:{s<k>}:done:<id>``, ``<ns>:failed:<id>`` as
+``<ns>:{s<k>}:delayed``, ``<ns>:counts`` as ``<ns>:{s<k>}:counts``, ``<ns>:done:<id>`` as
+``<ns>:{s<k>}:done:<id>``, ``<ns>:failed:<id>`` as
 ``<ns>:{s<k>}:failed:<id>`` and ``<ns>:seen:{<site>}`` as ``<ns>:{s<k>}:seen:<site>``
 (:class:`ShardKeys`). On a cluster the seed registry's keys carry ``{seeds}``
 (``<ns>:{seeds}``, ``<ns>:{seeds}:by_site``, ``<ns>:{seeds}:seed:<id>``, ``<ns>:{seeds}:due``,
@@ -53,6 +54,11 @@ key                                 type    holds
                                             the retry lane), tasks of paused sites (to their own
                                             lane); moved into that task stream when due. A bare
                                             JSON member (older versions) goes to ``<ns>:tasks``.
+                                            Why a task waits is the score's fraction, in 1/16
+                                            ms (``queue/delayed.py``; none: ``unknown``).
+``<ns>:counts``                     hash    ``added``: tasks ever added to the task streams
+                                            (enqueue, promote, requeue scripts); status derives
+                                            throughput from it (Redis 6.2 has no entries-added)
 ``<ns>:{<site>}:bucket``            hash    the site's token bucket (tokens, ts in Redis TIME
                                             ms); the rate quota shared by every worker
 ``<ns>:{<site>}:leases``            zset    concurrency leases (lease id -> expiry ms), one per
@@ -180,6 +186,11 @@ class ShardKeys:
     @property
     def delayed(self) -> str:
         return f"{self.prefix}:delayed"
+
+    @property
+    def counts(self) -> str:
+        """Tasks ever added to this shard's streams (hash, field ``added``; ``counts_lib.lua``)."""
+        return f"{self.prefix}:counts"
 
     def done(self, task_id: str) -> str:
         return f"{self.prefix}:done:{task_id}"

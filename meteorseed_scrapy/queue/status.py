@@ -1,82 +1,247 @@
-"""Samples of a namespace's task streams for the metrics endpoint (two pipelined round trips)."""
+"""The one reader of a namespace's queue: a typed :class:`QueueStatus` snapshot for
+``meteorseed status``, the API and console (``GET /status``) and the metrics endpoint, and the
+worker's idle check (:func:`quiet_plan`).
+
+Each is a read plan (:mod:`meteorseed_scrapy.queue.reads`), so the CLI's synchronous client
+and the asyncio ones run the same code, on one Redis or a cluster.
+
+Per shard, the length and pending count of every task stream, the delayed and dead counts and
+the added counter are read in one MULTI (one slot on a cluster): ``backlog = length - pending``
+is exact at one instant (workers XDEL an entry right after XACKing it, so XLEN counts waiting
+plus pending entries), and so is ``finished = added - length``.
+
+Throughput works on Redis 6.2 (whose XINFO STREAM has no ``entries-added``): the scripts that
+add tasks to a shard's streams count them in ``<prefix>:counts`` (``lua/counts_lib.lua``);
+tasks that left the streams (acked, deferred, dead-lettered) are ``added - length``.
+:class:`Throughput` turns successive snapshots into rates.
+"""
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.delayed import DelayedEntry
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.task.lanes import LANES
+from meteorseed_scrapy.queue.reads import Batch, Plan, call, run_async, run_sync
+from meteorseed_scrapy.queue.snapshot import (
+    ConsumerStatus,
+    Depth,
+    LaneStatus,
+    QueueStatus,
+    ShardStatus,
+    summarize_delayed,
+)
+from meteorseed_scrapy.task.lanes import BANDS, LANES
+
+#: Delayed-set entries read per snapshot (the soonest due, shared between the shards) for the
+#: breakdown by site and reason; the total and the next due time are exact at any size.
+DELAYED_SCAN = 1000
 
 
-@dataclass(frozen=True)
-class QueueSample:
-    """Totals over every task stream, and (backlog, pending) per lane."""
+def _missing(reply: Any) -> bool:
+    """A reply that says the stream or its group does not exist yet (nothing to count)."""
+    return isinstance(reply, ResponseError) and (
+        "NOGROUP" in str(reply) or "no such key" in str(reply))
 
-    length: int
-    pending: int
-    backlog: int  # XLEN - pending: tasks waiting to be delivered
-    lag: float  # seconds since the oldest waiting task was added (0 when none waits)
-    consumers: list[tuple[str, int, float]] = field(default_factory=list)  # name, pending, idle s
-    lanes: dict[str, tuple[int, int]] = field(default_factory=dict)  # lane -> backlog, pending
+
+def _int(reply: Any) -> int:
+    if isinstance(reply, Exception):
+        raise reply
+    return int(reply or 0)
+
+
+def _pending(reply: Any) -> int:
+    if _missing(reply):
+        return 0
+    if isinstance(reply, Exception):
+        raise reply
+    if isinstance(reply, dict):
+        return int(reply.get("pending") or 0)
+    return int(reply[0] or 0) if reply else 0
+
+
+def _counter(reply: Any) -> int | None:
+    """The added counter; None when it cannot be read (throughput unknown, not wrong)."""
+    if isinstance(reply, Exception):
+        return None
+    try:
+        return int(reply or 0)
+    except ValueError:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _listing(reply: Any) -> list[dict[Any, Any]]:
+    """XINFO GROUPS/CONSUMERS rows ([] when the stream or group does not exist)."""
+    if _missing(reply):
+        return []
+    if isinstance(reply, Exception):
+        raise reply
+    return [{_text(k): v for k, v in row.items()} for row in reply or []]
+
+
+def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[QueueStatus]:
+    """Three batches in one round trip (a MULTI per shard; consumers, delivery positions and
+    the soonest delayed entries; Redis TIME), then one more for the lag when tasks wait."""
+    shards = keys.shard_keys
+    # One Redis keeps every shard's dead letters in <ns>:dead: counted with the first shard.
+    own_dead = [k == 0 or len(keys.deads) > 1 for k in range(len(shards))]
+    batches = []
+    for shard, own in zip(shards, own_dead, strict=True):
+        calls = [c for s in shard.streams
+                 for c in (call("xlen", s), call("xpending", s, keys.group))]
+        calls += [call("zcard", shard.delayed), call("hget", shard.counts, "added")]
+        calls += [call("xlen", shard.dead)] if own else []
+        batches.append(Batch(calls, transaction=True))
+    per_shard = max(1, math.ceil(delayed_scan / len(shards)))  # >= 1: the next due time
+    detail = [c for s in keys.streams
+              for c in (call("xinfo_groups", s), call("xinfo_consumers", s, keys.group))]
+    detail += [call("zrange", shard.delayed, 0, per_shard - 1, withscores=True)
+               for shard in shards]
+    replies = yield [*batches, Batch(detail), Batch([call("time")], direct=True)]
+    counted, infos, (clock,) = replies[:len(shards)], replies[-2], replies[-1]
+    if isinstance(clock, Exception):
+        raise clock
+    now = float(clock[0]) + float(clock[1]) / 1e6
+
+    bands = {(lane, band): [0, 0] for lane in LANES for band in BANDS}
+    rows, lengths = [], {}
+    delayed_total = dead = 0
+    added: int | None = 0
+    for shard, own, reply in zip(shards, own_dead, counted, strict=True):
+        n = len(shard.streams)
+        backlog = pending = 0
+        for i, stream in enumerate(shard.streams):
+            length, held = _int(reply[2 * i]), _pending(reply[2 * i + 1])
+            lengths[stream] = (length, held)
+            depth = bands[shard.stream_lanes[stream]]
+            depth[0] += max(0, length - held)
+            depth[1] += held
+            backlog, pending = backlog + max(0, length - held), pending + held
+        delayed, counter = _int(reply[2 * n]), _counter(reply[2 * n + 1])
+        shard_dead = _int(reply[2 * n + 2]) if own else 0
+        added = None if added is None or counter is None else added + counter
+        delayed_total, dead = delayed_total + delayed, dead + shard_dead
+        rows.append(ShardStatus(shard.index, shard.stream, backlog, pending, delayed,
+                                shard_dead if len(keys.deads) > 1 else None))
+
+    consumers: dict[str, tuple[int, float]] = {}  # name -> pending, least idle (s)
+    waiting: list[tuple[str, str]] = []  # (stream, last delivered id) of streams with a backlog
+    for i, stream in enumerate(keys.streams):
+        groups, members = _listing(infos[2 * i]), _listing(infos[2 * i + 1])
+        length, held = lengths[stream]
+        if length > held:
+            group = next((g for g in groups if _text(g.get("name")) == keys.group), {})
+            waiting.append((stream, _text(group.get("last-delivered-id") or "0-0")))
+        for c in members:
+            name, idle = _text(c["name"]), int(c.get("idle") or 0) / 1000
+            before = consumers.get(name, (0, idle))
+            consumers[name] = (before[0] + int(c.get("pending") or 0), min(before[1], idle))
+    scanned = [infos[2 * len(keys.streams) + k] for k in range(len(shards))]
+    for reply in scanned:
+        if isinstance(reply, Exception):
+            raise reply
+    entries = [[DelayedEntry.parse(member, float(score)) for member, score in reply]
+               for reply in scanned]
+
+    lag = 0.0
+    if waiting:
+        (firsts,) = yield [Batch([call("xrange", stream, f"({last}", "+", count=1)
+                                  for stream, last in waiting])]
+        ids = [_text(r[0][0]) for r in firsts if isinstance(r, list) and r]
+        if ids:
+            oldest = min(int(i.split("-", 1)[0]) for i in ids)
+            lag = max(0.0, now - oldest / 1000)
+
+    return QueueStatus(
+        namespace=keys.namespace, stream=shards[0].stream, at=now,
+        lanes={lane: LaneStatus({band: Depth(*bands[lane, band]) for band in BANDS})
+               for lane in LANES},
+        shards=tuple(rows),
+        consumers=tuple(ConsumerStatus(name, held, idle, now - idle)
+                        for name, (held, idle) in sorted(consumers.items())),
+        delayed=summarize_delayed(delayed_total, entries),
+        dead=dead, added=added, lag_s=lag,
+    )
+
+
+def quiet_plan(keys: KeyLayout) -> Plan[bool]:
+    """True when no task waits in any stream, is pending on any consumer (entries are XDEL'd
+    on ack) or is deferred in a delayed set: the cheap part of :func:`status_plan` that a
+    worker's idle check repeats every tick."""
+    calls = [call("xlen", s) for s in keys.streams]
+    calls += [call("zcard", shard.delayed) for shard in keys.shard_keys]
+    (replies,) = yield [Batch(calls)]
+    return not any(_int(r) for r in replies)
+
+
+def read_status(client: Any, keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> QueueStatus:
+    """A snapshot on a synchronous client (the CLI)."""
+    return run_sync(client, status_plan(keys, delayed_scan))
 
 
 class QueueSampler:
-    def __init__(self, redis_url: str, keys: KeyLayout, client: Any = None) -> None:
+    """Snapshots of one namespace on an asyncio client (its own unless ``client`` is given)."""
+
+    def __init__(self, redis_url: str, keys: KeyLayout, client: Any = None, *,
+                 delayed_scan: int = DELAYED_SCAN) -> None:
         self.keys = keys
+        self.delayed_scan = delayed_scan
+        self._own = client is None
         self.redis = client or async_client(
             redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=5,
         )
 
-    async def sample(self) -> QueueSample:
-        streams, group = self.keys.streams, self.keys.group
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in streams:
-                pipe.xlen(stream)
-                pipe.xinfo_groups(stream)
-                pipe.xinfo_consumers(stream, group)
-            replies = await pipe.execute(raise_on_error=False)
-        lanes = {lane: (0, 0) for lane in LANES}
-        consumers: dict[str, tuple[int, float]] = {}  # name -> pending, least idle (s)
-        waiting: list[tuple[str, str]] = []  # (stream, last delivered id) with a backlog
-        length = pending = 0
-        for i, stream in enumerate(streams):
-            n, groups, members = replies[3 * i: 3 * i + 3]
-            n = n if isinstance(n, int) else 0
-            info = None
-            if isinstance(groups, list):  # (a ResponseError when the stream does not exist)
-                info = next((g for g in groups if g.get("name") == group), None)
-            p = int(info.get("pending") or 0) if info is not None else 0
-            backlog = max(0, n - p)
-            length, pending = length + n, pending + p
-            lane = self.keys.stream_lanes[stream][0]
-            lanes[lane] = (lanes[lane][0] + backlog, lanes[lane][1] + p)
-            if backlog:
-                last = str(info.get("last-delivered-id") or "0-0") if info is not None else "0-0"
-                waiting.append((stream, last))
-            for c in members if isinstance(members, list) else []:
-                name, idle = str(c["name"]), int(c.get("idle") or 0) / 1000
-                before = consumers.get(name, (0, idle))
-                consumers[name] = (before[0] + int(c.get("pending") or 0), min(before[1], idle))
-        return QueueSample(
-            length, pending, max(0, length - pending), await self._lag(waiting),
-            [(name, p, idle) for name, (p, idle) in consumers.items()], lanes,
-        )
-
-    async def _lag(self, waiting: list[tuple[str, str]]) -> float:
-        """Age of the oldest entry not yet delivered, over the streams that have one."""
-        if not waiting:
-            return 0.0
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream, last in waiting:
-                pipe.xrange(stream, f"({last}", "+", count=1)
-            replies = await pipe.execute()
-        added = [int(str(r[0][0]).split("-", 1)[0]) for r in replies if r]
-        if not added:
-            return 0.0
-        return max(0.0, time.time() - min(added) / 1000)
+    async def sample(self) -> QueueStatus:
+        return await run_async(self.redis, status_plan(self.keys, self.delayed_scan))
 
     async def close(self) -> None:
-        await self.redis.aclose()
+        if self._own:
+            await self.redis.aclose()
+
+
+class Throughput:
+    """Tasks added to and finished in the task streams per second, over the snapshots of the
+    last ``window_s`` seconds (the growth of ``added`` and of ``added - length``)."""
+
+    def __init__(self, window_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self.clock = clock
+        self._samples: deque[tuple[float, int, int]] = deque()  # (t, added, added - length)
+
+    def update(self, status: QueueStatus) -> dict[str, Any]:
+        out: dict[str, Any] = {"added_per_s": None, "finished_per_s": None, "over_s": 0.0,
+                               "added_total": status.added, "finished_total": status.finished}
+        if status.added is None:
+            self._samples.clear()
+            return out
+        now, left = self.clock(), status.added - status.length
+        if self._samples and status.added < self._samples[-1][1]:
+            self._samples.clear()  # the counter went back: the namespace was reset
+        self._samples.append((now, status.added, left))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+            self._samples.popleft()
+        then, added0, left0 = self._samples[0]
+        span = now - then
+        if span > 0:
+            # (never negative: tasks added by a writer that does not count them, by hand or
+            # by an older version, would otherwise show as "unfinished")
+            out.update(added_per_s=round((status.added - added0) / span, 2),
+                       finished_per_s=round(max(0, left - left0) / span, 2),
+                       over_s=round(span, 1))
+        return out
+
+
+__all__ = ["DELAYED_SCAN", "QueueSampler", "Throughput", "quiet_plan", "read_status",
+           "status_plan"]

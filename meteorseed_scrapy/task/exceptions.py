@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from scrapy.exceptions import IgnoreRequest
+
+
+class DeferReason(StrEnum):
+    """Why a task waits in the delayed set (recorded with it: ``meteorseed status`` shows it)."""
+
+    RETRY = "retry"  # a 5xx or a timeout: its retry waits out the backoff
+    PAUSED = "paused"  # its site is paused after a 429/403, or far behind its rate quota
+    SICK = "sick"  # its site's breaker is open (or the site looks down): no retry used up
+    PRIORITY = "priority"  # parked: a sick site's scarce permits go to higher priorities first
+    QUOTA = "quota"  # parked: more tasks than the site's rate serves in the next seconds
+    OTHER = "other"  # deferred without a reason given
 
 
 class TaskDeferred(IgnoreRequest):
     """Put the task back for later, durably (the delayed set), instead of processing it now.
 
     ``count_retry``: a 5xx or a timeout uses up one of the task's retries; a pause (429) or an
-    open breaker does not.
+    open breaker does not. ``why`` is recorded in the delayed set (default: ``RETRY`` when a
+    retry is used up, else ``OTHER``).
     """
 
-    def __init__(self, delay_s: float, reason: str, *, count_retry: bool) -> None:
+    def __init__(self, delay_s: float, reason: str, *, count_retry: bool,
+                 why: DeferReason | None = None) -> None:
         super().__init__(f"deferred {delay_s:.1f}s: {reason}")
         self.delay_s = delay_s
         self.reason = reason
         self.count_retry = count_retry
+        self.why = why or (DeferReason.RETRY if count_retry else DeferReason.OTHER)

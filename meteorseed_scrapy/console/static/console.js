@@ -79,9 +79,10 @@ async function showOverview() {
   if (status.status !== 200) { flash(problemText(status)); return; }
   const s = status.data;
   const t = s.throughput || {};
+  const delayed = s.delayed || { total: 0, reasons: {}, sites: [] };
   const cards = [
     ["backlog", "Backlog", s.backlog], ["pending", "Pending", s.pending],
-    ["delayed", "Delayed", s.delayed], ["dead", "Dead letters", s.dead],
+    ["delayed", "Delayed", delayed.total], ["dead", "Dead letters", s.dead],
     ["seeds", "Seeds", s.seeds], ["added", "Added / s", t.added_per_s],
     ["finished", "Finished / s", t.finished_per_s],
   ];
@@ -94,6 +95,7 @@ async function showOverview() {
     { key: "backlog", label: "Backlog", cls: "num" },
     { key: "pending", label: "Pending", cls: "num" },
   ], lanes, "") : "");
+  showDelayed(delayed);
   $("overview-consumers").replaceChildren(table([
     { key: "name", label: "Consumer" },
     { key: "pending", label: "Pending", cls: "num" },
@@ -119,6 +121,32 @@ async function showOverview() {
   ], seedRows, "No seed registered."));
   const warnings = (s.redis && s.redis.warnings) || [];
   $("overview-warnings").replaceChildren(...warnings.map((w) => el("li", {}, w)));
+}
+
+function due(seconds) {
+  if (seconds === null || seconds === undefined) return "never";
+  return seconds < 0 ? `overdue ${(-seconds).toFixed(1)} s` : `in ${seconds.toFixed(1)} s`;
+}
+
+function reasons(counts) {
+  return Object.entries(counts || {}).map(([why, n]) => `${why} ${n}`).join(", ");
+}
+
+// Tasks deferred in the delayed set: not in the backlog, not done either (retries, paused or
+// sick sites, parked tasks), so a crawl with only delayed tasks left is not finished.
+function showDelayed(delayed) {
+  const sampled = delayed.scanned < delayed.total
+    ? ` (breakdown of the ${delayed.scanned} due soonest)` : "";
+  $("overview-delayed-summary").textContent = delayed.total
+    ? `${delayed.total} delayed, next due ${due(delayed.next_due_in_s)}: ` +
+      `${reasons(delayed.reasons)}${sampled}`
+    : "No task is delayed.";
+  $("overview-delayed").replaceChildren(delayed.total ? table([
+    { label: "Site", render: (r) => (r.site_id === null ? "(damaged entry)" : r.site_id) },
+    { key: "count", label: "Delayed", cls: "num" },
+    { label: "Why", render: (r) => reasons(r.reasons) },
+    { label: "Next due", cls: "num", render: (r) => due(r.next_due_in_s) },
+  ], (delayed.sites || []).slice(0, 20), "") : "");
 }
 
 async function showSites() {

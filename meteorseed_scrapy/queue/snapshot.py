@@ -1,0 +1,175 @@
+"""The queue status snapshot (:mod:`meteorseed_scrapy.queue.status` reads it) and its JSON, the
+one shape of ``meteorseed status --json`` and of ``GET /status``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from meteorseed_scrapy.queue.delayed import DelayedEntry
+
+
+@dataclass(frozen=True)
+class Depth:
+    backlog: int = 0  # waiting to be delivered
+    pending: int = 0  # delivered to a consumer, not acked yet
+
+    def to_json(self) -> dict[str, int]:
+        return {"backlog": self.backlog, "pending": self.pending}
+
+
+@dataclass(frozen=True)
+class LaneStatus:
+    bands: dict[str, Depth]
+
+    @property
+    def backlog(self) -> int:
+        return sum(d.backlog for d in self.bands.values())
+
+    @property
+    def pending(self) -> int:
+        return sum(d.pending for d in self.bands.values())
+
+
+@dataclass(frozen=True)
+class ShardStatus:
+    index: int
+    stream: str
+    backlog: int
+    pending: int
+    delayed: int
+    dead: int | None  # None: the shards share one dead-letter stream (one Redis)
+
+
+@dataclass(frozen=True)
+class ConsumerStatus:
+    name: str
+    pending: int  # summed over every task stream
+    idle_s: float  # since it last read or acked (the least over the streams)
+    last_seen_at: float  # epoch seconds, Redis time
+
+
+@dataclass(frozen=True)
+class DelayedSite:
+    site_id: str | None  # None: entries whose message is not a task's (damaged)
+    count: int
+    reasons: dict[str, int]
+    next_due_at: float | None
+
+
+@dataclass(frozen=True)
+class DelayedStatus:
+    total: int  # every entry of every delayed set (exact)
+    next_due_at: float | None  # the soonest due (exact); None: none, or never due
+    scanned: int  # reasons and sites count the soonest ``scanned`` entries of ``total``
+    reasons: dict[str, int]
+    sites: tuple[DelayedSite, ...]  # most delayed first, then the soonest due
+
+
+def summarize_delayed(total: int, shards: Iterable[list[DelayedEntry]]) -> DelayedStatus:
+    """``shards``: the soonest entries of each delayed set, in due order (ZRANGE)."""
+    reasons: dict[str, int] = {}
+    sites: dict[str | None, tuple[int, dict[str, int], float | None]] = {}
+    firsts: list[float] = []
+    scanned = 0
+    for entries in shards:
+        if entries and entries[0].due_at is not None:
+            firsts.append(entries[0].due_at)
+        for entry in entries:
+            scanned += 1
+            reasons[entry.why] = reasons.get(entry.why, 0) + 1
+            count, why, due = sites.get(entry.site_id, (0, {}, None))
+            why[entry.why] = why.get(entry.why, 0) + 1
+            if due is None or (entry.due_at is not None and entry.due_at < due):
+                due = entry.due_at
+            sites[entry.site_id] = (count + 1, why, due)
+    rows = sorted((DelayedSite(site, count, _by_count(why), due)
+                   for site, (count, why, due) in sites.items()),
+                  key=lambda r: (-r.count, math.inf if r.next_due_at is None
+                                 else r.next_due_at, r.site_id or ""))
+    return DelayedStatus(total, min(firsts, default=None), scanned, _by_count(reasons),
+                         tuple(rows))
+
+
+def _by_count(counts: dict[str, int]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _due(at: float | None, now: float) -> dict[str, float | None]:
+    """When, and in how long (negative: overdue, no worker promotes it)."""
+    if at is None:
+        return {"next_due_at": None, "next_due_in_s": None}
+    return {"next_due_at": round(at, 3), "next_due_in_s": round(at - now, 1)}
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    namespace: str
+    stream: str  # the first shard's main stream (<ns>:tasks on one Redis)
+    at: float  # Redis TIME, epoch seconds
+    lanes: dict[str, LaneStatus]
+    shards: tuple[ShardStatus, ...]
+    consumers: tuple[ConsumerStatus, ...]
+    delayed: DelayedStatus
+    dead: int
+    added: int | None  # tasks ever added to the streams (counted); None: unreadable counter
+    lag_s: float  # age of the oldest task waiting to be delivered (0 when none waits)
+
+    @property
+    def backlog(self) -> int:
+        return sum(lane.backlog for lane in self.lanes.values())
+
+    @property
+    def pending(self) -> int:
+        return sum(lane.pending for lane in self.lanes.values())
+
+    @property
+    def length(self) -> int:
+        """XLEN summed over every task stream: waiting + pending."""
+        return self.backlog + self.pending
+
+    @property
+    def finished(self) -> int | None:
+        """Tasks that left the streams (acked, deferred, dead-lettered) since counting began
+        (0 at least: a namespace older than the counter holds tasks it never counted)."""
+        return None if self.added is None else max(0, self.added - self.length)
+
+    @property
+    def quiet(self) -> bool:
+        """Nothing waiting, pending or delayed."""
+        return self.length == 0 and self.delayed.total == 0
+
+    def to_json(self) -> dict[str, Any]:
+        delayed = self.delayed
+        return {
+            "namespace": self.namespace,
+            "stream": self.stream,
+            "backlog": self.backlog,
+            "pending": self.pending,
+            "stream_length": self.length,
+            "lag_s": round(self.lag_s, 3),
+            "lanes": {lane: {"backlog": v.backlog, "pending": v.pending,
+                             "bands": {b: d.to_json() for b, d in v.bands.items()}}
+                      for lane, v in self.lanes.items()},
+            "shards": [{"shard": s.index, "stream": s.stream, "backlog": s.backlog,
+                        "pending": s.pending, "delayed": s.delayed, "dead": s.dead}
+                       for s in self.shards],
+            "dead": self.dead,
+            "delayed": {
+                "total": delayed.total, **_due(delayed.next_due_at, self.at),
+                "scanned": delayed.scanned, "reasons": delayed.reasons,
+                "sites": [{"site_id": s.site_id, "count": s.count, "reasons": s.reasons,
+                           **_due(s.next_due_at, self.at)} for s in delayed.sites],
+            },
+            "consumers": [{"name": c.name, "pending": c.pending,
+                           "idle_ms": int(c.idle_s * 1000),
+                           "last_seen_at": round(c.last_seen_at, 3)}
+                          for c in self.consumers],
+            "throughput": {"added_total": self.added, "finished_total": self.finished},
+        }
+
+
+__all__ = ["ConsumerStatus", "DelayedSite", "DelayedStatus", "Depth", "LaneStatus",
+           "QueueStatus", "ShardStatus", "summarize_delayed"]
