@@ -28,12 +28,13 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, positive_number
 from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
-from meteorseed_scrapy.queue.connection import async_client, redact
+from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.lanes import LaneWeights
 from meteorseed_scrapy.queue.retention import DeadLetterRetention, housekeeping
 from meteorseed_scrapy.queue.shards import check_shard_count
 from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.yields import YieldReporter
 from meteorseed_scrapy.settings import WorkerConfig

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, unquote_plus, urlencode, urlsplit, urlunsplit
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +29,9 @@ _QUERY_PARAMS = (
 # Options that only shape scrapy-redis's own client object; ours decides these itself.
 _CLIENT_ONLY = frozenset({"redis_cls", "encoding", "decode_responses", "encoding_errors"})
 _logged: set[tuple[str, str]] = set()
+# One query parameter (a raw "#" or "?" stays in the value: it may be part of a password).
+_QUERY_PAIR = re.compile(r"[?&]([^=&]*)=([^&]*)")
+_SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
 
 
 def _setting(settings: Any, name: str) -> Any:
@@ -114,7 +118,7 @@ def redis_url_and_source(settings: Any, default: str) -> tuple[str, str]:
 def _report(url: str, source: str, params: Mapping[str, Any] | None = None) -> tuple[str, str]:
     if (url, source) not in _logged:  # components each resolve it: say it once per process
         _logged.add((url, source))
-        logger.info("Redis: %s (from %s)", _redact(url), source)
+        logger.info("Redis: %s (from %s)", redact(url), source)
         ignored = sorted(set(params or ()) - _CLIENT_ONLY - set(_QUERY_PARAMS) - {
             "url", "host", "port", "db", "password", "username", "ssl", "unix_socket_path"})
         if ignored:
@@ -123,10 +127,32 @@ def _report(url: str, source: str, params: Mapping[str, Any] | None = None) -> t
     return url, source
 
 
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+def redact(url: str) -> str:
+    """``url`` without its passwords, fit for a log line or an error message: the password of
+    the user info and the value of every query parameter that names a secret (``?password=``).
+
+    A password is hidden also when it was not percent-encoded: the user info runs to the
+    *last* ``@`` (so a raw ``/ : # ? @`` in it is still covered) and a query value to the next
+    ``&``. Any URL-like text works: a cluster URL listing several nodes, ``unix://``, a MongoDB
+    URI. When in doubt more is hidden, never less.
+    """
+    spans: list[tuple[int, int]] = []
+    scheme_end = url.find("://")
+    if scheme_end >= 0:
+        start = scheme_end + 3
+        at = url.rfind("@", start)
+        colon = url.find(":", start, at) if at >= 0 else -1
+        if colon >= 0:
+            # An empty user name leaves nothing to show: "redis://***@host".
+            spans.append((colon + 1 if colon > start else colon, at))
+    for match in _QUERY_PAIR.finditer(url):
+        if _SECRET_KEY.search(unquote_plus(match.group(1))):
+            spans.append(match.span(2))
+    out, pos = [], 0
+    for begin, end in sorted(spans):
+        if begin < pos:  # overlaps the span before (a raw "@" in a query password): join them
+            pos = max(pos, end)
+            continue
+        out.append(url[pos:begin] + "***")
+        pos = end
+    return "".join(out) + url[pos:]

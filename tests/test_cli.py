@@ -119,7 +119,7 @@ def test_status_shows_delayed_tasks_by_site_why_and_when(
     assert code == 0 and "\x1b" not in text
     line = next(x for x in text.splitlines() if x.startswith("delayed"))
     assert " 5 " in line and "overdue" in line and "retry 2" in line and "unknown 1" in line
-    assert "evil?[2Jsite" in text and "paused 1" in text
+    assert "evil\\x1b[2Jsite" in text and "paused 1" in text  # escaped (cli.common.printable)
 
 
 def test_dead_list_show_and_site_filter(

@@ -1,9 +1,9 @@
 """docker-compose.yml and deploy/scrapyd: structure, durability flags, wiring, commands.
 
 There is no Docker engine here, so the file is checked as data: the services a fleet needs,
-Redis that cannot lose or evict tasks, workers that get the Redis and store URLs in the form
-the package reads, and commands that exist (console scripts of installed distributions, CLI
-arguments our parser accepts).
+Redis that cannot lose or evict tasks and requires a password, workers that get the Redis and
+store URLs in the form the package reads, nothing published beyond 127.0.0.1, and commands that
+exist (console scripts of installed distributions, CLI arguments our parser accepts).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
 from scrapy.settings import Settings
 
@@ -23,6 +24,22 @@ from meteorseed_scrapy.cli import build_parser
 from meteorseed_scrapy.settings import redis_url_from, store_uri_from
 
 REPO = Path(__file__).resolve().parents[1]
+PASSWORD = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+# Compose's own interpolation: ${VAR}, ${VAR:?error}, ${VAR:-default}; $$ is a literal $.
+_VARIABLE = re.compile(r"\$\{(\w+)(?::?([?-])[^}]*)?\}")
+
+
+def interpolate(value: str, env: dict[str, str]) -> str:
+    """``value`` as ``docker compose`` would pass it; a missing required variable raises."""
+    def one(match: re.Match[str]) -> str:
+        name, kind = match.group(1), match.group(2)
+        if env.get(name):
+            return env[name]
+        if kind == "?":
+            raise KeyError(f"{name} is required")
+        return ""
+
+    return _VARIABLE.sub(one, value.replace("$$", "\0")).replace("\0", "$")
 
 
 @pytest.fixture(scope="module")
@@ -51,15 +68,56 @@ def test_redis_keeps_every_task(compose: dict[str, Any]) -> None:
     assert any(v.endswith(":/data") for v in compose["services"]["redis"]["volumes"])
 
 
+def test_redis_requires_a_password_from_the_environment(compose: dict[str, Any]) -> None:
+    redis_service = compose["services"]["redis"]
+    args = command_of(redis_service)
+    required = args[args.index("--requirepass") + 1]
+    assert required.startswith("${REDIS_PASSWORD:?")  # compose refuses to start without it
+    assert interpolate(required, {"REDIS_PASSWORD": PASSWORD}) == PASSWORD
+    with pytest.raises(KeyError, match="REDIS_PASSWORD is required"):
+        interpolate(required, {})
+    # The healthcheck authenticates, and only PONG counts (redis-cli exits 0 on NOAUTH).
+    assert redis_service["environment"]["REDISCLI_AUTH"] == required
+    assert "grep -q PONG" in " ".join(redis_service["healthcheck"]["test"])
+    assert "ports" not in redis_service  # never published
+
+
+def test_every_redis_url_carries_the_password(compose: dict[str, Any]) -> None:
+    urls = [(name, key, value) for name, service in compose["services"].items()
+            for key, value in (service.get("environment") or {}).items()
+            if str(value).startswith(("redis://", "rediss://"))]
+    assert {name for name, _, _ in urls} == {"scrapyd", "console"}
+    for name, key, value in urls:
+        assert "${REDIS_PASSWORD:?" in value, (name, key)
+        parsed = redis.connection.parse_url(interpolate(value, {"REDIS_PASSWORD": PASSWORD}))
+        assert parsed["password"] == PASSWORD and parsed["host"] == "redis", (name, key)
+
+
+def test_only_the_console_is_published_and_on_loopback(compose: dict[str, Any]) -> None:
+    published = {name: service["ports"] for name, service in compose["services"].items()
+                 if service.get("ports")}
+    assert list(published) == ["console"]
+    for ports in published.values():
+        assert all(str(p).startswith("127.0.0.1:") for p in ports), ports
+
+
+def test_deploy_doc_says_how_to_put_tls_in_front() -> None:
+    text = (REPO / "docs" / "deploy.md").read_text()
+    section = text[text.index("## TLS"):]
+    assert "reverse proxy" in section and "127.0.0.1:8080" in section
+    assert "rediss://" in section and "REDIS_PASSWORD" in section
+
+
 @pytest.mark.parametrize("name", ["scrapyd", "console"])
 def test_services_get_redis_and_store_urls(compose: dict[str, Any], name: str,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    env = compose["services"][name]["environment"]
-    assert re.fullmatch(r"redis://redis:6379/\d+", env["METEORSEED_REDIS_URL"])
+    env = {key: interpolate(str(value), {"REDIS_PASSWORD": PASSWORD, "METEORSEED_API_TOKEN": "t"})
+           for key, value in compose["services"][name]["environment"].items()}
+    assert re.fullmatch(rf"redis://:{PASSWORD}@redis:6379/\d+", env["METEORSEED_REDIS_URL"])
     assert env["METEORSEED_STORE_URI"].startswith("mongodb://mongo:27017/")
     # Scrapy does not read METEORSEED_* from the environment; a worker falls back on these.
     for key, value in env.items():
-        monkeypatch.setenv(key, str(value))
+        monkeypatch.setenv(key, value)
     assert redis_url_from(Settings()) == env["METEORSEED_REDIS_URL"]
     assert store_uri_from(Settings()) == env["METEORSEED_STORE_URI"]
 
@@ -86,7 +144,7 @@ def test_console_serves_the_api_and_console_behind_a_token(compose: dict[str, An
     assert command[0] == "meteorseed"
     args = build_parser().parse_args(command[1:])
     assert args.command == "serve" and args.host == "0.0.0.0" and not args.insecure_no_auth
-    assert console["ports"] == [f"{args.port}:{args.port}"]
+    assert console["ports"] == [f"127.0.0.1:{args.port}:{args.port}"]
     # The token comes from the environment (never the command line, which `ps` shows).
     assert "METEORSEED_API_TOKEN" in console["environment"] and args.token is None
 

@@ -78,3 +78,22 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "--move needs --from-scrapy-redis" in proc.stderr
     proc = seed_expand(tmp_path, "--from-scrapy-redis", "s", "--move", "--dry-run")
     assert proc.returncode != 0 and "exclude each other" in proc.stderr
+
+
+def test_a_hostile_entry_is_skipped_reported_and_left(tmp_path: Path, redis_url: str,
+                                                      namespace: str) -> None:
+    client = fill(redis_url, namespace)
+    bad = b"cos\x1b[2J\nsystem\n(S'touch pwned'\ntR."  # a global whose name clears the screen
+    client.zadd(f"{namespace}:requests", {bad: -10})  # the lowest score: served first
+    proc = seed_expand(tmp_path, "--from-scrapy-redis", namespace, "--move",
+                       "-s", f"METEORSEED_REDIS_URL={redis_url}",
+                       "-s", f"METEORSEED_NAMESPACE={namespace}")
+    assert proc.returncode == 1, proc.stderr
+    assert "\x1b" not in proc.stderr + proc.stdout
+    assert f"{namespace}:requests entry 0: pickle refers to 'os\\x1b[2J.system'" in proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == (
+        "read 7 entries (6 requests, 1 start URLs), enqueued 6, duplicates 0, rejected 1, "
+        "removed 6 from scrapy-redis")
+    assert client.zrange(f"{namespace}:requests", 0, -1) == [bad]
+    assert not (tmp_path / "pwned").exists()
+    client.close()

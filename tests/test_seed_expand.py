@@ -17,9 +17,9 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.queue.connection import redact
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding import expand
 from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
 from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE

@@ -18,8 +18,8 @@ from aiohttp import web
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.cli.common import scan_namespace
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
-from meteorseed_scrapy.queue.connection import redact
 from meteorseed_scrapy.queue.status import QueueSampler, Throughput
+from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import DEFAULTS
 
 #: Sites listed on the sites page (found by their politeness keys, rule files, dedup roots).

@@ -20,12 +20,13 @@ from meteorseed_scrapy.cli.common import (
     EXIT_ERROR,
     CliError,
     Context,
+    TerminalStream,
     connect,
     layout,
     resolve_target,
 )
-from meteorseed_scrapy.queue.connection import redact
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.scrapy_redis_settings import redact
 
 SUBCOMMANDS = (status, dead, reset, serve, seeder, sites)
 
@@ -44,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, stdin: IO[str] | None = None,
          stdout: IO[str] | None = None, stderr: IO[str] | None = None) -> int:
     """Run one command; returns the exit code (the console script exits with it)."""
-    out, err = stdout or sys.stdout, stderr or sys.stderr
+    # Error lines too can carry stored text (a URL in a Redis error): escaped like the rest.
+    out, err = TerminalStream.of(stdout or sys.stdout), TerminalStream.of(stderr or sys.stderr)
     args = build_parser().parse_args(argv)
     url, namespace = resolve_target(args.redis_url, args.namespace)
     client: redis.Redis | None = None

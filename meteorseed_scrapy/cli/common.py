@@ -3,6 +3,11 @@
 The CLI is a short-lived process that is not on a reactor, so it uses the synchronous redis-py
 client. Errors that an operator can fix (Redis unreachable, a refused confirmation) end in one
 line on stderr and a non-zero exit code, never a traceback.
+
+Much of what the CLI prints was stored by others (URLs, reasons, consumer and site names):
+:func:`printable` is the one escape for it. :class:`Context` writes through
+:class:`TerminalStream`, so no path can send a raw ESC or bidi override to the terminal, and
+table cells and single-line fields also escape their newlines.
 """
 
 from __future__ import annotations
@@ -13,14 +18,15 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import redis
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.queue.connection import is_cluster_url, redact, sync_client
+from meteorseed_scrapy.queue.connection import is_cluster_url, sync_client
 from meteorseed_scrapy.queue.keys import SHARDS_SETTING, KeyLayout
 from meteorseed_scrapy.queue.shards import stored_shards
+from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import DEFAULT_REDIS_URL, DEFAULTS, redis_url_from
 
 EXIT_OK = 0
@@ -90,9 +96,15 @@ class Context:
     err: IO[str]
     stdin: IO[str]
 
+    def __post_init__(self) -> None:
+        self.out, self.err = TerminalStream.of(self.out), TerminalStream.of(self.err)
+
     def emit_json(self, value: Any) -> None:
-        json.dump(value, self.out, ensure_ascii=False, indent=2, sort_keys=False)
-        self.out.write("\n")
+        text = json.dumps(value, ensure_ascii=False, indent=2, sort_keys=False)
+        # JSON escapes C0 controls itself; DEL, C1 and bidi controls become \u escapes here
+        # (inside strings, the only place they can be), so the output stays valid JSON.
+        self.out.write(_UNPRINTABLE_JSON.sub(_json_escape, text) + "\n")
+
 
     def say(self, line: str = "") -> None:
         print(line, file=self.out)
@@ -189,5 +201,52 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
-    text = str(value).replace("\n", " ")
+    text = printable(str(value))
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def printable(text: str, *, newlines: bool = False) -> str:
+    """``text`` safe to show on a terminal: each character :meth:`str.isprintable` refuses
+    (C0/C1 controls such as ESC, DEL, bidi overrides, line separators) as its Python escape
+    (``\\x1b``, ``\\u202e``), so that a stored ``https://x/\\x1b[2J`` cannot clear or
+    rewrite the operator's screen. ``newlines``: keep ``\\n`` (multi-line text such as a
+    traceback); otherwise it is escaped too and the text stays on one line."""
+    if text.isprintable():
+        return text
+    if newlines:
+        return "\n".join(printable(line) for line in text.split("\n"))
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+class TerminalStream:
+    """A text stream that writes everything through :func:`printable` (newlines kept)."""
+
+    def __init__(self, raw: IO[str]) -> None:
+        self.raw = raw
+
+    @classmethod
+    def of(cls, stream: IO[str]) -> IO[str]:
+        # Typed as the stream it wraps: print(), logging and confirm() only write and flush.
+        return stream if isinstance(stream, cls) else cast(IO[str], cls(stream))
+
+    def write(self, text: str) -> int:
+        return self.raw.write(printable(text, newlines=True))
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding...
+        return getattr(self.raw, name)
+
+
+# What str.isprintable() refuses that json.dumps leaves raw (it escapes C0 and nothing else).
+_UNPRINTABLE_JSON = re.compile(r"[^\n\x20-\x7e]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char.isprintable():
+        return char
+    code = ord(char)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a JSON escape outside the BMP is a UTF-16 surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"

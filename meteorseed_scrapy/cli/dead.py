@@ -12,6 +12,7 @@ from meteorseed_scrapy.cli.common import (
     CliError,
     Context,
     add_target_options,
+    printable,
     table,
 )
 from meteorseed_scrapy.queue import deadletters
@@ -106,12 +107,13 @@ def run_show(args: argparse.Namespace, ctx: Context) -> int:
     for name in ("id", "site_id", "task_id", "seed_id", "url", "consumer", "deliveries", "at",
                  "source_id", "requeueable", "error"):
         if shown.get(name) is not None:
-            ctx.say(f"{name + ':':<13}{shown[name]}")
-    ctx.say("reason:")
-    ctx.say("  " + shown["reason"].replace("\n", "\n  "))
+            ctx.say(f"{name + ':':<13}{printable(str(shown[name]))}")
+    ctx.say("reason:")  # (a traceback: its lines stay lines)
+    ctx.say("  " + printable(shown["reason"], newlines=True).replace("\n", "\n  "))
     ctx.say("task:" if letter.task else "payload:")
     body = shown["task"] if letter.task else shown["payload"]
-    ctx.say(json.dumps(body, indent=2, ensure_ascii=False) if letter.task else str(body))
+    ctx.say(json.dumps(body, indent=2, ensure_ascii=False) if letter.task
+            else printable(str(body)))
     return EXIT_OK
 
 
@@ -137,7 +139,8 @@ def run_requeue(args: argparse.Namespace, ctx: Context) -> int:
                        "missing": result.missing})
     else:
         for kept in result.kept:
-            ctx.warn(f"cannot requeue {kept['id']}: {kept['error']}; kept in {_dead_name(ctx)}")
+            ctx.warn(f"cannot requeue {kept['id']}: {printable(str(kept['error']))}; kept in "
+                     f"{_dead_name(ctx)}")
         for missing in result.missing:
             ctx.warn(f"no dead letter {missing}")
         ctx.say(f"requeued {len(result.requeued)} tasks onto their lanes' task streams"

@@ -136,12 +136,6 @@ def collect(client: redis.Redis, ctx: Context) -> dict[str, Any]:
             "redis": _server(client)}
 
 
-def _printable(text: Any) -> str:
-    """A value from Redis fit for a terminal: control characters (an escape sequence in a
-    site id) shown as ``?``."""
-    return "".join(c if c.isprintable() else "?" for c in str(text))
-
-
 def _due(seconds: float | None) -> str:
     if seconds is None:
         return "never"
@@ -186,7 +180,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
                                    *(f"backlog_{b}" for b in BANDS)))))
     if delayed["sites"]:
         ctx.say()
-        rows = [{"site": _printable(s["site_id"] or "(damaged entry)"), "delayed": s["count"],
+        # (table() escapes each cell: a site id from Redis may hold an escape sequence)
+        rows = [{"site": s["site_id"] or "(damaged entry)", "delayed": s["count"],
                  "why": ", ".join(f"{why} {n}" for why, n in s["reasons"].items()),
                  "next_due": _due(s["next_due_in_s"])} for s in delayed["sites"][:MAX_ROWS]]
         ctx.say("\n".join(table(rows, ("site", "delayed", "why", "next_due"))))
@@ -194,13 +189,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             ctx.say(f"(first {MAX_ROWS} sites only: --json lists them all)")
     ctx.say()
     if status["consumers"]:
-        rows = [{**c, "name": _printable(c["name"])} for c in status["consumers"]]
-        ctx.say("\n".join(table(rows, ("name", "pending", "idle_ms"))))
+        ctx.say("\n".join(table(status["consumers"], ("name", "pending", "idle_ms"))))
     else:
         ctx.say("no consumers (no worker has read the streams yet)")
     if status["seen"]:
         ctx.say()
-        rows = [{"site": _printable(s), "seen_urls": n} for s, n in status["seen"].items()]
+        rows = [{"site": s, "seen_urls": n} for s, n in status["seen"].items()]
         ctx.say("\n".join(table(rows, ("site", "seen_urls"))))
         if status["seen_truncated"]:
             ctx.say(f"(first {MAX_SEEN_KEYS} sites only)")

@@ -21,10 +21,11 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import NotConfigured, UsageError
 
 from meteorseed_scrapy.migrate import command as migration
-from meteorseed_scrapy.queue.connection import async_client, check_redis_url, redact
+from meteorseed_scrapy.queue.connection import async_client, check_redis_url
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import ShardMismatch
 from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
 from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE

@@ -15,7 +15,7 @@ from typing import Any
 
 from scrapy import FormRequest
 
-from meteorseed_scrapy.migrate.unpickle import RejectedPayload
+from meteorseed_scrapy.migrate.unpickle import MAX_PAYLOAD_BYTES, RejectedPayload, check_shape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.requests import _DOWNLOAD_META
@@ -55,6 +55,14 @@ def _text(value: Any, field: str, encoding: str = "latin-1") -> str:
     raise RejectedPayload(f"{field}: expected text, got {type(value).__name__}")
 
 
+def _method(value: Any) -> str:
+    method = _text(value, "method")
+    if not (method.isascii() and method.isalpha()):
+        # str.isalpha() accepts any script (and "ﬀ".upper() is "FF"): a method is ASCII.
+        raise RejectedPayload(f"method: not an HTTP method: {method[:20]!r}")
+    return method.upper()
+
+
 def _headers(raw: Any) -> dict[str, list[str]]:
     if raw is None:
         return {}
@@ -80,7 +88,7 @@ def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
     """An exec task from a ``Request.to_dict()``; raises :class:`RejectedPayload` when the
     request cannot be carried by a JSON task without losing what it means."""
     cls = data.get("_class")
-    if cls is not None and cls not in PLAIN_CLASSES:
+    if cls is not None and (not isinstance(cls, str) or cls not in PLAIN_CLASSES):
         raise RejectedPayload(f"_class: {cls!r} is not a plain Scrapy request class")
     if data.get("cookies"):
         # Exec tasks have no cookies field; dropping them would change what the site returns.
@@ -107,7 +115,7 @@ def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
             seed_id=origin.seed_id,
             site_id=origin.site_id,
             url=_text(data.get("url"), "url", "utf-8"),
-            method=_text(data.get("method") or "GET", "method").upper(),
+            method=_method(data.get("method") or "GET"),
             headers=_headers(data.get("headers")),
             body=_text(body, "body", "utf-8"),  # tasks carry text: a binary body is refused
             callback=data.get("callback"),
@@ -125,15 +133,23 @@ def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
 def start_url_to_task(payload: bytes | str, origin: Origin, priority: int = 0,
                       encoding: str = "utf-8") -> Converted:
     """An exec task from one start-URL entry, built as scrapy-redis's ``RedisSpider`` would."""
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise RejectedPayload(f"entry is larger than {MAX_PAYLOAD_BYTES} bytes")
     text = _text(payload, "start URL", encoding).strip()
     try:
         if text.startswith("{") and text.endswith("}"):
-            params = json.loads(text)
+            try:
+                params = json.loads(text)
+            except RecursionError:
+                raise RejectedPayload("start URL JSON is nested too deeply") from None
+            check_shape(params)
             if not isinstance(params.get("url"), str):
                 raise RejectedPayload("start URL JSON has no url")
             url = params.pop("url")
-            method = str(params.pop("method", "GET")).upper()
-            meta = params.pop("meta", {}) or {}
+            method = _method(params.pop("method", "GET"))
+            meta = params.pop("meta", None) or {}
+            if not isinstance(meta, dict):
+                raise RejectedPayload("start URL JSON: meta is not an object")
             request = FormRequest(url, method=method, formdata=params, meta=meta)
         else:
             request = FormRequest(text)

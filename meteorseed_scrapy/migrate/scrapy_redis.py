@@ -8,11 +8,18 @@ method+URL+body, which cannot be turned back into requests.
 Each batch goes through :meth:`TaskWriter.add` (deduplicated per site); with ``move`` the batch's
 migrated members are then removed one by one (LREM/ZREM/SREM), never the key: a scrapy-redis
 process may still be pushing to it, and anything rejected stays where it was.
+
+An entry that cannot become a task (not a request, a forbidden class, too large or too deep,
+truncated, ...) is one :class:`Rejection` (key, position, reason), counted in the summary and
+left in place; the migration goes on with the next entry. Windows are read by a script that
+sends an entry above :data:`~.unpickle.MAX_PAYLOAD_BYTES` as its length only, and every entry
+is decoded within the bounds of :mod:`.unpickle`.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,7 +30,9 @@ from meteorseed_scrapy.migrate.convert import (
     request_dict_to_task,
     start_url_to_task,
 )
-from meteorseed_scrapy.migrate.unpickle import RejectedPayload, loads_request
+from meteorseed_scrapy.migrate.unpickle import MAX_PAYLOAD_BYTES, RejectedPayload, loads_request
+from meteorseed_scrapy.queue.scripts import Scripts
+from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -33,6 +42,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 REQUESTS, START_URLS = "requests", "start URLs"
+#: Longest rejection reason printed.
+MAX_REASON = 300
 
 
 @dataclass(frozen=True)
@@ -63,11 +74,13 @@ class ScrapyRedisSource:
 @dataclass(frozen=True)
 class Rejection:
     key: str
-    position: int
+    #: 0-based, in the order scrapy-redis would serve the entries; None: the whole key.
+    position: int | None
     reason: str
 
     def __str__(self) -> str:
-        return f"{self.key} entry {self.position}: {self.reason}"
+        where = self.key if self.position is None else f"{self.key} entry {self.position}"
+        return f"{where}: {self.reason}"
 
 
 @dataclass
@@ -98,9 +111,15 @@ class MigrationSummary:
         return text
 
 
-# One entry as read: (member as stored, score or None, position for error messages). Members
-# are bytes with a bytes client; redis-py types replies as unions, hence Any.
+# One entry as read: (member as stored, or its length in bytes when too large to read; score or
+# None; position for error messages). Members are bytes with a bytes client; redis-py types
+# replies as unions, hence Any.
 _Entry = tuple[Any, "float | None", int]
+
+
+def _members(raw: Any) -> list[Any]:
+    """Script reply members: bytes, or ``[length]`` (oversized) as the length alone."""
+    return [int(m[0]) if isinstance(m, list) else m for m in raw]
 
 
 async def _entries(client: Redis, key: str, kind: str, batch: int, move: bool,
@@ -110,42 +129,40 @@ async def _entries(client: Redis, key: str, kind: str, batch: int, move: bool,
     With ``move``, migrated members disappear between batches, so windows start after the
     ``kept[0]`` members left in place (rejected ones) instead of advancing by position.
     """
-    if kind == "list":
-        offset = 0
+    read = Scripts(client)["migrate_read"]
+    limit = MAX_PAYLOAD_BYTES
+    offset = 0
+    if kind in ("list", "zset"):
         while True:
             start = kept[0] if move else offset
-            raw: Any
-            if from_head:
-                raw = await client.lrange(key, start, start + batch - 1)
+            if kind == "list" and from_head:
+                raw = _members(await read(keys=[key], args=["list", start, start + batch - 1,
+                                                            limit]))
+            elif kind == "list":
+                raw = _members(reversed(await read(
+                    keys=[key], args=["list", -(start + batch), -(start + 1), limit])))
             else:
-                raw = list(reversed(await client.lrange(key, -(start + batch), -(start + 1))))
+                # PriorityQueue pops the lowest score (-priority); a start-URL zset the highest.
+                mode = "zset" if from_head else "zrev"
+                pairs = await read(keys=[key], args=[mode, start, start + batch - 1, limit])
+                raw = list(zip(_members(pairs[::2]), (float(s) for s in pairs[1::2]),
+                               strict=True))
             if not raw:
                 return
-            yield [(m, None, offset + i) for i, m in enumerate(raw)]
-            offset += len(raw)
-    elif kind == "zset":
-        offset = 0
-        while True:
-            start = kept[0] if move else offset
-            # PriorityQueue pops the lowest score (-priority); a start-URL zset the highest.
-            read: Any = client.zrange if from_head else client.zrevrange
-            raw = await read(key, start, start + batch - 1, withscores=True)
-            if not raw:
-                return
-            yield [(m, float(s), offset + i) for i, (m, s) in enumerate(raw)]
-            offset += len(raw)
-    elif kind == "set":
-        cursor, offset = 0, 0
-        while True:
-            reply: Any = await client.sscan(key, cursor, count=batch)
-            cursor, raw = reply
-            if raw:
+            if kind == "list":
                 yield [(m, None, offset + i) for i, m in enumerate(raw)]
-                offset += len(raw)
+            else:
+                yield [(m, s, offset + i) for i, (m, s) in enumerate(raw)]
+            offset += len(raw)
+    else:  # set
+        cursor = b"0"
+        while True:
+            cursor, members = await read(keys=[key], args=["set", cursor, batch, limit])
+            if members:
+                yield [(m, None, offset + i) for i, m in enumerate(_members(members))]
+                offset += len(members)
             if int(cursor) == 0:
                 return
-    else:
-        raise RejectedPayload(f"{key} is a Redis {kind}, not a list, set or sorted set")
 
 
 def _serves_from_head(kind: str, what: str, lifo: bool) -> bool:
@@ -157,6 +174,28 @@ def _serves_from_head(kind: str, what: str, lifo: bool) -> bool:
         return lifo if kind == "list" else True
     # RedisSpider reads start-URL lists with LRANGE 0.., sorted sets highest score first.
     return kind != "zset"
+
+
+def _convert(member: Any, score: float | None, what: str, origin: Origin,
+             encoding: str) -> Converted:
+    """One entry as a task; raises :class:`RejectedPayload` with the reason it cannot be."""
+    if isinstance(member, int):  # too large: the read script sent its length, not the entry
+        raise RejectedPayload(f"entry is {member} bytes, larger than {MAX_PAYLOAD_BYTES}")
+    if what == REQUESTS:
+        return request_dict_to_task(loads_request(member), origin)
+    if score is not None and not math.isfinite(score):
+        raise RejectedPayload(f"score {score} is not a finite priority")
+    priority = round(score) if score is not None else 0
+    return start_url_to_task(member, origin, priority, encoding)
+
+
+def _reason(exc: Exception) -> str:
+    """The reason a rejection prints: the entry's own text can reach it (a URL, a class
+    name), so control characters are escaped and the length is bounded."""
+    text = str(exc) if isinstance(exc, (RejectedPayload, TaskError)) else (
+        f"cannot be converted ({type(exc).__name__}: {exc})")
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[:MAX_REASON])
+    return text if len(str(exc)) <= MAX_REASON else text + "..."
 
 
 async def _remove(client: Redis, key: str, kind: str, from_head: bool,
@@ -188,10 +227,20 @@ async def migrate(
     if move and dry_run:
         raise ValueError("move and dry_run exclude each other")
     summary = MigrationSummary(dry_run=dry_run, move=move)
+
+    def reject(rejection: Rejection) -> None:
+        summary.rejected += 1
+        if on_reject is not None:
+            on_reject(rejection)
+
     for key, what in ((source.queue_key, REQUESTS), (source.start_urls_key, START_URLS)):
         kind_raw: Any = await client.type(key)
         kind = kind_raw.decode() if isinstance(kind_raw, bytes) else str(kind_raw)
         if kind == "none":
+            continue
+        if kind not in ("list", "zset", "set"):
+            reject(Rejection(key, None, f"a Redis {kind}, not a list, set or sorted set: "
+                                        "left as it is"))
             continue
         from_head = _serves_from_head(kind, what, source.lifo)
         logger.info("migrating %s from %s (a %s)", what, key, kind)
@@ -200,16 +249,15 @@ async def migrate(
             converted: list[tuple[Any, Converted]] = []
             for member, score, position in batch:
                 try:
-                    if what == REQUESTS:
-                        item = request_dict_to_task(loads_request(member), origin)
-                    else:
-                        priority = round(score) if score is not None else 0
-                        item = start_url_to_task(member, origin, priority, source.encoding)
-                except RejectedPayload as exc:
-                    summary.rejected += 1
+                    item = _convert(member, score, what, origin, source.encoding)
+                    writer.encode(item.task)  # what add() would refuse for the whole batch
+                except Exception as exc:
+                    # One entry, never the migration: anything unforeseen is logged in full
+                    # and the entry stays where it is, like every rejected one.
+                    if not isinstance(exc, (RejectedPayload, TaskError)):
+                        logger.exception("%s entry %d: cannot be converted", key, position)
                     kept[0] += 1
-                    if on_reject is not None:
-                        on_reject(Rejection(key, position, str(exc)))
+                    reject(Rejection(key, position, _reason(exc)))
                     continue
                 converted.append((member, item))
                 summary.meta_dropped += bool(item.dropped_meta)

@@ -13,7 +13,6 @@ works on a cluster so far.
 
 from __future__ import annotations
 
-import re
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -35,13 +34,6 @@ class ClusterTarget:
 
     node_url: str
     nodes: tuple[tuple[str, int], ...]
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, fit for a log line or an error message (also a cluster
-    URL listing several nodes, which ``urlsplit`` cannot give a port for)."""
-    return re.sub(r"//([^:/@]*):[^@/]*@",
-                  lambda m: f"//{m.group(1)}:***@" if m.group(1) else "//***@", url)
 
 
 def is_cluster_url(url: str) -> bool:
