@@ -21,7 +21,7 @@ from meteorseed_scrapy.queue.dedup import fingerprint
 from meteorseed_scrapy.queue.delivery import Delivery
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
-from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 
 T = TypeVar("T")
 
@@ -141,6 +141,64 @@ def test_read_decodes_tasks_and_flags_malformed_entries(
     assert dict(by_id[no_version].fields) == {"junk": "1"}
 
     assert set(pending(sync_redis, keys)) == {good, no_version, bad_json, future}
+
+
+def raw_client(redis_url: str) -> redis.Redis:
+    """A client that writes and reads bytes as they are (no decoding)."""
+    return redis.Redis.from_url(redis_url)
+
+
+def test_read_delivers_a_message_that_is_not_utf8_alone_and_never_replaces_the_byte(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    # (Before: the client's decode_responses=True raised UnicodeDecodeError out of read(), the
+    # whole batch stayed pending; with errors="replace" the task would run with another URL.)
+    before, after = make_task(1), make_task(2)
+    bad_t = before.to_message()["t"].encode().replace(b"/p/1", b"/p/\xff")
+    add(sync_redis, keys, before.to_message())
+    bad_id = raw_client(redis_url).xadd(keys.stream, {b"v": b"1", b"t": bad_t}).decode()
+    add(sync_redis, keys, after.to_message())
+
+    async def body(client: Redis) -> list[Delivery]:
+        consumer = StreamConsumer(client, keys, "worker-a")
+        await consumer.ensure_group()
+        return await consumer.read(10, 100)
+
+    got = arun(redis_url, body)
+    assert [d.task for d in got if d.task is not None] == [before, after]
+    [bad] = [d for d in got if d.task is None]
+    assert bad.msg_id == bad_id
+    offset = bad_t.index(b"\xff")
+    assert bad.error == f"malformed message: t: is not valid UTF-8 (byte 0xff at offset {offset})"
+    assert dict(bad.raw_fields)["t"].encode("utf-8", "surrogateescape") == bad_t
+
+
+def test_blocking_read_gives_the_fields_as_stored(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    """A message that arrives while read() blocks: not UTF-8, and a field name given twice
+    (which redis-py's parsed XREADGROUP reply would have merged into one)."""
+    good_t = make_task(1).to_message()["t"].encode()
+
+    async def body(client: Redis) -> list[Delivery]:
+        consumer = StreamConsumer(client, keys, "worker-a")
+        await consumer.ensure_group()
+        reading = asyncio.ensure_future(consumer.read(10, 30_000))
+
+        for _ in range(400):  # until read() waits in XREADGROUP (polled, at most 20 s)
+            if any(c.get("cmd") == "xreadgroup" for c in await client.client_list()):
+                break
+            await asyncio.sleep(0.05)
+        raw = raw_client(redis_url)
+        raw.execute_command("XADD", keys.stream, "*", "v", "1", "t", good_t, "t", b"\xfe{}")
+        return await asyncio.wait_for(reading, 20)
+
+    [got] = arun(redis_url, body)
+    assert got.task is None
+    assert got.error == "malformed message: t: appears more than once in the message"
+    assert [(k, v.encode("utf-8", "surrogateescape")) for k, v in got.raw_fields] == [
+        ("v", b"1"), ("t", good_t), ("t", b"\xfe{}")]
+    assert set(pending(sync_redis, keys)) == {got.msg_id}
 
 
 def test_read_respects_count(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis) -> None:
@@ -305,6 +363,31 @@ def test_reclaim_counts_deliveries_and_reports_over_limit(
     assert last[msg_id].task == task
     assert last[bad_id].task is None and "malformed" in last[bad_id].error
     assert pending(sync_redis, keys)[msg_id]["times_delivered"] == 4
+
+
+def test_reclaim_delivers_messages_that_cannot_be_decoded(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    task = make_task()
+    raw = raw_client(redis_url)
+    ids = [raw.xadd(keys.stream, fields).decode() for fields in (
+        {b"v": b"1", b"t": b"[" * 5000 + b"]" * 5000},  # RecursionError in json.loads
+        {b"\xff": b"1"},
+        {b"v": b"1", b"t": task.to_message()["t"].encode()},
+    )]
+
+    async def body(client: Redis) -> list[Delivery]:
+        a = StreamConsumer(client, keys, "worker-a")
+        await a.ensure_group()
+        raw.xreadgroup(GROUP, "ghost", {keys.stream: ">"})  # pending on a worker that died
+        return await a.reclaim(0, 10)
+
+    got = {d.msg_id: d for d in arun(redis_url, body)}
+    assert list(got) == ids
+    assert got[ids[0]].error.startswith("malformed message: t: nests deeper than")
+    assert got[ids[1]].error.startswith("malformed message: field name b'\\xff': is not valid")
+    assert got[ids[2]].task == task
+    assert {row["consumer"] for row in pending(sync_redis, keys).values()} == {"worker-a"}
 
 
 def test_reclaim_resumes_the_scan_where_it_stopped(
@@ -529,6 +612,73 @@ def test_dead_letter_of_a_malformed_message_keeps_raw_fields(
     assert sync_redis.xlen(keys.stream) == 0
     assert pending_count(sync_redis, keys) == 0
     assert sync_redis.smembers(keys.seen("news")) == {"keep-me"}
+
+
+def test_dead_letter_keeps_an_oversized_message_whole(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    big = "é".encode() + b"\xff" + b"x" * (3 * MAX_MESSAGE_BYTES)
+    fields = {b"v": b"1", b"t": big}
+    msg_id = raw_client(redis_url).xadd(keys.stream, fields).decode()
+
+    async def body(client: Redis) -> tuple[Delivery, str]:
+        a = StreamConsumer(client, keys, "worker-a")
+        await a.ensure_group()
+        [delivery] = await a.read(10, 100)
+        return delivery, await a.dead_letter(delivery, delivery.error)
+
+    delivery, dead_id = arun(redis_url, body)
+    assert delivery.error == (f"malformed message: task: is larger than {MAX_MESSAGE_BYTES} "
+                              f"bytes ({len(big)})")
+    [(entry_id, dead)] = sync_redis.xrange(keys.dead)
+    assert entry_id == dead_id
+    assert dead["reason"] == delivery.error and dead["source_id"] == msg_id
+    assert len(dead["t"]) > 3 * MAX_MESSAGE_BYTES  # not cut to 64 KiB
+    restored = {k.encode(): v.encode("utf-8", "surrogateescape")
+                for k, v in json.loads(dead["t"]).items()}
+    assert restored == fields
+    assert sync_redis.xlen(keys.stream) == 0 and pending_count(sync_redis, keys) == 0
+
+
+def test_dead_letter_is_refused_once_another_consumer_reclaimed_the_entry(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    task = make_task(1)
+
+    async def body(client: Redis) -> tuple[str, list[Delivery], bool]:
+        writer = TaskWriter(client, keys)
+        await writer.add([task])
+        a = StreamConsumer(client, keys, "worker-a")
+        b = StreamConsumer(client, keys, "worker-b")
+        await a.ensure_group()
+        [held] = await a.read(10, 100)
+        taken = await b.reclaim(0, 10)  # A looked dead to B
+        refused = await a.dead_letter(held, "HTTP 500, 5 times", fingerprint(task))
+        return refused, taken, await writer.is_seen(task)
+
+    refused, taken, still_seen = arun(redis_url, body)
+    assert refused == ""
+    assert sync_redis.xlen(keys.dead) == 0  # no dead letter written
+    [row] = pending(sync_redis, keys).values()
+    assert row["consumer"] == "worker-b" and row["message_id"] == taken[0].msg_id
+    assert sync_redis.xlen(keys.stream) == 1  # still there, for B to complete
+    assert still_seen  # the URL was not released either
+
+
+def test_dead_letter_is_refused_for_an_entry_already_acked(
+    redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
+) -> None:
+    add(sync_redis, keys, {"junk": "1"})
+
+    async def body(client: Redis) -> str:
+        a = StreamConsumer(client, keys, "worker-a")
+        await a.ensure_group()
+        [delivery] = await a.read(10, 100)
+        await a.ack([delivery.ref])
+        return await a.dead_letter(delivery, delivery.error)
+
+    assert arun(redis_url, body) == ""
+    assert sync_redis.xlen(keys.dead) == 0
 
 
 # -- failure notes, quiet, durability ---------------------------------------------------------

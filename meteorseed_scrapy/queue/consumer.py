@@ -1,21 +1,24 @@
 """The worker's side of the task streams: read, reclaim, keep alive, ack, dead-letter, hand back.
 
 Every method is one round trip (a command, a pipeline or one Lua script) on a ``redis.asyncio``
-client created with ``decode_responses=True``. Every delivery names the stream (lane and band)
-it came from, and everything done to it later goes to that stream. Nothing here knows about
-Scrapy.
+client created with ``decode_responses=True``; but the entries that :meth:`StreamConsumer.read`
+and :meth:`StreamConsumer.reclaim` deliver come back as bytes (``NEVER_DECODE``), so that the
+strict decoding of :class:`Delivery` sees them as stored: the client's own decoding would raise
+on a byte that is not UTF-8 and fail the whole read, or with another ``encoding_errors`` replace
+it silently. Every delivery names the stream (lane and band) it came from, and everything done
+to it later goes to that stream. Nothing here knows about Scrapy.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.client import NEVER_DECODE
+from redis.exceptions import NoScriptError, ResponseError
 
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shares
@@ -30,6 +33,9 @@ from meteorseed_scrapy.task.lanes import BANDS, LANES
 __all__ = ["Delivery", "Ref", "StreamConsumer", "by_stream"]
 
 logger = logging.getLogger(__name__)
+
+#: Options of a command whose reply reaches the decoder as bytes, whatever the client decodes.
+_AS_BYTES: dict[str, Any] = {NEVER_DECODE: []}
 
 
 class StreamConsumer:
@@ -53,17 +59,34 @@ class StreamConsumer:
         self._cluster = is_cluster(redis)
         self._turn = 0  # the shard a read starts at, rotating
         self._read = scripts.register(redis, "read")
+        self._entries = scripts.register(redis, "entries")
         self._dead = scripts.register(redis, "dead")
         self._touch = scripts.register(redis, "touch")
         self._handback = scripts.register(redis, "handback")
         self._reclaim = scripts.register(redis, "reclaim")
         self._release = scripts.register(redis, "dedup_release")
         self._reclaim_cursors = [["0-0"] * len(shard.streams) for shard in self.shards]
+        self._names = {stream.encode(): stream for stream in self.streams}
 
     def _rotation(self) -> list[int]:
         n = len(self.shards)
         start, self._turn = self._turn, (self._turn + 1) % n
         return [(start + i) % n for i in range(n)]
+
+    async def _as_bytes(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run ``script`` (a registered one) with its reply left as bytes."""
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            return await self.redis.execute_command(*command, **_AS_BYTES)
+        except NoScriptError:  # a restarted Redis: load it once, as Script.__call__ does
+            script.sha = await self.redis.script_load(script.script)
+            return await self.redis.execute_command("EVALSHA", script.sha, *command[2:],
+                                                    **_AS_BYTES)
+
+    def _name(self, stream: bytes | str) -> str:
+        if isinstance(stream, str):
+            return stream
+        return self._names.get(stream) or stream.decode("utf-8", "surrogateescape")
 
     def _by_shard(self, refs: Sequence[Ref]) -> dict[int, list[tuple[int, str]]]:
         out: dict[int, list[tuple[int, str]]] = {}
@@ -95,16 +118,17 @@ class StreamConsumer:
         idle worker wakes as soon as a task arrives in any lane."""
         shares = self.shares.split(count)
         lanes = len(shares)
-        reply: list[Any] = []
+        reply: list[tuple[str, list[Any]]] = []
         for k in self._rotation():
-            got = await self._read(
-                keys=self.shards[k].streams,
-                args=[self.keys.group, self.consumer, len(BANDS), *self.shares.weights, *shares],
+            got = await self._as_bytes(
+                self._read, self.shards[k].streams,
+                [self.keys.group, self.consumer, len(BANDS), *self.shares.weights, *shares],
             )
-            reply += got or []
             taken = [0] * lanes
             for stream, entries in got or []:
-                taken[LANES.index(self.keys.stream_lanes[stream][0])] += len(entries)
+                name = self._name(stream)
+                reply.append((name, entries))
+                taken[LANES.index(self.keys.stream_lanes[name][0])] += len(entries)
             shares = [max(0, s - t) for s, t in zip(shares, taken, strict=True)]
             # What a lane took beyond its share (an empty lane's slots) comes off the others.
             left = count - sum(len(e) for _, e in reply)
@@ -113,15 +137,12 @@ class StreamConsumer:
                 break
         if not reply and block_ms > 0:
             reply = await self._block(count, block_ms)
-        out: list[Delivery] = []
-        for stream, entries in reply:
-            for msg_id, fields in entries:
-                if isinstance(fields, list):  # from the script: a flat field list
-                    fields = dict(zip(fields[::2], fields[1::2], strict=True))
-                out.append(Delivery.decode(stream, msg_id, fields, 1))
-        return out
+        # Decoding never raises: a malformed entry is delivered with its error, to be
+        # dead-lettered alone, and the rest of the batch goes on.
+        return [Delivery.decode(stream, _text(msg_id), _pairs(flat), 1)
+                for stream, entries in reply for msg_id, flat in entries]
 
-    async def _block(self, count: int, block_ms: int) -> list[Any]:
+    async def _block(self, count: int, block_ms: int) -> list[tuple[str, list[Any]]]:
         # (Several streams filled at the same instant may give up to count each.) A cluster
         # serves a multi-stream XREADGROUP only within one slot: block on one shard at a
         # time, for a share of block_ms, so every shard is swept again soon.
@@ -130,11 +151,24 @@ class StreamConsumer:
             streams, block_ms = shard.streams, max(1, block_ms // len(self.shards))
         else:
             streams = self.streams
-        reply = await self.redis.xreadgroup(
-            self.keys.group, self.consumer, dict.fromkeys(streams, ">"),
-            count=count, block=block_ms,
+        reply = await self.redis.execute_command(
+            "XREADGROUP", "GROUP", self.keys.group, self.consumer, "COUNT", count,
+            "BLOCK", block_ms, "STREAMS", *streams, *[">"] * len(streams), **_AS_BYTES,
         )
-        return list(reply or [])
+        got = [(self._name(stream), _text(msg_id))
+               for stream, entries in reply or [] for msg_id, _ in entries]
+        if not got:
+            return []
+        # redis-py parsed that reply into a dict per entry (a field given twice kept once):
+        # the fields are read again as stored (one script, in the same slot as the streams).
+        keys = list(dict.fromkeys(stream for stream, _ in got))
+        args: list[Any] = []
+        for stream, msg_id in got:
+            args += [keys.index(stream) + 1, msg_id]
+        out: dict[str, list[Any]] = {}
+        for index, msg_id, flat in await self._as_bytes(self._entries, keys, args):
+            out.setdefault(keys[int(index) - 1], []).append((msg_id, flat))
+        return list(out.items())
 
     async def reclaim(self, min_idle_s: float, count: int) -> list[Delivery]:
         """Entries idle for ``min_idle_s`` on any consumer (dead workers, failed tasks)."""
@@ -143,16 +177,15 @@ class StreamConsumer:
             if len(out) >= count:
                 break
             shard = self.shards[k]
-            cursors, entries = await self._reclaim(
-                keys=shard.streams,
-                args=[self.keys.group, self.consumer, int(min_idle_s * 1000), count - len(out),
-                      *self._reclaim_cursors[k]],
+            cursors, entries = await self._as_bytes(
+                self._reclaim, shard.streams,
+                [self.keys.group, self.consumer, int(min_idle_s * 1000), count - len(out),
+                 *self._reclaim_cursors[k]],
             )
-            self._reclaim_cursors[k] = [str(c) for c in cursors]
-            for index, msg_id, flat, deliveries in entries:
-                fields = dict(zip(flat[::2], flat[1::2], strict=True))
-                out.append(Delivery.decode(shard.streams[int(index) - 1], msg_id, fields,
-                                           int(deliveries)))
+            self._reclaim_cursors[k] = [_text(c) for c in cursors]
+            out += [Delivery.decode(shard.streams[int(index) - 1], _text(msg_id), _pairs(flat),
+                                    int(deliveries))
+                    for index, msg_id, flat, deliveries in entries]
         return out
 
     async def touch(self, refs: Sequence[Ref]) -> list[Ref]:
@@ -258,27 +291,34 @@ class StreamConsumer:
     async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
         """Move ``delivery`` to its shard's dead letters and release its URL (one script when
         its site's dedup root is in that shard, as it is unless the task was put in another
-        shard's stream by hand or by an older layout)."""
+        shard's stream by hand or by an older layout); returns the dead letter's id.
+
+        The dead letter keeps the message whole (:attr:`Delivery.dead_payload`). Refused,
+        returning "" and writing nothing, when the entry is no longer pending on this consumer
+        (another worker reclaimed it meanwhile: it is that worker's now)."""
         task = delivery.task
         shard = self.keys.shard_of_stream(delivery.stream)
         keys = [delivery.stream, shard.dead]
         release = ""
         if task is None:
-            payload = json.dumps(dict(delivery.fields), ensure_ascii=False)[:65536]
             fingerprint = ""
+        elif self.keys.for_site(task.site_id) == shard:
+            keys.append(shard.seen(task.site_id))
         else:
-            payload = delivery.fields.get("t", "")
-            if self.keys.for_site(task.site_id) == shard:
-                keys.append(shard.seen(task.site_id))
-            else:
-                release, fingerprint = fingerprint, ""
-        args = [self.keys.group, delivery.msg_id, payload, reason[:2000], self.consumer,
+            release, fingerprint = fingerprint, ""
+        # A reason may quote a value that is not UTF-8: escaped, so that Redis can take it.
+        reason = reason[:2000].encode("utf-8", "backslashreplace").decode("utf-8")
+        args = [self.keys.group, delivery.msg_id, delivery.dead_payload, reason, self.consumer,
                 delivery.deliveries, f"{time.time():.3f}", fingerprint]
-        dead_id = str(await self._dead(keys=keys, args=args))
+        dead_id = await self._dead(keys=keys, args=args)
+        if not dead_id:
+            logger.warning("Task message %s of %s was taken over by another worker: not "
+                           "dead-lettered here (%s)", delivery.msg_id, delivery.stream, reason)
+            return ""
         if release and task is not None:
             await self._release(keys=[self.keys.seen(task.site_id)],
                                 args=["", bytes.fromhex(release)])
-        return dead_id
+        return str(dead_id)
 
     async def leave(self) -> int:
         """Remove this consumer from the group of every stream where it holds nothing pending
@@ -347,3 +387,14 @@ class StreamConsumer:
                 "loses every task; enable appendonly"
             )
         return warnings
+
+
+def _text(value: bytes | str) -> str:
+    """An id or a cursor of a reply left as bytes (ASCII: Redis makes them)."""
+    return value.decode("ascii") if isinstance(value, bytes) else str(value)
+
+
+def _pairs(flat: Sequence[Any] | None) -> list[tuple[Any, Any]]:
+    """A flat ``[field, value, ...]`` list as stored, as pairs (repeats kept)."""
+    flat = flat or []
+    return list(zip(flat[::2], flat[1::2], strict=True))

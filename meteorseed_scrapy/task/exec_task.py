@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,7 @@ from meteorseed_scrapy.task.ids import new_task_id
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.validation import (
     TaskError,
+    check_callback,
     check_id,
     check_json_safe,
     check_lane,
@@ -20,8 +22,15 @@ from meteorseed_scrapy.task.validation import (
 )
 
 MESSAGE_VERSION = "1"
+#: The fields of a task stream message: the version and the task JSON, nothing else.
+MESSAGE_FIELDS = ("v", "t")
 #: Upper bound of one encoded exec task; messages stay small (no HTML ever goes through Redis).
 MAX_MESSAGE_BYTES = 64 * 1024
+#: Deepest nesting of objects and lists in a task: far below the recursion limit of the code
+#: that later copies, prints or encodes its values (json, repr, deepcopy).
+MAX_DEPTH = 64
+#: Integers of a task fit in 64 bits (a BSON document, a Redis score, any JSON reader).
+INT_RANGE = (-(2**63), 2**63 - 1)
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,9 @@ class ExecTask:
     lane: str = DEFAULT_LANE  # realtime / scheduled / retry: which task streams it waits in
 
     def __post_init__(self) -> None:
+        # First, before any check that prints or encodes a value: nesting, numbers, strings.
+        for name in self.__dataclass_fields__:
+            _check_value(name, getattr(self, name))
         check_id("task_id", self.task_id)
         check_id("seed_id", self.seed_id)
         check_id("site_id", self.site_id)
@@ -61,10 +73,8 @@ class ExecTask:
                 raise TaskError(f"headers.{key}", "must map a name to a string or list of strings")
         if not isinstance(self.body, str):
             raise TaskError("body", "must be a string")
-        for name in ("callback", "errback"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value.isidentifier()):
-                raise TaskError(name, f"must be a method name, got {value!r}")
+        check_callback(self.callback, "callback")
+        check_callback(self.errback, "errback")
         for name in ("meta", "cb_kwargs"):
             value = getattr(self, name)
             if not isinstance(value, Mapping):
@@ -146,28 +156,109 @@ class ExecTask:
         return {"v": MESSAGE_VERSION, "t": encoded}
 
     @classmethod
-    def from_message(cls, fields: Mapping[Any, Any]) -> ExecTask:
-        """Decode stream fields (bytes or str); raises :class:`TaskError` naming the problem."""
-        decoded = {_text(k): _text(v) for k, v in fields.items()}
-        version = decoded.get("v")
-        if version != MESSAGE_VERSION:
-            raise TaskError("v", f"unsupported message version {version!r}")
-        raw = decoded.get("t")
+    def from_message(cls, fields: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> ExecTask:
+        """Decode stream fields (a mapping, or the ``(name, value)`` pairs as stored; bytes or
+        str). Whatever the content, the only exception is a :class:`TaskError` naming the
+        problem: the message is exactly ``v`` and ``t``, strict UTF-8 (a byte that is not
+        UTF-8 is refused, never replaced), ``t`` at most :data:`MAX_MESSAGE_BYTES` of JSON
+        that makes a valid task (see :func:`_check_value`) whose URL canonicalises."""
+        message = _message(fields)
+        version = message.get("v")
+        text = None if version is None else _strict_text("v", version)
+        if text != MESSAGE_VERSION:
+            raise TaskError("v", f"unsupported message version {_shown(text)}")
+        unknown = sorted(set(message) - set(MESSAGE_FIELDS))
+        if unknown:
+            raise TaskError(unknown[0], "is not a field of a task message (v and t only)")
+        raw = message.get("t")
         if raw is None:
             raise TaskError("t", "is missing")
-        if len(raw.encode("utf-8")) > MAX_MESSAGE_BYTES:
-            raise TaskError("task", f"is larger than {MAX_MESSAGE_BYTES} bytes")
+        size = len(raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogatepass"))
+        if size > MAX_MESSAGE_BYTES:
+            raise TaskError("task", f"is larger than {MAX_MESSAGE_BYTES} bytes ({size})")
+        body = _strict_text("t", raw)
         try:
-            data = json.loads(raw)
+            # NaN and Infinity parse, and are then refused naming their field (_check_value).
+            data = json.loads(body)
+        except RecursionError:
+            raise TaskError("t", f"nests deeper than {MAX_DEPTH} levels") from None
         except ValueError as exc:
-            raise TaskError("t", f"is not valid JSON ({exc})") from None
-        return cls.from_dict(data)
+            raise TaskError("t", f"is not valid JSON ({exc})"[:300]) from None
+        task = cls.from_dict(data)
+        try:
+            canonical_url(task.url)
+        except ValueError as exc:
+            raise TaskError("url", f"cannot be canonicalised ({exc}): {task.url[:200]!r}") from None
+        return task
 
 
-def _text(value: Any) -> str:
+def _message(fields: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> dict[str, Any]:
+    """The fields by name (values as given); a name that is not UTF-8 or appears twice is
+    refused: which of two values counts would depend on the reader."""
+    pairs = fields.items() if isinstance(fields, Mapping) else fields
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        name = _strict_text(f"field name {_shown(key)}", key)
+        if name in out:
+            raise TaskError(name, "appears more than once in the message")
+        out[name] = value
+    return out
+
+
+def _strict_text(name: str, value: Any) -> str:
+    """``value`` as text; bytes must be UTF-8 and text must encode as UTF-8 (no lone
+    surrogate): anything else is refused, never replaced."""
     if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise TaskError(name, f"is not valid UTF-8 (byte {value[exc.start]:#04x} at offset "
+                                  f"{exc.start})") from None
+    text = value if isinstance(value, str) else str(value)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise TaskError(name, f"is not valid UTF-8 (lone surrogate at offset {exc.start})"
+                            ) from None
+    return text
 
 
-__all__ = ["MAX_MESSAGE_BYTES", "MESSAGE_VERSION", "ExecTask"]
+def _shown(value: Any) -> str:
+    return repr(value)[:60]
+
+
+def _check_value(name: str, value: Any) -> None:
+    """Refuse, naming the path, nesting deeper than :data:`MAX_DEPTH`, a non-string object key,
+    a number that is not finite or an integer out of :data:`INT_RANGE`, and a string that is
+    not UTF-8 (a lone surrogate). Iterative, so that no input can exhaust the stack here."""
+    stack: list[tuple[str, Any, int]] = [(name, value, 0)]
+    low, high = INT_RANGE
+    while stack:
+        path, item, depth = stack.pop()
+        if isinstance(item, str):
+            _strict_text(path, item)
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not low <= item <= high:
+                raise TaskError(path, "is an integer out of the 64-bit range")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise TaskError(path, f"is not a finite number ({item!r})")
+        elif isinstance(item, (Mapping, list, tuple)):
+            if depth >= MAX_DEPTH:
+                raise TaskError(path, f"nests deeper than {MAX_DEPTH} levels")
+            if isinstance(item, Mapping):
+                for key, sub in item.items():
+                    if not isinstance(key, str):
+                        raise TaskError(f"{path}.{_shown(key)}", "keys must be strings")
+                    _strict_text(f"{path}.{_shown(key)}", key)
+                    key_path = f"{path}.{key[:100]}"
+                    stack.append((key_path, sub, depth + 1))
+            else:
+                stack.extend((f"{path}[{i}]", sub, depth + 1) for i, sub in enumerate(item))
+
+
+__all__ = ["INT_RANGE", "MAX_DEPTH", "MAX_MESSAGE_BYTES", "MESSAGE_FIELDS", "MESSAGE_VERSION",
+           "ExecTask"]
