@@ -31,8 +31,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from scrapy.exceptions import NotConfigured
-
 from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store import check_store_uri, open_store
 from meteorseed_scrapy.store.base import Store
@@ -70,12 +68,9 @@ class UpsertPipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UpsertPipeline:
-        try:
-            config = StoreConfig.from_settings(crawler.settings)
-        except NotConfigured as exc:
-            # NotConfigured would quietly disable this stage: items would pass uncommitted and
-            # their tasks be acked. A bad setting must stop the crawl instead.
-            raise ValueError(str(exc)) from None
+        # A bad setting raises ConfigError and stops the crawl (NotConfigured would quietly
+        # disable this stage: items would pass uncommitted and their tasks be acked).
+        config = StoreConfig.from_settings(crawler.settings)
         check_store_uri(config.uri)
         return cls(config, crawler.stats, default_site_id=crawler.spidercls.name)
 

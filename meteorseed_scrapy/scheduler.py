@@ -26,10 +26,11 @@ from twisted.python.failure import Failure
 from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, positive_number
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
 from meteorseed_scrapy.queue.retention import DeadLetterRetention, housekeeping
 from meteorseed_scrapy.queue.shards import check_shard_count
@@ -37,7 +38,14 @@ from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.yields import YieldReporter
-from meteorseed_scrapy.settings import WorkerConfig
+from meteorseed_scrapy.settings import (
+    ConfigError,
+    WorkerConfig,
+    duration_setting,
+    flag_setting,
+    setting,
+    to_integer,
+)
 from meteorseed_scrapy.sites.lookup import site_configs
 from meteorseed_scrapy.task.context import (
     CURRENT_SCRAPE,
@@ -61,26 +69,26 @@ class StreamScheduler:
     def __init__(self, crawler: Any, config: WorkerConfig) -> None:
         self.crawler = crawler
         self.config = config
-        self.keys = config.keys
+        self.keys = KeyLayout.for_config(config)
         self.stats = crawler.stats
         settings = crawler.settings
         self.capacity = settings.getint("CONCURRENT_REQUESTS")
         self.prefetch = max(1, self.capacity // 2)
-        self.max_settling = max(2, settings.getint("METEORSEED_MAX_SETTLING", self.capacity))
+        settling = setting(settings, "METEORSEED_MAX_SETTLING")  # None: the capacity
+        self.max_settling = max(2, self.capacity if settling is None else to_integer(
+            settling, "METEORSEED_MAX_SETTLING", minimum=1))
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
-        self.freeze_gc = settings.getbool("METEORSEED_FREEZE_GC", True)
+        self.freeze_gc = flag_setting(settings, "METEORSEED_FREEZE_GC")
         self.ledger = TaskLedger()
         self.work = WorkBudget(crawler, self.ledger, self.capacity, self.prefetch)
-        self.politeness = settings.getbool("METEORSEED_POLITENESS", True)
+        self.politeness = flag_setting(settings, "METEORSEED_POLITENESS")
         self.limits = SiteLimits.from_settings(settings)
         self.site_configs = site_configs(crawler)
         self._site_limits = SiteLimitsLookup(self.limits, self.site_configs)
         self.backoff = Backoff.from_settings(settings)
         self.breaker_config = BreakerConfig.from_settings(settings)
         self.retention = DeadLetterRetention.from_settings(settings)
-        self.prune_idle = positive_number(
-            "METEORSEED_CONSUMER_PRUNE_IDLE", settings.get("METEORSEED_CONSUMER_PRUNE_IDLE", 3600),
-            allow_zero=True)
+        self.prune_idle = duration_setting(settings, "METEORSEED_CONSUMER_PRUNE_IDLE")
         self._chores: asyncio.Future[None] | None = None
         self._yields: YieldReporter | None = None
         self._yield_task: asyncio.Future[None] | None = None
@@ -92,7 +100,13 @@ class StreamScheduler:
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> StreamScheduler:
-        return cls(crawler, WorkerConfig.from_settings(crawler.settings))
+        try:
+            return cls(crawler, WorkerConfig.from_settings(crawler.settings))
+        except ConfigError as exc:
+            # Scrapy 2.19 then fails closing the engine ("Engine slot not assigned", fixed by
+            # scrapy#8169), which buries this error in the traceback: name the setting first.
+            logger.error("Invalid setting, the crawl cannot start: %s", exc)
+            raise
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self, spider: Spider) -> Deferred[None]:

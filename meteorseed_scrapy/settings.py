@@ -1,33 +1,58 @@
-"""Every ``METEORSEED_*`` default, read once into a small validated config object."""
+"""Every ``METEORSEED_*`` default, the one accessor that reads a setting, and the validators
+every setting and config field goes through: numbers, flags and the one duration grammar.
+
+The bottom of the package: it imports nothing of it but the scrapy-redis setting mapping.
+An invalid value raises :class:`ConfigError` naming the setting; Scrapy's ``NotConfigured``
+stays what Scrapy means by it, "switch this component off".
+"""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy.exceptions import NotConfigured
-
-from meteorseed_scrapy.queue.connection import is_cluster_url
-from meteorseed_scrapy.queue.keys import MAX_SHARDS, SHARDS_SETTING, KeyLayout
 from meteorseed_scrapy.scrapy_redis_settings import redis_url_and_source as resolve_redis_url
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_STORE_URI = "sqlite:///meteorseed.db"
+#: Upper bound of ``METEORSEED_STREAM_SHARDS``: every worker reads every shard.
+MAX_SHARDS = 256
 
-#: Defaults of the settings this package adds (all prefixed, never Scrapy's own names).
+#: Defaults of the settings this package adds (all prefixed, never Scrapy's own names). Every
+#: ``METEORSEED_*`` setting the code reads is here (tests/test_settings.py checks it); read them
+#: through :func:`setting` and its typed forms, never with an inline default. Seconds may be
+#: given as durations (``30s``, ``10m``, ``2h``, ``1d``, ``2w``: :func:`parse_duration`).
 DEFAULTS: dict[str, Any] = {
+    # None: resolved by redis_url_from (scrapy-redis's REDIS_* settings, env REDIS_URL, else
+    # DEFAULT_REDIS_URL) and store_uri_from (env MONGO_URL, else DEFAULT_STORE_URI).
+    "METEORSEED_REDIS_URL": None,
+    "METEORSEED_STORE_URI": None,
     "METEORSEED_NAMESPACE": "meteorseed",
+    # Seconds with nothing left to do before the spider closes; 0 = run forever.
     "METEORSEED_IDLE_CLOSE": 0,
+    # Seconds after which another worker may reclaim a dead worker's task.
     "METEORSEED_CLAIM_IDLE": 30,
     "METEORSEED_MAX_DELIVERIES": 5,
+    # Seconds of continuous trouble at a site (throttled, or breaker open) after which its
+    # waiting tasks are dead-lettered.
+    "METEORSEED_GIVE_UP_AFTER": 86400,
+    # Tasks waiting in the streams above which seed-expand, the seeder and dispatch pause.
     "METEORSEED_MAX_BACKLOG": 1_000_000,
     # Task streams split by site over this many hash-tagged shards (docs/cluster.md).
     "METEORSEED_STREAM_SHARDS": 1,
     # Shares of a worker's reads per task lane (meteorseed_scrapy.queue.lanes, docs/lanes.md).
     "METEORSEED_LANE_WEIGHTS": "realtime:6,scheduled:3,retry:1",
+    # This worker's consumer name in the group; empty: <hostname>:<pid>.
     "METEORSEED_CONSUMER": "",
+    # Responses waiting for their scrape above which no new work is handed out; None: the
+    # download capacity (CONCURRENT_REQUESTS).
+    "METEORSEED_MAX_SETTLING": None,
+    # gc.freeze() once the worker has started (fewer full collections of long-lived objects).
+    "METEORSEED_FREEZE_GC": True,
     # Completion records and failure notes matter only while a task can still be redelivered.
     "METEORSEED_DONE_TTL": 600,
     # Dead letters older than this (s) or beyond the newest N are trimmed; 0 = keep them.
@@ -35,25 +60,42 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_DEAD_MAXLEN": 1_000_000,
     # Consumers holding nothing, unseen for this long (s), leave the group; 0 = kept.
     "METEORSEED_CONSUMER_PRUNE_IDLE": 3600,
+    # Items committed per store write, and the longest (s) a partial batch waits for more.
     "METEORSEED_STORE_BATCH_SIZE": 100,
     "METEORSEED_STORE_BATCH_WAIT": 0.0,
+    # Seconds a waiting batch keeps retrying a failing store before its tasks are failed.
     "METEORSEED_STORE_RETRY_MAX": 30.0,
-    "METEORSEED_FREEZE_GC": True,
-    # Site rule files (meteorseed_scrapy.sites, ``scrapy crawl sites``) and how often (s) the
-    # running spider checks them for changes.
+    # Site rule files (meteorseed_scrapy.sites, ``scrapy crawl sites``), whether rules pushed to
+    # Redis (``meteorseed sites push``) are loaded too, and how often (s) they are re-checked.
     "METEORSEED_SITES_DIR": "",
+    "METEORSEED_SITES_REDIS": False,
     "METEORSEED_SITES_RELOAD_INTERVAL": 1.0,
+    # Bounds (s) of adaptive seed intervals unless the schedule or the site's rules say.
+    "METEORSEED_SCHEDULE_MIN_INTERVAL": 600,
+    "METEORSEED_SCHEDULE_MAX_INTERVAL": 7200,
+    # Let server-side fetches (sitemaps in serve, the seeder, seed-expand) reach loopback,
+    # private, link-local and reserved addresses.
+    "METEORSEED_FETCH_PRIVATE_ADDRESSES": False,
+    # Fleet-wide per-site limits (a site's rule config may override them).
     "METEORSEED_POLITENESS": True,
     "METEORSEED_SITE_RATE": 2.0,
     "METEORSEED_SITE_BURST": 5,
     "METEORSEED_SITE_CONCURRENCY": 4,
+    # Seconds: min(max, max(Retry-After, base * 2^n)) + jitter.
     "METEORSEED_BACKOFF_BASE": 1.0,
     "METEORSEED_BACKOFF_MAX": 300.0,
+    # Circuit breaker (meteorseed_scrapy.politeness.breaker): window (s) judged, requests before
+    # it may open, share of errors or mean latency (s) that opens it, s between probes.
     "METEORSEED_BREAKER_WINDOW": 60,
     "METEORSEED_BREAKER_MIN_REQUESTS": 20,
     "METEORSEED_BREAKER_ERROR_RATIO": 0.3,
     "METEORSEED_BREAKER_MAX_LATENCY": 30,
     "METEORSEED_BREAKER_PROBE_INTERVAL": 60,
+    # Open longer than DEGRADE_AFTER (s): tasks below priority DEGRADE_BELOW are parked for
+    # DEGRADE_DELAY (s) instead of coming back at every probe.
+    "METEORSEED_BREAKER_DEGRADE_AFTER": 300,
+    "METEORSEED_BREAKER_DEGRADE_DELAY": 600,
+    "METEORSEED_BREAKER_DEGRADE_BELOW": 1,
     # Observability (meteorseed_scrapy.observability, docs/observability.md).
     "METEORSEED_LOG_JSON": False,
     "METEORSEED_METRICS_PORT": None,  # None/0: no Prometheus endpoint
@@ -63,7 +105,179 @@ DEFAULTS: dict[str, Any] = {
     # how many seconds.
     "METEORSEED_PROXY_MAX_FAILURES": 3,
     "METEORSEED_PROXY_COOLDOWN": 60.0,
+    # The browser of ``render: browser`` sites; empty: PLAYWRIGHT_LAUNCH_OPTIONS'
+    # executable_path, else /usr/bin/chromium.
+    "METEORSEED_CHROMIUM_PATH": "",
 }
+
+
+class ConfigError(ValueError):
+    """An invalid value: ``name`` (a setting, option or field) and ``problem``. Raised where
+    Scrapy would otherwise quietly switch a component off (``NotConfigured``)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"{name}: {problem}")
+        self.name, self.problem = name, problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.name, self.problem)
+
+
+# -- validators --------------------------------------------------------------------------------
+
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_AMOUNT = r"(\d+(?:\.\d*)?|\.\d+)"
+#: Seconds per duration unit, largest first: the order parts of a duration must come in.
+UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION = re.compile("".join(rf"(?:{_AMOUNT}\s*{unit}\s*)?" for unit in UNITS), re.ASCII)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+def _parse_number(value: Any, name: str) -> float | int:
+    """A finite number from a number or its decimal text (what ``-s NAME=VALUE`` gives)."""
+    number: float | int
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(name, f"expected a number, got {_shown(value)}")
+    if isinstance(value, str):
+        text = value.strip()
+        if not _NUMBER.fullmatch(text):
+            raise ConfigError(name, f"expected a number, got {_shown(value)}")
+        # (int() of thousands of digits raises; such a number is out of any range anyway)
+        number = int(text) if text.lstrip("+-").isdigit() and len(text) < 100 else float(text)
+    else:
+        number = value
+    if not math.isfinite(number):
+        raise ConfigError(name, f"expected a finite number, got {_shown(value)}")
+    return number
+
+
+def _bounded(number: float, value: Any, name: str, minimum: float, positive: bool,
+             maximum: float | None) -> None:
+    if positive and number <= 0:
+        raise ConfigError(name, f"must be > 0, got {_shown(value)}")
+    if number < minimum:
+        raise ConfigError(name, f"must be >= {minimum:g}, got {_shown(value)}")
+    if maximum is not None and number > maximum:
+        raise ConfigError(name, f"must be <= {maximum:g}, got {_shown(value)}")
+
+
+def to_number(value: Any, name: str, *, minimum: float = 0.0, positive: bool = False,
+              maximum: float | None = None) -> float:
+    """``value`` as a finite float within ``[minimum, maximum]`` (``> 0`` with ``positive``);
+    :class:`ConfigError` naming ``name`` otherwise (nan, inf, text that is not a number)."""
+    number = float(_parse_number(value, name))
+    _bounded(number, value, name, minimum, positive, maximum)
+    return number
+
+
+def to_integer(value: Any, name: str, *, minimum: float = 0, maximum: float | None = None
+               ) -> int:
+    """``value`` as a whole number within ``[minimum, maximum]``; :class:`ConfigError`
+    naming ``name`` otherwise (``1.5`` is refused, ``2.0`` is 2)."""
+    number = _parse_number(value, name)
+    if isinstance(number, float):
+        if not number.is_integer():
+            raise ConfigError(name, f"expected a whole number, got {_shown(value)}")
+        number = int(number)
+    _bounded(number, value, name, minimum, False, maximum)
+    return number
+
+
+def parse_duration(value: Any, name: str, *, minimum: float = 0.0, positive: bool = False,
+                   maximum: float | None = None) -> float:
+    """Seconds from a number of seconds or a duration: ``45s``, ``30m``, ``1.5h``, ``1d``,
+    ``2w``, or parts of them largest first (``1h30m``, ``1d 12h``). The one grammar of every
+    duration: settings, seed schedules, site rule files and CLI options. Never negative;
+    :class:`ConfigError` naming ``name`` for anything else."""
+    expected = ("expected seconds or a duration like 45s, 30m, 2h, 1d, 2w or 1h30m, got "
+                + _shown(value))
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ConfigError(name, expected)
+    if isinstance(value, str) and not _NUMBER.fullmatch(value.strip()):
+        match = _DURATION.fullmatch(value.strip())
+        if match is None or not any(match.groups()):
+            raise ConfigError(name, expected)
+        seconds = sum(float(amount) * size for amount, size
+                      in zip(match.groups(), UNITS.values(), strict=True) if amount)
+        if not math.isfinite(seconds):
+            raise ConfigError(name, f"is too long: {_shown(value)}")
+    else:
+        seconds = float(_parse_number(value, name))
+    _bounded(seconds, value, name, max(0.0, minimum), positive, maximum)
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """``5400`` -> ``"1h30m"``: how logs and the CLI show durations (:func:`parse_duration`
+    reads it back, to the second)."""
+    rest = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    if rest or not parts:
+        parts.append(f"{rest}s")
+    return "".join(parts)
+
+
+_FLAGS = {"1": True, "true": True, "0": False, "false": False}
+
+
+def to_flag(value: Any, name: str) -> bool:
+    """True/False, 1/0 or their text (what Scrapy's ``getbool`` takes); else ConfigError."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _FLAGS:
+        return _FLAGS[value.strip().lower()]
+    raise ConfigError(name, f"expected true or false (1 or 0), got {_shown(value)}")
+
+
+# -- the accessor ------------------------------------------------------------------------------
+
+def setting(settings: Any, name: str) -> Any:
+    """``name`` from ``settings`` (Scrapy settings, a mapping such as ``os.environ``, or a
+    ``get`` function), else its :data:`DEFAULTS` entry (unset and empty mean the default)."""
+    if name not in DEFAULTS:
+        raise KeyError(f"{name} has no entry in meteorseed_scrapy.settings.DEFAULTS")
+    value = (settings if callable(settings) else settings.get)(name)
+    return DEFAULTS[name] if value is None or value == "" else value
+
+
+def text_setting(settings: Any, name: str) -> str:
+    return str(setting(settings, name))
+
+
+def flag_setting(settings: Any, name: str) -> bool:
+    return to_flag(setting(settings, name), name)
+
+
+def number_setting(settings: Any, name: str, *, minimum: float = 0.0, positive: bool = False,
+                   maximum: float | None = None) -> float:
+    return to_number(setting(settings, name), name, minimum=minimum, positive=positive,
+                     maximum=maximum)
+
+
+def integer_setting(settings: Any, name: str, *, minimum: float = 0,
+                    maximum: float | None = None) -> int:
+    return to_integer(setting(settings, name), name, minimum=minimum, maximum=maximum)
+
+
+def duration_setting(settings: Any, name: str, *, minimum: float = 0.0, positive: bool = False,
+                     maximum: float | None = None) -> float:
+    """Seconds, from a number or a duration (:func:`parse_duration`)."""
+    return parse_duration(setting(settings, name), name, minimum=minimum, positive=positive,
+                          maximum=maximum)
+
+
+def stream_shards(settings: Any) -> int:
+    return integer_setting(settings, "METEORSEED_STREAM_SHARDS", minimum=1, maximum=MAX_SHARDS)
 
 
 def redis_url_and_source(settings: Any) -> tuple[str, str]:
@@ -78,23 +292,8 @@ def redis_url_from(settings: Any) -> str:
 
 
 def store_uri_from(settings: Any) -> str:
-    return settings.get("METEORSEED_STORE_URI") or os.environ.get("MONGO_URL") or DEFAULT_STORE_URI
-
-
-def _get(settings: Any, name: str) -> Any:
-    value = settings.get(name)
-    return DEFAULTS[name] if value is None or value == "" else value
-
-
-def _number(settings: Any, name: str, kind: type, minimum: float) -> Any:
-    raw = _get(settings, name)
-    try:
-        value = kind(raw)
-    except (TypeError, ValueError):
-        raise NotConfigured(f"{name}: expected a number, got {raw!r}") from None
-    if value < minimum:
-        raise NotConfigured(f"{name}: must be >= {minimum}, got {value!r}")
-    return value
+    return str(setting(settings, "METEORSEED_STORE_URI") or os.environ.get("MONGO_URL")
+               or DEFAULT_STORE_URI)
 
 
 @dataclass(frozen=True)
@@ -110,40 +309,19 @@ class WorkerConfig:
 
     @classmethod
     def from_settings(cls, settings: Any) -> WorkerConfig:
-        consumer = str(_get(settings, "METEORSEED_CONSUMER")) or (
+        consumer = text_setting(settings, "METEORSEED_CONSUMER") or (
             f"{socket.gethostname()}:{os.getpid()}"
         )
         return cls(
             redis_url=redis_url_from(settings),
-            namespace=str(_get(settings, "METEORSEED_NAMESPACE")),
+            namespace=text_setting(settings, "METEORSEED_NAMESPACE"),
             consumer=consumer,
-            idle_close=_number(settings, "METEORSEED_IDLE_CLOSE", float, 0),
-            claim_idle=_number(settings, "METEORSEED_CLAIM_IDLE", float, 0.1),
-            max_deliveries=_number(settings, "METEORSEED_MAX_DELIVERIES", int, 1),
-            done_ttl=_number(settings, "METEORSEED_DONE_TTL", int, 1),
+            idle_close=duration_setting(settings, "METEORSEED_IDLE_CLOSE"),
+            claim_idle=duration_setting(settings, "METEORSEED_CLAIM_IDLE", minimum=0.1),
+            max_deliveries=integer_setting(settings, "METEORSEED_MAX_DELIVERIES", minimum=1),
+            done_ttl=math.ceil(duration_setting(settings, "METEORSEED_DONE_TTL", minimum=1)),
             shards=stream_shards(settings),
         )
-
-    @property
-    def keys(self) -> KeyLayout:
-        return KeyLayout(self.namespace, self.shards, is_cluster_url(self.redis_url))
-
-
-def stream_shards(settings: Any) -> int:
-    value = _number(settings, SHARDS_SETTING, int, 1)
-    if value > MAX_SHARDS:
-        raise NotConfigured(f"{SHARDS_SETTING}: must be <= {MAX_SHARDS}, got {value}")
-    return int(value)
-
-
-def key_layout(settings: Any) -> KeyLayout:
-    """The key layout of ``settings``: namespace, stream shards, and whether the Redis URL
-    names a cluster (which tags every multi-key group)."""
-    try:
-        return KeyLayout(str(_get(settings, "METEORSEED_NAMESPACE")), stream_shards(settings),
-                         is_cluster_url(redis_url_from(settings)))
-    except ValueError as exc:
-        raise NotConfigured(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -157,7 +335,7 @@ class StoreConfig:
     def from_settings(cls, settings: Any) -> StoreConfig:
         return cls(
             uri=store_uri_from(settings),
-            batch_size=_number(settings, "METEORSEED_STORE_BATCH_SIZE", int, 1),
-            batch_wait=_number(settings, "METEORSEED_STORE_BATCH_WAIT", float, 0),
-            retry_max=_number(settings, "METEORSEED_STORE_RETRY_MAX", float, 0.1),
+            batch_size=integer_setting(settings, "METEORSEED_STORE_BATCH_SIZE", minimum=1),
+            batch_wait=duration_setting(settings, "METEORSEED_STORE_BATCH_WAIT"),
+            retry_max=duration_setting(settings, "METEORSEED_STORE_RETRY_MAX", minimum=0.1),
         )

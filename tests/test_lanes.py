@@ -11,7 +11,6 @@ import pytest
 import redis
 from redis.asyncio import Redis
 from scrapy import Request, Spider
-from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 
 from meteorseed_scrapy.politeness.gate import SiteGate
@@ -23,6 +22,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneShares, LaneWeights
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.records import seed_to_dict
+from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, LANES, band_of
 from meteorseed_scrapy.task.seed_task import SeedTask
@@ -103,7 +103,7 @@ def test_children_inherit_their_parents_lane() -> None:
     ("realtime:-1,scheduled:3,retry:1", ">= 0"),
 ])
 def test_lane_weights_setting_is_validated(raw: str, problem: str) -> None:
-    with pytest.raises(NotConfigured, match=problem):
+    with pytest.raises(ConfigError, match=problem):
         LaneWeights.from_settings(Settings({"METEORSEED_LANE_WEIGHTS": raw}))
 
 

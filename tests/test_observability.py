@@ -17,6 +17,7 @@ from meteorseed_scrapy.observability.logging import JsonFormatter, TaskContextFi
 from meteorseed_scrapy.observability.metrics import MetricsExtension, StatsCollector
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.status import QueueSampler
+from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 
@@ -82,7 +83,7 @@ def test_json_formatter_writes_one_object_per_line() -> None:
 def test_metrics_extension_is_off_without_a_port() -> None:
     with pytest.raises(NotConfigured):
         MetricsExtension.from_crawler(get_crawler(settings_dict={}))
-    with pytest.raises(NotConfigured):
+    with pytest.raises(ConfigError, match="METEORSEED_METRICS_PORT"):  # invalid: not "off"
         MetricsExtension.from_crawler(get_crawler(settings_dict={"METEORSEED_METRICS_PORT": "x"}))
 
 

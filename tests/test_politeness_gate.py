@@ -10,12 +10,12 @@ from typing import Any, TypeVar
 import pytest
 import redis
 import redis.asyncio as aioredis
-from scrapy.exceptions import NotConfigured
 
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, parse_retry_after
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 T = TypeVar("T")
@@ -182,11 +182,11 @@ def test_backoff_grows_caps_and_honours_retry_after() -> None:
 def test_bad_limits_name_their_setting() -> None:
     from scrapy.settings import Settings
 
-    with pytest.raises(NotConfigured, match="METEORSEED_SITE_RATE"):
+    with pytest.raises(ConfigError, match="METEORSEED_SITE_RATE"):
         SiteLimits.from_settings(Settings({"METEORSEED_SITE_RATE": "fast"}))
-    with pytest.raises(NotConfigured, match="METEORSEED_SITE_CONCURRENCY"):
+    with pytest.raises(ConfigError, match="METEORSEED_SITE_CONCURRENCY"):
         SiteLimits.from_settings(Settings({"METEORSEED_SITE_CONCURRENCY": 0}))
-    with pytest.raises(NotConfigured, match="METEORSEED_BACKOFF_MAX"):
+    with pytest.raises(ConfigError, match="METEORSEED_BACKOFF_MAX"):
         Backoff(10.0, 1.0)
 
 

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
-from scrapy.exceptions import NotConfigured
 from scrapy.settings import Settings
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.retention import DeadLetterRetention
+from meteorseed_scrapy.settings import ConfigError
 
 
 def fill(sync_redis: redis.Redis, keys: KeyLayout, old: int, recent: int) -> None:
@@ -61,7 +61,7 @@ def test_retention_settings_are_validated_and_zero_keeps_everything() -> None:
     off = DeadLetterRetention.from_settings(Settings({"METEORSEED_DEAD_RETENTION": 0,
                                                       "METEORSEED_DEAD_MAXLEN": 0}))
     assert not off.active
-    with pytest.raises(NotConfigured, match="METEORSEED_DEAD_MAXLEN"):
+    with pytest.raises(ConfigError, match="METEORSEED_DEAD_MAXLEN"):
         DeadLetterRetention.from_settings(Settings({"METEORSEED_DEAD_MAXLEN": "lots"}))
-    with pytest.raises(NotConfigured, match="METEORSEED_DEAD_RETENTION"):
+    with pytest.raises(ConfigError, match="METEORSEED_DEAD_RETENTION"):
         DeadLetterRetention.from_settings(Settings({"METEORSEED_DEAD_RETENTION": -1}))

@@ -22,11 +22,11 @@ from meteorseed_scrapy.seeding.cron import CronExpr
 from meteorseed_scrapy.seeding.schedule import (
     Cron,
     Every,
-    format_duration,
-    parse_duration,
+    parse_interval,
     parse_schedule,
 )
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
+from meteorseed_scrapy.settings import format_duration
 from meteorseed_scrapy.task.validation import TaskError
 
 UTC = dt.timezone.utc
@@ -52,6 +52,9 @@ def nxt(expr: str, *start: int, tz: str | None = None) -> dt.datetime:
 @pytest.mark.parametrize(("value", "seconds"), [
     ("every 30m", 1800), ("EVERY 2h", 7200), ("every 45s", 45), ("every 1d", 86400),
     ("every 1.5h", 5400), ({"every": "10m"}, 600), ({"every": 90}, 90), ({"every": 2.5}, 2.5),
+    # the one duration grammar (settings.parse_duration): weeks, parts, plain seconds as text
+    ("every 2w", 1_209_600), ("every 1h30m", 5400), ({"every": "90"}, 90),
+    ({"every": "1d 12h"}, 129_600),
 ])
 def test_every_forms(value: Any, seconds: float) -> None:
     schedule = parse_schedule(value)
@@ -67,6 +70,10 @@ def test_every_object_options() -> None:
 
 @pytest.mark.parametrize(("value", "field"), [
     ("every 3 weeks", "schedule.every"), ("every 0s", "schedule.every"),
+    ("every nan", "schedule.every"), ({"every": float("nan")}, "schedule.every"),
+    ({"every": float("inf")}, "schedule.every"), ({"every": "1e400"}, "schedule.every"),
+    ({"every": "-1h"}, "schedule.every"), ({"every": "30m1h"}, "schedule.every"),
+    ({"every": ""}, "schedule.every"), ({"every": "1h", "max": "2W"}, "schedule.max"),
     ({"every": "10x"}, "schedule.every"), ({"every": True}, "schedule.every"),
     ({"every": -5}, "schedule.every"), ({"every": "400d"}, "schedule.every"),
     ({"every": "1h", "min": "2h", "max": "1h"}, "schedule.min"),
@@ -94,7 +101,11 @@ def test_parse_seed_line_validates_the_schedule() -> None:
 
 
 def test_durations() -> None:
-    assert parse_duration("2h", "f") == 7200
+    assert parse_interval("2h", "f") == 7200
+    assert parse_interval(format_duration(90061), "f") == 90061
+    with pytest.raises(TaskError) as info:
+        parse_interval("53w", "schedule.max")  # the grammar's, but beyond 366 days
+    assert info.value.field == "schedule.max"
     assert [format_duration(s) for s in (5400, 600, 45, 90061, 0)] == [
         "1h30m", "10m", "45s", "1d1h1m1s", "0s"]
 

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from scrapy.exceptions import NotConfigured
 from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.middlewares import BackoffMiddleware
@@ -19,6 +18,7 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.permits import SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.scheduler import StreamScheduler
+from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.sites.model import Limits
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
@@ -116,7 +116,7 @@ def test_degrade_settings_are_validated() -> None:
         "METEORSEED_BREAKER_DEGRADE_AFTER": 120, "METEORSEED_BREAKER_DEGRADE_BELOW": 5,
     }).settings)
     assert (config.degrade_after, config.degrade_below, config.degrade_delay) == (120, 5, 600)
-    with pytest.raises(NotConfigured, match="METEORSEED_BREAKER_DEGRADE_BELOW"):
+    with pytest.raises(ConfigError, match="METEORSEED_BREAKER_DEGRADE_BELOW"):
         BreakerConfig.from_settings(get_crawler(settings_dict={
             "METEORSEED_BREAKER_DEGRADE_BELOW": "high"}).settings)
 

@@ -9,12 +9,13 @@ from aiohttp import web
 from meteorseed_scrapy.queue.connection import is_cluster_url
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES
+from meteorseed_scrapy.settings import DEFAULTS
 
 
 @dataclass(frozen=True)
 class ApiConfig:
     redis_url: str
-    namespace: str = "meteorseed"
+    namespace: str = DEFAULTS["METEORSEED_NAMESPACE"]
     #: The bearer token; None only with ``--insecure-no-auth``.
     token: str | None = None
     #: Site rule files (``METEORSEED_SITES_DIR``): allowed domains of each site.
@@ -24,7 +25,7 @@ class ApiConfig:
     #: Largest request body, bytes: a seed line's limit.
     max_body: int = MAX_LINE_BYTES
     #: Tasks waiting in the stream above which a dispatch waits for workers (backpressure).
-    max_backlog: int = 1_000_000
+    max_backlog: int = DEFAULTS["METEORSEED_MAX_BACKLOG"]
     #: Seconds to wait for Redis to accept a connection before a request gets a 503.
     redis_timeout: float = 3.0
     #: ``METEORSEED_STREAM_SHARDS`` of the namespace (``meteorseed serve`` reads the recorded one).

@@ -24,10 +24,17 @@ import redis
 from redis.exceptions import RedisError
 
 from meteorseed_scrapy.queue.connection import is_cluster_url, sync_client
-from meteorseed_scrapy.queue.keys import SHARDS_SETTING, KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import stored_shards
 from meteorseed_scrapy.scrapy_redis_settings import redact
-from meteorseed_scrapy.settings import DEFAULT_REDIS_URL, DEFAULTS, redis_url_from
+from meteorseed_scrapy.settings import (
+    DEFAULT_REDIS_URL,
+    DEFAULTS,
+    ConfigError,
+    redis_url_from,
+    stream_shards,
+    text_setting,
+)
 
 EXIT_OK = 0
 #: Something asked for was not done (an unknown id, a dead letter that cannot be requeued, an
@@ -78,8 +85,7 @@ def resolve_target(redis_url: str | None, namespace: str | None) -> tuple[str, s
     ns = (
         namespace
         or env.get("METEORSEED_NAMESPACE")
-        or settings.get("METEORSEED_NAMESPACE")
-        or DEFAULTS["METEORSEED_NAMESPACE"]
+        or text_setting(settings, "METEORSEED_NAMESPACE")
     )
     return str(url), str(ns)
 
@@ -143,10 +149,10 @@ def connect(url: str) -> redis.Redis:
 def layout(client: redis.Redis, url: str, namespace: str) -> KeyLayout:
     """The namespace's key layout: the shard count its workers recorded (else env
     ``METEORSEED_STREAM_SHARDS``, else 1), tagged for a cluster URL."""
-    raw = os.environ.get(SHARDS_SETTING) or "1"
-    if not raw.strip().isdigit():
-        raise CliError(f"{SHARDS_SETTING}: expected an integer, got {raw!r}")
-    keys = KeyLayout(namespace, int(raw), is_cluster_url(url))
+    try:
+        keys = KeyLayout(namespace, stream_shards(os.environ), is_cluster_url(url))
+    except ConfigError as exc:
+        raise CliError(str(exc)) from None
     try:
         return stored_shards(client, keys)
     except RedisError:  # unreachable: the command itself reports it

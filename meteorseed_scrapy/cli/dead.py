@@ -16,8 +16,7 @@ from meteorseed_scrapy.cli.common import (
     table,
 )
 from meteorseed_scrapy.queue import deadletters
-from meteorseed_scrapy.seeding.schedule import format_duration, parse_duration
-from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.settings import ConfigError, format_duration, parse_duration
 
 
 def register(sub: Any) -> None:
@@ -47,7 +46,7 @@ def register(sub: Any) -> None:
     add_target_options(p)
     _add_selection(p)
     p.add_argument("--older-than", metavar="AGE", help="instead of IDs or --all: every dead "
-                   "letter older than AGE (seconds, or 45s, 30m, 2h, 7d)")
+                   "letter older than AGE (seconds, or 45s, 30m, 2h, 7d, 2w, 1d12h)")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     p.set_defaults(run=run_purge)
 
@@ -174,8 +173,8 @@ def _purge_older(args: argparse.Namespace, ctx: Context) -> int:
     if args.ids or args.all:
         raise CliError("give dead-letter IDs, --all or --older-than (one of them)")
     try:
-        age = parse_duration(args.older_than, "--older-than")
-    except TaskError as exc:
+        age = parse_duration(args.older_than, "--older-than", positive=True)
+    except ConfigError as exc:
         raise CliError(str(exc)) from None
     if not ctx.confirm(f"delete every dead letter older than {format_duration(age)} from "
                        f"{_dead_name(ctx)}?", args.yes):

@@ -28,9 +28,8 @@ from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.adapt import MAX_INTERVAL_SETTING, MIN_INTERVAL_SETTING
 from meteorseed_scrapy.seeding.records import SeedRecord
 from meteorseed_scrapy.seeding.registry import SeedRegistry
-from meteorseed_scrapy.seeding.schedule import format_duration
 from meteorseed_scrapy.seeding.seeder import SeederConfig
-from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.settings import DEFAULTS, format_duration, setting, to_integer
 from meteorseed_scrapy.sites.lookup import SiteConfigs
 
 #: Most seeds ``--list`` shows.
@@ -59,18 +58,19 @@ def register(sub: Any) -> None:
                         "runs; default 600)")
     parser.add_argument("--max-backlog", type=int, metavar="N",
                         help="pause while more tasks wait in the stream (default: "
-                        "METEORSEED_MAX_BACKLOG, else 1000000)")
+                        f"METEORSEED_MAX_BACKLOG, else {DEFAULTS['METEORSEED_MAX_BACKLOG']})")
     parser.set_defaults(run=run)
 
 
 def _setting(name: str, flag: Any) -> Any:
-    """A flag, else the environment variable, else the Scrapy project's setting."""
+    """A flag, else the environment variable, else the Scrapy project's setting, else the
+    default."""
     if flag is not None:
         return flag
     if os.environ.get(name):
         return os.environ[name]
     settings = _project_settings()
-    return settings.get(name) if settings is not None else None
+    return setting(settings if settings is not None else {}, name)
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:
@@ -82,8 +82,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     try:
         bounds = runner.bounds_from(lambda name: _setting(name, overrides.get(name)))
         backlog = _setting("METEORSEED_MAX_BACKLOG", args.max_backlog)
-        config = SeederConfig(lease_s=args.lease, max_backlog=int(
-            DEFAULTS["METEORSEED_MAX_BACKLOG"] if backlog in (None, "") else backlog))
+        config = SeederConfig(lease_s=args.lease, max_backlog=to_integer(
+            backlog, "METEORSEED_MAX_BACKLOG", minimum=0))
     except ValueError as exc:
         raise CliError(str(exc)) from None
     url, _ = resolve_target(args.redis_url, args.namespace)  # ctx.url is redacted

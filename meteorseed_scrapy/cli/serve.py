@@ -21,7 +21,7 @@ from meteorseed_scrapy.cli.common import (
     add_target_options,
     resolve_target,
 )
-from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.settings import DEFAULTS, integer_setting, setting, text_setting
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -44,9 +44,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--store-uri", help="store with the anomalies shown on the sites page "
                         "(default: env METEORSEED_STORE_URI; none: anomalies not shown)")
     parser.add_argument("--max-backlog", type=int,
-                        default=int(os.environ.get("METEORSEED_MAX_BACKLOG")
-                                    or DEFAULTS["METEORSEED_MAX_BACKLOG"]),
-                        help="tasks waiting above which a dispatch waits for workers")
+                        help="tasks waiting above which a dispatch waits for workers (default: "
+                        f"env METEORSEED_MAX_BACKLOG, else {DEFAULTS['METEORSEED_MAX_BACKLOG']})")
     parser.set_defaults(run=run)
 
 
@@ -61,7 +60,7 @@ def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
         raise CliError("serve: --insecure-no-auth with a token: choose one")
     if not 0 < args.port < 65536:
         raise CliError(f"serve: --port must be 1-65535, got {args.port}")
-    sites_dir = args.sites_dir or os.environ.get("METEORSEED_SITES_DIR") or None
+    sites_dir = args.sites_dir or text_setting(os.environ, "METEORSEED_SITES_DIR") or None
     if sites_dir is not None and not os.path.isdir(sites_dir):
         raise CliError(f"serve: --sites-dir / METEORSEED_SITES_DIR {sites_dir!r} is not a "
                        "directory")
@@ -70,8 +69,11 @@ def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
         return ApiConfig(
             redis_url=url, namespace=namespace, token=token,
             sites_dir=sites_dir,
-            store_uri=args.store_uri or os.environ.get("METEORSEED_STORE_URI") or None,
-            max_backlog=args.max_backlog, shards=shards,
+            store_uri=args.store_uri or setting(os.environ, "METEORSEED_STORE_URI"),
+            max_backlog=integer_setting(
+                os.environ, "METEORSEED_MAX_BACKLOG", minimum=0
+            ) if args.max_backlog is None else args.max_backlog,
+            shards=shards,
         )
     except ValueError as exc:
         raise CliError(f"serve: {exc}") from None

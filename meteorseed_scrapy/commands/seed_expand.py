@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.commands import ScrapyCommand
-from scrapy.exceptions import NotConfigured, UsageError
+from scrapy.exceptions import UsageError
 
 from meteorseed_scrapy.migrate import command as migration
 from meteorseed_scrapy.queue.connection import async_client, check_redis_url
@@ -32,7 +32,7 @@ from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
 from meteorseed_scrapy.seeding.progress import Progress
 from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES, read_lines
 from meteorseed_scrapy.seeding.seeder import SeederConfig
-from meteorseed_scrapy.settings import DEFAULTS, key_layout, redis_url_from
+from meteorseed_scrapy.settings import ConfigError, integer_setting, redis_url_from, text_setting
 from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE, LANES
 
@@ -131,8 +131,8 @@ class Command(ScrapyCommand):
             raise UsageError("expected exactly one FILE argument (- reads stdin)")
         redis_url = redis_url_from(self.settings)
         try:
-            keys = key_layout(self.settings)
-        except NotConfigured as exc:
+            keys = KeyLayout.from_settings(self.settings)
+        except ConfigError as exc:
             raise UsageError(str(exc), print_help=False) from None
         max_backlog = self._max_backlog()
 
@@ -175,8 +175,8 @@ class Command(ScrapyCommand):
     def _migrate(self, opts: argparse.Namespace) -> None:
         assert self.settings is not None
         try:
-            keys = key_layout(self.settings)
-        except NotConfigured as exc:
+            keys = KeyLayout.from_settings(self.settings)
+        except ConfigError as exc:
             raise UsageError(str(exc), print_help=False) from None
         self.exitcode = migration.run_migration(
             self.settings, redis_url_from(self.settings), keys, opts, self._max_backlog(), redact
@@ -188,16 +188,16 @@ class Command(ScrapyCommand):
             raise UsageError("--watch takes at most one FILE (- reads stdin) and no --dry-run",
                              print_help=False)
         try:
-            keys = key_layout(self.settings)
+            keys = KeyLayout.from_settings(self.settings)
             bounds = runner.bounds_from(self.settings.get)
-        except (ValueError, NotConfigured) as exc:
+        except ValueError as exc:
             raise UsageError(str(exc), print_help=False) from None
         if args and args[0] != "-" and not os.path.isfile(args[0]):
             _say(f"cannot read {args[0]}: no such file")
             return EXIT_FAILED
         runner.log_to(sys.stderr)
         config = SeederConfig(batch_size=opts.batch_size, max_backlog=self._max_backlog())
-        sites = SiteConfigs(self.settings.get("METEORSEED_SITES_DIR"))
+        sites = SiteConfigs(text_setting(self.settings, "METEORSEED_SITES_DIR"))
         redis_url = redis_url_from(self.settings)
         try:
             check_redis_url(redis_url)
@@ -215,18 +215,10 @@ class Command(ScrapyCommand):
 
     def _max_backlog(self) -> int:
         assert self.settings is not None
-        raw = self.settings.get("METEORSEED_MAX_BACKLOG")
-        if raw is None or raw == "":
-            return int(DEFAULTS["METEORSEED_MAX_BACKLOG"])
         try:
-            value = int(raw)
-        except (TypeError, ValueError):
-            raise UsageError(
-                f"METEORSEED_MAX_BACKLOG: expected an integer, got {raw!r}", print_help=False
-            ) from None
-        if value < 0:
-            raise UsageError("METEORSEED_MAX_BACKLOG: must be >= 0", print_help=False)
-        return value
+            return integer_setting(self.settings, "METEORSEED_MAX_BACKLOG", minimum=0)
+        except ConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
 
     async def _expand(
         self, source: IO[bytes], redis_url: str, keys: KeyLayout, opts: argparse.Namespace,
@@ -236,7 +228,7 @@ class Command(ScrapyCommand):
         client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
         progress = Progress(sys.stderr)
         assert self.settings is not None
-        rules = SiteConfigs(self.settings.get("METEORSEED_SITES_DIR"))
+        rules = SiteConfigs(text_setting(self.settings, "METEORSEED_SITES_DIR"))
         try:
             if not opts.dry_run:
                 await client.ping()  # fail before reading any input when Redis is not there

@@ -19,6 +19,7 @@ from typing import Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from meteorseed_scrapy.settings import flag_setting
 from meteorseed_scrapy.task.context import current_scrape, task_of
 
 TRACE_FIELDS = ("seed_id", "task_id")
@@ -104,7 +105,7 @@ class TracingExtension:
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> TracingExtension:
-        ext = cls(crawler.settings.getbool("METEORSEED_LOG_JSON"))
+        ext = cls(flag_setting(crawler.settings, "METEORSEED_LOG_JSON"))
         ext.install()
         crawler.signals.connect(ext.install, signals.spider_opened)
         return ext
@@ -120,5 +121,6 @@ class LogSetupMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> LogSetupMiddleware:
-        install(list(logging.getLogger().handlers), crawler.settings.getbool("METEORSEED_LOG_JSON"))
+        install(list(logging.getLogger().handlers),
+                flag_setting(crawler.settings, "METEORSEED_LOG_JSON"))
         raise NotConfigured

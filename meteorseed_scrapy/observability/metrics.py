@@ -24,8 +24,15 @@ from typing import Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.status import QueueSampler
-from meteorseed_scrapy.settings import key_layout, redis_url_from
+from meteorseed_scrapy.settings import (
+    duration_setting,
+    redis_url_from,
+    setting,
+    text_setting,
+    to_integer,
+)
 from meteorseed_scrapy.worker.ledger import Entry, Outcome
 
 logger = logging.getLogger(__name__)
@@ -134,15 +141,12 @@ class MetricsExtension:
     @classmethod
     def from_crawler(cls, crawler: Any) -> MetricsExtension:
         settings = crawler.settings
-        raw = settings.get("METEORSEED_METRICS_PORT")
-        if raw in (None, "", 0, "0"):
+        raw = setting(settings, "METEORSEED_METRICS_PORT")
+        if raw in (None, 0, "0"):
             raise NotConfigured  # off, and silently so (no port, no warning)
-        try:
-            port = int(raw)
-        except ValueError:
-            raise NotConfigured(f"METEORSEED_METRICS_PORT: expected a port, got {raw!r}") from None
-        ext = cls(crawler, settings.get("METEORSEED_METRICS_HOST") or "127.0.0.1", port,
-                  max(0.1, settings.getfloat("METEORSEED_METRICS_INTERVAL", 5.0)))
+        port = to_integer(raw, "METEORSEED_METRICS_PORT", minimum=1, maximum=65535)
+        ext = cls(crawler, text_setting(settings, "METEORSEED_METRICS_HOST"), port,
+                  duration_setting(settings, "METEORSEED_METRICS_INTERVAL", minimum=0.1))
         crawler.signals.connect(ext.spider_opened, signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signals.spider_closed)
         return ext
@@ -155,7 +159,7 @@ class MetricsExtension:
         if pump is not None:
             pump.on_settled = self.settled
         settings = self.crawler.settings
-        self.sampler = QueueSampler(redis_url_from(settings), key_layout(settings),
+        self.sampler = QueueSampler(redis_url_from(settings), KeyLayout.from_settings(settings),
                                     delayed_scan=0)
         self._task = asyncio.ensure_future(self._sample_forever())
 

@@ -15,11 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy.exceptions import NotConfigured
-
-from meteorseed_scrapy.politeness.policy import positive_number
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting, number_setting
 
 logger = logging.getLogger(__name__)
 
@@ -29,39 +27,35 @@ MIN_FAILING_TASKS = 3  # distinct tasks failing in this worker's window before i
 
 @dataclass(frozen=True)
 class BreakerConfig:
-    window: float = 60.0
-    min_requests: int = 20
-    error_ratio: float = 0.3
-    max_latency: float = 30.0  # mean seconds per request that counts as abnormal
-    probe_interval: float = 60.0
+    window: float = DEFAULTS["METEORSEED_BREAKER_WINDOW"]
+    min_requests: int = DEFAULTS["METEORSEED_BREAKER_MIN_REQUESTS"]
+    error_ratio: float = DEFAULTS["METEORSEED_BREAKER_ERROR_RATIO"]
+    max_latency: float = DEFAULTS["METEORSEED_BREAKER_MAX_LATENCY"]  # mean s that is abnormal
+    probe_interval: float = DEFAULTS["METEORSEED_BREAKER_PROBE_INTERVAL"]
     #: open longer than this: tasks below ``degrade_below`` priority are parked for
     #: ``degrade_delay`` instead of coming back at every probe (degrade by priority)
-    degrade_after: float = 300.0
-    degrade_delay: float = 600.0
-    degrade_below: int = 1
+    degrade_after: float = DEFAULTS["METEORSEED_BREAKER_DEGRADE_AFTER"]
+    degrade_delay: float = DEFAULTS["METEORSEED_BREAKER_DEGRADE_DELAY"]
+    degrade_below: int = DEFAULTS["METEORSEED_BREAKER_DEGRADE_BELOW"]
 
     @classmethod
     def from_settings(cls, settings: Any) -> BreakerConfig:
-        ratio = positive_number("METEORSEED_BREAKER_ERROR_RATIO",
-                                settings.get("METEORSEED_BREAKER_ERROR_RATIO", 0.3))
-        if ratio > 1:
-            raise NotConfigured(f"METEORSEED_BREAKER_ERROR_RATIO: must be <= 1, got {ratio}")
         return cls(
-            window=positive_number("METEORSEED_BREAKER_WINDOW",
-                                   settings.get("METEORSEED_BREAKER_WINDOW", 60)),
-            min_requests=positive_number("METEORSEED_BREAKER_MIN_REQUESTS",
-                                   settings.get("METEORSEED_BREAKER_MIN_REQUESTS", 20), int),
-            error_ratio=ratio,
-            max_latency=positive_number("METEORSEED_BREAKER_MAX_LATENCY",
-                                  settings.get("METEORSEED_BREAKER_MAX_LATENCY", 30)),
-            probe_interval=positive_number("METEORSEED_BREAKER_PROBE_INTERVAL",
-                                     settings.get("METEORSEED_BREAKER_PROBE_INTERVAL", 60)),
-            degrade_after=positive_number("METEORSEED_BREAKER_DEGRADE_AFTER",
-                                          settings.get("METEORSEED_BREAKER_DEGRADE_AFTER", 300)),
-            degrade_delay=positive_number("METEORSEED_BREAKER_DEGRADE_DELAY",
-                                          settings.get("METEORSEED_BREAKER_DEGRADE_DELAY", 600)),
-            degrade_below=_integer("METEORSEED_BREAKER_DEGRADE_BELOW",
-                                   settings.get("METEORSEED_BREAKER_DEGRADE_BELOW", 1)),
+            window=duration_setting(settings, "METEORSEED_BREAKER_WINDOW", positive=True),
+            min_requests=integer_setting(settings, "METEORSEED_BREAKER_MIN_REQUESTS", minimum=1),
+            error_ratio=number_setting(settings, "METEORSEED_BREAKER_ERROR_RATIO", positive=True,
+                                       maximum=1),
+            max_latency=duration_setting(settings, "METEORSEED_BREAKER_MAX_LATENCY",
+                                         positive=True),
+            probe_interval=duration_setting(settings, "METEORSEED_BREAKER_PROBE_INTERVAL",
+                                            positive=True),
+            degrade_after=duration_setting(settings, "METEORSEED_BREAKER_DEGRADE_AFTER",
+                                           positive=True),
+            degrade_delay=duration_setting(settings, "METEORSEED_BREAKER_DEGRADE_DELAY",
+                                           positive=True),
+            # a priority: any whole number
+            degrade_below=integer_setting(settings, "METEORSEED_BREAKER_DEGRADE_BELOW",
+                                          minimum=float("-inf")),
         )
 
     @property
@@ -69,13 +63,6 @@ class BreakerConfig:
         # Each ramp step lasts long enough to judge it, but a recovered site is back at full
         # rate within about one window.
         return max(1.0, self.window / 4)
-
-
-def _integer(name: str, value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise NotConfigured(f"{name}: expected an integer, got {value!r}") from None
 
 
 class Breaker:

@@ -6,17 +6,14 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy.exceptions import NotConfigured
-
-
-def positive_number(name: str, value: Any, kind: type = float, allow_zero: bool = False) -> Any:
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise NotConfigured(f"{name}: expected a number, got {value!r}") from None
-    if number < 0 or (number == 0 and not allow_zero):
-        raise NotConfigured(f"{name}: must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
-    return number
+from meteorseed_scrapy.settings import (
+    DEFAULTS,
+    ConfigError,
+    duration_setting,
+    integer_setting,
+    number_setting,
+    to_number,
+)
 
 
 @dataclass(frozen=True)
@@ -32,13 +29,9 @@ class SiteLimits:
     @classmethod
     def from_settings(cls, settings: Any) -> SiteLimits:
         return cls(
-            rate=positive_number("METEORSEED_SITE_RATE",
-                                 settings.get("METEORSEED_SITE_RATE", 2.0)),
-            burst=positive_number("METEORSEED_SITE_BURST",
-                                  settings.get("METEORSEED_SITE_BURST", 5), int),
-            concurrency=positive_number(
-                "METEORSEED_SITE_CONCURRENCY", settings.get("METEORSEED_SITE_CONCURRENCY", 4), int
-            ),
+            rate=number_setting(settings, "METEORSEED_SITE_RATE", positive=True),
+            burst=integer_setting(settings, "METEORSEED_SITE_BURST", minimum=1),
+            concurrency=integer_setting(settings, "METEORSEED_SITE_CONCURRENCY", minimum=1),
         )
 
     def overridden(self, site: Any) -> SiteLimits:
@@ -60,21 +53,22 @@ class SiteLimits:
 class Backoff:
     """``min(max, max(retry_after, base * 2**failures)) + jitter`` seconds (redis-py style)."""
 
-    base: float = 1.0
-    cap: float = 300.0
+    base: float = DEFAULTS["METEORSEED_BACKOFF_BASE"]
+    cap: float = DEFAULTS["METEORSEED_BACKOFF_MAX"]
     jitter: float = 0.1  # up to this share of the delay is added at random
 
     def __post_init__(self) -> None:
-        positive_number("METEORSEED_BACKOFF_BASE", self.base)
-        positive_number("METEORSEED_BACKOFF_MAX", self.cap)
+        to_number(self.base, "METEORSEED_BACKOFF_BASE", positive=True)
+        to_number(self.cap, "METEORSEED_BACKOFF_MAX", positive=True)
         if self.cap < self.base:
-            raise NotConfigured("METEORSEED_BACKOFF_MAX must not be below METEORSEED_BACKOFF_BASE")
+            raise ConfigError("METEORSEED_BACKOFF_MAX", "must not be below METEORSEED_BACKOFF_BASE"
+                              f" ({self.cap:g} < {self.base:g})")
 
     @classmethod
     def from_settings(cls, settings: Any) -> Backoff:
         return cls(
-            base=float(settings.get("METEORSEED_BACKOFF_BASE", 1.0)),
-            cap=float(settings.get("METEORSEED_BACKOFF_MAX", 300.0)),
+            base=duration_setting(settings, "METEORSEED_BACKOFF_BASE", positive=True),
+            cap=duration_setting(settings, "METEORSEED_BACKOFF_MAX", positive=True),
         )
 
     def compute(self, failures: int, retry_after: float | None = None) -> float:

@@ -13,6 +13,7 @@ from scrapy import Request, Spider
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
+from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting
 from meteorseed_scrapy.sites.lookup import SiteMiddleware
 
 # Logged under the name these middlewares always had (users' logging config refers to it).
@@ -39,7 +40,8 @@ class ProxyPool:
     that it gets one chance (a single failure sends it back); a success clears its score.
     """
 
-    def __init__(self, max_failures: int = 3, cooldown: float = 60.0,
+    def __init__(self, max_failures: int = DEFAULTS["METEORSEED_PROXY_MAX_FAILURES"],
+                 cooldown: float = DEFAULTS["METEORSEED_PROXY_COOLDOWN"],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.max_failures = max(1, max_failures)
         self.cooldown = cooldown
@@ -95,8 +97,9 @@ class ProxyPoolMiddleware(SiteMiddleware):
     def __init__(self, crawler: Any) -> None:
         super().__init__(crawler)
         settings = crawler.settings
-        self.pool = ProxyPool(settings.getint("METEORSEED_PROXY_MAX_FAILURES", 3),
-                              settings.getfloat("METEORSEED_PROXY_COOLDOWN", 60.0))
+        self.pool = ProxyPool(
+            integer_setting(settings, "METEORSEED_PROXY_MAX_FAILURES", minimum=1),
+            duration_setting(settings, "METEORSEED_PROXY_COOLDOWN"))
 
     def process_request(self, request: Request, spider: Spider | None = None) -> None:
         if "proxy" in request.meta:

@@ -118,13 +118,22 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
+from meteorseed_scrapy.queue.connection import is_cluster_url
+from meteorseed_scrapy.settings import (
+    DEFAULTS,
+    MAX_SHARDS,
+    ConfigError,
+    WorkerConfig,
+    redis_url_from,
+    stream_shards,
+    text_setting,
+)
 from meteorseed_scrapy.task.lanes import BANDS, DEFAULT_LANE, LANES, band_of
 
 GROUP = "workers"
 SHARDS_SETTING = "METEORSEED_STREAM_SHARDS"
-#: Upper bound of ``METEORSEED_STREAM_SHARDS``: every worker reads every shard.
-MAX_SHARDS = 256
 
 
 def shard_of(site_id: str, shards: int) -> int:
@@ -212,16 +221,28 @@ class KeyLayout:
     tags even a single shard and the seed registry and site rules, so that every script and
     MULTI touches one slot. ``KeyLayout(ns)`` is the historical single-Redis layout."""
 
-    namespace: str = "meteorseed"
+    namespace: str = DEFAULTS["METEORSEED_NAMESPACE"]
     shards: int = 1
     cluster: bool = False
 
     def __post_init__(self) -> None:
         if not self.namespace or any(c in self.namespace for c in " {}\n"):
-            raise ValueError(f"METEORSEED_NAMESPACE: invalid namespace {self.namespace!r}")
+            raise ConfigError("METEORSEED_NAMESPACE", f"invalid namespace {self.namespace!r}")
         if type(self.shards) is not int or not 1 <= self.shards <= MAX_SHARDS:
-            raise ValueError(f"{SHARDS_SETTING}: expected an integer from 1 to {MAX_SHARDS}, "
-                             f"got {self.shards!r}")
+            raise ConfigError(SHARDS_SETTING, f"expected an integer from 1 to {MAX_SHARDS}, "
+                              f"got {self.shards!r}")
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> KeyLayout:
+        """The layout ``settings`` give: namespace, stream shards, and whether the Redis URL
+        names a cluster (which tags every multi-key group); ConfigError naming the setting."""
+        return cls(text_setting(settings, "METEORSEED_NAMESPACE"), stream_shards(settings),
+                   is_cluster_url(redis_url_from(settings)))
+
+    @classmethod
+    def for_config(cls, config: WorkerConfig) -> KeyLayout:
+        """The layout of a worker's config."""
+        return cls(config.namespace, config.shards, is_cluster_url(config.redis_url))
 
     @property
     def group(self) -> str:

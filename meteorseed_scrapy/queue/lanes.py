@@ -8,9 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scrapy.exceptions import NotConfigured
-
-from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.settings import DEFAULTS, ConfigError, setting
 from meteorseed_scrapy.task.lanes import LANES
 
 SETTING = "METEORSEED_LANE_WEIGHTS"
@@ -55,13 +53,13 @@ class LaneWeights:
 
     @classmethod
     def from_settings(cls, settings: Any) -> LaneWeights:
-        raw = settings.get(SETTING) or DEFAULT_WEIGHTS
+        raw = setting(settings, SETTING)
         if isinstance(raw, Mapping):  # a dict in settings.py reads naturally too
             raw = ",".join(f"{k}:{v}" for k, v in raw.items())
         try:
             return cls.parse(raw)
         except ValueError as exc:
-            raise NotConfigured(str(exc)) from None
+            raise ConfigError(SETTING, str(exc).removeprefix(f"{SETTING}: ")) from None
 
     def __str__(self) -> str:
         return ",".join(f"{lane}:{w}" for lane, w in zip(LANES, self.weights, strict=True))

@@ -15,9 +15,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy.politeness.policy import positive_number
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting
 
 logger = logging.getLogger(__name__)
 
@@ -26,18 +26,14 @@ TRIM_EVERY_S = 60.0
 
 @dataclass(frozen=True)
 class DeadLetterRetention:
-    seconds: float = 30 * 86400  # 0: kept until purged
-    maxlen: int = 1_000_000  # 0: no cap
+    seconds: float = DEFAULTS["METEORSEED_DEAD_RETENTION"]  # 0: kept until purged
+    maxlen: int = DEFAULTS["METEORSEED_DEAD_MAXLEN"]  # 0: no cap
 
     @classmethod
     def from_settings(cls, settings: Any) -> DeadLetterRetention:
         return cls(
-            seconds=positive_number("METEORSEED_DEAD_RETENTION",
-                                    settings.get("METEORSEED_DEAD_RETENTION", cls.seconds),
-                                    allow_zero=True),
-            maxlen=positive_number("METEORSEED_DEAD_MAXLEN",
-                                   settings.get("METEORSEED_DEAD_MAXLEN", cls.maxlen), int,
-                                   allow_zero=True),
+            seconds=duration_setting(settings, "METEORSEED_DEAD_RETENTION"),
+            maxlen=integer_setting(settings, "METEORSEED_DEAD_MAXLEN"),
         )
 
     @property

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy.seeding.schedule import Cron, Every, Schedule, parse_duration
+from meteorseed_scrapy.seeding.schedule import Cron, Every, Schedule, parse_interval
+from meteorseed_scrapy.settings import DEFAULTS
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,8 @@ logger = logging.getLogger(__name__)
 #: nor the site's rule config (``schedule: {min: 10m, max: 2h}``) says.
 MIN_INTERVAL_SETTING = "METEORSEED_SCHEDULE_MIN_INTERVAL"
 MAX_INTERVAL_SETTING = "METEORSEED_SCHEDULE_MAX_INTERVAL"
-DEFAULT_MIN_INTERVAL = 600.0
-DEFAULT_MAX_INTERVAL = 7200.0
+DEFAULT_MIN_INTERVAL = float(DEFAULTS[MIN_INTERVAL_SETTING])
+DEFAULT_MAX_INTERVAL = float(DEFAULTS[MAX_INTERVAL_SETTING])
 #: Weight of the newest run in the yield-rate mean.
 EWMA_WEIGHT = 0.5
 #: Most an interval may grow or shrink in one run (x2 or /2).
@@ -67,7 +68,7 @@ def site_bounds(schedule: Mapping[str, Any] | None, defaults: Bounds, site_id: s
             if name not in schedule:
                 continue
             try:
-                value = parse_duration(schedule[name], f"schedule.{name}")
+                value = parse_interval(schedule[name], f"schedule.{name}")
             except ValueError as exc:
                 logger.warning("site %s: ignoring its schedule bound (%s)", site_id, exc)
                 continue

@@ -35,6 +35,7 @@ from meteorseed_scrapy.seeding.seed_urls import (
     expand,
 )
 from meteorseed_scrapy.seeding.sitemap import SitemapError
+from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
@@ -91,7 +92,7 @@ async def expand_stream(
     *,
     batch_size: int = 500,
     on_error: Callable[[Rejection], None],
-    max_backlog: int = 1_000_000,
+    max_backlog: int = DEFAULTS["METEORSEED_MAX_BACKLOG"],
     dedup: bool = True,
     on_wait: Callable[[int], None] | None = None,
     summary: ExpandSummary | None = None,

@@ -24,17 +24,16 @@ from redis.exceptions import RedisError
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.adapt import (
-    DEFAULT_MAX_INTERVAL,
-    DEFAULT_MIN_INTERVAL,
     MAX_INTERVAL_SETTING,
     MIN_INTERVAL_SETTING,
     Bounds,
     site_bounds,
 )
 from meteorseed_scrapy.seeding.expand import Rejection
-from meteorseed_scrapy.seeding.schedule import parse_duration
+from meteorseed_scrapy.seeding.schedule import parse_interval
 from meteorseed_scrapy.seeding.seed_lines import read_lines
 from meteorseed_scrapy.seeding.seeder import Seeder, SeederConfig
+from meteorseed_scrapy.settings import setting
 from meteorseed_scrapy.sites.lookup import SiteConfigs
 
 logger = logging.getLogger(__name__)
@@ -47,16 +46,8 @@ def bounds_from(get: Callable[[str], Any]) -> Bounds:
     """The default bounds from ``METEORSEED_SCHEDULE_MIN_INTERVAL`` / ``_MAX_INTERVAL``
     (seconds or durations like ``10m``), read through ``get(name)`` (a settings lookup);
     raises ValueError naming the setting."""
-    values = []
-    for name, default in ((MIN_INTERVAL_SETTING, DEFAULT_MIN_INTERVAL),
-                          (MAX_INTERVAL_SETTING, DEFAULT_MAX_INTERVAL)):
-        raw = get(name)
-        if raw is None or raw == "":
-            values.append(default)
-            continue
-        if isinstance(raw, str) and raw.replace(".", "", 1).isdigit():
-            raw = float(raw)
-        values.append(parse_duration(raw, name))
+    values = [parse_interval(setting(get, name), name)
+              for name in (MIN_INTERVAL_SETTING, MAX_INTERVAL_SETTING)]
     try:
         return Bounds(*values)
     except ValueError:

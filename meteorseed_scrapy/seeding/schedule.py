@@ -2,10 +2,11 @@
 
 Accepted forms (see docs/seeding.md):
 
-* ``"every 30m"`` or ``{"every": "30m"}``: an interval (units ``s`` ``m`` ``h`` ``d``, or a
-  number of seconds), the *starting* interval of an adaptive schedule. The object form also
-  takes ``min`` and ``max`` (bounds of the adaptation), ``target`` (new URLs per run the
-  adaptation aims at) and ``adaptive`` (``false``: always exactly ``every``).
+* ``"every 30m"`` or ``{"every": "30m"}``: an interval (a duration of
+  :func:`meteorseed_scrapy.settings.parse_duration`: ``45s``, ``30m``, ``2h``, ``1d``, ``2w``,
+  ``1h30m`` or a number of seconds), the *starting* interval of an adaptive schedule. The
+  object form also takes ``min`` and ``max`` (bounds of the adaptation), ``target`` (new URLs
+  per run the adaptation aims at) and ``adaptive`` (``false``: always exactly ``every``).
 * ``"*/15 * * * *"``, ``"@hourly"`` or ``{"cron": "0 6 * * mon-fri", "tz": "Europe/Berlin"}``:
   a standard 5-field cron expression (:mod:`meteorseed_scrapy.seeding.cron`), fired on its
   expression, never adapted.
@@ -24,6 +25,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from meteorseed_scrapy.seeding.cron import CronExpr
+from meteorseed_scrapy.settings import ConfigError, format_duration, parse_duration
 from meteorseed_scrapy.task.validation import TaskError
 
 FIELD = "schedule"
@@ -33,42 +35,23 @@ MIN_EVERY = 1.0
 MAX_EVERY = 366 * 86400.0
 #: New URLs per run the adaptation aims at unless the schedule says ``target``.
 DEFAULT_TARGET = 10.0
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _EVERY_TEXT = re.compile(r"^\s*every\s+(.+)$", re.IGNORECASE)
 _EVERY_KEYS = frozenset({"every", "min", "max", "target", "adaptive"})
 _CRON_KEYS = frozenset({"cron", "tz"})
 
 
-def parse_duration(value: Any, field: str) -> float:
-    """Seconds from a positive number or ``"45s"``, ``"30m"``, ``"2h"``, ``"1d"``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise TaskError(field, f"must be a duration like '30m' or a number of seconds, got "
-                        f"{value!r}"[:200])
-    if isinstance(value, str):
-        match = _DURATION.match(value)
-        if match is None:
-            raise TaskError(field, f"must be a duration like 45s, 30m, 2h or 1d, got {value!r}"
-                            [:200])
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    else:
-        seconds = float(value)
+def parse_interval(value: Any, field: str) -> float:
+    """Seconds of a schedule interval or bound: the one duration grammar
+    (:func:`meteorseed_scrapy.settings.parse_duration`), from 1 s to 366 days;
+    :class:`TaskError` naming ``field`` otherwise."""
+    try:
+        seconds = parse_duration(value, field)
+    except ConfigError as exc:
+        raise TaskError(field, exc.problem) from None
     if not MIN_EVERY <= seconds <= MAX_EVERY:
-        raise TaskError(field, f"must be between {MIN_EVERY:g} s and 366 days, got {value!r}")
+        raise TaskError(field, f"must be between {MIN_EVERY:g} s and 366 days, got "
+                        f"{value!r}"[:200])
     return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """``5400`` -> ``"1h30m"``: how logs and the CLI show intervals."""
-    rest = round(seconds)
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if rest >= size:
-            parts.append(f"{rest // size}{unit}")
-            rest %= size
-    if rest or not parts:
-        parts.append(f"{rest}s")
-    return "".join(parts)
 
 
 @dataclass(frozen=True)
@@ -112,9 +95,9 @@ def _check_keys(value: dict[str, Any], allowed: frozenset[str]) -> None:
 
 def _every(value: dict[str, Any]) -> Every:
     _check_keys(value, _EVERY_KEYS)
-    seconds = parse_duration(value["every"], f"{FIELD}.every")
-    low = parse_duration(value["min"], f"{FIELD}.min") if "min" in value else None
-    high = parse_duration(value["max"], f"{FIELD}.max") if "max" in value else None
+    seconds = parse_interval(value["every"], f"{FIELD}.every")
+    low = parse_interval(value["min"], f"{FIELD}.min") if "min" in value else None
+    high = parse_interval(value["max"], f"{FIELD}.max") if "max" in value else None
     if low is not None and high is not None and low > high:
         raise TaskError(f"{FIELD}.min", f"is above max ({low:g} s > {high:g} s)")
     target = value.get("target", DEFAULT_TARGET)

@@ -30,8 +30,8 @@ from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor
 from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream, parse_lines
 from meteorseed_scrapy.seeding.records import SeedRecord, seed_to_dict
 from meteorseed_scrapy.seeding.registry import SeedRegistry
-from meteorseed_scrapy.seeding.schedule import format_duration
 from meteorseed_scrapy.seeding.threaded import expand_on_thread
+from meteorseed_scrapy.settings import DEFAULTS, format_duration
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -53,7 +53,7 @@ class SeederConfig:
     lease_s: float = 600.0  # a claimed seed is ours this long, renewed every lease/3 while it runs
     poll_s: float = 1.0  # longest idle wait between two looks at the due set
     batch_size: int = 500
-    max_backlog: int = 1_000_000
+    max_backlog: int = DEFAULTS["METEORSEED_MAX_BACKLOG"]
     claim_limit: int = 1  # seeds claimed at once (run in turn; run more seeders for more)
     retry_s: float = 5.0  # wait between attempts while Redis is unreachable
     grace_s: float = 10.0  # on stop, how long the run in progress may take to finish

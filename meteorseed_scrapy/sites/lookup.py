@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from scrapy import Request
 
+from meteorseed_scrapy.settings import DEFAULTS, duration_setting, text_setting
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.remote import RemoteRules
@@ -35,7 +36,7 @@ SITE_META_KEY = "meteorseed_site"
 #: downloads of robots.txt / the warm-up home page tried before giving up on it
 FETCH_ATTEMPTS = 3
 #: seconds between two looks at the rules (``METEORSEED_SITES_RELOAD_INTERVAL``'s default)
-RELOAD_INTERVAL = 1.0
+RELOAD_INTERVAL: float = DEFAULTS["METEORSEED_SITES_RELOAD_INTERVAL"]
 
 
 class SiteConfigs:
@@ -59,8 +60,8 @@ class SiteConfigs:
     @classmethod
     def from_crawler(cls, crawler: Any) -> SiteConfigs:
         settings = crawler.settings
-        return cls(settings.get("METEORSEED_SITES_DIR") or None,
-                   interval=settings.getfloat("METEORSEED_SITES_RELOAD_INTERVAL", RELOAD_INTERVAL),
+        return cls(text_setting(settings, "METEORSEED_SITES_DIR") or None,
+                   interval=duration_setting(settings, "METEORSEED_SITES_RELOAD_INTERVAL"),
                    reload_on_read=True, spider=lambda: getattr(crawler, "spider", None))
 
     def registry(self) -> SiteRegistry:

@@ -22,7 +22,7 @@ from scrapy.exceptions import DropItem
 
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.settings import key_layout, redis_url_from, store_uri_from
+from meteorseed_scrapy.settings import redis_url_from, store_uri_from
 from meteorseed_scrapy.sites.model import Dedup
 from meteorseed_scrapy.sites.reposts import RepostIndex, content_fingerprint
 from meteorseed_scrapy.store import check_store_uri, open_store
@@ -80,7 +80,7 @@ class SitesPipeline:
     def from_crawler(cls, crawler: Crawler) -> SitesPipeline:
         settings = crawler.settings
         return cls(check_store_uri(store_uri_from(settings)), redis_url_from(settings),
-                   key_layout(settings), crawler.stats)
+                   KeyLayout.from_settings(settings), crawler.stats)
 
     async def close_spider(self) -> None:
         store, executor, index = self._store, self._executor, self._index

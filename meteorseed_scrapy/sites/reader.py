@@ -11,8 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+from meteorseed_scrapy import settings
 
 
 class ConfigError(ValueError):
@@ -76,13 +75,12 @@ class Reader:
         value = self.raw(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.error(key, f"expected a number, got {value!r}"[:200])
-        if integer and int(value) != value:
-            raise self.error(key, f"expected a whole number, got {value!r}")
-        if value < minimum:
-            raise self.error(key, f"must be >= {minimum}, got {value!r}")
-        return int(value) if integer else float(value)
+        try:
+            if integer:
+                return settings.to_integer(value, self.at(key), minimum=minimum)
+            return settings.to_number(value, self.at(key), minimum=minimum)
+        except settings.ConfigError as exc:
+            raise self.error(key, exc.problem) from None
 
     def flag(self, key: str, default: bool) -> bool:
         value = self.raw(key)
@@ -93,16 +91,15 @@ class Reader:
         return value
 
     def duration(self, key: str, default: float | None) -> float | None:
-        """Seconds, from a number or ``"30d"``, ``"12h"``, ``"90m"``, ``"45s"``, ``"2w"``."""
+        """Seconds, from a number or ``"30d"``, ``"12h"``, ``"90m"``, ``"45s"``, ``"2w"``
+        (:func:`meteorseed_scrapy.settings.parse_duration`)."""
         value = self.raw(key)
         if value is None:
             return default
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
-            return float(value)
-        match = _DURATION.match(value) if isinstance(value, str) else None
-        if match is None:
-            raise self.error(key, f"expected seconds or a duration like 30d / 12h, got {value!r}")
-        return float(match.group(1)) * _UNITS[match.group(2)]
+        try:
+            return settings.parse_duration(value, self.at(key))
+        except settings.ConfigError as exc:
+            raise self.error(key, exc.problem) from None
 
     def str_list(self, key: str) -> tuple[str, ...]:
         value = self.raw(key)

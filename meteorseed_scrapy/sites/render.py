@@ -30,6 +30,7 @@ from scrapy import Request, Spider, signals
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
+from meteorseed_scrapy.settings import text_setting
 from meteorseed_scrapy.sites.lookup import site_configs
 from meteorseed_scrapy.task.context import task_of
 
@@ -67,7 +68,7 @@ def chromium_path(settings: BaseSettings) -> str:
     """``METEORSEED_CHROMIUM_PATH``, else ``PLAYWRIGHT_LAUNCH_OPTIONS["executable_path"]``,
     else ``/usr/bin/chromium``."""
     launch = settings.getdict("PLAYWRIGHT_LAUNCH_OPTIONS")
-    return str(settings.get("METEORSEED_CHROMIUM_PATH") or launch.get("executable_path")
+    return str(text_setting(settings, "METEORSEED_CHROMIUM_PATH") or launch.get("executable_path")
                or DEFAULT_CHROMIUM)
 
 

@@ -19,11 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import scrapy
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
 from twisted.internet import task, threads
 
-from meteorseed_scrapy.settings import key_layout, redis_url_from
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.settings import (
+    ConfigError,
+    duration_setting,
+    flag_setting,
+    redis_url_from,
+    text_setting,
+)
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, find, select_values
 from meteorseed_scrapy.sites.loader import SiteRegistry
@@ -57,7 +63,7 @@ class RuleSpider(scrapy.Spider):
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if registry is None:
-            raise NotConfigured("METEORSEED_SITES_DIR: the sites spider needs a rules directory")
+            raise ConfigError("METEORSEED_SITES_DIR", "the sites spider needs a rules directory")
         self.registry = registry
         self.reload_interval = reload_interval
         self.stats = stats
@@ -82,20 +88,21 @@ class RuleSpider(scrapy.Spider):
     @classmethod
     def from_crawler(cls, crawler: Crawler, *args: Any, **kwargs: Any) -> RuleSpider:
         settings = crawler.settings
-        directory = settings.get("METEORSEED_SITES_DIR")
+        directory: str | None = text_setting(settings, "METEORSEED_SITES_DIR")
         remote = None
-        if settings.getbool("METEORSEED_SITES_REDIS"):  # rules pushed by `meteorseed sites push`
-            remote = RemoteRules.from_url(redis_url_from(settings), key_layout(settings))
+        if flag_setting(settings, "METEORSEED_SITES_REDIS"):  # pushed by `meteorseed sites push`
+            remote = RemoteRules.from_url(redis_url_from(settings),
+                                          KeyLayout.from_settings(settings))
         if not directory or not Path(directory).is_dir():
             if remote is None:
-                raise NotConfigured(f"METEORSEED_SITES_DIR: set it to the directory of the site"
-                                    f" rule files, or set METEORSEED_SITES_REDIS (got"
-                                    f" {directory!r})")
+                raise ConfigError("METEORSEED_SITES_DIR", "set it to the directory of the site"
+                                  f" rule files, or set METEORSEED_SITES_REDIS (got"
+                                  f" {directory!r})")
             if directory:
                 logger.warning("METEORSEED_SITES_DIR %r is not a directory: site rules from"
                                " Redis only", directory)
             directory = None
-        interval = settings.getfloat("METEORSEED_SITES_RELOAD_INTERVAL", 1.0)
+        interval = duration_setting(settings, "METEORSEED_SITES_RELOAD_INTERVAL")
         spider = cls(*args, registry=SiteRegistry(directory, remote=remote).load(),
                      reload_interval=interval, **kwargs)
         spider._set_crawler(crawler)
