@@ -132,7 +132,12 @@ UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile("".join(rf"(?:{_AMOUNT}\s*{unit}\s*)?" for unit in UNITS), re.ASCII)
 
 
+INT64_MAX = 2**63 - 1
+
+
 def _shown(value: Any) -> str:
+    if isinstance(value, int) and value.bit_length() > 256:  # repr of >4300 digits raises
+        return f"an integer of {value.bit_length()} bits"
     text = repr(value)
     return text if len(text) <= 80 else f"{text[:77]}..."
 
@@ -150,6 +155,8 @@ def _parse_number(value: Any, name: str) -> float | int:
         number = int(text) if text.lstrip("+-").isdigit() and len(text) < 100 else float(text)
     else:
         number = value
+    if isinstance(number, int):  # math.isfinite() overflows on ints past 1e308; ints are finite
+        return number
     if not math.isfinite(number):
         raise ConfigError(name, f"expected a finite number, got {_shown(value)}")
     return number
@@ -169,7 +176,11 @@ def to_number(value: Any, name: str, *, minimum: float = 0.0, positive: bool = F
               maximum: float | None = None) -> float:
     """``value`` as a finite float within ``[minimum, maximum]`` (``> 0`` with ``positive``);
     :class:`ConfigError` naming ``name`` otherwise (nan, inf, text that is not a number)."""
-    number = float(_parse_number(value, name))
+    parsed = _parse_number(value, name)
+    try:
+        number = float(parsed)
+    except OverflowError:
+        raise ConfigError(name, f"is too large: {_shown(value)}") from None
     _bounded(number, value, name, minimum, positive, maximum)
     return number
 
@@ -183,7 +194,8 @@ def to_integer(value: Any, name: str, *, minimum: float = 0, maximum: float | No
         if not number.is_integer():
             raise ConfigError(name, f"expected a whole number, got {_shown(value)}")
         number = int(number)
-    _bounded(number, value, name, minimum, False, maximum)
+    # Redis and Lua count in signed 64 bits: a larger whole number is never meant.
+    _bounded(number, value, name, minimum, False, INT64_MAX if maximum is None else maximum)
     return number
 
 
@@ -206,7 +218,10 @@ def parse_duration(value: Any, name: str, *, minimum: float = 0.0, positive: boo
         if not math.isfinite(seconds):
             raise ConfigError(name, f"is too long: {_shown(value)}")
     else:
-        seconds = float(_parse_number(value, name))
+        try:
+            seconds = float(_parse_number(value, name))
+        except OverflowError:
+            raise ConfigError(name, f"is too long: {_shown(value)}") from None
     _bounded(seconds, value, name, max(0.0, minimum), positive, maximum)
     return seconds
 

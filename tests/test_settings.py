@@ -371,3 +371,16 @@ def test_os_environ_is_a_settings_source(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("METEORSEED_MAX_BACKLOG", "-1")
     with pytest.raises(ConfigError, match="METEORSEED_MAX_BACKLOG: must be >= 0"):
         settings_module.integer_setting(os.environ, "METEORSEED_MAX_BACKLOG")
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), 10**5000, 2**63, "1" * 500],
+                         ids=["1e400", "-1e400", "1e5000", "2**63", "500 ones"])
+@pytest.mark.parametrize("parse", [to_number, to_integer, parse_duration])
+def test_huge_numbers_are_refused_naming_the_field(parse: Any, value: Any) -> None:
+    # math.isfinite() overflows on such ints and repr() of >4300 digits raises: both were
+    # crashes where a refusal naming the field belongs.
+    if parse is not to_integer and value == 2**63:
+        assert parse(value, "limits.rate") == float(2**63)
+        return
+    with pytest.raises(ConfigError, match=r"^limits\.rate"):
+        parse(value, "limits.rate")
