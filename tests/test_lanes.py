@@ -27,6 +27,7 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, LANES, band_of
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.testing.polling import wait_until
 from meteorseed_scrapy.worker.requests import request_to_task
 from tests.test_consumer import arun
 
@@ -263,7 +264,12 @@ def test_an_idle_blocking_read_wakes_for_a_realtime_task(redis_url: str, keys: K
         consumer = StreamConsumer(client, keys, "c1")
         await consumer.ensure_group()
         reading = asyncio.ensure_future(consumer.read(8, 10_000))
-        await asyncio.sleep(0.2)  # the script found nothing; XREADGROUP BLOCK is waiting
+
+        async def blocked() -> bool:  # the script found nothing; XREADGROUP BLOCK is waiting
+            return any(c["cmd"] == "xreadgroup" and "b" in c["flags"]
+                       for c in await client.client_list())
+
+        await wait_until(blocked, 30, 0.01)
         assert not reading.done()
         await TaskWriter(client, keys).add([task(1, "realtime")])
         got = await asyncio.wait_for(reading, 9)

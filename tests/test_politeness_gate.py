@@ -17,6 +17,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.polling import wait_until
 
 T = TypeVar("T")
 
@@ -131,8 +132,11 @@ def test_a_pause_tightens_the_rate(redis_url: str, namespace: str) -> None:
     async def scenario(client: Any) -> float:
         gate = make_gate(client, namespace, limits, base=0.001)
         await gate.pause("s", retry_after=None)
-        await asyncio.sleep(0.05)
-        await gate.acquire("s", 1)  # spend the token
+
+        async def granted() -> bool:  # once the 1 ms pause is over: spends the token
+            return bool((await gate.acquire("s", 1)).lease_ids)
+
+        await wait_until(granted, 10, 0.01)
         return (await gate.acquire("s", 1)).wait_s
 
     # At half the rate a token takes 0.5 s instead of 0.25 s.
@@ -154,7 +158,13 @@ def test_deferred_tasks_come_back_when_due_exactly_once(
         gate = make_gate(client, namespace, limits)
         moved = await gate.defer((keys.stream, msg_id), task, 0.3)
         early = await gate.promote()
-        await asyncio.sleep(0.4)
+
+        async def due() -> bool:  # by Redis time, as promote.lua sees it (ms)
+            ((_, due_ms),) = await client.zrange(keys.delayed, 0, 0, withscores=True)
+            secs, usecs = await client.time()
+            return bool(due_ms <= int(secs) * 1000 + int(usecs) // 1000)
+
+        await wait_until(due, 10, 0.02)
         other = make_gate(client, namespace, limits)
         due, again = await asyncio.gather(gate.promote(), other.promote())
         return moved, early, due, again

@@ -31,7 +31,6 @@ from meteorseed_scrapy.seeding.seed_lines import (
 )
 from meteorseed_scrapy.seeding.seed_urls import UrlError
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.testing.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SCRAPY = Path(sys.executable).with_name("scrapy")
@@ -323,9 +322,11 @@ def test_two_cli_processes_enqueue_each_url_once(
     assert sorted(stream_urls(sync_redis, namespace)) == sorted(urls)
 
 
-def test_cli_unreachable_redis_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
+def test_cli_unreachable_redis_is_one_line_and_exit_code_2(
+    tmp_path: Path, refused_port: int
+) -> None:
     (tmp_path / "seeds.jsonl").write_text(seed_line(["https://a.example/"]) + "\n")
-    url = f"redis://:secret@127.0.0.1:{free_port()}/0"
+    url = f"redis://:secret@127.0.0.1:{refused_port}/0"
     proc = run_cli(["seeds.jsonl"], tmp_path, settings={"METEORSEED_REDIS_URL": url})
     assert proc.returncode == 2
     assert proc.stdout == ""

@@ -22,6 +22,7 @@ from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.sites.model import Limits
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.worker.dispatcher import Dispatcher
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
 from tests.test_politeness_gate import make_gate, run
@@ -70,8 +71,9 @@ def test_scheduler_limits_follow_the_site_rule_file(tmp_path: Path) -> None:
 
     write_site(sites, "slow", "  rate: 3\n  quota_key: shared-host", version=2)
     os.utime(path, (time.time() + 5, time.time() + 5))
-    time.sleep(0.01)
-    hot = scheduler.limits_for("slow")
+    # Looked at again once the reload interval has passed (on the next call after it).
+    hot = wait_for(lambda: (limits := scheduler.limits_for("slow")) is not slow and limits,
+                   10, 0.01)
     assert (hot.rate, hot.burst, hot.concurrency, hot.quota_key) == (3.0, 5, 8, "shared-host")
 
 

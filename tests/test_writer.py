@@ -15,6 +15,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import CHUNK_SIZE, AddResult, TaskWriter
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.testing.polling import wait_until
 
 T = TypeVar("T")
 
@@ -270,15 +271,17 @@ def test_wait_for_room_waits_until_workers_drain_the_backlog(
     async def body(writer: TaskWriter) -> list[int]:
         await writer.add([task(f"https://example.com/{i}") for i in range(5)])
         calls: list[int] = []
-        reported = asyncio.Event()
+        polls = 0
+        looked = writer.backlog
 
-        def on_wait(backlog: int) -> None:
-            calls.append(backlog)
-            reported.set()
+        async def counted() -> int:
+            nonlocal polls
+            polls += 1
+            return await looked()
 
-        waiting = asyncio.create_task(writer.wait_for_room(2, on_wait, poll=0.01))
-        await asyncio.wait_for(reported.wait(), 30)
-        await asyncio.sleep(0.05)  # several more polls: still over the limit
+        writer.backlog = counted  # type: ignore[method-assign]
+        waiting = asyncio.create_task(writer.wait_for_room(2, calls.append, poll=0.01))
+        await wait_until(lambda: polls >= 5, 30, 0.01)  # several polls: still over the limit
         assert not waiting.done()
         assert drain(sync_redis, keys, count=3) == 3
         await asyncio.wait_for(waiting, 30)
