@@ -22,6 +22,7 @@ from meteorseed_scrapy.queue.delivery import Delivery
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
+from meteorseed_scrapy.testing.polling import wait_for
 
 T = TypeVar("T")
 
@@ -764,7 +765,8 @@ def test_consumers_holding_nothing_leave_and_long_gone_ones_are_pruned(
     sync_redis.xreadgroup(GROUP, "gone", {keys.stream: ">"}, count=1)
     (gone_id,) = [i for i, row in pending(sync_redis, keys).items() if row["consumer"] == "gone"]
     sync_redis.xack(keys.stream, GROUP, gone_id)  # "gone" holds nothing now
-    time.sleep(0.1)
+    wait_for(lambda: all(c["idle"] > 100 for c in sync_redis.xinfo_consumers(keys.stream, GROUP)
+                         if c["name"] == "gone"), timeout=10, interval=0.02)
 
     def names() -> set[str]:
         return {c["name"] for c in sync_redis.xinfo_consumers(keys.stream, GROUP)}

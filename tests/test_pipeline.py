@@ -27,6 +27,7 @@ from meteorseed_scrapy.store.sqlite import SQLiteStore
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.polling import wait_until
 
 PIPELINE = "meteorseed_scrapy.pipelines.UpsertPipeline"
 
@@ -239,7 +240,7 @@ def test_items_written_during_an_outage_keep_their_order(store: ProbeStore) -> N
         first = asyncio.create_task(
             in_scrape(new_scrape(), lambda: pipeline.process_item({"unique_key": "k", "v": 1}))
         )
-        await asyncio.sleep(0.15)  # batch 1 is failing and backing off now
+        await wait_until(lambda: store.fail_times < 4)  # batch 1 failed and is backing off
         await in_scrape(new_scrape(), lambda: pipeline.process_item({"unique_key": "k", "v": 2}))
         await first
         await pipeline.close_spider()
