@@ -89,8 +89,9 @@ def sites_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server(redis_url: str, namespace: str, sites_dir: Path) -> Iterator[ServerThread]:
+    # (the sitemap sites of these tests serve on loopback)
     config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN,
-                       sites_dir=str(sites_dir))
+                       sites_dir=str(sites_dir), fetch_private_addresses=True)
     with ServerThread(config) as running:
         yield running
 
@@ -360,11 +361,16 @@ def sitemap_site() -> Iterator[str]:
 
 
 def test_sitemap_expands_in_the_background_with_its_rejections(
-        client: Client, sitemap_site: str, sync_redis: redis.Redis, namespace: str) -> None:
+        client: Client, sitemap_site: str, sync_redis: redis.Redis, namespace: str,
+        sites_dir: Path) -> None:
+    # A sitemap's own URL must be inside its site's allowed domains too: here, the loopback.
+    (sites_dir / "maps.json").write_text(json.dumps({
+        "site_id": "maps", "version": 1, "allowed_domains": ["news.example", "127.0.0.1"],
+        "list": {"links": "a::attr(href)"}, "fields": {"title": "h1::text"}}))
     status, _, body = client.call("POST", "/dispatch", {"seeds": [
-        {"seed_id": "map", "site_id": "news", "task_type": "sitemap",
+        {"seed_id": "map", "site_id": "maps", "task_type": "sitemap",
          "payload": {"url": f"{sitemap_site}/sitemap.xml"}},
-        {"seed_id": "gone", "site_id": "news", "task_type": "sitemap",
+        {"seed_id": "gone", "site_id": "maps", "task_type": "sitemap",
          "payload": {"url": f"{sitemap_site}/missing.xml"}}]})
     assert status == 202 and [s["state"] for s in body["seeds"]] == ["expanding"] * 2
     record = _wait_expansion(client, "map")

@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.adapt import Bounds
+from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.records import SeedRecord
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seeder import RunResult, Seeder, SeederConfig
@@ -32,7 +33,7 @@ from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
-from meteorseed_scrapy.testing.polling import wait_for, wait_until
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,6 +95,11 @@ def list_seed(seed_id: str = "list", schedule: Any = "every 1h", **payload: Any)
                     schedule=schedule)
 
 
+def loopback(site_id: str) -> FetchPolicy:
+    """SitemapSite serves on 127.0.0.1: METEORSEED_FETCH_PRIVATE_ADDRESSES=True."""
+    return FetchPolicy(private_addresses=True, site_id=site_id)
+
+
 def sitemap_seed(site: SitemapSite, schedule: Any, seed_id: str = "map") -> SeedTask:
     return SeedTask(seed_id=seed_id, site_id="news", task_type="sitemap",
                     payload={"url": f"{site.url}/sitemap.xml"}, schedule=schedule)
@@ -111,7 +117,7 @@ def test_own_pages_are_refetched_and_sitemap_items_stay_deduplicated(
     site.set_urls("/sitemap.xml", 5)
 
     async def body(client: aioredis.Redis) -> list[RunResult]:
-        seeder = Seeder(client, KeyLayout(namespace))
+        seeder = Seeder(client, KeyLayout(namespace), sitemaps=loopback)
         await seeder.registry.put(list_seed())
         await seeder.registry.put(sitemap_seed(site, "every 1h"))
         return [await run_now(seeder, seed_id)
@@ -133,7 +139,8 @@ def test_adaptive_interval_follows_real_yield_within_bounds(
     bounds = Bounds(60, 3600)
 
     async def body(client: aioredis.Redis) -> list[float]:
-        seeder = Seeder(client, KeyLayout(namespace), bounds_for=lambda site_id: bounds)
+        seeder = Seeder(client, KeyLayout(namespace), bounds_for=lambda site_id: bounds,
+                        sitemaps=loopback)
         await seeder.registry.put(sitemap_seed(site, "every 10m"))
         intervals = []
         count = 0
@@ -157,7 +164,7 @@ def test_failing_seed_is_visible_and_backs_off(redis_url: str, namespace: str,
                                                site: SitemapSite) -> None:
     async def body(client: aioredis.Redis) -> list[SeedRecord]:
         seeder = Seeder(client, KeyLayout(namespace),
-                        bounds_for=lambda site_id: Bounds(60, 600))
+                        bounds_for=lambda site_id: Bounds(60, 600), sitemaps=loopback)
         await seeder.registry.put(sitemap_seed(site, "every 1m"))  # no sitemap there: 404
         records = []
         for _ in range(3):
@@ -187,10 +194,12 @@ def test_a_keyword_added_takes_effect_at_once(redis_url: str, namespace: str,
         stop = asyncio.Event()
         loop = asyncio.ensure_future(seeder.run(stop))
         try:
-            await wait_until(lambda: seeder.runs >= 1)
+            while seeder.runs < 1:
+                await asyncio.sleep(0.05)
             started = time.monotonic()
             await seeder.registry.put(keywords("rust", "python"))  # an edit, mid-schedule
-            await wait_until(lambda: seeder.runs >= 2)
+            while seeder.runs < 2:
+                await asyncio.sleep(0.05)
             return time.monotonic() - started
         finally:
             stop.set()
@@ -232,7 +241,8 @@ def test_two_seeders_never_run_one_seed_at_once(redis_url: str, namespace: str) 
         stop = asyncio.Event()
         loops = [asyncio.ensure_future(s.run(stop)) for s in seeders]
         try:
-            await wait_until(lambda: sum(r.startswith("often") for r in runs) >= 9)
+            while sum(r.startswith("often") for r in runs) < 9:
+                await asyncio.sleep(0.05)
         finally:
             stop.set()
             await asyncio.gather(*loops)
@@ -249,14 +259,12 @@ def test_stop_during_a_blocked_run_hands_the_seed_back(redis_url: str, namespace
     async def body(client: aioredis.Redis) -> tuple[SeedRecord | None, float]:
         keys = KeyLayout(namespace)
         await client.xadd(keys.stream, {"v": "1", "t": "{}"})  # a backlog of 1 ...
-        waiting = asyncio.Event()
         seeder = Seeder(client, keys, config=SeederConfig(max_backlog=0, grace_s=0.2,
-                                                          poll_s=0.1),  # ... is too much
-                        on_wait=lambda backlog: waiting.set())
+                                                          poll_s=0.1))  # ... is too much
         await seeder.registry.put(list_seed())
         stop = asyncio.Event()
         loop = asyncio.ensure_future(seeder.run(stop))
-        await asyncio.wait_for(waiting.wait(), 60)  # claimed, now waiting for room
+        await asyncio.sleep(0.5)  # claimed, now waiting for room
         stop.set()
         await asyncio.wait_for(loop, 10)
         secs, usecs = await client.time()
@@ -284,7 +292,7 @@ def test_a_slow_sitemap_keeps_its_lease_and_the_loop_free(
             time.sleep(0.05)
 
     async def body(client: aioredis.Redis) -> tuple[RunResult, int]:
-        seeder = Seeder(client, keys, config=SeederConfig(lease_s=1.0))
+        seeder = Seeder(client, keys, config=SeederConfig(lease_s=1.0), sitemaps=loopback)
         await seeder.registry.put(sitemap_seed(site, "every 1h"))
         [record] = await seeder.registry.claim_due(None, 1, 1.0)
         ticks = 0
@@ -324,24 +332,19 @@ def test_redis_outage_pauses_with_one_line_and_resumes(
                         config=SeederConfig(poll_s=0.1, retry_s=0.2))
         await seeder.registry.put(list_seed(schedule={"every": 1, "min": 1, "max": 1}))
         stop = asyncio.Event()
-        looks = 0  # the seeder's looks at the due set: one per attempt while Redis is away
-
-        def look() -> None:
-            nonlocal looks
-            looks += 1
-
-        loop = asyncio.ensure_future(seeder.run(stop, before_claim=look))
+        loop = asyncio.ensure_future(seeder.run(stop))
         try:
-            await wait_until(lambda: seeder.runs >= 1)
+            while seeder.runs < 1:
+                await asyncio.sleep(0.05)
             server.stop()
-            down_at = looks
-            await wait_until(lambda: looks >= down_at + 10)  # 10 failed attempts
+            await asyncio.sleep(2.0)  # ~10 failed attempts
             assert not loop.done()
             server.start()
             await client.set("x", 1)  # (a fresh, empty Redis: register the seed again)
             await seeder.registry.put(list_seed(schedule={"every": 1, "min": 1, "max": 1}))
             before = seeder.runs
-            await wait_until(lambda: seeder.runs >= before + 1)
+            while seeder.runs < before + 1:
+                await asyncio.sleep(0.05)
             return seeder.runs
         finally:
             stop.set()
@@ -385,11 +388,13 @@ def test_watch_process_runs_due_seeds_until_sigterm(
     _write_seeds(seeds, site)
     if how == "scrapy":
         cmd = [str(BIN / "scrapy"), "seed-expand", "--watch", str(seeds),
-               "-s", f"METEORSEED_REDIS_URL={redis_url}", "-s", f"METEORSEED_NAMESPACE={namespace}"]
+               "-s", f"METEORSEED_REDIS_URL={redis_url}", "-s", f"METEORSEED_NAMESPACE={namespace}",
+               "-s", "METEORSEED_FETCH_PRIVATE_ADDRESSES=True"]
     else:
         cmd = [str(BIN / "meteorseed"), "seeder", str(seeds), "--redis-url", redis_url,
                "--namespace", namespace]
     env = {k: v for k, v in os.environ.items() if not k.startswith("METEORSEED_")}
+    env["METEORSEED_FETCH_PRIVATE_ADDRESSES"] = "true"  # (the sitemap site is on loopback)
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

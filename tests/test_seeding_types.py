@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from meteorseed_scrapy.seeding import expand
+from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
 from meteorseed_scrapy.seeding.seed_urls import UrlError
 from meteorseed_scrapy.seeding.templates import MAX_EXPANSION
@@ -87,6 +88,11 @@ def test_keywords_are_url_encoded_and_a_bad_one_is_reported_by_position() -> Non
 
 # -- sitemaps over HTTP -------------------------------------------------------------------------
 
+def loopback(site_id: str) -> FetchPolicy:
+    """The test sites serve on 127.0.0.1: METEORSEED_FETCH_PRIVATE_ADDRESSES=True."""
+    return FetchPolicy(private_addresses=True, site_id=site_id)
+
+
 def urlset(locs: list[tuple[str, str]]) -> bytes:
     body = "".join(f"<url><loc>{u}</loc>" + (f"<lastmod>{m}</lastmod>" if m else "") + "</url>"
                    for u, m in locs)
@@ -130,7 +136,7 @@ def test_sitemap_index_gzip_lastmod_filter_and_a_failing_child(
         f"<sitemap><loc>{base}/a.xml</loc></sitemap><sitemap><loc>{base}/gone.xml</loc>"
         f"</sitemap><sitemap><loc>{base}/b.xml.gz</loc></sitemap></sitemapindex>").encode()
     line = seed("sitemap", {"url": f"{base}/index.xml", "lastmod_after": "2024-01-01"})
-    items = list(expand(parse_seed_line(line, 1)))
+    items = list(expand(parse_seed_line(line, 1), loopback))
     assert [i.url for i in items if isinstance(i, ExecTask)] == [
         f"{base}/p/1", f"{base}/p/3", f"{base}/p/4"]
     [error] = [i for i in items if isinstance(i, UrlError)]
@@ -145,6 +151,6 @@ def test_sitemap_refuses_doctype_and_reports_an_unreachable_root(
     base, pages = sitemap_server
     pages["/bomb.xml"] = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><urlset/>'
     with pytest.raises(SitemapError, match="DOCTYPE"):
-        list(expand(parse_seed_line(seed("sitemap", {"url": f"{base}/bomb.xml"}), 1)))
+        list(expand(parse_seed_line(seed("sitemap", {"url": f"{base}/bomb.xml"}), 1), loopback))
     with pytest.raises(SitemapError, match="HTTP 404"):
-        list(expand(parse_seed_line(seed("sitemap", {"url": f"{base}/none.xml"}), 1)))
+        list(expand(parse_seed_line(seed("sitemap", {"url": f"{base}/none.xml"}), 1), loopback))

@@ -28,6 +28,11 @@ class ApiConfig:
     max_backlog: int = DEFAULTS["METEORSEED_MAX_BACKLOG"]
     #: Seconds to wait for Redis to accept a connection before a request gets a 503.
     redis_timeout: float = 3.0
+    #: ``METEORSEED_FETCH_PRIVATE_ADDRESSES``: sitemap fetches may reach private addresses.
+    fetch_private_addresses: bool = False
+    #: Background expansions (sitemaps, templates, keywords) running at once; a dispatch that
+    #: would start more is answered 503 with Retry-After.
+    max_expansions: int = 16
     #: ``METEORSEED_STREAM_SHARDS`` of the namespace (``meteorseed serve`` reads the recorded one).
     shards: int = 1
 
@@ -37,6 +42,8 @@ class ApiConfig:
             raise ValueError("METEORSEED_API_TOKEN: must not be empty")
         if self.max_body < 1024:
             raise ValueError(f"max_body: must be at least 1024 bytes, got {self.max_body}")
+        if self.max_expansions < 1:
+            raise ValueError(f"max_expansions: must be at least 1, got {self.max_expansions}")
         if self.max_backlog < 0:
             raise ValueError(f"METEORSEED_MAX_BACKLOG: must be >= 0, got {self.max_backlog}")
 

@@ -7,7 +7,13 @@ rejections); when nothing at all is accepted the answer is a 422 listing every r
 
 ``url_list`` seeds (at most 10 000 URLs, checked) are expanded before the answer, whose counts
 are final. Templates, keywords and sitemaps may be large or slow: they expand in the background
-and the answer gives the counts so far plus ``href`` (``GET /seeds/{id}``) to follow them.
+and the answer gives the counts so far plus ``href`` (``GET /seeds/{id}``) to follow them. At
+most ``max_expansions`` run in the background at once: a request that would start more is
+answered 503 with Retry-After, and nothing of it is registered.
+
+A sitemap seed's own URL must be inside its site's allowed domains (when the site has rules)
+and, unless ``METEORSEED_FETCH_PRIVATE_ADDRESSES``, must not be a literal private address (a
+host name is resolved and checked when the sitemap is fetched).
 """
 
 from __future__ import annotations
@@ -21,9 +27,16 @@ from typing import Any
 
 from aiohttp import web
 
-from meteorseed_scrapy.api.expansion import MAX_LISTED_ERRORS, Progress, expand_seed
+from meteorseed_scrapy.api.expansion import (
+    MAX_LISTED_ERRORS,
+    RETRY_AFTER_S,
+    Progress,
+    expand_seed,
+)
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
+from meteorseed_scrapy.seeding.addresses import literal_problem
+from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
@@ -102,6 +115,7 @@ async def dispatch(request: web.Request) -> web.Response:
     errors: list[FieldError] = []
     accepted: list[tuple[int, str, SeedTask]] = []
     seen_ids: set[str] = set()
+    await state.rules.refresh()
     for index, data in enumerate(items):
         prefix = f"seeds[{index}]." if as_list else ""
         try:
@@ -109,7 +123,10 @@ async def dispatch(request: web.Request) -> web.Response:
         except InvalidInput as exc:
             errors.extend(exc.errors)
             continue
-        if seed.seed_id in seen_ids:
+        refused = _sitemap_problem(state, seed)
+        if refused is not None:
+            errors.append(FieldError(f"{prefix}payload.url", refused))
+        elif seed.seed_id in seen_ids:
             errors.append(FieldError(f"{prefix}seed_id", f"{seed.seed_id!r} appears twice in "
                                                          "this request"))
         elif state.expansions.running(seed.seed_id):
@@ -127,14 +144,24 @@ async def dispatch(request: web.Request) -> web.Response:
             return problem(503, f"{backlog} tasks are waiting, more than the limit of "
                                 f"{state.config.max_backlog} (METEORSEED_MAX_BACKLOG): retry "
                                 "when workers have caught up", headers={"Retry-After": "30"})
+    background = sum(seed.task_type not in INLINE_TYPES for _, _, seed in accepted)
+    if background and not state.pool.reserve(background):
+        return problem(503, f"{state.pool.running} background expansions are running and this "
+                            f"request would start {background} more, above the limit of "
+                            f"{state.pool.size}: retry when some have finished (GET /seeds)",
+                       headers={"Retry-After": str(RETRY_AFTER_S)})
     # Taken before the first await, so a concurrent request cannot start the same seed too.
     reserved = [Progress(seed.seed_id) for _, _, seed in accepted]
     for progress in reserved:
         state.expansions.add(progress)
+    started: list[tuple[dict[str, Any], Progress]] = []
     try:
-        started = [await _start(state, index, prefix, seed, progress)
-                   for (index, prefix, seed), progress in zip(accepted, reserved, strict=True)]
+        for (index, prefix, seed), progress in zip(accepted, reserved, strict=True):
+            line, _, holds_slot = await _start(state, index, prefix, seed, progress)
+            background -= holds_slot  # released when its expansion ends
+            started.append((line, progress))
     finally:
+        state.pool.release(background)  # slots of background seeds that did not start
         for progress in reserved:  # not started (Redis down): free the seed_id again
             if progress.state == "expanding" and not state.expansions.has_task(
                     progress.seed_id):
@@ -156,24 +183,37 @@ async def dispatch(request: web.Request) -> web.Response:
     }, status=202)
 
 
+def _sitemap_problem(state: ApiState, seed: SeedTask) -> str | None:
+    """Why a sitemap seed's own URL may not be fetched, as far as can be told without DNS."""
+    if seed.task_type != "sitemap":
+        return None
+    url = str(seed.payload.get("url"))
+    policy = FetchPolicy.for_site(seed.site_id, state.rules.get(seed.site_id))
+    return policy.domain_problem(url) or literal_problem(
+        url, state.config.fetch_private_addresses)
+
+
 async def _start(state: ApiState, index: int, prefix: str, seed: SeedTask,
-                 progress: Progress) -> tuple[dict[str, Any], Progress]:
-    """Register ``seed`` and expand it (now, or in the background); its line of the answer."""
+                 progress: Progress) -> tuple[dict[str, Any], Progress, bool]:
+    """Register ``seed`` and expand it (now, or in the background); its line of the answer,
+    and whether a background expansion started (it releases its pool slot when it ends)."""
     try:
         record = await state.registry.put(seed)
     except TaskError as exc:  # e.g. deleted by another client while being registered
         progress.reject(f"{prefix}{exc.field}", exc.problem)
         progress.finish("failed", str(exc))
-        return _line(index, seed, progress), progress
+        return _line(index, seed, progress), progress, False
     # A registered seed is due at once: hold its lease while this server expands it, so a
     # seeder does not run it a second time; record_run then schedules its next run (if any).
     await state.registry.renew(seed.seed_id, LEASE_S)
     coro = _run(state, seed, record.rev, prefix, progress)
     if seed.task_type in INLINE_TYPES:
         await coro
-    else:
-        state.expansions.attach(seed.seed_id, asyncio.ensure_future(coro))
-    return _line(index, seed, progress), progress
+        return _line(index, seed, progress), progress, False
+    task = asyncio.ensure_future(coro)
+    task.add_done_callback(lambda _: state.pool.release())
+    state.expansions.attach(seed.seed_id, task)
+    return _line(index, seed, progress), progress, True
 
 
 def _line(index: int, seed: SeedTask, progress: Progress) -> dict[str, Any]:
@@ -196,8 +236,10 @@ async def _run(state: ApiState, seed: SeedTask, rev: int, prefix: str,
         await state.registry.renew(seed.seed_id, LEASE_S)
 
     try:
-        outcome, error = await expand_seed(seed, prefix, progress, state.writer, state.rules,
-                                           state.config.max_backlog, keep_lease)
+        outcome, error = await expand_seed(
+            seed, prefix, progress, state.writer, state.rules, state.config.max_backlog,
+            keep_lease, pool=None if seed.task_type in INLINE_TYPES else state.pool,
+            private_addresses=state.config.fetch_private_addresses)
     except asyncio.CancelledError:
         progress.finish("cancelled", "cancelled (seed deleted or server stopping)")
         # Hand it back to the seeders (a deleted seed is not in the due set: a no-op).

@@ -18,7 +18,8 @@ def _problems(*codes: int) -> dict[str, Any]:
     reasons = {400: "Bad request", 401: "Missing or invalid bearer token",
                404: "Not found", 409: "Conflict", 413: "Request body too large",
                422: "Invalid input; `errors` names each field path",
-               503: "Redis is unavailable (or, for a dispatch, the backlog is full)"}
+               503: "Redis is unavailable (or, for a dispatch, the backlog is full or too "
+                    "many background expansions are running: see Retry-After)"}
     return {str(c): {"description": reasons[c],
                      "content": {"application/problem+json": {"schema": _PROBLEM}}}
             for c in codes}

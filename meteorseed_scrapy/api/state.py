@@ -15,7 +15,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from meteorseed_scrapy.api.config import ApiConfig
-from meteorseed_scrapy.api.expansion import Progress
+from meteorseed_scrapy.api.expansion import ExpansionPool, Progress
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.connection import sync_client as sync_client_for
 from meteorseed_scrapy.queue.writer import TaskWriter
@@ -96,6 +96,8 @@ class ApiState:
     registry: SeedRegistry
     rules: SiteConfigs
     expansions: Expansions = field(default_factory=Expansions)
+    #: threads of background expansions, and how many may run at once
+    pool: ExpansionPool = field(default_factory=ExpansionPool)
 
     @classmethod
     def build(cls, config: ApiConfig) -> ApiState:
@@ -113,10 +115,12 @@ class ApiState:
             registry=SeedRegistry(client, keys),
             # Rules pushed to the namespace always count; --sites-dir adds local files.
             rules=SiteConfigs(config.sites_dir, RemoteRules(sync_client, keys)),
+            pool=ExpansionPool(config.max_expansions),
         )
 
     async def close(self) -> None:
         await self.expansions.cancel_all()
+        self.pool.shutdown()
         await self.client.aclose()
         await asyncio.to_thread(self.sync_client.close)
 

@@ -26,10 +26,17 @@ from meteorseed_scrapy.cli.common import (
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.adapt import MAX_INTERVAL_SETTING, MIN_INTERVAL_SETTING
+from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
 from meteorseed_scrapy.seeding.records import SeedRecord
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seeder import SeederConfig
-from meteorseed_scrapy.settings import DEFAULTS, format_duration, setting, to_integer
+from meteorseed_scrapy.settings import (
+    DEFAULTS,
+    flag_setting,
+    format_duration,
+    setting,
+    to_integer,
+)
 from meteorseed_scrapy.sites.lookup import SiteConfigs
 
 #: Most seeds ``--list`` shows.
@@ -84,6 +91,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         backlog = _setting("METEORSEED_MAX_BACKLOG", args.max_backlog)
         config = SeederConfig(lease_s=args.lease, max_backlog=to_integer(
             backlog, "METEORSEED_MAX_BACKLOG", minimum=0))
+        private = flag_setting(lambda name: _setting(name, None), PRIVATE_SETTING)
     except ValueError as exc:
         raise CliError(str(exc)) from None
     url, _ = resolve_target(args.redis_url, args.namespace)  # ctx.url is redacted
@@ -96,7 +104,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     return asyncio.run(runner.watch(
         url, ctx.keys, seed_file=args.file, config=config, sites=sites, bounds=bounds, say=say,
         on_error=lambda rejection: print(rejection, file=ctx.err, flush=True),
-        stdin=sys.stdin.buffer if args.file == "-" else None))
+        stdin=sys.stdin.buffer if args.file == "-" else None, private_addresses=private))
 
 
 def _when(value: float | None) -> str:

@@ -21,7 +21,13 @@ from meteorseed_scrapy.cli.common import (
     add_target_options,
     resolve_target,
 )
-from meteorseed_scrapy.settings import DEFAULTS, integer_setting, setting, text_setting
+from meteorseed_scrapy.settings import (
+    DEFAULTS,
+    flag_setting,
+    integer_setting,
+    setting,
+    text_setting,
+)
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -51,6 +57,7 @@ def register(sub: Any) -> None:
 
 def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
     from meteorseed_scrapy.api.config import ApiConfig
+    from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if token is None and not args.insecure_no_auth:
@@ -74,6 +81,7 @@ def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
                 os.environ, "METEORSEED_MAX_BACKLOG", minimum=0
             ) if args.max_backlog is None else args.max_backlog,
             shards=shards,
+            fetch_private_addresses=flag_setting(os.environ, PRIVATE_SETTING),
         )
     except ValueError as exc:
         raise CliError(f"serve: {exc}") from None

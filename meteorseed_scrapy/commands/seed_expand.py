@@ -27,12 +27,20 @@ from meteorseed_scrapy.queue.shards import ShardMismatch
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding import runner
+from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
 from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
+from meteorseed_scrapy.seeding.fetch import policies
 from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
 from meteorseed_scrapy.seeding.progress import Progress
 from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES, read_lines
 from meteorseed_scrapy.seeding.seeder import SeederConfig
-from meteorseed_scrapy.settings import ConfigError, integer_setting, redis_url_from, text_setting
+from meteorseed_scrapy.settings import (
+    ConfigError,
+    flag_setting,
+    integer_setting,
+    redis_url_from,
+    text_setting,
+)
 from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE, LANES
 
@@ -208,10 +216,17 @@ class Command(ScrapyCommand):
             return asyncio.run(runner.watch(
                 redis_url, keys, seed_file=args[0] if args else None,
                 config=config, sites=sites, bounds=bounds, say=_say,
-                on_error=_report_rejection))
+                on_error=_report_rejection, private_addresses=self._private_addresses()))
         except ShardMismatch as exc:
             _say(str(exc))
             return EXIT_FAILED
+
+    def _private_addresses(self) -> bool:
+        assert self.settings is not None
+        try:
+            return flag_setting(self.settings, PRIVATE_SETTING)
+        except ConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
 
     def _max_backlog(self) -> int:
         assert self.settings is not None
@@ -229,6 +244,7 @@ class Command(ScrapyCommand):
         progress = Progress(sys.stderr)
         assert self.settings is not None
         rules = SiteConfigs(text_setting(self.settings, "METEORSEED_SITES_DIR"))
+        sitemaps = policies(rules.get, self._private_addresses())
         try:
             if not opts.dry_run:
                 await client.ping()  # fail before reading any input when Redis is not there
@@ -248,6 +264,7 @@ class Command(ScrapyCommand):
                 dry_run=opts.dry_run,
                 on_batch=progress,
                 rejects=rules.rejects,
+                sitemaps=sitemaps,
             )
         finally:
             progress.done()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.payload import (
     MAX_URLS_PER_LINE,
     SUPPORTED_TASK_TYPES,
@@ -99,6 +100,7 @@ async def expand_stream(
     dry_run: bool = False,
     on_batch: Callable[[ExpandSummary], None] | None = None,
     rejects: Callable[[str, str], str | None] | None = None,
+    sitemaps: Callable[[str], FetchPolicy] | None = None,
 ) -> ExpandSummary:
     """Expand JSON Lines seeds into exec tasks and enqueue them in batches of ``batch_size``.
 
@@ -109,6 +111,7 @@ async def expand_stream(
     Redis. ``on_batch`` is called after each batch (progress reports). ``rejects(site_id,
     url)`` says why a URL may not be enqueued for its site (outside its allowed domains, on its
     blacklist: see :meth:`~meteorseed_scrapy.sites.lookup.SiteConfigs.rejects`), or None.
+    ``sitemaps(site_id)`` is how a site's sitemaps are fetched (default: the safe policy).
 
     While Redis runs one batch's script, the next batch is built: one batch in flight at a
     time, so Python's work and Redis's overlap instead of adding up.
@@ -152,7 +155,7 @@ async def expand_stream(
     try:
         for lineno, seed in parse_lines(lines, on_error, summary):
             try:
-                for position, item in enumerate(expand(seed)):
+                for position, item in enumerate(expand(seed, sitemaps)):
                     if isinstance(item, UrlError):
                         summary.bad_urls += 1
                         on_error(Rejection(lineno, item.reason, item.position))

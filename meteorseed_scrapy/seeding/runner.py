@@ -30,6 +30,7 @@ from meteorseed_scrapy.seeding.adapt import (
     site_bounds,
 )
 from meteorseed_scrapy.seeding.expand import Rejection
+from meteorseed_scrapy.seeding.fetch import policies
 from meteorseed_scrapy.seeding.schedule import parse_interval
 from meteorseed_scrapy.seeding.seed_lines import read_lines
 from meteorseed_scrapy.seeding.seeder import Seeder, SeederConfig
@@ -115,9 +116,11 @@ def log_to(stream: IO[str]) -> None:
 
 async def watch(redis_url: str, keys: KeyLayout, *, seed_file: str | None, config: SeederConfig,
                 sites: SiteConfigs, bounds: Bounds, say: Callable[[str], None],
-                on_error: Callable[[Rejection], None], stdin: IO[bytes] | None = None) -> int:
+                on_error: Callable[[Rejection], None], stdin: IO[bytes] | None = None,
+                private_addresses: bool = False) -> int:
     """Run a seeder until SIGINT/SIGTERM; returns the exit code (0 on a graceful stop).
-    ``sites``: the site rules (schedule bounds over ``bounds``, allowed domains, blacklist)."""
+    ``sites``: the site rules (schedule bounds over ``bounds``, allowed domains, blacklist,
+    how sitemaps are fetched); ``private_addresses``: METEORSEED_FETCH_PRIVATE_ADDRESSES."""
     client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -125,7 +128,7 @@ async def watch(redis_url: str, keys: KeyLayout, *, seed_file: str | None, confi
         loop.add_signal_handler(sig, stop.set)
     source = SeedFile(seed_file) if seed_file else None
     seeder = Seeder(client, keys, config=config, bounds_for=bounds_for(sites, bounds),
-                    rejects=sites.rejects,
+                    rejects=sites.rejects, sitemaps=policies(sites.get, private_addresses),
                     on_wait=lambda backlog: say(
                         f"{backlog} tasks waiting (more than {config.max_backlog}); pausing "
                         "until workers catch up"))

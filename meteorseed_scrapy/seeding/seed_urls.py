@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from meteorseed_scrapy.queue.dedup import RECRAWL_META_KEY
+from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.seeding.sitemap import SitemapError, expand_sitemap
 from meteorseed_scrapy.seeding.templates import expand_keywords, expand_template
@@ -33,7 +34,8 @@ class UrlError:
     reason: str
 
 
-def expand(seed: SeedTask) -> Iterator[ExecTask | UrlError]:
+def expand(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
+           ) -> Iterator[ExecTask | UrlError]:
     """Exec tasks of ``seed``, one per URL, in order; a bad URL yields a :class:`UrlError`
     whose position counts URLs in expansion order (for ``url_list``: the index in
     ``payload.urls``; ``keywords``: in ``payload.keywords``; a failing child sitemap takes
@@ -41,7 +43,8 @@ def expand(seed: SeedTask) -> Iterator[ExecTask | UrlError]:
 
     The seed's payload is checked now (raising :class:`TaskError`), the URLs lazily, so a seed
     of a million URLs never exists as a million tasks at once. A sitemap that cannot be read
-    raises :class:`SitemapError` while iterating.
+    raises :class:`SitemapError` while iterating; it is fetched under ``sitemaps(site_id)``
+    (the setting and the site's rules), by default under the safe :class:`FetchPolicy`.
     """
     check_payload(seed)
     if RECRAWL_META_KEY not in seed.meta and RECRAWL_META_KEY in seed.payload:
@@ -55,7 +58,7 @@ def expand(seed: SeedTask) -> Iterator[ExecTask | UrlError]:
     elif seed.task_type == "keywords":
         urls = expand_keywords(seed.payload)
     elif seed.task_type == "sitemap":
-        urls = expand_sitemap(seed.payload)
+        urls = expand_sitemap(seed.payload, sitemaps(seed.site_id) if sitemaps else None)
     else:
         urls = seed.payload["urls"]
     return _expand_urls(seed, urls)

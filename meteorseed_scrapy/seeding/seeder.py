@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor
 from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream, parse_lines
+from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.records import SeedRecord, seed_to_dict
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.threaded import expand_on_thread
@@ -93,9 +94,11 @@ class Seeder:
                  config: SeederConfig | None = None, bounds_for: BoundsFor | None = None,
                  on_run: Callable[[RunResult], None] | None = None,
                  on_wait: Callable[[int], None] | None = None,
-                 rejects: Callable[[str, str], str | None] | None = None) -> None:
+                 rejects: Callable[[str, str], str | None] | None = None,
+                 sitemaps: Callable[[str], FetchPolicy] | None = None) -> None:
         # No I/O here.
         self._rejects = rejects  # site rules: allowed domains, blacklist
+        self._sitemaps = sitemaps  # how each site's sitemaps are fetched (default: safe)
         self.config = config or SeederConfig()
         self.registry = SeedRegistry(redis, keys, bounds_for or (lambda site_id: Bounds()))
         self.writer = TaskWriter(redis, keys)
@@ -203,7 +206,7 @@ class Seeder:
             options: dict[str, Any] = {
                 "batch_size": self.config.batch_size, "on_error": rejections.append,
                 "max_backlog": self.config.max_backlog, "dedup": dedup,
-                "on_wait": self._on_wait, "rejects": self._rejects}
+                "on_wait": self._on_wait, "rejects": self._rejects, "sitemaps": self._sitemaps}
             if seed.task_type in BLOCKING_SEED_TYPES:
                 await expand_on_thread(self._redis, self.registry.keys, line, summary, **options)
             else:

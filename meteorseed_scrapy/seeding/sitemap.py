@@ -1,31 +1,38 @@
 """``sitemap`` seeds: URLs from a sitemap.xml or a sitemap index, fetched over HTTP.
 
-``{"url": "https://s/sitemap.xml", "lastmod_after": "2024-01-01"}``. Sitemaps are fetched with
-urllib (timeouts, a byte limit before and after gunzip) and parsed as a stream with expat, so
-a 50 000-URL sitemap is never held as a document. DOCTYPEs and entities are refused (no XML
-bombs). An index's child sitemaps are fetched in turn (one level deep, as the protocol says);
-a child that fails is reported and the others still go through. Entries without ``lastmod``
-pass the ``lastmod_after`` filter (nothing says they are old).
+``{"url": "https://s/sitemap.xml", "lastmod_after": "2024-01-01"}``. Sitemaps are fetched by
+:class:`~meteorseed_scrapy.seeding.fetch.Fetcher` under the site's
+:class:`~meteorseed_scrapy.seeding.fetch.FetchPolicy` (no private addresses unless
+``METEORSEED_FETCH_PRIVATE_ADDRESSES``, redirects checked hop by hop, a whole-request deadline,
+the site's headers, User-Agent and robots.txt, its allowed domains) and parsed as a stream with
+expat under a byte limit before and after gunzip, so a 50 000-URL sitemap is never held as a
+document. DOCTYPEs and entities are refused (no XML bombs). An index's child sitemaps are
+fetched in turn (one level deep, as the protocol says); a child that fails is reported and the
+others still go through. A listed URL outside the site's allowed domains is reported at its
+position. Entries without ``lastmod`` pass the ``lastmod_after`` filter (nothing says they are
+old).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import gzip
-import urllib.error
-import urllib.request
 import zlib
 from collections.abc import Iterator, Mapping
-from typing import IO, Any
+from typing import Any, Protocol
 from xml.parsers import expat
 
+from meteorseed_scrapy.seeding.fetch import Fetcher, FetchError, FetchPolicy
 from meteorseed_scrapy.task.validation import TaskError, check_url
 
 MAX_SITEMAP_BYTES = 50 * 1024 * 1024  # the protocol's limit, uncompressed
 MAX_SITEMAP_URLS = 50_000  # per sitemap file, as the protocol says
 MAX_CHILD_SITEMAPS = 1000
-FETCH_TIMEOUT = 30.0
 _CHUNK = 64 * 1024
+
+
+class _Stream(Protocol):
+    def read(self, n: int, /) -> bytes: ...
 
 
 class SitemapError(Exception):
@@ -44,31 +51,35 @@ def check_sitemap_payload(payload: Mapping[str, Any]) -> tuple[str, dt.date | No
                         [:200]) from None
 
 
-def expand_sitemap(payload: Mapping[str, Any], timeout: float = FETCH_TIMEOUT
-                   ) -> Iterator[str | SitemapError]:
-    """Page URLs of the sitemap (or index); a failing child sitemap yields a SitemapError.
+def expand_sitemap(payload: Mapping[str, Any], policy: FetchPolicy | None = None
+                   ) -> Iterator[str | SitemapError | TaskError]:
+    """Page URLs of the sitemap (or index), fetched under ``policy`` (default: the safe one,
+    no private addresses); a failing child sitemap yields a :class:`SitemapError`, a URL
+    outside the site's allowed domains a :class:`TaskError`, each at its position.
 
     A failure of the sitemap named by the seed itself raises :class:`SitemapError`.
     """
     url, after = check_sitemap_payload(payload)
-    kind, locs = _read(url, timeout)
+    fetcher = Fetcher(policy or FetchPolicy())
+    kind, locs = _read(fetcher, url)
     if kind == "urlset":
-        yield from _filtered(locs, after)
+        yield from _filtered(fetcher.policy, locs, after)
         return
     for children, (child, _lastmod) in enumerate(locs, start=1):
         if children > MAX_CHILD_SITEMAPS:
             yield SitemapError(f"index {url} lists more than {MAX_CHILD_SITEMAPS} sitemaps")
             return
         try:
-            child_kind, child_locs = _read(child, timeout)
+            child_kind, child_locs = _read(fetcher, child)
             if child_kind != "urlset":
                 raise SitemapError(f"sitemap {child[:200]}: an index inside an index")
-            yield from _filtered(child_locs, after)
+            yield from _filtered(fetcher.policy, child_locs, after)
         except SitemapError as exc:
             yield exc
 
 
-def _filtered(locs: list[tuple[str, str]], after: dt.date | None) -> Iterator[str]:
+def _filtered(policy: FetchPolicy, locs: list[tuple[str, str]], after: dt.date | None
+              ) -> Iterator[str | TaskError]:
     for loc, lastmod in locs:
         if after is not None and lastmod:
             try:
@@ -76,25 +87,24 @@ def _filtered(locs: list[tuple[str, str]], after: dt.date | None) -> Iterator[st
                     continue
             except ValueError:
                 pass  # an unreadable lastmod does not prove the page old
-        yield loc
+        problem = policy.domain_problem(loc)
+        yield loc if problem is None else TaskError("url", problem)
 
 
-def _read(url: str, timeout: float) -> tuple[str, list[tuple[str, str]]]:
+def _read(fetcher: Fetcher, url: str) -> tuple[str, list[tuple[str, str]]]:
     """(root element name, [(loc, lastmod)]) of one sitemap file."""
-    check_url(url, "sitemap")
-    request = urllib.request.Request(url, headers={"User-Agent": "meteorseed-seed-expand"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            gzipped = url.endswith(".gz") or response.headers.get("Content-Encoding") == "gzip"
+        with fetcher.open(url) as response:
+            if not 200 <= response.status < 300:
+                raise SitemapError(f"sitemap {url[:200]}: HTTP {response.status}")
+            gzipped = response.url.endswith(".gz") or \
+                response.headers.get("Content-Encoding") == "gzip"
             return _parse(response, gzipped, url)
-    except urllib.error.HTTPError as exc:
-        raise SitemapError(f"sitemap {url[:200]}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise SitemapError(f"sitemap {url[:200]}: cannot fetch ({reason})") from None
+    except FetchError as exc:
+        raise SitemapError(f"sitemap {url[:200]}: {exc}") from None
 
 
-def _parse(stream: IO[bytes], gzipped: bool, url: str) -> tuple[str, list[tuple[str, str]]]:
+def _parse(stream: _Stream, gzipped: bool, url: str) -> tuple[str, list[tuple[str, str]]]:
     parser = expat.ParserCreate(namespace_separator=" ")
     state: dict[str, Any] = {"root": "", "tag": "", "loc": "", "lastmod": "", "text": []}
     out: list[tuple[str, str]] = []
@@ -132,7 +142,7 @@ def _parse(stream: IO[bytes], gzipped: bool, url: str) -> tuple[str, list[tuple[
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS) if gzipped else None
     size = 0
     try:
-        while chunk := stream.read(_CHUNK):
+        while chunk := stream.read(_CHUNK):  # (a FetchError ends it: deadline, cut-off)
             data = inflate.decompress(chunk, MAX_SITEMAP_BYTES + 1 - size) if inflate else chunk
             size += len(data)
             if size > MAX_SITEMAP_BYTES:

@@ -13,9 +13,11 @@ from meteorseed_scrapy.task.ids import fast_task_id
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.validation import (
     TaskError,
+    check_callback,
     check_id,
     check_json_safe,
     check_lane,
+    check_meta_keys,
     check_url,
 )
 
@@ -50,14 +52,12 @@ class SeedTask:
             raise TaskError("payload", "must be an object")
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise TaskError("priority", f"must be an integer, got {self.priority!r}")
-        if self.callback is not None and (
-            not isinstance(self.callback, str) or not self.callback.isidentifier()
-        ):
-            raise TaskError("callback", f"must be a method name, got {self.callback!r}")
+        check_callback(self.callback)
         if self.parse_rule is not None and not isinstance(self.parse_rule, str):
             raise TaskError("parse_rule", "must be a string")
         if not isinstance(self.meta, Mapping):
             raise TaskError("meta", "must be an object")
+        check_meta_keys(self.meta)  # seeds come from outside the crawl: no download controls
         check_json_safe("meta", dict(self.meta))
         check_lane(self.lane)
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
+
+import scrapy
 
 from meteorseed_scrapy.task.lanes import LANES
 
@@ -42,6 +45,76 @@ def check_url(value: Any, name: str = "url") -> str:
     return value
 
 
+#: What ``scrapy.Spider`` itself defines (and older releases did): never a task's callback. A
+#: task names a callback the spider author wrote; ``parse`` is the one default callback.
+_SPIDER_OWN = frozenset({
+    "start", "start_requests", "close", "closed", "from_crawler", "update_settings",
+    "handles_request", "log", "logger", "set_crawler", "make_requests_from_url", "crawler",
+    "settings", "name", "custom_settings", "allowed_domains", "start_urls", "state",
+})
+SPIDER_OWN_NAMES = frozenset(
+    _SPIDER_OWN | {n for n in dir(scrapy.Spider) if not n.startswith("_")}) - {"parse"}
+
+#: Request.meta keys that drive Scrapy's (or this project's) downloading, retries, redirects,
+#: cookies and routing: set by Scrapy, a site's rule config or a middleware, never by a seed.
+#: Decided one by one from Scrapy's docs and source (docs/seeding.md lists them with why).
+RESERVED_META_KEYS = frozenset({
+    # where and how a request goes out
+    "proxy", "bindaddress", "download_slot", "dont_obey_robotstxt", "allow_offsite",
+    "verbatim_url", "is_secure",
+    # resource limits (a site's limits: timeout)
+    "download_maxsize", "download_warnsize", "download_timeout", "download_fail_on_dataloss",
+    "download_latency",
+    # dedup, redirects, retries, status handling (a site's limits: retries)
+    "dont_filter", "dont_redirect", "redirect_urls", "redirect_reasons", "redirect_times",
+    "redirect_ttl", "dont_retry", "max_retry_times", "retry_times", "priority_adjust",
+    "handle_httpstatus_all", "handle_httpstatus_list",
+    # cookies, credentials, cache
+    "cookiejar", "dont_merge_cookies", "http_user", "http_pass", "http_auth_domain",
+    "ftp_user", "ftp_password", "ftp_passive", "ftp_local_filename", "dont_cache",
+    "cached_response", "cache_timestamp",
+    # crawl bookkeeping Scrapy's spider middlewares set on the requests a spider yields
+    "depth", "is_start_request",
+    # browser rendering (a site's render: browser)
+    "playwright",
+})
+#: Key prefixes reserved likewise: Scrapy's private keys, this project's, scrapy-playwright's.
+RESERVED_META_PREFIXES = ("_", "meteorseed_", "playwright_")
+
+
+def check_callback(value: Any, name: str = "callback") -> str | None:
+    """``value`` if it may name a spider callback (or errback): a public method name that is
+    not one of ``scrapy.Spider``'s own (``parse`` excepted); else :class:`TaskError`. Whether
+    the spider has such a method is checked where the spider is known."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.isidentifier():
+        raise TaskError(name, f"must be a method name, got {value!r}"[:300])
+    if value.startswith("_"):
+        # __init__ with cb_kwargs would re-run the spider's constructor with chosen arguments.
+        raise TaskError(name, f"must name a public spider method, not {value!r} (names "
+                              "starting with _ are private)")
+    if value in SPIDER_OWN_NAMES:
+        raise TaskError(name, f"{value!r} is scrapy.Spider's own, not a callback")
+    return value
+
+
+def check_meta_keys(meta: Mapping[Any, Any], name: str = "meta") -> None:
+    """Raise :class:`TaskError` naming ``meta.<key>`` for a key a seed may not set (see
+    :data:`RESERVED_META_KEYS`, :data:`RESERVED_META_PREFIXES`)."""
+    for key in meta:
+        if not isinstance(key, str):
+            continue  # (the JSON checks of the seed and its tasks refuse these)
+        if key.startswith("meteorseed_"):
+            raise TaskError(f"{name}.{key}", "reserved MeteorSeed key")
+        if key == "playwright" or key.startswith("playwright_"):
+            raise TaskError(f"{name}.{key}", "reserved scrapy-playwright key (rendering "
+                                             "comes from the site's rule config)")
+        if key in RESERVED_META_KEYS or key.startswith("_"):
+            raise TaskError(f"{name}.{key}", "reserved Scrapy key (set by Scrapy, the site's "
+                                             "rule config or a middleware, not by a seed)")
+
+
 def check_lane(value: Any) -> None:
     if value not in LANES:
         raise TaskError("lane", f"must be one of {', '.join(LANES)}, got {value!r}"[:300])
@@ -58,4 +131,6 @@ def check_json_safe(name: str, value: Any) -> None:
         raise TaskError(name, f"is not JSON-serialisable ({exc}): {value!r}"[:300]) from None
 
 
-__all__ = ["ID_MAX", "TaskError", "check_id", "check_json_safe", "check_lane", "check_url"]
+__all__ = ["ID_MAX", "RESERVED_META_KEYS", "RESERVED_META_PREFIXES", "SPIDER_OWN_NAMES",
+           "TaskError", "check_callback", "check_id", "check_json_safe", "check_lane",
+           "check_meta_keys", "check_url"]

@@ -7,6 +7,8 @@ Requests that a callback yields become tasks: their callback and errback must be
 
 from __future__ import annotations
 
+import inspect
+import types
 from typing import Any
 
 from scrapy import Request, Spider
@@ -14,7 +16,7 @@ from scrapy import Request, Spider
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
-from meteorseed_scrapy.task.validation import TaskError, check_json_safe
+from meteorseed_scrapy.task.validation import TaskError, check_callback, check_json_safe
 
 #: Per-download meta keys that Scrapy's own middlewares set; a new task starts without them.
 _DOWNLOAD_META = frozenset({
@@ -38,10 +40,17 @@ def status_allowed(status: int, request: Request, spider: Spider | None, setting
 
 
 def _method(spider: Spider | None, name: str | None, field: str) -> Any:
+    """The spider's bound method ``name``, checked again here: a stream message may come from
+    anything that can write to Redis, not only from a validated task."""
     if name is None:
         return None
+    check_callback(name, field)
+    # A function defined on the spider's class (not a property, a classmethod, a callable
+    # attribute, or something an instance attribute shadows), bound to this spider.
+    defined = inspect.getattr_static(type(spider), name, None)
     method = getattr(spider, name, None)
-    if not callable(method):
+    if not isinstance(defined, types.FunctionType) or getattr(method, "__self__", None) \
+            is not spider:
         raise TaskError(field, f"spider {getattr(spider, 'name', None)!r} has no method {name!r}")
     return method
 
