@@ -1,6 +1,7 @@
 """Politeness figures of issue 4, measured at the server (the fault site), with real workers.
 
-    .venv/bin/python benchmarks/politeness.py {quota,concurrency,retry-after,breaker,overhead,all}
+    .venv/bin/python benchmarks/politeness.py \
+        {quota,concurrency,retry-after,burst,breaker,overhead,all}
 
 Each sub-command starts a throwaway Redis and the :class:`FaultSite`, enqueues tasks of one site
 (``site_id`` ``faults_a``, URLs ``/a/p<i>``) with TaskWriter into a fresh namespace, runs
@@ -14,6 +15,10 @@ bench and repeats the figures at the end. ``--keep`` keeps the worker logs.
   not binding): the most requests the server had in flight at once. Goal never > 3.
 * ``retry-after``: 4 workers at 10 req/s; after 30 requests the site answers one 429 with
   ``Retry-After: 3``: arrivals 0.5-2.5 s after it was sent (goal 0) and when the next came.
+* ``burst``: 1 worker, CONCURRENT_REQUESTS 16; its first 16 requests answer 429 with
+  ``Retry-After: 3`` after 0.3 s, so all 16 are in flight when the first 429 arrives: requests
+  0.5-2.5 s after the first 429 (goal 0), when the next came (goal 3 s + up to 10 % jitter),
+  tasks stored (goal all) and strikes counted (goal 1: the burst is one strike, not 16).
 * ``breaker``: 4 workers at 10 req/s (``--breaker-rate``; at the default 2 req/s even no breaker
   would stay within 40); after 20 requests the site answers 503 for 20 s, with
   METEORSEED_BREAKER_WINDOW=5 and METEORSEED_BREAKER_PROBE_INTERVAL=3: requests that reached it
@@ -37,7 +42,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from politeness_harness import SITE, Bench, wait_until, window_rates
+import redis
+from politeness_harness import SITE, SITE_ID, Bench, wait_until, window_rates
+
+from meteorseed_scrapy.queue.keys import KeyLayout
 
 #: The politeness downloader middlewares that ``overhead`` switches off (missing names are
 #: fine: a None entry is never imported). Classes found in ``meteorseed_scrapy.middlewares``
@@ -140,6 +148,39 @@ def retry_after(args: argparse.Namespace) -> str:
             f"next request {_gap(later)} after it")
 
 
+def _strikes(bench: Bench) -> int:
+    """The strikes pause.lua counted for the bench's site ('<strikes>:<ms>')."""
+    client = redis.Redis.from_url(bench.redis_url, decode_responses=True)
+    try:
+        record = client.get(KeyLayout(bench.namespace).site(SITE_ID, "strikes"))
+    finally:
+        client.close()
+    return int(str(record).split(":")[0]) if record else 0
+
+
+def burst(args: argparse.Namespace) -> str:
+    wait, n, in_flight = 3, 40, 16
+    with Bench("burst", keep=args.keep) as bench:
+        bench.site.set_mode(SITE, 429, retry_after=wait, delay=0.3, times=in_flight)
+        bench.enqueue(bench.urls(n))
+        bench.workers(1, CONCURRENT_REQUESTS=in_flight)
+        finished = bench.wait_workers(120)
+        hits, stored, strikes = bench.site.hits(SITE), bench.stored(), _strikes(bench)
+    first = min((h.finish for h in hits if h.status == 429 and h.finish is not None),
+                default=None)
+    if first is None:
+        return "burst: not measured (no request got a 429)"
+    after = sorted(h.arrival - first for h in hits if h.arrival > first)
+    inside = [d for d in after if 0.5 <= d <= 2.5]
+    print(f"{len(hits)} requests; in flight when the first 429 arrived: "
+          f"{sum(h.arrival < first for h in hits)}; worker "
+          f"{'closed' if finished else 'killed at the timeout (2 min)'}")
+    return (f"burst of {in_flight} 429s (Retry-After: {wait}): requests 0.5-2.5 s after the "
+            f"first: {len(inside)} (goal 0); resumed {_gap(after[0] if after else None)} after "
+            f"it (goal {wait} s + ≤ 10 %); stored {stored} of {n} (goal all); strikes {strikes} "
+            "(goal 1)")
+
+
 def breaker(args: argparse.Namespace) -> str:
     rate, down = args.breaker_rate, args.down
     n = args.tasks
@@ -219,7 +260,7 @@ def overhead(args: argparse.Namespace) -> str:
 
 
 BENCHES: dict[str, Callable[[argparse.Namespace], str]] = {
-    "quota": quota, "concurrency": concurrency, "retry-after": retry_after,
+    "quota": quota, "concurrency": concurrency, "retry-after": retry_after, "burst": burst,
     "breaker": breaker, "overhead": overhead,
 }
 

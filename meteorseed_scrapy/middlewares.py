@@ -7,7 +7,9 @@ download slot). These middlewares classify what comes back:
 * :class:`SiteSlotMiddleware` puts a task's requests into a download slot named for its site, so
   Scrapy's local per-slot limits apply per site.
 * :class:`BackoffMiddleware`: 429/403 pause the whole site on every worker for
-  ``max(Retry-After, base * 2^n) + jitter`` (capped) and tighten its rate for a while; 5xx,
+  ``max(Retry-After, base * 2^n) + jitter`` (capped) and tighten its rate for a while (``n``
+  counts strikes: only a request granted its permit after the last pause began strikes, so a
+  burst of 429s to requests in flight together is one); 5xx,
   timeouts and connection errors are retried durably with exponential backoff (the task goes to
   the delayed set in Redis, it holds no slot and survives a crash); 404/410 are terminal.
 """
@@ -25,10 +27,11 @@ from scrapy.utils.misc import load_object
 from meteorseed_scrapy.politeness.blacklist import BlacklistMiddleware
 from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.politeness.cookie_warmup import CookieWarmupMiddleware
-from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.gate import PAUSE_LEAD_S, PauseResult, SiteGate, granted_at
 from meteorseed_scrapy.politeness.policy import Backoff, parse_retry_after
 from meteorseed_scrapy.politeness.proxies import ProxyPoolMiddleware
 from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
+from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.politeness.user_agents import UserAgentPoolMiddleware
 from meteorseed_scrapy.sites.lookup import SiteConfigs, site_configs
 from meteorseed_scrapy.task.context import LEASE_META_KEY, task_of
@@ -69,6 +72,7 @@ class BackoffMiddleware:
         self.settings = settings
         self.gate: SiteGate | None = None  # bound by the StreamScheduler when it opens
         self.breaker: Breaker | None = None
+        self.faults = SiteFaults("pause", stats)
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> BackoffMiddleware:
@@ -96,22 +100,43 @@ class BackoffMiddleware:
             return response
         site = task.site_id
         if status in PAUSE_CODES:
-            retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
-            result = await self.gate.pause(site, retry_after)
-            self.stats.inc_value(f"meteorseed/throttled/{site}/{status}")
-            logger.warning(
-                "Site %s answered %d (Retry-After %s): paused %.1fs on every worker (strike %d)",
-                site, status, retry_after, result.pause_s, result.strikes,
-            )
+            delay = await self._pause(request, site, status, response)
             # A 429 is the site asking us to slow down: the task is held back, not failed. A 403
-            # may be for good, so it uses up a retry.
+            # may be for good, so it uses up a retry. Either waits for the site's pause.
             if status == 429 or task.retry_count < self.retries_for(site):
-                raise TaskDeferred(result.pause_s, f"HTTP {status}", count_retry=status == 403,
+                raise TaskDeferred(delay, f"HTTP {status}", count_retry=status == 403,
                                    why=DeferReason.PAUSED)
             return response
         if status in self.retry_codes:
             self._retry_or_pass(request, task.site_id, task.retry_count, f"HTTP {status}")
         return response
+
+    async def _pause(self, request: Request, site: str, status: int,
+                     response: Response) -> float:
+        """Pause ``site`` for a 429/403; returns the seconds its task waits: for the site's
+        pause, due back a little ahead of its end (the gate holds it until then). Only a
+        request granted its permit after the site's last pause began strikes: a burst of 429s
+        to requests in flight together is one strike, the rest confirm its pause."""
+        assert self.gate is not None
+        retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+        self.stats.inc_value(f"meteorseed/throttled/{site}/{status}")
+        try:
+            result: PauseResult = await self.gate.pause(
+                site, retry_after, granted_at(request.meta.get(LEASE_META_KEY)))
+        except SITE_ERRORS as exc:  # the site's pause state is corrupt: its task waits alone
+            self.faults.failed(site, exc)
+            return self.backoff.compute(0, retry_after)
+        self.faults.ok(site)
+        if not result.new_strike:
+            logger.debug("Site %s answered %d to a request sent before its pause: pause "
+                         "confirmed, %.1fs left", site, status, result.pause_s)
+            return max(0.0, result.pause_s - PAUSE_LEAD_S)
+        self.stats.inc_value(f"meteorseed/throttled/{site}/strikes")
+        logger.warning(
+            "Site %s answered %d (Retry-After %s): paused %.1fs on every worker (strike %d)",
+            site, status, retry_after, result.pause_s, result.strikes,
+        )
+        return max(0.0, result.pause_s - PAUSE_LEAD_S)
 
     async def process_exception(self, request: Request, exception: Exception,
                                 spider: Spider | None = None) -> None:

@@ -143,3 +143,62 @@ def test_the_breaker_spares_a_site_that_is_down_and_loses_no_task(
     assert sum(w.stats().get("meteorseed/breaker/a/open", 0) for w in workers) >= 1
     assert len(stored_docs(tmp_path / "items.db")) == 80
     assert sync_redis.xlen(KeyLayout(namespace).dead) == 0
+
+
+def test_a_burst_of_429s_to_16_requests_in_flight_is_one_strike_at_the_server(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+    fault_site: FaultSite
+) -> None:
+    # The first 16 requests answer 429 (Retry-After: 3) after 0.3 s: all 16 are in flight
+    # when the first 429 arrives. Before, each one was a strike: the site was paused ~320 s.
+    fault_site.set_mode("a", 429, retry_after=3, delay=0.3, times=16)
+    urls = [f"{fault_site.url}/a/page/{i}" for i in range(40)]
+    enqueue(redis_url, namespace, urls, site_id="a")
+    worker = start_worker(tmp_path, redis_url, namespace, CONCURRENT_REQUESTS=16,
+                          CONCURRENT_REQUESTS_PER_DOMAIN=16, LOG_LEVEL="INFO")
+    assert worker.wait() == 0, worker.log()[-3000:]
+
+    hits = fault_site.hits("a")
+    throttled = [h for h in hits if h.status == 429]
+    assert len(throttled) == 16
+    first = min(h.finish for h in throttled if h.finish is not None)
+    assert sum(h.arrival < first for h in hits) == 16  # all 16 in flight at the first 429
+    after = sorted(h.arrival - first for h in hits if h.arrival > first)
+    # Nothing reaches the site during the pause (0.5-2.5 s is the window; none at all
+    # is what it does), and it resumes Retry-After (+ up to 10 % jitter) after the first 429.
+    assert not [d for d in after if d < 2.9], after[:5]
+    assert after[0] < 3.3 + 1.0, after[:5]
+    assert len(stored_docs(tmp_path / "items.db")) == 40
+    assert sync_redis.xlen(KeyLayout(namespace).dead) == 0
+    stats = worker.stats()
+    assert stats["meteorseed/throttled/a/429"] == 16
+    assert stats["meteorseed/throttled/a/strikes"] == 1
+    assert str(sync_redis.get(KeyLayout(namespace).site("a", "strikes"))).startswith("1:")
+
+
+def test_a_site_with_corrupt_gate_state_waits_alone_and_others_keep_flowing(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+    fault_site: FaultSite
+) -> None:
+    keys = KeyLayout(namespace)
+    bucket = keys.site("bad", "bucket")
+    sync_redis.set(bucket, "corrupt")  # a string where gate.lua keeps a hash
+    good = [f"{fault_site.url}/good/page/{i}" for i in range(30)]
+    bad = [f"{fault_site.url}/bad/page/{i}" for i in range(5)]
+    enqueue(redis_url, namespace, bad, site_id="bad")
+    enqueue(redis_url, namespace, good, site_id="good")
+    worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_IDLE_CLOSE=0,
+                          METEORSEED_SITE_RATE=20, METEORSEED_SITE_BURST=2)
+    try:
+        wait_for(lambda: len(stored_docs(tmp_path / "items.db")) == 30, 60, 0.1)
+        assert not fault_site.hits("bad")  # its tasks wait, none lost
+        log = worker.log()
+        failed = [line for line in log.splitlines() if "gate call of site bad failed" in line]
+        assert len(failed) == 1 and "WRONGTYPE" in failed[0], failed
+        assert "Redis refused a command" not in log  # no loop-wide error any more
+        sync_redis.delete(bucket)  # repaired: the site gets permits again
+        wait_for(lambda: len(stored_docs(tmp_path / "items.db")) == 35, 120, 0.1)
+        wait_for(lambda: "gate call of site bad works again" in worker.log(), 10, 0.1)
+    finally:
+        worker.kill()
+    assert sync_redis.xlen(keys.dead) == 0

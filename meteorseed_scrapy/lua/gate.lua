@@ -15,7 +15,8 @@
 -- ARGV[6]  lease id prefix (unique per call)
 -- ARGV[7]  probe interval, ms (an open breaker lets one probe through per interval, fleet-wide)
 -- Returns {granted, wait_ms, lease_id...}: wait_ms says when asking again makes sense.
--- A probe's lease id ends in ':probe'.
+-- A lease id is '<prefix>@<Redis time of the grant, ms>:<n>', a probe's '<prefix>@<ms>:probe':
+-- a 429 to the request it carried strikes only when granted after the site's last pause began.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local paused = redis.call('PTTL', KEYS[2])
@@ -27,7 +28,7 @@ local factor = tonumber(redis.call('GET', KEYS[4]) or '1')
 rate = rate * factor
 local breaker = redis.call('HMGET', KEYS[5], 'state', 'step')
 if breaker[1] == 'open' then
-  local probe = ARGV[6] .. ':probe'
+  local probe = ARGV[6] .. '@' .. now .. ':probe'
   if redis.call('SET', KEYS[6], probe, 'NX', 'PX', ARGV[7]) then
     redis.call('ZADD', KEYS[3], now + tonumber(ARGV[4]), probe)
     return {1, 0, probe}
@@ -65,7 +66,7 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 local out = {n, 0}
 local expiry = now + tonumber(ARGV[4])
 for i = 1, n do
-  local id = ARGV[6] .. ':' .. i
+  local id = ARGV[6] .. '@' .. now .. ':' .. i
   redis.call('ZADD', KEYS[3], expiry, id)
   out[#out + 1] = id
 end

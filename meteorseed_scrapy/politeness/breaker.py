@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting, number_setting
@@ -80,6 +81,7 @@ class Breaker:
         self.state: dict[str, str] = {}
         self._opened_at: dict[str, float] = {}  # site -> monotonic time it was last seen opening
         self._next_flush = 0.0
+        self.faults = SiteFaults("breaker", stats)  # a site whose breaker state Redis refuses
 
     def record(self, site: str, error: bool, latency_s: float, probe: bool,
                task_id: str = "") -> None:
@@ -145,15 +147,28 @@ class Breaker:
         sites = set(self._pending) | {s for s, st in self.state.items() if st != "closed"}
         cfg = self.config
         for site in sites:
-            n, errors, latency_ms, probe = self._pending.pop(site, [0, 0, 0, ""])
+            if self.faults.blocked(site):
+                continue
+            pending = self._pending.pop(site, [0, 0, 0, ""])
+            n, errors, latency_ms, probe = pending
             quota = self.quota_of(site)
-            reply = await self._health(
-                keys=[self.keys.site_own(site, quota, w) for w in ("health", "breaker", "probe")],
-                args=[n, errors, latency_ms, int(cfg.window), cfg.min_requests, cfg.error_ratio,
-                      int(cfg.max_latency * 1000), int(self.local_abnormal(site)), probe,
-                      int(cfg.ramp_step_s * 1000)],
-            )
-            state = str(reply[0])
+            try:
+                reply = await self._health(
+                    keys=[self.keys.site_own(site, quota, w)
+                          for w in ("health", "breaker", "probe")],
+                    args=[n, errors, latency_ms, int(cfg.window), cfg.min_requests,
+                          cfg.error_ratio, int(cfg.max_latency * 1000),
+                          int(self.local_abnormal(site)), probe, int(cfg.ramp_step_s * 1000)],
+                )
+                state = str(reply[0])
+                fleet = reply[2:5]
+            except SITE_ERRORS as exc:
+                # This site's breaker state is corrupt: its counts wait for the next try, and
+                # the other sites' breakers go on.
+                self.faults.failed(site, exc)
+                self._keep(site, pending)
+                continue
+            self.faults.ok(site)
             before = self.state.get(site, "closed")
             self.state[site] = state
             if state == "open" and before != "open":
@@ -162,4 +177,10 @@ class Breaker:
                 self.stats.inc_value(f"meteorseed/breaker/{site}/{state}")
                 log = logger.warning if state == "open" else logger.info
                 log("Circuit breaker of site %s: %s -> %s (fleet window: %s requests, %s errors, "
-                    "mean latency %s ms)", site, before, state, reply[2], reply[3], reply[4])
+                    "mean latency %s ms)", site, before, state, *fleet)
+
+    def _keep(self, site: str, pending: list[Any]) -> None:
+        agg = self._pending.setdefault(site, [0, 0, 0, ""])
+        for i in range(3):
+            agg[i] += pending[i]
+        agg[3] = agg[3] or pending[3]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.delayed import reason_code
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -18,6 +20,10 @@ from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.lanes import band_of
 
 LEASE_TTL_S = 30.0  # renewed every ~LEASE_TTL_S / 3 while a request is in flight
+#: A task deferred for its site's pause is due back in its stream this long before the pause
+#: ends: the delayed set is promoted about once a second, and the gate holds the task back until
+#: the pause is over all the same, so the site resumes when its pause ends, not up to 1 s later.
+PAUSE_LEAD_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,20 @@ class Grant:
 @dataclass(frozen=True)
 class PauseResult:
     strikes: int
-    pause_s: float
+    pause_s: float  # the site's pause in force (what its deferred tasks wait)
+    new_strike: bool = True  # False: the request was in flight when the pause began
+
+
+def granted_at(lease: object) -> int | None:
+    """Redis time (ms) a lease id from ``gate.lua`` was granted; None for anything else (no
+    lease, an older id, a value that is not one)."""
+    if not isinstance(lease, str):
+        return None
+    _, at, rest = lease.rpartition("@")
+    ms, sep, _ = rest.partition(":")
+    if not (at and sep and ms.isascii() and ms.isdigit()) or len(ms) > 15:
+        return None
+    return int(ms) or None
 
 
 class SiteGate:
@@ -49,6 +68,9 @@ class SiteGate:
         self._pause = scripts.register(redis, "pause")
         self._defer = scripts.register(redis, "defer")
         self._promote = scripts.register(redis, "promote")
+        # quota -> monotonic end of its pause as this worker last learnt it: permits in hand
+        # are not used meanwhile (the fleet learns it from the gate).
+        self._paused_until: dict[str, float] = {}
 
     def _site_keys(self, site: str, *what: str) -> list[str]:
         return [self.keys.site(site, w) for w in what]
@@ -69,28 +91,68 @@ class SiteGate:
         granted, wait_ms = int(reply[0]), int(reply[1])
         return Grant([str(x) for x in reply[2: 2 + granted]], wait_ms / 1000)
 
-    async def release(self, leases: Iterable[tuple[str, str]]) -> None:
-        """Give back ``(site, lease id)`` pairs: the request finished or was never sent."""
+    async def release(self, leases: Iterable[tuple[str, str]]) -> dict[str, Exception]:
+        """Give back ``(site, lease id)`` pairs: the request finished or was never sent.
+        Returns the sites whose leases could not be given back (corrupt state: they expire)."""
+        sites = []
         async with self.redis.pipeline(transaction=False) as pipe:
             for site, lease in leases:
                 pipe.zrem(*self._quota_keys(site, "leases"), lease)
-            await pipe.execute()
+                sites.append(site)
+            replies = await pipe.execute(raise_on_error=False)
+        return {s: r for s, r in zip(sites, replies, strict=True) if isinstance(r, Exception)}
 
-    async def renew(self, by_site: dict[str, list[str]]) -> None:
+    async def renew(self, by_site: dict[str, list[str]]) -> dict[str, Exception]:
+        """Renew the leases of requests in flight. Returns the sites whose state refused it
+        (site -> the error); the other sites are renewed all the same."""
+        failed: dict[str, Exception] = {}
         for site, leases in by_site.items():
             if leases:
-                await self._renew(keys=self._quota_keys(site, "leases"),
-                                  args=[int(LEASE_TTL_S * 1000), *leases])
+                try:
+                    await self._renew(keys=self._quota_keys(site, "leases"),
+                                      args=[int(LEASE_TTL_S * 1000), *leases])
+                except SITE_ERRORS as exc:
+                    failed[site] = exc
+        return failed
 
-    async def pause(self, site: str, retry_after: float | None) -> PauseResult:
-        """A 429/403: pause the site fleet-wide (growing with consecutive strikes), tighten it."""
+    async def pause(self, site: str, retry_after: float | None,
+                    granted_ms: int | None = None) -> PauseResult:
+        """A 429/403 to a request whose permit was granted at ``granted_ms`` (Redis time;
+        None: unknown). A new strike pauses the site fleet-wide (growing with consecutive
+        strikes) and tightens it; a request in flight when the pause began only confirms it."""
+        quota = self.limits_for(site).quota(site)
+        # Until Redis answers, this worker holds the site back (set before the first await, so
+        # no permit in hand goes out meanwhile).
+        self._hold(quota, retry_after if retry_after else self.backoff.base)
         reply = await self._pause(
-            keys=self._quota_keys(site, "pause", "strikes", "tighten"),
+            keys=self._site_keys(quota, "pause", "strikes", "tighten"),
             args=[int((retry_after or 0) * 1000), int(self.backoff.base * 1000),
                   int(self.backoff.cap * 1000), round(random.uniform(0, self.backoff.jitter), 3),
-                  600_000, 0.5, 300_000],
+                  600_000, 0.5, 300_000, granted_ms or 0],
         )
-        return PauseResult(int(reply[0]), int(reply[1]) / 1000)
+        result = PauseResult(int(reply[0]), int(reply[1]) / 1000, bool(int(reply[2])))
+        self._paused_until[quota] = time.monotonic() + result.pause_s
+        return result
+
+    def _hold(self, quota: str, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        if end > self._paused_until.get(quota, 0.0):
+            self._paused_until[quota] = end
+
+    def held_back(self, site: str) -> float:
+        """Seconds the site's pause lasts, as this worker learnt it from its own 429/403s (0:
+        none known): permits in hand for it wait, or go back."""
+        if not self._paused_until:
+            return 0.0
+        quota = self.limits_for(site).quota(site)
+        end = self._paused_until.get(quota)
+        if end is None:
+            return 0.0
+        left = end - time.monotonic()
+        if left <= 0:
+            del self._paused_until[quota]
+            return 0.0
+        return left
 
     async def paused_for(self, site: str) -> float:
         ms = int(await self.redis.pttl(*self._quota_keys(site, "pause")))

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from meteorseed_scrapy.politeness.gate import LEASE_TTL_S, SiteGate, group_by_site
+from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 
 
 class SiteQueues:
@@ -82,13 +83,15 @@ class PermitDesk:
         self.to_release: list[tuple[str, str]] = []
         self._next_renew = 0.0
         self._order: deque[str] = deque()
+        self.faults = SiteFaults("gate", stats)  # a site whose gate state Redis refuses
 
     def ready_sites(self) -> Iterator[str]:
-        """Sites holding permits, round-robin so that one busy site does not starve others."""
+        """Sites holding permits, round-robin so that one busy site does not starve others.
+        A site this worker just saw paused (its 429) is skipped: its permits go back."""
         for _ in range(len(self._order)):
             site = self._order[0]
             self._order.rotate(-1)
-            if self.available.get(site):
+            if self.available.get(site) and not self.gate.held_back(site):
                 yield site
 
     def take(self, site: str) -> str | None:
@@ -118,6 +121,13 @@ class PermitDesk:
         waits: dict[str, float] = {}
         now = time.monotonic()
         for site, wanted in demand.items():
+            paused = self.gate.held_back(site)
+            if paused:
+                # Granted before the pause: given back, so that what goes out after it holds a
+                # permit granted after it (a 429 to it is then a new strike).
+                self.to_release.extend((site, lease) for lease in self.available.pop(site, ()))
+                waits[site] = paused
+                continue
             extra = self.held(site) - wanted
             if extra > 0:  # tasks left (taken over, parked): give the leases back
                 self.to_release.extend((site, self.available[site].pop()) for _ in range(extra))
@@ -126,7 +136,13 @@ class PermitDesk:
                 if self.retry_at.get(site, 0.0) > now:
                     waits[site] = self.retry_at[site] - now
                 continue
-            grant = await self.gate.acquire(site, min(missing, budget))
+            try:
+                grant = await self.gate.acquire(site, min(missing, budget))
+            except SITE_ERRORS as exc:  # this site's state is corrupt: it waits, others go on
+                waits[site] = self.faults.failed(site, exc)
+                self.retry_at[site] = now + waits[site]
+                continue
+            self.faults.ok(site)
             if grant.lease_ids:
                 budget -= len(grant.lease_ids)
                 self.available.setdefault(site, []).extend(grant.lease_ids)
@@ -144,14 +160,17 @@ class PermitDesk:
     async def flush(self) -> None:
         if self.to_release:
             batch = self.to_release[:500]
-            await self.gate.release(batch)
-            del self.to_release[: len(batch)]
+            refused = await self.gate.release(batch)
+            del self.to_release[: len(batch)]  # refused ones expire by themselves
+            for site, exc in refused.items():
+                self.faults.failed(site, exc)
         now = time.monotonic()
         if now >= self._next_renew and (self.in_flight or self.available):
             self._next_renew = now + LEASE_TTL_S / 3
             held = [(s, lease) for lease, s in self.in_flight.items()]
             held += [(s, lease) for s, leases in self.available.items() for lease in leases]
-            await self.gate.renew(group_by_site(held))
+            for site, exc in (await self.gate.renew(group_by_site(held))).items():
+                self.faults.failed(site, exc)
 
     def give_back_all(self) -> None:
         for site, leases in self.available.items():
