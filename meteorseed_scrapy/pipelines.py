@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.settings import StoreConfig
-from meteorseed_scrapy.store import check_store_uri, open_store
+from meteorseed_scrapy.store.backends import check_store_uri, open_store
 from meteorseed_scrapy.store.base import Store
 from meteorseed_scrapy.store.documents import UniqueKeyError, item_document
 from meteorseed_scrapy.store.group_commit import (

@@ -510,7 +510,7 @@ def test_status_shows_delayed_tasks_by_site_reason_and_due_time(
 
 def test_sites_count_anomalies_from_the_store(redis_url: str, namespace: str,
                                               tmp_path: Path) -> None:
-    from meteorseed_scrapy.store import open_store
+    from meteorseed_scrapy.store.backends import open_store
 
     uri = f"sqlite:///{tmp_path / 'items.db'}"
     with open_store(uri) as store:

@@ -25,12 +25,7 @@ from meteorseed_scrapy.migrate.scrapy_redis import (
     ScrapyRedisSource,
     migrate,
 )
-from meteorseed_scrapy.migrate.unpickle import (
-    MAX_DEPTH,
-    MAX_OPCODES,
-    MAX_PAYLOAD_BYTES,
-    MAX_VALUES,
-)
+from meteorseed_scrapy.migrate.unpickle import MAX_DEPTH, MAX_OPCODES, MAX_PAYLOAD_BYTES, MAX_VALUES
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask

@@ -19,12 +19,7 @@ from meteorseed_scrapy.seeding.adapt import (
     site_bounds,
 )
 from meteorseed_scrapy.seeding.cron import CronExpr
-from meteorseed_scrapy.seeding.schedule import (
-    Cron,
-    Every,
-    parse_interval,
-    parse_schedule,
-)
+from meteorseed_scrapy.seeding.schedule import Cron, Every, parse_interval, parse_schedule
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
 from meteorseed_scrapy.settings import format_duration
 from meteorseed_scrapy.task.validation import TaskError

@@ -20,7 +20,6 @@ import redis.asyncio as aioredis
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
-from meteorseed_scrapy.seeding import expand
 from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
 from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
 from meteorseed_scrapy.seeding.seed_lines import (
@@ -29,7 +28,7 @@ from meteorseed_scrapy.seeding.seed_lines import (
     parse_seed_line,
     read_lines,
 )
-from meteorseed_scrapy.seeding.seed_urls import UrlError
+from meteorseed_scrapy.seeding.seed_urls import UrlError, expand
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 REPO = Path(__file__).resolve().parents[1]

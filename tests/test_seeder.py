@@ -33,7 +33,7 @@ from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
-from meteorseed_scrapy.testing.polling import wait_for
+from meteorseed_scrapy.testing.polling import wait_for, wait_until
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -194,12 +194,10 @@ def test_a_keyword_added_takes_effect_at_once(redis_url: str, namespace: str,
         stop = asyncio.Event()
         loop = asyncio.ensure_future(seeder.run(stop))
         try:
-            while seeder.runs < 1:
-                await asyncio.sleep(0.05)
+            await wait_until(lambda: seeder.runs >= 1)
             started = time.monotonic()
             await seeder.registry.put(keywords("rust", "python"))  # an edit, mid-schedule
-            while seeder.runs < 2:
-                await asyncio.sleep(0.05)
+            await wait_until(lambda: seeder.runs >= 2)
             return time.monotonic() - started
         finally:
             stop.set()
@@ -241,8 +239,7 @@ def test_two_seeders_never_run_one_seed_at_once(redis_url: str, namespace: str) 
         stop = asyncio.Event()
         loops = [asyncio.ensure_future(s.run(stop)) for s in seeders]
         try:
-            while sum(r.startswith("often") for r in runs) < 9:
-                await asyncio.sleep(0.05)
+            await wait_until(lambda: sum(r.startswith("often") for r in runs) >= 9)
         finally:
             stop.set()
             await asyncio.gather(*loops)
@@ -259,12 +256,14 @@ def test_stop_during_a_blocked_run_hands_the_seed_back(redis_url: str, namespace
     async def body(client: aioredis.Redis) -> tuple[SeedRecord | None, float]:
         keys = KeyLayout(namespace)
         await client.xadd(keys.stream, {"v": "1", "t": "{}"})  # a backlog of 1 ...
+        waiting = asyncio.Event()
         seeder = Seeder(client, keys, config=SeederConfig(max_backlog=0, grace_s=0.2,
-                                                          poll_s=0.1))  # ... is too much
+                                                          poll_s=0.1),  # ... is too much
+                        on_wait=lambda backlog: waiting.set())
         await seeder.registry.put(list_seed())
         stop = asyncio.Event()
         loop = asyncio.ensure_future(seeder.run(stop))
-        await asyncio.sleep(0.5)  # claimed, now waiting for room
+        await asyncio.wait_for(waiting.wait(), 60)  # claimed, now waiting for room
         stop.set()
         await asyncio.wait_for(loop, 10)
         secs, usecs = await client.time()
@@ -332,19 +331,24 @@ def test_redis_outage_pauses_with_one_line_and_resumes(
                         config=SeederConfig(poll_s=0.1, retry_s=0.2))
         await seeder.registry.put(list_seed(schedule={"every": 1, "min": 1, "max": 1}))
         stop = asyncio.Event()
-        loop = asyncio.ensure_future(seeder.run(stop))
+        looks = 0  # the seeder's looks at the due set: one per attempt while Redis is away
+
+        def look() -> None:
+            nonlocal looks
+            looks += 1
+
+        loop = asyncio.ensure_future(seeder.run(stop, before_claim=look))
         try:
-            while seeder.runs < 1:
-                await asyncio.sleep(0.05)
+            await wait_until(lambda: seeder.runs >= 1)
             server.stop()
-            await asyncio.sleep(2.0)  # ~10 failed attempts
+            down_at = looks
+            await wait_until(lambda: looks >= down_at + 10)  # 10 failed attempts
             assert not loop.done()
             server.start()
             await client.set("x", 1)  # (a fresh, empty Redis: register the seed again)
             await seeder.registry.put(list_seed(schedule={"every": 1, "min": 1, "max": 1}))
             before = seeder.runs
-            while seeder.runs < before + 1:
-                await asyncio.sleep(0.05)
+            await wait_until(lambda: seeder.runs >= before + 1)
             return seeder.runs
         finally:
             stop.set()

@@ -11,10 +11,9 @@ from typing import Any
 
 import pytest
 
-from meteorseed_scrapy.seeding import expand
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
-from meteorseed_scrapy.seeding.seed_urls import UrlError
+from meteorseed_scrapy.seeding.seed_urls import UrlError, expand
 from meteorseed_scrapy.seeding.templates import MAX_EXPANSION
 from meteorseed_scrapy.task.exec_task import ExecTask
 

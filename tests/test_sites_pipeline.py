@@ -18,7 +18,7 @@ from meteorseed_scrapy.sites.pipeline import SiteItem, SitesPipeline
 from meteorseed_scrapy.sites.quality import AnomalyTracker
 from meteorseed_scrapy.sites.reposts import content_fingerprint
 from meteorseed_scrapy.sites.schema import parse_site
-from meteorseed_scrapy.store import open_store
+from meteorseed_scrapy.store.backends import open_store
 
 
 class _Crawler:

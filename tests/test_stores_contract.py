@@ -15,8 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from meteorseed_scrapy.store import open_store
 from meteorseed_scrapy.store import sqlite as sqlite_module
+from meteorseed_scrapy.store.backends import open_store
 from meteorseed_scrapy.store.base import (
     DocumentError,
     Store,

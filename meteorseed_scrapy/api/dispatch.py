@@ -27,12 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
-from meteorseed_scrapy.api.expansion import (
-    MAX_LISTED_ERRORS,
-    RETRY_AFTER_S,
-    Progress,
-    expand_seed,
-)
+from meteorseed_scrapy.api.expansion import MAX_LISTED_ERRORS, RETRY_AFTER_S, Progress, expand_seed
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.seeding.addresses import literal_problem

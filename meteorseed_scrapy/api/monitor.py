@@ -16,8 +16,8 @@ import time
 from aiohttp import web
 
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.cli.common import scan_namespace
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
+from meteorseed_scrapy.queue.scan import scan_namespace
 from meteorseed_scrapy.queue.status import QueueSampler, Throughput
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import DEFAULTS
@@ -160,7 +160,7 @@ class AnomalyCounts:
         return counts
 
     def _count(self, uri: str) -> dict[str, int]:
-        from meteorseed_scrapy.store import open_store
+        from meteorseed_scrapy.store.backends import open_store
 
         counts: dict[str, int] = {}
         with open_store(uri) as store:

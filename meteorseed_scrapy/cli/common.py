@@ -16,7 +16,7 @@ import argparse
 import json
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
@@ -111,7 +111,6 @@ class Context:
         # (inside strings, the only place they can be), so the output stays valid JSON.
         self.out.write(_UNPRINTABLE_JSON.sub(_json_escape, text) + "\n")
 
-
     def say(self, line: str = "") -> None:
         print(line, file=self.out)
 
@@ -171,21 +170,6 @@ def add_target_options(parser: argparse.ArgumentParser) -> None:
         f"else {DEFAULTS['METEORSEED_NAMESPACE']})",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-
-
-def glob_escape(text: str) -> str:
-    """``text`` with SCAN glob characters escaped, so that a namespace such as ``a*`` can
-    never match (and ``reset`` never delete) another namespace's keys."""
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
-def scan_namespace(client: redis.Redis, keys: KeyLayout, suffix: str = "*",
-                   count: int = 1000) -> Iterator[str]:
-    """Every key ``<ns>:<suffix>`` (``suffix`` is a glob); checks the prefix of each one too."""
-    prefix = f"{keys.namespace}:"
-    for key in client.scan_iter(match=glob_escape(prefix) + suffix, count=count):
-        if key.startswith(prefix):
-            yield key
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],

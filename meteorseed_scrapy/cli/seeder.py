@@ -30,13 +30,7 @@ from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
 from meteorseed_scrapy.seeding.records import SeedRecord
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seeder import SeederConfig
-from meteorseed_scrapy.settings import (
-    DEFAULTS,
-    flag_setting,
-    format_duration,
-    setting,
-    to_integer,
-)
+from meteorseed_scrapy.settings import DEFAULTS, flag_setting, format_duration, setting, to_integer
 from meteorseed_scrapy.sites.lookup import SiteConfigs
 
 #: Most seeds ``--list`` shows.

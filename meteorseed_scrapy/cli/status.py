@@ -16,13 +16,8 @@ from typing import Any
 import redis
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.cli.common import (
-    Context,
-    add_target_options,
-    glob_escape,
-    scan_namespace,
-    table,
-)
+from meteorseed_scrapy.cli.common import Context, add_target_options, table
+from meteorseed_scrapy.queue.scan import glob_escape, scan_namespace
 from meteorseed_scrapy.queue.status import read_status
 from meteorseed_scrapy.task.lanes import BANDS
 

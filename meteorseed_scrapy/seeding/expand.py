@@ -5,7 +5,7 @@ number and reason, a bad URL inside a good line with its 0-based position in ``p
 and everything else still goes to the stream.
 
 Reading lines is :mod:`.seed_lines`, checking a seed's payload :mod:`.payload`, one seed's URLs
-:mod:`.seed_urls`; :func:`expand_stream` puts them together (their names are re-exported here).
+:mod:`.seed_urls`; :func:`expand_stream` puts them together.
 """
 
 from __future__ import annotations
@@ -17,20 +17,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
-from meteorseed_scrapy.seeding.payload import (
-    MAX_URLS_PER_LINE,
-    SUPPORTED_TASK_TYPES,
-    UnsupportedTaskType,
-    check_payload,
-)
 from meteorseed_scrapy.seeding.seed_lines import (
-    MAX_LINE_BYTES,
     SeedLineError,
     parse_seed_line,
-    read_lines,
 )
 from meteorseed_scrapy.seeding.seed_urls import (
-    MAX_URL_BYTES,
     UrlError,
     cached_canonical_url,
     expand,
@@ -208,7 +199,4 @@ def _ignore_wait(backlog: int) -> None:
     pass
 
 
-__all__ = ["MAX_LINE_BYTES", "MAX_URLS_PER_LINE", "MAX_URL_BYTES", "SUPPORTED_TASK_TYPES",
-           "ExpandSummary", "Rejection", "SeedLineError", "UnsupportedTaskType", "UrlError",
-           "cached_canonical_url", "check_payload", "expand", "expand_stream", "parse_lines",
-           "parse_seed_line", "read_lines"]
+__all__ = ["ExpandSummary", "Rejection", "expand_stream", "parse_lines"]

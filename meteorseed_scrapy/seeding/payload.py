@@ -11,18 +11,11 @@ from meteorseed_scrapy.task.validation import TaskError
 
 #: Most URLs accepted in one ``url_list`` seed line.
 MAX_URLS_PER_LINE = 10_000
-SUPPORTED_TASK_TYPES = frozenset({"url_list", "url_template", "sitemap", "keywords"})
-
-
-class UnsupportedTaskType(TaskError):
-    """A valid seed of a type this version cannot expand yet."""
 
 
 def check_payload(seed: SeedTask) -> None:
     """Check the type-specific payload and the ``schedule`` of ``seed``; raises
     :class:`TaskError`."""
-    if seed.task_type not in SUPPORTED_TASK_TYPES:
-        raise UnsupportedTaskType("task_type", f"{seed.task_type!r} is not supported")
     parse_schedule(seed.schedule)
     for where, holder in (("payload", seed.payload), ("meta", seed.meta)):
         if RECRAWL_META_KEY in holder:
@@ -46,4 +39,4 @@ def check_payload(seed: SeedTask) -> None:
         )
 
 
-__all__ = ["MAX_URLS_PER_LINE", "SUPPORTED_TASK_TYPES", "UnsupportedTaskType", "check_payload"]
+__all__ = ["MAX_URLS_PER_LINE", "check_payload"]

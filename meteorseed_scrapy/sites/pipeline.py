@@ -25,7 +25,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import redis_url_from, store_uri_from
 from meteorseed_scrapy.sites.model import Dedup
 from meteorseed_scrapy.sites.reposts import RepostIndex, content_fingerprint
-from meteorseed_scrapy.store import check_store_uri, open_store
+from meteorseed_scrapy.store.backends import check_store_uri, open_store
 from meteorseed_scrapy.store.base import Store, check_fields, utc_timestamp
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import current_scrape

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from meteorseed_scrapy.settings import StoreConfig
-from meteorseed_scrapy.store import open_store
+from meteorseed_scrapy.store.backends import open_store
 from meteorseed_scrapy.store.base import Store, StoreUnavailable
 
 if TYPE_CHECKING:

@@ -1,0 +1,46 @@
+"""The document store behind the upsert pipeline, chosen by the scheme of
+``METEORSEED_STORE_URI``.
+
+- ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` -> :class:`SQLiteStore`
+- ``mongodb://…`` / ``mongodb+srv://…`` -> :class:`MongoStore`
+- ``mongomock://<name>/<db>`` -> :class:`MongoStore` over an in-process mongomock-ng server
+  (tests only; needs the ``dev`` extra)
+
+Opening a store does no I/O: each back end connects on first use.
+"""
+
+from __future__ import annotations
+
+from meteorseed_scrapy.store.base import Store
+from meteorseed_scrapy.store.sqlite import SQLiteStore, sqlite_path
+
+_SCHEMES = ("sqlite", "mongodb", "mongodb+srv", "mongomock")
+
+
+def _scheme(uri: str) -> str:
+    scheme, sep, _ = uri.partition("://")
+    return scheme.lower() if sep else ""
+
+
+def check_store_uri(uri: str) -> str:
+    """Return ``uri`` if its scheme names a known store, else raise ``ValueError``."""
+    if _scheme(uri) not in _SCHEMES:
+        shown = uri.split("@")[-1] if "@" in uri else uri  # never echo a password
+        raise ValueError(
+            f"METEORSEED_STORE_URI: unsupported store {shown!r}; expected sqlite:///path.db, "
+            "mongodb://host/db or mongodb+srv://host/db"
+        )
+    if _scheme(uri) == "sqlite":
+        sqlite_path(uri)  # rejects "sqlite://" without a path now, not at the first write
+    return uri
+
+
+def open_store(uri: str) -> Store:
+    """The store for ``uri`` (see the module docstring); unknown schemes raise ``ValueError``."""
+    scheme = _scheme(check_store_uri(uri))
+    if scheme == "sqlite":
+        return SQLiteStore.from_uri(uri)
+    # Imported here: SQLite users need not pay for importing pymongo.
+    from meteorseed_scrapy.store.mongo import MongoStore
+
+    return MongoStore.from_uri(uri)
