@@ -10,7 +10,8 @@ import pytest
 from meteorseed_scrapy.queue.delivery import Delivery
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.worker.ledger import Entry, Outcome, TaskLedger
+from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
+from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
 
 def make_task(url: str = "https://example.com/a") -> ExecTask:
@@ -66,7 +67,7 @@ def test_done_without_children_settles_at_once() -> None:
     ledger = TaskLedger()
     task = make_task()
     entry = booked(ledger, task)
-    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is entry
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is entry
     assert entry.outcome is Outcome.DONE
 
 
@@ -76,7 +77,7 @@ def test_done_waits_for_children_to_be_durable() -> None:
     entry = booked(ledger, task)
     ledger.child_added(task.task_id)
     ledger.child_added(task.task_id)
-    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is None
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is None
     assert entry.outcome is Outcome.DONE
     assert ledger.child_durable(task.task_id) is None
     assert ledger.child_durable(task.task_id) is entry
@@ -88,7 +89,7 @@ def test_children_durable_before_scrape_finishes() -> None:
     entry = booked(ledger, task)
     ledger.child_added(task.task_id)
     assert ledger.child_durable(task.task_id) is None  # the scrape has not finished yet
-    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is entry
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is entry
 
 
 @pytest.mark.parametrize("outcome", [Outcome.GONE, Outcome.IGNORED, Outcome.DEAD])
@@ -97,7 +98,7 @@ def test_terminal_outcomes_also_wait_for_children(outcome: Outcome) -> None:
     task = make_task()
     entry = booked(ledger, task)
     ledger.child_added(task.task_id)
-    assert ledger.finish_scrape(task.task_id, outcome, "why") is None
+    assert ledger.finish_scrape(task.task_id, Verdict(outcome, "why")) is None
     assert ledger.child_durable(task.task_id) is entry
     assert entry.reason == "why"
 
@@ -108,7 +109,7 @@ def test_failed_settles_at_once_even_with_children_pending() -> None:
     entry = booked(ledger, task)
     ledger.child_added(task.task_id)
     ledger.child_added(task.task_id)
-    assert ledger.finish_scrape(task.task_id, Outcome.FAILED, "callback raised") is entry
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.FAILED, "callback raised")) is entry
     assert entry.outcome is Outcome.FAILED
     assert entry.reason == "callback raised"
 
@@ -121,7 +122,7 @@ def test_scrape_errors_turn_done_into_failed() -> None:
     entry.scrape.fail("store down")
     entry.scrape.fail("unique_key missing")
     ledger.child_added(task.task_id)
-    settled = ledger.finish_scrape(task.task_id, Outcome.DONE)
+    settled = ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE))
     assert settled is entry  # FAILED: settled even though a child is pending
     assert entry.outcome is Outcome.FAILED
     assert "store down" in entry.reason
@@ -134,7 +135,7 @@ def test_scrape_errors_do_not_hide_a_dead_outcome() -> None:
     entry = booked(ledger, task)
     entry.scrape = Scrape(task)
     entry.scrape.fail("store down")
-    assert ledger.finish_scrape(task.task_id, Outcome.DEAD, "HTTP 500 x5") is entry
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DEAD, "HTTP 500 x5")) is entry
     assert entry.outcome is Outcome.DEAD
     assert entry.reason == "HTTP 500 x5"
 
@@ -145,7 +146,7 @@ def test_scrape_without_errors_stays_done() -> None:
     entry = booked(ledger, task)
     entry.scrape = Scrape(task)
     entry.scrape.record_commit("news:1", "{}")
-    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is entry
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is entry
     assert entry.outcome is Outcome.DONE
 
 
@@ -153,10 +154,10 @@ def test_finish_scrape_twice_or_unknown_returns_none() -> None:
     ledger = TaskLedger()
     task = make_task()
     entry = booked(ledger, task)
-    assert ledger.finish_scrape(task.task_id, Outcome.DONE) is entry
-    assert ledger.finish_scrape(task.task_id, Outcome.FAILED, "late") is None
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is entry
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.FAILED, "late")) is None
     assert entry.outcome is Outcome.DONE  # the first outcome stands
-    assert ledger.finish_scrape("no-such-task", Outcome.DONE) is None
+    assert ledger.finish_scrape("no-such-task", Verdict(Outcome.DONE)) is None
     assert ledger.child_durable("no-such-task") is None
     ledger.child_added("no-such-task")  # ignored, no error
 
@@ -211,8 +212,7 @@ def test_record_fields_with_scrape() -> None:
     scrape.record_commit("news:a", '{"title":"A"}')
     scrape.record_commit("news:b", '{"title":"B"}')
     entry.scrape = scrape
-    entry.status = 200
-    ledger.finish_scrape(task.task_id, Outcome.DONE)
+    ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE, status=200))
     before = time.time()
     record = json.loads(entry.record())
     assert set(record) == {"outcome", "items", "digest", "status", "at"}
@@ -238,8 +238,7 @@ def test_record_without_scrape() -> None:
     ledger = TaskLedger()
     task = make_task()
     entry = booked(ledger, task)
-    entry.status = 404
-    ledger.finish_scrape(task.task_id, Outcome.GONE)
+    ledger.finish_scrape(task.task_id, Verdict(Outcome.GONE, "HTTP 404", status=404))
     record = json.loads(entry.record())
     assert record["outcome"] == "gone"
     assert record["items"] == 0

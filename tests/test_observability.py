@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import logging
+import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -13,6 +16,7 @@ from scrapy import Request
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.test import get_crawler
 
+from meteorseed_scrapy.observability import metrics
 from meteorseed_scrapy.observability.logging import JsonFormatter, TaskContextFilter
 from meteorseed_scrapy.observability.metrics import MetricsExtension, StatsCollector
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -20,6 +24,8 @@ from meteorseed_scrapy.queue.status import QueueSampler
 from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.worker.outcomes import Outcome
+from meteorseed_scrapy.worker.signals import breaker_state_changed, task_settled
 
 
 def _record(msg: str = "hello %s", args: object = ("world",), **extra: object) -> logging.LogRecord:
@@ -97,14 +103,47 @@ def test_stats_collector_exposes_outcomes_and_per_site_counters() -> None:
             return stats
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatsCollector(Stats(), lambda: {"news": "open"}))
+    registry.register(StatsCollector(Stats()))
     text = generate_latest(registry).decode()
     assert 'meteorseed_tasks_total{outcome="done"} 7.0' in text
     assert 'meteorseed_tasks_total{outcome="failed"} 0.0' in text
     assert 'meteorseed_site_retries_total{reason="http_503",site="news"} 3.0' in text
     assert 'meteorseed_site_throttled_total{site="news",status="429"} 2.0' in text
     assert 'meteorseed_site_breaker_transitions_total{site="news",state="open"} 1.0' in text
+
+
+def test_metrics_follow_the_worker_signals_not_its_objects() -> None:
+    crawler = get_crawler(settings_dict={"METEORSEED_METRICS_PORT": 9})  # no server until open
+    ext = MetricsExtension.from_crawler(crawler)
+    text = generate_latest(ext.registry).decode()
+    assert "# TYPE meteorseed_site_breaker_state gauge" in text  # listed before any site
+    assert "meteorseed_ingest_latency_seconds_count 0.0" in text
+
+    created = _task(created_at=time.time() - 30)
+    for outcome in Outcome:  # only committed tasks count towards ingest latency
+        crawler.signals.send_catch_log(task_settled, task=created, outcome=outcome, reason="")
+    crawler.signals.send_catch_log(task_settled, task=_task(created_at=0), outcome=Outcome.DONE,
+                                   reason="")  # no creation time: not observed
+    for site, state in (("news", "open"), ("shop", "open"), ("shop", "ramp"),
+                        ("blog", "closed"), ("odd", "unheard-of")):
+        crawler.signals.send_catch_log(breaker_state_changed, site=site, state=state)
+    text = generate_latest(ext.registry).decode()
+    assert "meteorseed_ingest_latency_seconds_count 3.0" in text
+    assert 'meteorseed_ingest_latency_seconds_bucket{le="10.0"} 0.0' in text
+    assert 'meteorseed_ingest_latency_seconds_bucket{le="60.0"} 3.0' in text
     assert 'meteorseed_site_breaker_state{site="news"} 2.0' in text
+    assert 'meteorseed_site_breaker_state{site="shop"} 1.0' in text
+    assert 'meteorseed_site_breaker_state{site="blog"} 0.0' in text
+    assert 'meteorseed_site_breaker_state{site="odd"} -1.0' in text
+
+
+def test_metrics_import_no_worker_internals() -> None:
+    tree = ast.parse(Path(metrics.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names}
+    worker = {name for name in imported if name and name.startswith("meteorseed_scrapy.worker")}
+    assert worker == {"meteorseed_scrapy.worker.outcomes", "meteorseed_scrapy.worker.signals"}
 
 
 def test_queue_sampler_reads_backlog_pending_lag_and_consumers(

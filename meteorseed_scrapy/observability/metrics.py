@@ -8,8 +8,9 @@ own thread; nothing it does at scrape time touches Redis or the reactor:
   (``meteorseed/outcome/*``), per-site retries, throttles and breaker transitions;
 * gauges of the queue (backlog, pending, lag, pending per consumer) that a background asyncio
   task samples every ``METEORSEED_METRICS_INTERVAL`` seconds with its own Redis client;
-* the ingest latency histogram (task ``created_at`` -> committed), fed by the pump's
-  ``on_settled`` hook on the reactor thread.
+* the ingest latency histogram (task ``created_at`` -> committed) and the breaker state per
+  site, fed by the worker's signals (:mod:`meteorseed_scrapy.worker.signals`) on the reactor
+  thread.
 """
 
 from __future__ import annotations
@@ -33,13 +34,15 @@ from meteorseed_scrapy.settings import (
     text_setting,
     to_integer,
 )
-from meteorseed_scrapy.worker.ledger import Entry, Outcome
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.worker.outcomes import COMMITTED, Outcome
+from meteorseed_scrapy.worker.signals import breaker_state_changed, task_settled
 
 logger = logging.getLogger(__name__)
 
 try:
     from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+    from prometheus_client.core import CounterMetricFamily, Metric
     from prometheus_client.registry import Collector
 except ImportError:  # pragma: no cover - depends on the install
     CollectorRegistry = None  # type: ignore[assignment,misc]
@@ -57,8 +60,8 @@ PLAIN_COUNTERS = (
     ("reclaimed", "meteorseed/reclaimed"), ("dead_lettered", "meteorseed/dead"),
     ("redis_errors", "meteorseed/redis/errors"),
 )
-BREAKER_STATES = {"closed": 0, "half_open": 1, "half-open": 1, "open": 2}
-COMMITTED = (Outcome.DONE, Outcome.GONE, Outcome.IGNORED)
+#: Breaker states (health.lua) as gauge values; "ramp" is the half-open recovery.
+BREAKER_STATES = {"closed": 0, "ramp": 1, "open": 2}
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 4 * 3600,
                    86400, float("inf"))
 
@@ -66,9 +69,8 @@ LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3
 class StatsCollector(Collector):
     """Turns the crawler's stats into Prometheus metrics at scrape time."""
 
-    def __init__(self, stats: Any, breaker_states: Any) -> None:
+    def __init__(self, stats: Any) -> None:
         self.stats = stats
-        self.breaker_states = breaker_states  # () -> {site: state}
 
     def describe(self) -> list[Metric]:
         return []
@@ -90,12 +92,6 @@ class StatsCollector(Collector):
                     site, _, kind = key[len(prefix):].rpartition("/")
                     family.add_metric([site, kind], value)
             yield family
-        state = GaugeMetricFamily("meteorseed_site_breaker_state",
-                                  "Breaker state per site (0 closed, 1 half-open, 2 open)",
-                                  labels=["site"])
-        for site, value in sorted(self.breaker_states().items()):
-            state.add_metric([site], BREAKER_STATES.get(value, -1))
-        yield state
 
 
 class MetricsExtension:
@@ -106,7 +102,7 @@ class MetricsExtension:
         self.crawler = crawler
         self.host, self.port, self.interval = host, port, interval
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(StatsCollector(crawler.stats, self._breaker_states))
+        self.registry.register(StatsCollector(crawler.stats))
         self.latency = Histogram(
             "meteorseed_ingest_latency_seconds", "Task created_at -> its items committed",
             buckets=LATENCY_BUCKETS, registry=self.registry,
@@ -134,6 +130,9 @@ class MetricsExtension:
                                   ["consumer"], registry=self.registry)
         self.consumer_idle = Gauge("meteorseed_consumer_idle_seconds",
                                    "Idle time per consumer", ["consumer"], registry=self.registry)
+        self.breaker_state = Gauge("meteorseed_site_breaker_state",
+                                   "Breaker state per site (0 closed, 1 half-open, 2 open)",
+                                   ["site"], registry=self.registry)
         self.sampler: QueueSampler | None = None
         self._task: asyncio.Task[None] | None = None
         self._server: Any = None
@@ -149,15 +148,14 @@ class MetricsExtension:
                   duration_setting(settings, "METEORSEED_METRICS_INTERVAL", minimum=0.1))
         crawler.signals.connect(ext.spider_opened, signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signals.spider_closed)
+        crawler.signals.connect(ext.task_settled, task_settled)
+        crawler.signals.connect(ext.breaker_state_changed, breaker_state_changed)
         return ext
 
     # -- lifecycle ---------------------------------------------------------------------------
     def spider_opened(self, spider: Any) -> None:
         self._server, _ = start_http_server(self.port, self.host, registry=self.registry)
         logger.info("Prometheus metrics on http://%s:%d/metrics", self.host, self.port)
-        pump = self._pump()
-        if pump is not None:
-            pump.on_settled = self.settled
         settings = self.crawler.settings
         self.sampler = QueueSampler(redis_url_from(settings), KeyLayout.from_settings(settings),
                                     delayed_scan=0)
@@ -175,9 +173,12 @@ class MetricsExtension:
             self._server.server_close()
 
     # -- feeding -----------------------------------------------------------------------------
-    def settled(self, entry: Entry) -> None:
-        if entry.outcome in COMMITTED and entry.task.created_at:
-            self.latency.observe(max(0.0, time.time() - entry.task.created_at))
+    def task_settled(self, task: ExecTask, outcome: Outcome, reason: str) -> None:
+        if outcome in COMMITTED and task.created_at:
+            self.latency.observe(max(0.0, time.time() - task.created_at))
+
+    def breaker_state_changed(self, site: str, state: str) -> None:
+        self.breaker_state.labels(site).set(BREAKER_STATES.get(state, -1))
 
     async def _sample_forever(self) -> None:
         assert self.sampler is not None
@@ -203,13 +204,3 @@ class MetricsExtension:
                     self.per_consumer.labels(consumer.name).set(consumer.pending)
                     self.consumer_idle.labels(consumer.name).set(consumer.idle_s)
             await asyncio.sleep(self.interval)
-
-    def _pump(self) -> Any:
-        scheduler = getattr(self.crawler.engine, "scheduler", None) if self.crawler.engine else None
-        return getattr(scheduler, "pump", None)
-
-    def _breaker_states(self) -> dict[str, str]:
-        dispatcher = getattr(self._pump(), "dispatcher", None)
-        state = getattr(getattr(dispatcher, "breaker", None), "state", None)
-        return dict(state) if isinstance(state, dict) else {}
-

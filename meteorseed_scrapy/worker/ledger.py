@@ -11,38 +11,31 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass, replace
 
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
-
-
-class Outcome(Enum):
-    DONE = "done"  # items committed, children durable: ack with a completion record
-    GONE = "gone"  # 404/410: terminal, acked
-    IGNORED = "ignored"  # IgnoreRequest / dropped: terminal, acked
-    DEAD = "dead"  # download failed for good: dead-lettered
-    FAILED = "failed"  # callback or store failure: left pending, redelivered later
-    DEFERRED = "deferred"  # 429 pause, 5xx/timeout retry: durably put back for later
+from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
 
 @dataclass(eq=False)
 class Entry:
     task: ExecTask
     deliveries: list[Delivery]
-    received_at: float = field(default_factory=time.monotonic)
     started: bool = False  # handed to the engine
     scrape: Scrape | None = None
-    outcome: Outcome | None = None
-    reason: str = ""
-    children_pending: int = 0
     response_at: float = 0.0  # when the final hop's response reached the scraper
-    status: int = 0
-    defer_s: float = 0.0  # for DEFERRED: when to try again
-    defer_task: ExecTask | None = None  # for DEFERRED: the task to put back (retry_count)
-    defer_lane: str = ""  # for DEFERRED: the lane it goes back to ("" = its own)
+    verdict: Verdict | None = None  # set once the final hop was processed
+    children_pending: int = 0
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self.verdict.outcome if self.verdict is not None else None
+
+    @property
+    def reason(self) -> str:
+        return self.verdict.reason if self.verdict is not None else ""
 
     @property
     def refs(self) -> list[Ref]:
@@ -57,7 +50,7 @@ class Entry:
                 "outcome": self.outcome.value if self.outcome else None,
                 "items": scrape.committed if scrape else 0,
                 "digest": scrape.digest if scrape else "",
-                "status": self.status,
+                "status": self.verdict.status if self.verdict is not None else 0,
                 "at": round(time.time(), 3),
             },
             separators=(",", ":"),
@@ -96,15 +89,15 @@ class TaskLedger:
         self._entries[delivery.task.task_id] = entry
         return entry
 
-    def finish_scrape(self, task_id: str, outcome: Outcome, reason: str = "") -> Entry | None:
+    def finish_scrape(self, task_id: str, verdict: Verdict) -> Entry | None:
         """The final hop was processed; returns the entry if it is now settled."""
         entry = self._entries.get(task_id)
-        if entry is None or entry.outcome is not None:
+        if entry is None or entry.verdict is not None:
             return None
-        if entry.scrape is not None and entry.scrape.errors and outcome is not Outcome.DEAD:
-            outcome, reason = Outcome.FAILED, "; ".join(entry.scrape.errors)[:2000]
-        entry.outcome = outcome
-        entry.reason = reason
+        if entry.scrape is not None and entry.scrape.errors and verdict.outcome is not Outcome.DEAD:
+            verdict = replace(verdict, outcome=Outcome.FAILED,
+                              reason="; ".join(entry.scrape.errors)[:2000])
+        entry.verdict = verdict
         return self._settled(entry)
 
     def child_added(self, task_id: str) -> None:

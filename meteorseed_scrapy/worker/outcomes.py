@@ -1,9 +1,10 @@
-"""How a scraped task ends: its :class:`~meteorseed_scrapy.worker.ledger.Outcome` and reason, judged
-from what the download and the scrape produced."""
+"""How a scraped task ends: its :class:`Outcome` and reason, judged from what the download and
+the scrape produced."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any
 
 from scrapy import Request, Spider
@@ -11,38 +12,63 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from twisted.python.failure import Failure
 
-from meteorseed_scrapy.task.exceptions import TaskDeferred
+from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import RETRY_LANE
-from meteorseed_scrapy.worker.ledger import Entry, Outcome
 from meteorseed_scrapy.worker.requests import status_allowed
 
 
-def judge(entry: Entry, result: Response | Failure, request: Request, spider: Spider | None,
-          settings: Any, stats: Any) -> tuple[Outcome, str]:
-    """The outcome of ``entry``'s task; a deferral is noted on ``entry`` (delay, task, lane)."""
+class Outcome(Enum):
+    DONE = "done"  # items committed, children durable: ack with a completion record
+    GONE = "gone"  # 404/410: terminal, acked
+    IGNORED = "ignored"  # IgnoreRequest / dropped: terminal, acked
+    DEAD = "dead"  # download failed for good: dead-lettered
+    FAILED = "failed"  # callback or store failure: left pending, redelivered later
+    DEFERRED = "deferred"  # 429 pause, 5xx/timeout retry: durably put back for later
+
+
+#: Outcomes whose task's items (if any) were committed and which are acked.
+COMMITTED = frozenset({Outcome.DONE, Outcome.GONE, Outcome.IGNORED})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    reason: str = ""
+    status: int = 0  # the final hop's HTTP status (0: no response)
+    defer_s: float = 0.0  # for DEFERRED: when to try again
+    defer_task: ExecTask | None = None  # for DEFERRED: the task to put back (retry_count)
+    defer_lane: str = ""  # for DEFERRED: the lane it goes back to ("" = its own)
+    defer_why: DeferReason = DeferReason.OTHER  # for DEFERRED: recorded in the delayed set
+
+
+def judge(task: ExecTask, result: Response | Failure, request: Request, spider: Spider | None,
+          settings: Any, stats: Any) -> Verdict:
+    """The verdict on ``task`` after its final hop ended with ``result``."""
     if isinstance(result, Failure):
         deferred = result.check(TaskDeferred) and result.value
         if isinstance(deferred, TaskDeferred):
-            task = entry.task
+            again = task
             if deferred.count_retry:
-                task = replace(task, retry_count=task.retry_count + 1)
-            entry.defer_s, entry.defer_task = deferred.delay_s, task
+                again = replace(task, retry_count=task.retry_count + 1)
             # A durable retry waits in the retry lane; a pause goes back to its own lane.
-            entry.defer_lane = RETRY_LANE if deferred.count_retry else ""
-            return Outcome.DEFERRED, deferred.reason
+            return Verdict(Outcome.DEFERRED, deferred.reason, defer_s=deferred.delay_s,
+                           defer_task=again,
+                           defer_lane=RETRY_LANE if deferred.count_retry else "",
+                           defer_why=deferred.why)
         if result.check(IgnoreRequest):
-            return Outcome.IGNORED, f"ignored: {result.getErrorMessage()}"
-        retries = request.meta.get("retry_times", 0) + entry.task.retry_count
+            return Verdict(Outcome.IGNORED, f"ignored: {result.getErrorMessage()}")
+        retries = request.meta.get("retry_times", 0) + task.retry_count
         error = f"{type(result.value).__name__}: {result.getErrorMessage()}"
-        return Outcome.DEAD, f"download failed after {retries} retries: {error}"[:2000]
-    entry.status = result.status
-    if result.status < 400 or status_allowed(result.status, request, spider, settings):
-        return Outcome.DONE, ""
-    if result.status in (404, 410):
-        stats.inc_value(f"meteorseed/gone/{result.status}")
-        return Outcome.GONE, f"HTTP {result.status}"
-    retries = request.meta.get("retry_times", 0) + entry.task.retry_count
-    return Outcome.DEAD, f"HTTP {result.status} after {retries} retries"
+        return Verdict(Outcome.DEAD, f"download failed after {retries} retries: {error}"[:2000])
+    status = result.status
+    if status < 400 or status_allowed(status, request, spider, settings):
+        return Verdict(Outcome.DONE, status=status)
+    if status in (404, 410):
+        stats.inc_value(f"meteorseed/gone/{status}")
+        return Verdict(Outcome.GONE, f"HTTP {status}", status=status)
+    retries = request.meta.get("retry_times", 0) + task.retry_count
+    return Verdict(Outcome.DEAD, f"HTTP {status} after {retries} retries", status=status)
 
 
-__all__ = ["judge"]
+__all__ = ["COMMITTED", "Outcome", "Verdict", "judge"]

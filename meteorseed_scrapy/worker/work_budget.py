@@ -2,46 +2,81 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from meteorseed_scrapy.settings import setting, to_integer
 from meteorseed_scrapy.worker.ledger import TaskLedger
 
 
+@dataclass(frozen=True)
+class WorkSizes:
+    """For ``capacity`` concurrent downloads (``CONCURRENT_REQUESTS``): tasks read ahead (half
+    the capacity), reads batched (a quarter), and scrapes in progress before new work waits
+    (``METEORSEED_MAX_SETTLING``, by default the capacity; at least two)."""
+
+    capacity: int
+    max_settling: int
+
+    @property
+    def prefetch(self) -> int:
+        return max(1, self.capacity // 2)
+
+    @property
+    def read_batch(self) -> int:
+        return max(1, self.capacity // 4)
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> WorkSizes:
+        capacity = settings.getint("CONCURRENT_REQUESTS")
+        settling = setting(settings, "METEORSEED_MAX_SETTLING")  # None: the capacity
+        if settling is not None:
+            settling = to_integer(settling, "METEORSEED_MAX_SETTLING", minimum=1)
+        return cls(capacity, max(2, capacity if settling is None else settling))
+
+
 class WorkBudget:
-    """Counts taken from the engine's downloader and the task ledger, for ``capacity``
-    concurrent downloads (``CONCURRENT_REQUESTS``) and ``prefetch`` tasks read ahead."""
+    """Counts taken from the downloader and the task ledger."""
 
-    def __init__(self, crawler: Any, ledger: TaskLedger, capacity: int, prefetch: int) -> None:
-        self.crawler = crawler
+    def __init__(self, ledger: TaskLedger, sizes: WorkSizes,
+                 downloading: Callable[[], int]) -> None:
         self.ledger = ledger
-        self.capacity = capacity
-        self.prefetch = prefetch
-
-    def downloading(self) -> int:
-        engine = self.crawler.engine
-        return len(engine.downloader.active) if engine and engine.downloader else 0
+        self.sizes = sizes
+        self.downloading = downloading  # downloads in progress now
 
     def settling(self) -> int:
         """Tasks whose response reached the scraper and whose scrape (callback, item commits)
         is not finished yet."""
-        return sum(1 for e in self.ledger.entries() if e.response_at and e.outcome is None)
+        return sum(1 for e in self.ledger.entries() if e.response_at and e.verdict is None)
+
+    def may_dispatch(self) -> bool:
+        """Whether new work may go out: responses already waiting for the scraper and the store
+        are enough to keep both busy; more would only wait in line, adding to every task's
+        response-to-ack time."""
+        return self.settling() < self.sizes.max_settling
 
     def want(self) -> int:
-        """Tasks worth reading now."""
+        """Tasks worth holding now (read and not finished)."""
         active = self.downloading()
         # Tasks whose response arrived and only wait for their commit hold no download capacity.
         started = sum(1 for e in self.ledger.entries() if e.started and not e.response_at)
-        return max(0, self.capacity + self.prefetch - max(active, started))
+        return max(0, self.sizes.capacity + self.sizes.prefetch - max(active, started))
 
-    def permits(self, desk: Any) -> int:
-        """Permits worth leasing now: free download capacity, plus a quarter of it ahead, not
-        already covered by the permits ``desk`` holds. The permits ahead are in hand when a
-        download ends: without them its slot waited a round trip to the gate (measured: 7 %
-        of an unthrottled worker's throughput). They are charged to the site like any other,
-        so a site's rate and concurrency cap hold all the same."""
-        held = sum(len(v) for v in desk.available.values()) if desk is not None else 0
-        ahead = max(1, self.capacity // 4)
-        return max(0, self.capacity + ahead - self.downloading() - held)
+    def permits(self, held: int) -> int:
+        """Permits worth leasing now, ``held`` being those in hand: free download capacity, plus
+        a quarter of it ahead. The permits ahead are in hand when a download ends: without them
+        its slot waited a round trip to the gate (measured: 7 % of an unthrottled worker's
+        throughput). They are charged to the site like any other, so a site's rate and
+        concurrency cap hold all the same."""
+        ahead = max(1, self.sizes.capacity // 4)
+        return max(0, self.sizes.capacity + ahead - self.downloading() - held)
 
 
-__all__ = ["WorkBudget"]
+def downloading(crawler: Any) -> int:
+    """Downloads in progress in ``crawler``'s engine."""
+    downloader = crawler.engine.downloader
+    return len(downloader.active) if downloader is not None else 0
+
+
+__all__ = ["WorkBudget", "WorkSizes", "downloading"]

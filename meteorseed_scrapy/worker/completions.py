@@ -1,0 +1,229 @@
+"""What settled tasks leave to write to Redis, and the flush that writes it.
+
+Child requests go to the stream first (a parent is acked only once its children are durable);
+then acks with their completion records, dead letters, deferrals and failure notes. What Redis
+does not take stays queued for the next flush: nothing is lost while Redis is away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.dedup import fingerprint
+from meteorseed_scrapy.queue.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.settings import WorkerConfig
+from meteorseed_scrapy.task.exceptions import DeferReason
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.worker.ledger import Entry
+from meteorseed_scrapy.worker.outcomes import Outcome
+
+logger = logging.getLogger(__name__)
+
+MAX_COMPLETING = 2  # completion pipelines on the wire at once
+BATCH = 500
+
+
+class Completions:
+    """Queues of writes, and the flush step of the worker's flush loop."""
+
+    def __init__(self, consumer: StreamConsumer, writer: TaskWriter, gate: SiteGate,
+                 config: WorkerConfig, stats: Any, *,
+                 on_child_durable: Callable[[str], None],
+                 on_new_urls: Callable[[Iterable[str]], None]) -> None:
+        self.consumer = consumer
+        self.writer = writer
+        self.gate = gate
+        self.config = config
+        self.stats = stats
+        self._on_child_durable = on_child_durable  # parent task id
+        self._on_new_urls = on_new_urls  # the seed ids of children never seen before
+        self.needed = asyncio.Event()  # something was queued: the flush loop may go now
+        self.outbox: list[tuple[ExecTask, str | None, bool]] = []  # (child, parent id, dedup)
+        self.records: list[tuple[ExecTask, str]] = []  # (task, completion record)
+        self.acks: list[tuple[Ref, float]] = []  # ((stream, message id), response time or 0)
+        self.dead: list[tuple[Delivery, str]] = []
+        self.failures: list[tuple[ExecTask, str]] = []
+        # (delivery, task to put back, delay s, lane it goes back to, why: recorded with it)
+        self.deferrals: list[tuple[Delivery, ExecTask, float, str, DeferReason]] = []
+        self.latencies_ms: deque[float] = deque(maxlen=20000)
+        self._flushing = False
+        self._completing: set[asyncio.Future[None]] = set()  # completion pipelines in flight
+        self._complete_error: BaseException | None = None  # raised by the next flush
+
+    # -- queueing ------------------------------------------------------------------------------
+    def child(self, task: ExecTask, parent_id: str | None, dedup: bool) -> None:
+        self.outbox.append((task, parent_id, dedup))
+        self.needed.set()
+
+    def dead_letter(self, delivery: Delivery, reason: str) -> None:
+        self.dead.append((delivery, reason))
+        self.needed.set()
+
+    def ack_committed(self, delivery: Delivery) -> None:
+        """A redelivered task whose completion record exists: ack it without a refetch."""
+        self.acks.append((delivery.ref, 0.0))
+        self.needed.set()
+
+    def parked(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER
+               ) -> None:
+        """A task that has not started goes back for later (its site may not be fetched now)."""
+        first, *dups = entry.deliveries
+        self.deferrals.append((first, entry.task, delay_s, entry.task.lane, why))
+        self.acks.extend((d.ref, 0.0) for d in dups)
+        self.needed.set()
+
+    def settled(self, entry: Entry) -> None:
+        """Queue what a settled task needs: an ack, a dead letter, a deferral or a failure note."""
+        verdict = entry.verdict
+        outcome = verdict.outcome if verdict is not None else None
+        self.stats.inc_value(f"meteorseed/outcome/{outcome.value if outcome else 'none'}")
+        task = entry.task
+        if verdict is None or outcome is Outcome.FAILED:
+            # Left pending: no keep-alive from now on, so it is reclaimed after CLAIM_IDLE.
+            self.failures.append((task, entry.reason))
+            logger.warning("Task %s (%s) failed and will be redelivered: %s",
+                           task.task_id, task.url, entry.reason,
+                           extra={"task_id": task.task_id, "seed_id": task.seed_id})
+        elif outcome is Outcome.DEFERRED:
+            first, *dups = entry.deliveries
+            again = verdict.defer_task or task
+            self.deferrals.append((first, again, verdict.defer_s, verdict.defer_lane or again.lane,
+                                   verdict.defer_why))
+            self.acks.extend((d.ref, 0.0) for d in dups)
+        elif outcome is Outcome.DEAD:
+            first, *dups = entry.deliveries
+            self.dead.append((first, entry.reason))
+            self.acks.extend((d.ref, 0.0) for d in dups)
+        else:
+            self.records.append((task, entry.record()))
+            self.acks.extend((d.ref, entry.response_at) for d in entry.deliveries)
+        self.needed.set()
+
+    # -- state ---------------------------------------------------------------------------------
+    def pending(self) -> bool:
+        """Anything queued and not yet written."""
+        return bool(self.outbox or self.records or self.acks or self.dead or self.failures
+                    or self.deferrals)
+
+    def busy(self) -> bool:
+        """Anything queued, being written, or on the wire."""
+        return self.pending() or self._flushing or bool(self._completing)
+
+    # -- flush ---------------------------------------------------------------------------------
+    async def flush_once(self) -> None:
+        self._raise_complete_error()  # a pipeline sent earlier failed: back off first
+        self._flushing = True
+        try:
+            await self._flush_children()
+            if self.records or self.acks:
+                # The records of these tasks were queued with (or before) their acks.
+                records = self.records[:BATCH]
+                batch = self.acks[:BATCH] if len(records) == len(self.records) else []
+                del self.records[: len(records)]
+                del self.acks[: len(batch)]
+                # Sent without waiting for the pipeline already on the wire: on a busy reactor
+                # a round trip is long, and an ack queued meanwhile would wait for it first.
+                done = asyncio.ensure_future(self._complete(records, batch))
+                self._completing.add(done)
+                done.add_done_callback(self._completing.discard)
+                if len(self._completing) >= MAX_COMPLETING:
+                    await asyncio.wait(self._completing, return_when=asyncio.FIRST_COMPLETED)
+            while self.dead:
+                delivery, reason = self.dead[0]
+                fp = fingerprint(delivery.task) if delivery.task is not None else ""
+                await self.consumer.dead_letter(delivery, reason, fp)
+                self.dead.pop(0)
+                self.stats.inc_value("meteorseed/dead")
+                task = delivery.task
+                logger.error("Dead-lettered task message %s (%s): %s", delivery.msg_id,
+                             task.url if task else "undecodable", reason,
+                             extra={"task_id": task and task.task_id,
+                                    "seed_id": task and task.seed_id})
+            while self.deferrals:
+                delivery, task, delay, lane, why = self.deferrals[0]
+                await self.gate.defer(delivery.ref, task, delay, lane, why)
+                self.deferrals.pop(0)
+                self.stats.inc_value("meteorseed/deferred")
+            if self.failures:
+                batch_f = self.failures[:BATCH]
+                await self.consumer.note_failures(batch_f, self.config.done_ttl)
+                del self.failures[: len(batch_f)]
+        finally:
+            self._flushing = False
+        if self.pending():
+            self.needed.set()
+
+    async def drain(self) -> None:
+        """Wait for the completion pipelines in flight; raise the first failure."""
+        if self._completing:
+            await asyncio.gather(*self._completing, return_exceptions=True)
+        self._raise_complete_error()
+
+    async def _complete(self, records: list[tuple[ExecTask, str]],
+                        batch: list[tuple[Ref, float]]) -> None:
+        """One completion pipeline (records, XACK, XDEL); on failure its records and acks go
+        back to the front of the queues (nothing is lost) and the next flush backs off."""
+        try:
+            await self.consumer.complete(records, [m for m, _ in batch], self.config.done_ttl)
+        except BaseException as exc:
+            self.records[:0] = records
+            self.acks[:0] = batch
+            if not isinstance(exc, Exception):  # cancelled (stopping)
+                raise
+            # Not re-raised: nobody awaits this task's result (the error would go unretrieved);
+            # the next flush raises it where the loop's outage handling is.
+            self._complete_error = exc
+            self.needed.set()
+            return
+        now = time.monotonic()
+        self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
+        if batch:
+            self.stats.inc_value("meteorseed/acked", len(batch))
+
+    def _raise_complete_error(self) -> None:
+        if self._complete_error is not None:
+            error, self._complete_error = self._complete_error, None
+            raise error
+
+    async def _flush_children(self) -> None:
+        while self.outbox:
+            batch = self.outbox[:BATCH]
+            for dedup in (True, False):
+                tasks = [t for t, _, d in batch if d is dedup]
+                if tasks:
+                    result = await self.writer.add(tasks, dedup=dedup)
+                    self.stats.inc_value("meteorseed/children/enqueued", result.enqueued)
+                    self.stats.inc_value("meteorseed/children/duplicates", result.duplicates)
+                    if dedup:  # new URLs found: the yield of their seed (adaptive schedules)
+                        self._on_new_urls([task.seed_id for task, fresh
+                                           in zip(tasks, result.fresh, strict=True) if fresh])
+            del self.outbox[: len(batch)]
+            for _, parent, _ in batch:
+                if parent is not None:
+                    self._on_child_durable(parent)
+
+    # -- at shutdown ---------------------------------------------------------------------------
+    def report_unwritten(self) -> None:
+        logger.error(
+            "Stopped with %d ack(s), %d child request(s) and %d dead letter(s) not written: "
+            "those tasks stay pending and will be redelivered",
+            len(self.acks), len(self.outbox), len(self.dead),
+        )
+
+    def record_ack_latency(self) -> None:
+        """p50 and p95 of response -> ack, in ms, into the stats."""
+        samples = list(self.latencies_ms)
+        if samples:
+            cuts = statistics.quantiles(samples, n=20) if len(samples) > 1 else samples * 19
+            self.stats.set_value("meteorseed/ack_latency_ms/p50",
+                                 round(statistics.median(samples), 1))
+            self.stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))

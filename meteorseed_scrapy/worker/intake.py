@@ -1,0 +1,147 @@
+"""How tasks come in: the read loop (XREADGROUP into the worker's buffer, sized by free
+capacity) and the maintain loop (keep-alive of our tasks, reclaim of dead workers' tasks,
+promotion of due deferred tasks, the namespace-quiet check)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.delivery import Delivery, Ref
+from meteorseed_scrapy.settings import WorkerConfig
+from meteorseed_scrapy.worker.completions import Completions
+
+logger = logging.getLogger(__name__)
+
+READ_BLOCK_MS = 500
+
+
+class Holder(Protocol):
+    """The side that holds the tasks read (the pump)."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def wanted(self) -> tuple[int, int]:
+        """(tasks worth holding now, tasks read and not started yet)."""
+
+    def book(self, delivery: Delivery, urgent: bool) -> None: ...
+
+    def held_refs(self) -> list[Ref]: ...
+
+    def lost(self, ref: Ref) -> None: ...
+
+    def locally_quiet(self) -> bool: ...
+
+    def changed(self) -> None: ...
+
+
+class Intake:
+    def __init__(self, consumer: StreamConsumer, gate: SiteGate, completions: Completions,
+                 config: WorkerConfig, stats: Any, holder: Holder, read_batch: int) -> None:
+        self.consumer = consumer
+        self.gate = gate
+        self.completions = completions
+        self.config = config
+        self.stats = stats
+        self.holder = holder
+        self.read_batch = read_batch
+        self.room = asyncio.Event()  # capacity came free: the read loop may fetch more
+        self.quiet_since: float | None = None  # since when nothing is left in the namespace
+        # When the maintain loop next refreshes leases, reclaims, promotes due tasks (monotonic).
+        self._next_touch = self._next_reclaim = self._next_promote = 0.0
+
+    # -- read --------------------------------------------------------------------------------
+    async def read_once(self) -> None:
+        worth, buffered = self.holder.wanted()
+        want = worth - buffered
+        # While tasks are still buffered, read in batches rather than one per finished task:
+        # each read costs the busy reactor a round trip.
+        if want <= 0 or (buffered and want < self.read_batch):
+            self.room.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.room.wait(), 0.5 if want <= 0 else 0.05)
+            return
+        deliveries = await self.consumer.read(want, READ_BLOCK_MS)
+        if self.holder.stopping:
+            await self.consumer.hand_back(deliveries, idle_s=self.config.claim_idle + 3600)
+            return
+        if deliveries:
+            self.stats.inc_value("meteorseed/read", len(deliveries))
+            for lane, n in Counter(self.consumer.lane_of(d) for d in deliveries).items():
+                self.stats.inc_value(f"meteorseed/read/{lane}", n)
+            await self.accept(deliveries)
+
+    async def accept(self, deliveries: Sequence[Delivery]) -> None:
+        redelivered = [d for d in deliveries if d.task is not None and d.deliveries > 1]
+        records = await self.consumer.completion_records(
+            [d.task for d in redelivered if d.task is not None]
+        )
+        done = {d.ref for d, r in zip(redelivered, records, strict=True) if r}
+        reasons = await self.consumer.failure_notes(
+            [d.task for d in redelivered if d.task is not None
+             and d.deliveries > self.config.max_deliveries]
+        )
+        for d in deliveries:
+            if d.task is None:
+                self.completions.dead_letter(d, d.error)
+            elif d.ref in done:
+                # Committed before its worker died, not yet acked: ack without a refetch.
+                self.completions.ack_committed(d)
+                self.stats.inc_value("meteorseed/acked_without_refetch")
+            elif d.deliveries > self.config.max_deliveries:
+                last = reasons.get(d.task.task_id) or "no failure recorded (worker died?)"
+                self.completions.dead_letter(
+                    d, f"delivered {d.deliveries} times, more than "
+                       f"METEORSEED_MAX_DELIVERIES={self.config.max_deliveries}; "
+                       f"last failure: {last}")
+            else:
+                # A realtime task goes ahead of its site's scheduled and retry tasks.
+                self.holder.book(d, urgent=self.consumer.lane_of(d) == "realtime")
+        self.holder.changed()
+
+    # -- maintain ----------------------------------------------------------------------------
+    async def maintain_once(self) -> None:
+        claim_idle = self.config.claim_idle
+        tick = max(0.05, min(1.0, claim_idle / 4))
+        now = time.monotonic()
+        if now >= self._next_touch:
+            self._next_touch = now + claim_idle / 3
+            for ref in await self.consumer.touch(self.holder.held_refs()):
+                logger.warning("Task message %s of %s was taken over by another worker",
+                               ref[1], ref[0])
+                self.holder.lost(ref)
+        worth, buffered = self.holder.wanted()
+        want = worth - buffered
+        if want > 0 and now >= self._next_reclaim:
+            reclaimed = await self.consumer.reclaim(claim_idle, min(want, 100))
+            if reclaimed:
+                self.stats.inc_value("meteorseed/reclaimed", len(reclaimed))
+                logger.info("Reclaimed %d task(s) idle for over %.1fs", len(reclaimed), claim_idle)
+                for d in reclaimed:
+                    if d.task is not None:
+                        logger.debug("Reclaimed task %s (message %s, delivery %d)",
+                                     d.task.task_id, d.msg_id, d.deliveries,
+                                     extra={"task_id": d.task.task_id, "seed_id": d.task.seed_id})
+                await self.accept(reclaimed)
+            else:
+                # Poll often enough that a dead worker's tasks move on soon after CLAIM_IDLE.
+                self._next_reclaim = now + max(0.1, min(1.0, claim_idle / 4))
+        if now >= self._next_promote:
+            next_due = await self.gate.promote()
+            self._next_promote = now + (min(next_due, 1.0) if next_due >= 0 else 1.0)
+        if self.config.idle_close:
+            quiet = self.holder.locally_quiet() and await self.consumer.namespace_quiet()
+            if not quiet:
+                self.quiet_since = None
+            elif self.quiet_since is None:
+                self.quiet_since = time.monotonic()
+            self.holder.changed()
+        await asyncio.sleep(tick)

@@ -1,0 +1,123 @@
+"""The worker's background loops: each runs its step over and over until the worker stops.
+
+Redis going away pauses a loop (one log line per outage, exponential backoff) and never drops
+what is queued; a consumer group that vanished is created again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+
+logger = logging.getLogger(__name__)
+
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+
+
+class Outage:
+    """Shared view of Redis availability: one warning per outage, exponential backoff."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None
+        self.failures = 0
+
+    def failed(self, exc: BaseException, where: str) -> float:
+        self.failures += 1
+        delay = min(30.0, 0.25 * 2 ** min(self.failures, 8)) * random.uniform(0.8, 1.2)
+        if self.since is None:
+            self.since = time.monotonic()
+            logger.warning(
+                "Redis unavailable during %s (%s): worker paused, nothing is lost; retrying",
+                where, exc,
+            )
+        else:
+            logger.debug("Redis still unavailable during %s: %s", where, exc)
+        return delay
+
+    def ok(self) -> None:
+        if self.since is not None:
+            logger.warning(
+                "Redis is back after %.1fs: worker resumed", time.monotonic() - self.since
+            )
+        self.since = None
+        self.failures = 0
+
+
+class Loops:
+    """Runs the worker's steps as asyncio tasks, each after the consumer group is set up."""
+
+    def __init__(self, consumer: StreamConsumer, stats: Any) -> None:
+        self.consumer = consumer
+        self.stats = stats
+        self.outage = Outage()
+        self.stopping = False
+        self._ready = False
+        self._checked = False
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, step: Callable[[], Awaitable[object]], where: str,
+              event: asyncio.Event | None = None,
+              urgent: Callable[[], bool] | None = None) -> None:
+        """Run ``step`` until stopped; with ``event``, wait for it between steps (at most 1 s,
+        or 0.05 s while ``urgent()``)."""
+        self.tasks.append(asyncio.ensure_future(self._run(step, where, event, urgent)))
+
+    async def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _run(self, step: Callable[[], Awaitable[object]], where: str,
+                   event: asyncio.Event | None, urgent: Callable[[], bool] | None) -> None:
+        while not self.stopping:
+            try:
+                if not self._ready:
+                    await self._setup()
+                await step()
+                self.outage.ok()
+            except REDIS_DOWN as exc:
+                self.stats.inc_value("meteorseed/redis/errors")
+                await asyncio.sleep(self.outage.failed(exc, where))
+                continue
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):
+                    logger.exception("Redis refused a command in the %s loop; continuing", where)
+                    await asyncio.sleep(1.0)
+                    continue
+                # The stream or group vanished (a Redis restart without persistence, a reset):
+                # create it again rather than spin on the error.
+                logger.warning("Consumer group %r is gone (%s): creating it again",
+                               self.consumer.keys.group, exc)
+                self._ready = False
+                await asyncio.sleep(0.5)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.exception("Unexpected error in the %s loop; continuing", where)
+                await asyncio.sleep(1.0)
+                continue
+            if event is not None:
+                timeout = 0.05 if urgent is not None and urgent() else 1.0
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout)
+                event.clear()
+
+    async def _setup(self) -> None:
+        await self.consumer.ensure_group()
+        if not self._checked:
+            self._checked = True  # once, although several loops may be setting up at once
+            for warning in await self.consumer.check_durability():
+                logger.warning("%s", warning)
+        self._ready = True

@@ -1,0 +1,75 @@
+"""Which task Scrapy's scraper works for, and when it is done with a response.
+
+Scrapy says neither which response an item or a yielded request came from, nor when every item
+of a response passed the item pipelines. ``Scraper.enqueue_scrape`` (Scrapy 2.13-2.19) is
+wrapped: while it runs, the scrape of the response's task is current
+(:data:`~meteorseed_scrapy.task.context.CURRENT_SCRAPE`, inherited by every asyncio task Scrapy
+starts there: callback output, item pipelines, item signals), and the pump hears when its
+Deferred fires. Item and callback errors fail the scrape in progress: its task is not acked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy import Request, Spider, signals
+from scrapy.http import Response
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from meteorseed_scrapy.task.context import CURRENT_SCRAPE, current_scrape
+from meteorseed_scrapy.worker.pump import StreamPump
+
+
+class ScrapeTracker:
+    def __init__(self, crawler: Any) -> None:
+        self.crawler = crawler
+        self._scraper = crawler.engine.scraper
+        self._original = getattr(self._scraper, "enqueue_scrape", None)
+        if not callable(self._original):
+            raise RuntimeError(
+                "StreamScheduler needs Scraper.enqueue_scrape (Scrapy 2.13-2.19); "
+                "this Scrapy version does not have it"
+            )
+        self._pump: StreamPump | None = None
+
+    def install(self, pump: StreamPump) -> None:
+        self._pump = pump
+        self._scraper.enqueue_scrape = self._enqueue_scrape
+        self.crawler.signals.connect(self._on_item_error, signals.item_error)
+        self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
+
+    def uninstall(self) -> None:
+        if self._pump is not None:
+            self._scraper.enqueue_scrape = self._original
+
+    def _enqueue_scrape(self, result: Response | Failure, request: Request) -> Deferred[Any]:
+        assert self._pump is not None and self._original is not None
+        scrape = self._pump.scrape_started(request)
+        if scrape is None:  # no task of ours
+            return self._original(result, request)
+        token = CURRENT_SCRAPE.set(scrape)
+        try:
+            dfd: Deferred[Any] = self._original(result, request)
+        finally:
+            CURRENT_SCRAPE.reset(token)
+        dfd.addBoth(self._finished, result, request)
+        return dfd
+
+    def _finished(self, passthrough: Any, result: Response | Failure, request: Request) -> Any:
+        assert self._pump is not None
+        self._pump.finished(request, result)
+        return passthrough
+
+    def _on_item_error(self, item: Any, response: Any, spider: Spider, failure: Failure) -> None:
+        _fail_scrape("item not committed", failure)
+
+    def _on_spider_error(self, failure: Failure, response: Any, spider: Spider) -> None:
+        _fail_scrape("callback error", failure)
+
+
+def _fail_scrape(what: str, failure: Failure) -> None:
+    """Mark the scrape in progress (if any) failed: its task is not acked."""
+    scrape = current_scrape()
+    if scrape is not None:
+        scrape.fail(f"{what}: {type(failure.value).__name__}: {failure.getErrorMessage()}")

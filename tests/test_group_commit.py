@@ -1,0 +1,247 @@
+"""GroupCommitter: batches, order, the store's one thread, outages, refused documents, close.
+
+The store is a test double (the back ends have their own tests); everything else is real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meteorseed_scrapy.settings import StoreConfig
+from meteorseed_scrapy.store.base import Store, StoreUnavailable
+from meteorseed_scrapy.store.group_commit import GroupCommitter
+
+
+class Stats:
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+
+    def inc_value(self, key: str, count: int = 1) -> None:
+        self.values[key] = self.values.get(key, 0) + count
+
+
+class FakeStore(Store):
+    """Records every write; refuses batches holding a ``bad`` document; may be down for the
+    next ``outages`` writes, or for good; may hold a write until ``gate`` is set."""
+
+    def __init__(self, outages: int = 0, down: bool = False) -> None:
+        self.batches: list[list[str]] = []
+        self.threads: set[str] = set()
+        self.outages = outages
+        self.down = down
+        self.gate: threading.Event | None = None
+        self.writing = threading.Event()
+        self.closed = False
+
+    def upsert_many(self, docs: list[dict[str, Any]]) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.writing.set()
+        if self.gate is not None:
+            self.gate.wait(30)
+        if self.down or self.outages > 0:
+            self.outages -= 1
+            raise StoreUnavailable("connection refused")
+        if any(doc.get("bad") for doc in docs):
+            raise ValueError(f"document too large: {[d['_id'] for d in docs if d.get('bad')]}")
+        self.batches.append([doc["_id"] for doc in docs])
+
+    def get(self, doc_id: str) -> dict[str, Any] | None:
+        return None
+
+    def count(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+    def iter_docs(self) -> Iterator[dict[str, Any]]:
+        return iter(())
+
+    def count_by_site(self) -> dict[str, int]:
+        return {}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def committer(store: FakeStore, batch_size: int = 100, batch_wait: float = 0.0,
+              retry_max: float = 30.0) -> tuple[GroupCommitter, Stats]:
+    stats = Stats()
+    config = StoreConfig("sqlite:///unused.db", batch_size, batch_wait, retry_max)
+    return GroupCommitter(config, stats, lambda _uri: store), stats  # type: ignore[arg-type]
+
+
+def doc(name: str, bad: bool = False) -> dict[str, Any]:
+    return {"_id": f"s:{name}", "bad": bad}
+
+
+async def until_writing(store: FakeStore) -> None:
+    """The store thread is inside a write (held by its gate)."""
+    await asyncio.get_running_loop().run_in_executor(None, store.writing.wait, 30)
+
+
+def test_an_idle_store_writes_at_once_in_its_own_thread() -> None:
+    store = FakeStore()
+    commits, stats = committer(store)
+
+    async def main() -> BaseException | None:
+        try:
+            return await commits.submit(doc("a"))
+        finally:
+            await commits.close()
+
+    assert asyncio.run(main()) is None
+    assert store.batches == [["s:a"]]
+    assert store.closed
+    assert len(store.threads) == 1 and next(iter(store.threads)).startswith("meteorseed-store")
+    assert stats.values == {"meteorseed/store/batches": 1, "meteorseed/store/committed": 1}
+
+
+def test_items_arriving_during_a_write_go_together_in_order_within_the_batch_size() -> None:
+    store = FakeStore()
+    store.gate = threading.Event()
+    commits, _ = committer(store, batch_size=2)
+
+    async def main() -> list[BaseException | None]:
+        first = asyncio.ensure_future(commits.submit(doc("a")))
+        await until_writing(store)
+        rest = [asyncio.ensure_future(commits.submit(doc(n))) for n in "bcdef"]
+        await asyncio.sleep(0)  # (let them join their batches)
+        assert store.gate is not None
+        store.gate.set()
+        try:
+            return list(await asyncio.gather(first, *rest))
+        finally:
+            await commits.close()
+
+    assert asyncio.run(main()) == [None] * 6
+    assert store.batches == [["s:a"], ["s:b", "s:c"], ["s:d", "s:e"], ["s:f"]]
+
+
+def test_batch_wait_gathers_what_comes_together_into_one_write() -> None:
+    store = FakeStore()
+    commits, _ = committer(store, batch_wait=0.05)
+
+    async def main() -> None:
+        try:
+            await asyncio.gather(*(commits.submit(doc(n)) for n in "abc"))
+        finally:
+            await commits.close()
+
+    asyncio.run(main())
+    assert store.batches == [["s:a", "s:b", "s:c"]]
+
+
+def test_a_refused_document_fails_alone() -> None:
+    store = FakeStore()
+    commits, stats = committer(store, batch_wait=0.05)
+
+    async def main() -> list[BaseException | None]:
+        try:
+            return list(await asyncio.gather(
+                commits.submit(doc("a")), commits.submit(doc("b", bad=True)),
+                commits.submit(doc("c"))))
+        finally:
+            await commits.close()
+
+    a, b, c = asyncio.run(main())
+    assert a is None and c is None
+    assert isinstance(b, ValueError) and "s:b" in str(b)
+    assert store.batches == [["s:a"], ["s:c"]]  # written one by one to find the culprit
+    assert stats.values["meteorseed/store/failed"] == 1
+    assert stats.values["meteorseed/store/committed"] == 2
+
+
+def test_an_outage_is_retried_until_the_store_is_back() -> None:
+    store = FakeStore(outages=2)
+    commits, stats = committer(store)
+
+    async def main() -> BaseException | None:
+        try:
+            return await commits.submit(doc("a"))
+        finally:
+            await commits.close()
+
+    assert asyncio.run(main()) is None
+    assert store.batches == [["s:a"]]
+    assert stats.values["meteorseed/store/retries"] == 2
+    assert "meteorseed/store/failed" not in stats.values
+
+
+def test_a_long_outage_fails_every_waiting_item_with_the_outage() -> None:
+    store = FakeStore(down=True)
+    commits, stats = committer(store, retry_max=0.3)
+
+    async def main() -> list[BaseException | None]:
+        try:
+            return list(await asyncio.gather(*(commits.submit(doc(n)) for n in "ab")))
+        finally:
+            await commits.close()
+
+    outcomes = asyncio.run(main())
+    assert all(isinstance(o, StoreUnavailable) for o in outcomes)
+    assert store.batches == []
+    assert stats.values["meteorseed/store/failed"] == 2
+
+
+def test_one_cancelled_item_does_not_cancel_the_write_of_its_batch() -> None:
+    store = FakeStore()
+    store.gate = threading.Event()
+    commits, _ = committer(store)
+
+    async def main() -> BaseException | None:
+        first = asyncio.ensure_future(commits.submit(doc("a")))
+        await until_writing(store)
+        doomed = asyncio.ensure_future(commits.submit(doc("b")))
+        kept = asyncio.ensure_future(commits.submit(doc("c")))
+        await asyncio.sleep(0)
+        doomed.cancel()
+        assert store.gate is not None
+        store.gate.set()
+        try:
+            await first
+            return await kept
+        finally:
+            await commits.close()
+
+    assert asyncio.run(main()) is None
+    assert store.batches == [["s:a"], ["s:b", "s:c"]]
+
+
+def test_close_writes_what_is_still_waiting() -> None:
+    store = FakeStore()
+    commits, _ = committer(store, batch_wait=3600)  # would wait an hour for more
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(commits.submit(doc("a")))
+        await asyncio.sleep(0)
+        await commits.close()
+        assert await waiting is None
+
+    asyncio.run(main())
+    assert store.batches == [["s:a"]] and store.closed
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=25), st.integers(1, 6))
+def test_every_item_gets_its_own_outcome_and_good_ones_keep_their_order(
+    bad: list[bool], batch_size: int
+) -> None:
+    store = FakeStore()
+    commits, _ = committer(store, batch_size=batch_size)
+    docs = [doc(str(i), flag) for i, flag in enumerate(bad)]
+
+    async def main() -> list[BaseException | None]:
+        try:
+            return list(await asyncio.gather(*(commits.submit(d) for d in docs)))
+        finally:
+            await commits.close()
+
+    outcomes = asyncio.run(main())
+    assert [o is not None for o in outcomes] == bad
+    written = [doc_id for batch in store.batches for doc_id in batch]
+    assert written == [d["_id"] for d in docs if not d["bad"]]
+    assert all(len(batch) <= batch_size for batch in store.batches)
