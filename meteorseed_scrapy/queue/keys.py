@@ -66,7 +66,10 @@ key                                 type    holds
                                             renewed while in flight, expire with dead workers
 ``<ns>:{<site>}:pause``             string  present (with a PX expiry) while the site is paused
                                             after a 429/403
-``<ns>:{<site>}:strikes``           string  consecutive 429/403s (the backoff exponent)
+``<ns>:{<site>}:strikes``           string  ``<n>:<ms>``: n consecutive 429/403 strikes (the
+                                            backoff exponent) and the Redis time in ms the
+                                            last strike paused the site; a 429 to a request
+                                            granted before that only confirms the pause
 ``<ns>:{<site>}:tighten``           string  rate factor (< 1) for a while after a 429/403
                                             (bucket, leases, pause, strikes and tighten are
                                             keyed by the site's ``limits.quota_key`` instead
