@@ -287,6 +287,31 @@ def test_how_a_final_hop_ends_decides_ack_dead_letter_or_deferral(
     run(redis_url, namespace, body)
 
 
+def test_a_dead_letter_refused_because_another_worker_reclaimed_the_task_is_not_counted(
+    redis_url: str, namespace: str
+) -> None:
+    task = make_task(1)
+
+    async def body(rig: Rig) -> None:
+        await rig.enqueue(task)
+        request = await rig.take()
+        rig.pump.scrape_started(request)
+        [stream] = [s for s in rig.keys.streams if await rig.client.xlen(s)]
+        [(msg_id, _)] = await rig.client.xrange(stream)
+        # Another worker reclaims it while this one is still at it.
+        assert await rig.client.xclaim(stream, rig.keys.group, "w2", 0, [msg_id], justid=True)
+        rig.pump.finished(request, ok(request, 500))
+        await wait_until(lambda: rig.settled and not rig.pump._completions.busy())
+        assert rig.settled[0]["outcome"] is Outcome.DEAD
+        assert await rig.dead_reasons() == []
+        assert not rig.stats.get_value("meteorseed/dead")
+        # Still pending, on the worker that reclaimed it: its to settle.
+        [entry] = await rig.client.xpending_range(stream, rig.keys.group, "-", "+", 10)
+        assert entry["consumer"] == "w2"
+
+    run(redis_url, namespace, body)
+
+
 async def _not(value: Any) -> bool:
     return not await value
 

@@ -140,10 +140,15 @@ class Completions:
             while self.dead:
                 delivery, reason = self.dead[0]
                 fp = fingerprint(delivery.task) if delivery.task is not None else ""
-                await self.consumer.dead_letter(delivery, reason, fp)
+                dead_id = await self.consumer.dead_letter(delivery, reason, fp)
                 self.dead.pop(0)
-                self.stats.inc_value("meteorseed/dead")
                 task = delivery.task
+                if not dead_id:  # reclaimed by another worker meanwhile: its to settle now
+                    logger.debug("Task message %s (%s) is no longer ours: not dead-lettered "
+                                 "here (%s)", delivery.msg_id, task.url if task else
+                                 "undecodable", reason)
+                    continue
+                self.stats.inc_value("meteorseed/dead")
                 logger.error("Dead-lettered task message %s (%s): %s", delivery.msg_id,
                              task.url if task else "undecodable", reason,
                              extra={"task_id": task and task.task_id,
