@@ -23,6 +23,8 @@ from scrapy import Request, Spider
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.utils.misc import load_object
+from scrapy.utils.python import global_object_name
+from scrapy.utils.response import response_status_message
 
 from meteorseed_scrapy.politeness.blacklist import BlacklistMiddleware
 from meteorseed_scrapy.politeness.breaker import Breaker
@@ -80,7 +82,12 @@ class BackoffMiddleware:
         return cls(Backoff.from_settings(settings), settings.getint("RETRY_TIMES", 2),
                    crawler.stats, settings, site_configs(crawler))
 
-    def retries_for(self, site: str) -> int:
+    def retries_for(self, site: str, request: Request | None = None) -> int:
+        """The retries a task may use up: its request's ``max_retry_times`` (as in Scrapy),
+        else its site's ``limits.retries``, else ``RETRY_TIMES``."""
+        own = request.meta.get("max_retry_times") if request is not None else None
+        if own is not None:
+            return int(own)  # checked when the task was made (worker.requests)
         config = self.configs.get(site) if self.configs is not None else None
         if config is not None and config.limits.retries is not None:
             return config.limits.retries
@@ -101,14 +108,20 @@ class BackoffMiddleware:
         site = task.site_id
         if status in PAUSE_CODES:
             delay = await self._pause(request, site, status, response)
+            if request.meta.get("dont_retry"):  # the site stays paused; this task ends now
+                return response
             # A 429 is the site asking us to slow down: the task is held back, not failed. A 403
             # may be for good, so it uses up a retry. Either waits for the site's pause.
-            if status == 429 or task.retry_count < self.retries_for(site):
-                raise TaskDeferred(delay, f"HTTP {status}", count_retry=status == 403,
+            if status == 429:
+                raise TaskDeferred(delay, f"HTTP {status}", count_retry=False,
+                                   why=DeferReason.PAUSED)
+            if self._counted(request, task.retry_count, response_status_message(status)):
+                raise TaskDeferred(delay, f"HTTP {status}", count_retry=True,
                                    why=DeferReason.PAUSED)
             return response
         if status in self.retry_codes:
-            self._retry_or_pass(request, task.site_id, task.retry_count, f"HTTP {status}")
+            self._retry_or_pass(request, task.site_id, task.retry_count, f"HTTP {status}",
+                                response_status_message(status))
         return response
 
     async def _pause(self, request: Request, site: str, status: int,
@@ -144,19 +157,36 @@ class BackoffMiddleware:
         if task is None or self.gate is None or isinstance(exception, IgnoreRequest):
             return None
         if isinstance(exception, self.retry_exceptions):
-            self._retry_or_pass(request, task.site_id, task.retry_count, type(exception).__name__)
+            self._retry_or_pass(request, task.site_id, task.retry_count, type(exception).__name__,
+                                global_object_name(type(exception)))
         return None
 
-    def _retry_or_pass(self, request: Request, site: str, retries: int, reason: str) -> None:
+    def _counted(self, request: Request, retries: int, scrapy_reason: str) -> bool:
+        """Whether the task may use up one more retry; counted in Scrapy's own retry stats
+        (``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached``)."""
+        task = task_of(request)
+        site = task.site_id if task is not None else ""
+        if retries >= self.retries_for(site, request):
+            self.stats.inc_value("retry/max_reached")
+            return False
+        self.stats.inc_value("retry/count")
+        self.stats.inc_value(f"retry/reason_count/{scrapy_reason}")
+        return True
+
+    def _retry_or_pass(self, request: Request, site: str, retries: int, reason: str,
+                       scrapy_reason: str) -> None:
         """Raise TaskDeferred for a durable retry, or return when the retries are used up.
 
         A site that looks down (its breaker open, or this worker's window abnormal) is not the
         task's fault: its tasks are deferred without using up a retry, as is a failed probe.
+        ``dont_retry`` in the request's meta: never retried (as in Scrapy).
         """
+        if request.meta.get("dont_retry"):
+            return
         sick = self.breaker is not None and self.breaker.unhealthy(site)
         probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
         count = not (sick or probe)
-        if count and retries >= self.retries_for(site):
+        if count and not self._counted(request, retries, scrapy_reason):
             return
         delay = self.backoff.compute(retries if count else 0)
         self.stats.inc_value(f"meteorseed/retry/{site}/{reason.replace(' ', '_')}")

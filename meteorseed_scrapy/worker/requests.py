@@ -94,12 +94,25 @@ def _headers(request: Request) -> dict[str, list[str]]:
     return out
 
 
+def _check_retry_meta(meta: dict[str, Any]) -> None:
+    """Scrapy's retry keys, as the BackoffMiddleware reads them: refused here, with the key
+    named, rather than failing every download of the task later."""
+    limit = meta.get("max_retry_times")
+    if limit is not None and (type(limit) is not int or not 0 <= limit <= 1000):
+        raise TaskError("meta.max_retry_times",
+                        f"must be a whole number from 0 to 1000, got {limit!r}"[:300])
+    if meta.get("dont_retry") is not None and type(meta["dont_retry"]) is not bool:
+        raise TaskError("meta.dont_retry", f"must be true or false, got {meta['dont_retry']!r}"
+                        [:300])
+
+
 def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | None) -> ExecTask:
     """A new exec task for a request yielded by ``parent``'s callback (or by ``start()``)."""
     meta = {k: v for k, v in request.meta.items() if k not in _DOWNLOAD_META}
     for name, mapping in (("meta", meta), ("cb_kwargs", request.cb_kwargs)):
         for key, value in mapping.items():
             check_json_safe(f"{name}.{key}", value)
+    _check_retry_meta(meta)
     try:
         body = request.body.decode("utf-8")
     except UnicodeDecodeError:
