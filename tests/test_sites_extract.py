@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
+from parsel import Selector as Parsel
 from scrapy.http import HtmlResponse
 
-from meteorseed_scrapy.sites.extract import find, select_values, serialise
+from meteorseed_scrapy.sites.extract import extract, find, select_values, serialise
 from meteorseed_scrapy.sites.model import Selector
+from meteorseed_scrapy.sites.schema import parse_site
 from meteorseed_scrapy.testing.demo_pages import article, product
 
 PAGES = [article(3), product(7), b"<html><body><p>a<!-- c --><b>b</b></p>"
@@ -40,3 +45,38 @@ def test_attr_and_text_nodes_as_scope() -> None:
     text_nodes = find(response.selector, Selector(xpath="//li/text()"))
     assert find(text_nodes[0], Selector(css="b")) == []  # nothing below a text node
     assert select_values(response.selector, Selector(css="p"), "u", text=True) == ["a b"]
+
+
+JOBS: dict[str, Any] = {
+    "jobs": [{"id": 1, "title": "Cook", "tags": ["a", "b"], "salary": {"min": 10}},
+             {"id": 2, "title": "Baker", "tags": [], "salary": None},
+             {"id": 3, "title": None, "tags": ["c"]}],
+    "next": "/jobs?page=2", "count": 3, "empty": [], "flag": True,
+}
+JMESPATHS = ["jobs[*].title", "jobs[0].tags", "jobs[*].tags", "jobs[].tags[]", "next", "count",
+             "missing", "empty", "flag", "jobs[?salary.min > `5`].id", "length(jobs)",
+             "jobs[*].salary.min", "jobs[-1].id", "{a: next, b: count}"]
+
+
+@pytest.mark.parametrize("query", JMESPATHS)
+def test_jmespath_values_are_parsels(query: str) -> None:
+    """`jmespath:` picks what parsel's Selector.jmespath picks (strings and numbers alike)."""
+    expected = [sel.root for sel in Parsel(text=json.dumps(JOBS)).jmespath(query)]
+    got = select_values(JOBS, Selector(jmespath=query), "u")
+    assert got == [value for value in expected if value is not None]
+
+
+def test_jmespath_fields_and_runtime_errors() -> None:
+    config = parse_site({"site_id": "jobs", "version": 1, "format": "json",
+                         "list": {"items": {"jmespath": "jobs[?title]"}},
+                         "unique_key": "id",
+                         "fields": {"id": {"jmespath": "id", "processors": ["int"]},
+                                    "tags": {"jmespath": "tags", "many": True},
+                                    "n": {"jmespath": "length(title)"}}}, "t.json")
+    items = select_values(JOBS, config.list_items, "u")  # type: ignore[arg-type]
+    assert [item["id"] for item in items] == [1, 2]
+    parsed = extract(config.fields, items[0], "u")
+    assert parsed.fields == {"id": 1, "tags": ["a", "b"], "n": 4} and parsed.problems == []
+    parsed = extract(config.fields, {"id": 5, "title": 7}, "u")
+    assert parsed.fields["n"] is None
+    assert parsed.problems[0].startswith("n: jmespath: ")  # length() of a number

@@ -46,6 +46,8 @@ def test_example_sites_load() -> None:
     assert news.dedup.mode == "mark" and news.dedup.window == 30 * 86400
     assert news.limits.rate == 50 and news.limits.retries == 2
     assert news.recrawl_after == 86400 and news.rendering.mode == "none"
+    assert news.follow.canonicalize and not news.follow.skip_nofollow
+    assert "pdf" in news.follow.deny_extensions
     assert not news.allows("http://127.0.0.1:8000/login") and news.allows("http://localhost/x")
     assert not news.allows("http://elsewhere.example/news/1")
 
@@ -74,6 +76,19 @@ def test_example_sites_load() -> None:
     ({"format": "json", "list": {"items": "jobs"}, "fields": {"title": "title"}},
      "unique_key", "name a field"),
     ({"format": "json", "fields": {"title": {"css": "h1"}}}, "fields.title.css", "use path"),
+    ({"format": "json", "list": {"links": {"jmespath": "jobs[?"}}, "fields": {"title": "t"}},
+     "list.links.jmespath", "invalid JMESPath"),
+    ({"fields": {"title": {"jmespath": "title"}}}, "fields.title.jmespath",
+     "only for format: json"),
+    ({"fields": {"title": {"path": "a.b", "jmespath": "a.b"}}}, "fields.title",
+     "exactly one of css, xpath, path, jmespath, from_url"),
+    ({"follow": {"skip_nofollow": "yes"}}, "follow.skip_nofollow", "true or false"),
+    ({"follow": {"deny_extensions": [""]}}, "follow.deny_extensions[0]", "non-empty string"),
+    ({"follow": {"nofollow": True}}, "follow.nofollow", "unknown key"),
+    ({"fields": {"p": {"css": "p", "processors": [{"price": {"part": "cents"}}]}}},
+     "fields.p.processors[0].price.part", "must be one of both, amount, currency"),
+    ({"fields": {"p": {"css": "p", "processors": [{"float": {"decimal": "."}, "int": {}}]}}},
+     "fields.p.processors[0]", "expected a processor name"),
 ])
 def test_errors_name_file_path_and_problem(change: dict[str, Any], path: str,
                                            problem: str) -> None:
@@ -177,3 +192,21 @@ def test_processor_failure_is_a_reason_not_a_crash() -> None:
     parsed = extract(config.fields, Selector(text="<h1>T</h1><time>n/a</time>"), "http://x/")
     assert parsed.fields["price"] is None
     assert check(config, parsed) == ["price: float: no number in 'n/a'"]
+
+
+def test_follow_settings() -> None:
+    config = parse_site(base(follow={"canonicalize": False, "skip_nofollow": True,
+                                     "deny_extensions": [".PDF", "zip"]}), "t.yaml")
+    assert (config.follow.canonicalize, config.follow.skip_nofollow) == (False, True)
+    assert config.follow.deny_extensions == frozenset({"pdf", "zip"})
+    assert parse_site(base(follow={"deny_extensions": []}), "t.yaml").follow.deny_extensions \
+        == frozenset()
+
+
+def test_natural_dates_get_date_constraints_by_default() -> None:
+    pytest.importorskip("dateparser")
+    config = parse_site(base(fields={"title": "h1::text", "when": {
+        "css": "time::text", "processors": [{"date_natural": {"languages": ["fr"]}}]}}),
+        "t.yaml")
+    when = config.fields[1].constraint
+    assert when.not_future and when.not_before is not None

@@ -1,15 +1,26 @@
 """The OpenAPI 3.1 description of every route, served at ``GET /openapi.json``.
 
-Hand-written (the API is small); ``tests/test_api.py`` checks that it is structurally valid
-and lists exactly the routes the application has.
+Routes are described by hand (the API is small); ``tests/test_api.py`` checks that it is
+structurally valid and lists exactly the routes the application has. The seed schema of
+``POST /dispatch`` is generated from :class:`~meteorseed_scrapy.task.seed_task.SeedTask`'s
+fields and validation constants (:func:`seed_schema`), so it cannot drift from what the
+validator accepts; ``tests/test_openapi_seed.py`` keeps the two in step.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
 from typing import Any
 
 from meteorseed_scrapy import __version__
+from meteorseed_scrapy.api.dispatch import LANE
 from meteorseed_scrapy.queue import deadletters
+from meteorseed_scrapy.task.lanes import LANES
+from meteorseed_scrapy.task.seed_task import TASK_TYPES, SeedTask
+from meteorseed_scrapy.task.validation import ID_MAX
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 
@@ -50,17 +61,58 @@ _DELAYED = _obj(total=_INT, next_due_at=_NUM_OR_NULL, next_due_in_s=_NUM_OR_NULL
                     next_due_at=_NUM_OR_NULL, next_due_in_s=_NUM_OR_NULL)})
 _FIELD_ERROR = _obj(field={"type": "string", "examples": ["seeds[2].payload.urls[5]"]},
                     problem=_STR)
-_SEED = {
-    "type": "object",
-    "required": ["seed_id", "site_id", "task_type", "payload"],
-    "properties": {
-        "seed_id": _STR, "site_id": _STR,
-        "task_type": {"enum": ["url_list", "url_template", "sitemap", "keywords"]},
-        "payload": _ANY_OBJ, "priority": _INT, "schedule": {},
-        "parse_rule": _STR, "callback": _STR, "meta": _ANY_OBJ,
-    },
-    "additionalProperties": False,
+_ID = {"type": "string", "minLength": 1, "maxLength": ID_MAX, "pattern": r"^\S+$"}
+#: What a field's type alone cannot say: the validator's constants (task/validation.py,
+#: task/seed_task.py, task/lanes.py) and what each field means.
+_SEED_DETAILS: dict[str, dict[str, Any]] = {
+    "seed_id": {**_ID, "description": "unique per seed"},
+    "site_id": {**_ID, "description": "picks the site's rules"},
+    "task_type": {"enum": sorted(TASK_TYPES)},
+    "payload": {"description": "depends on task_type (docs/seeding.md)"},
+    "priority": {"description": "Scrapy's convention: higher goes first"},
+    "schedule": {"description": "re-run schedule (docs/seeding.md); null: once"},
+    "callback": {"description": "a public spider method, not one of scrapy.Spider's own"},
+    "meta": {"description": "JSON values; Scrapy's and MeteorSeed's own keys are refused"},
+    "lane": {"enum": list(LANES), "default": LANE,
+             "description": "stream lane; POST /dispatch defaults to realtime"},
 }
+
+
+def _type_schema(hint: Any, name: str) -> dict[str, Any]:
+    """JSON Schema of a SeedTask field's annotation; an unknown one fails loudly here."""
+    if hint is Any:
+        return {}
+    if hint is str:
+        return {"type": "string"}
+    if hint is int:
+        return {"type": "integer"}
+    if typing.get_origin(hint) is Mapping or hint is dict:
+        return {"type": "object", "additionalProperties": True}
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (types.UnionType, typing.Union) and type(None) in args:
+        inner = [_type_schema(arg, name) for arg in args if arg is not type(None)]
+        if len(inner) == 1 and isinstance(inner[0].get("type"), str):
+            return {**inner[0], "type": [inner[0]["type"], "null"]}
+    raise TypeError(f"SeedTask.{name}: no JSON Schema for {hint!r}; extend _type_schema")
+
+
+def seed_schema() -> dict[str, Any]:
+    """The JSON Schema of one seed, from :class:`SeedTask`'s fields: required are those
+    without a default (the ones ``SeedTask.from_dict`` demands), no other key is accepted."""
+    hints = typing.get_type_hints(SeedTask)
+    properties: dict[str, Any] = {}
+    required = []
+    for field in dataclasses.fields(SeedTask):
+        properties[field.name] = {**_type_schema(hints[field.name], field.name),
+                                  **_SEED_DETAILS.get(field.name, {})}
+        if field.default is dataclasses.MISSING and \
+                field.default_factory is dataclasses.MISSING:
+            required.append(field.name)
+    return {"type": "object", "required": required, "properties": properties,
+            "additionalProperties": False}
+
+
+_SEED = seed_schema()
 _ID_PARAM = {"name": "seed_id", "in": "path", "required": True, "schema": _STR}
 _LETTER_PARAM = {"name": "letter_id", "in": "path", "required": True,
                  "schema": {"type": "string", "pattern": deadletters.LETTER_ID.pattern}}

@@ -48,6 +48,16 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[str] | None = None,
     # Error lines too can carry stored text (a URL in a Redis error): escaped like the rest.
     out, err = TerminalStream.of(stdout or sys.stdout), TerminalStream.of(stderr or sys.stderr)
     args = build_parser().parse_args(argv)
+    offline = getattr(args, "run_offline", None)
+    if offline is not None:  # `sites check|try|schema`: rule files only, Redis never asked
+        try:
+            code: int = offline(args, out, err, stdin or sys.stdin)
+            return code
+        except CliError as exc:
+            print(f"meteorseed: {exc}", file=err)
+            return exc.code
+        except BrokenPipeError:
+            return EXIT_ERROR
     url, namespace = resolve_target(args.redis_url, args.namespace)
     client: redis.Redis | None = None
     try:
@@ -55,7 +65,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[str] | None = None,
         client = connect(url)
         keys = layout(client, url, namespace)
         ctx = Context(client, keys, redact(url), args.json, out, err, stdin or sys.stdin)
-        code: int = args.run(args, ctx)
+        code = args.run(args, ctx)
         return code
     except CliError as exc:
         print(f"meteorseed: {exc}", file=err)

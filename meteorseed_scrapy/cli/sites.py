@@ -1,17 +1,22 @@
-"""``meteorseed sites push DIR | list | rm SITE...``: site rule files shared through Redis.
+"""``meteorseed sites push DIR | list | rm SITE... | check DIR | try SITE URL|FILE | schema``.
 
 ``push`` validates every rule file of DIR as a worker would and stores them all in one
 transaction, or none when any is bad (each problem printed as ``file: field: problem``).
 Workers with ``METEORSEED_SITES_REDIS = True`` pick changes up within their reload interval
 (``METEORSEED_SITES_RELOAD_INTERVAL``, 1 s). See :mod:`meteorseed_scrapy.sites.remote`.
+
+``check``, ``try`` and ``schema`` work on files alone, without Redis: ``check`` validates every
+rule file (exit 1 when any is bad), ``try`` parses one page with a site's rules (see
+:mod:`meteorseed_scrapy.cli.site_try`), ``schema`` prints the JSON Schema of the rule format.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+from meteorseed_scrapy.cli import site_try
 from meteorseed_scrapy.cli.common import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -22,10 +27,12 @@ from meteorseed_scrapy.cli.common import (
 )
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.remote import RemoteRules, collect
+from meteorseed_scrapy.sites.schema import rule_schema
 
 
 def register(sub: Any) -> None:
-    sites = sub.add_parser("sites", help="site rule files in Redis: push, list, rm")
+    sites = sub.add_parser("sites", help="site rule files: push, list, rm (in Redis); check,"
+                           " try, schema (files only)")
     actions = sites.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = actions.add_parser("push", help="validate the rule files of DIR and store them all")
     p.add_argument("directory", type=Path, metavar="DIR")
@@ -40,6 +47,13 @@ def register(sub: Any) -> None:
     p.add_argument("site_ids", nargs="+", metavar="SITE")
     add_target_options(p)
     p.set_defaults(run=run_rm)
+    p = actions.add_parser("check", help="validate rule files offline; exit 1 when any is bad")
+    p.add_argument("paths", nargs="+", type=Path, metavar="DIR|FILE")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run_offline=run_check)
+    site_try.register(actions)
+    p = actions.add_parser("schema", help="the JSON Schema of the rule-file format")
+    p.set_defaults(run_offline=run_schema)
 
 
 def run_push(args: argparse.Namespace, ctx: Context) -> int:
@@ -80,3 +94,24 @@ def run_rm(args: argparse.Namespace, ctx: Context) -> int:
     else:
         ctx.say(f"removed {deleted} of {len(args.site_ids)} sites from {ctx.keys.sites}")
     return EXIT_OK if not missing else EXIT_INCOMPLETE
+
+
+def run_check(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]) -> int:
+    ctx = site_try.offline_context(args, out, err, stdin)
+    loaded = site_try.load_rules(args.paths)
+    if ctx.json:
+        ctx.emit_json({"valid": {c.site_id: c.source for c in loaded.configs.values()},
+                       "errors": [{"source": e.source, "path": e.path, "problem": e.problem}
+                                  for e in loaded.errors]})
+    else:
+        for config in loaded.configs.values():
+            ctx.say(f"ok {config.source}: {config.site_id} version {config.version}")
+        for error in loaded.errors:
+            ctx.say(str(error))
+        ctx.say(f"{len(loaded.configs)} valid, {len(loaded.errors)} invalid")
+    return EXIT_INCOMPLETE if loaded.errors or not loaded.configs else EXIT_OK
+
+
+def run_schema(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]) -> int:
+    site_try.offline_context(args, out, err, stdin).emit_json(rule_schema())
+    return EXIT_OK

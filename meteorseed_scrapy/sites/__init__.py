@@ -1,7 +1,10 @@
 """Sites as rule configs: one YAML/JSON file per site, one generic spider (``scrapy crawl sites``).
 
 - :mod:`.schema` / :mod:`.reader`: the validated config objects and their errors
-- :mod:`.processors`, :mod:`.extract`: selecting and normalising field values
+- :mod:`.format` / :mod:`.spec`: every key of the format, declared once (validator and JSON Schema)
+- :mod:`.processors`, :mod:`.extract`: selecting and normalising field values (numbers and
+  prices strictly, :mod:`.numbers`; natural-language dates, :mod:`.dates`)
+- :mod:`.links`: the links a rule follows, with Scrapy's LinkExtractor semantics
 - :mod:`.rulefile`: one rule file read and validated
 - :mod:`.loader`: the rules directory (and, with :mod:`.remote`, the rules pushed to Redis), hot
   reload that keeps the last good version

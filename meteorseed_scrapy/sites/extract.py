@@ -3,16 +3,19 @@
 Every extracted string has its whitespace collapsed; ``text: true`` fields take the text of
 the matched elements without script/style/iframe/noscript and without whatever the site's
 ``detail.remove`` selectors match (navigation, footers, share boxes). The raw text each field
-came from is kept next to the parsed value, for sampling and for anomaly reports.
+came from is kept next to the parsed value, for sampling and for anomaly reports. JSON pages
+are read with dotted ``path``s or ``jmespath`` expressions (as parsel's ``Selector.jmespath``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+import jmespath
 from lxml import etree
 from parsel import Selector as Parsel
 from parsel.csstranslator import HTMLTranslator
@@ -79,15 +82,26 @@ def element_text(node: Any, removed: set[Any]) -> str:
     return collapse("".join(parts))
 
 
+def xpath_of(select: Selector) -> str:
+    """The XPath of a css/xpath selector (CSS translated the way parsel does)."""
+    return _CSS.css_to_xpath(select.css) if select.css else select.xpath or ""
+
+
 @lru_cache(maxsize=4096)
-def compiled(query: str, css: bool) -> etree.XPath:
-    """A rule's selector as one compiled XPath (CSS translated the way parsel does)."""
+def compiled(query: str, css: bool, smart: bool = False) -> etree.XPath:
+    """A rule's selector as one compiled XPath; ``smart``: strings know their element (for
+    links: the ``rel`` of the ``a`` whose ``href`` was selected)."""
     xpath = _CSS.css_to_xpath(query) if css else query
     return etree.XPath(xpath, namespaces=_EXSLT_RE if "re:" in xpath else None,
-                       smart_strings=False)
+                       smart_strings=smart)
 
 
-def find(scope: Any, select: Selector) -> list[Any]:
+@lru_cache(maxsize=1024)
+def compiled_jmespath(query: str) -> Any:
+    return jmespath.compile(query)
+
+
+def find(scope: Any, select: Selector, smart: bool = False) -> list[Any]:
     """What ``select``'s css/xpath matches in ``scope`` (a parsel Selector or an lxml element):
     elements, strings (``::text``, ``@attr``), or a number/boolean (``count(...)``).
 
@@ -97,10 +111,23 @@ def find(scope: Any, select: Selector) -> list[Any]:
     if not hasattr(root, "xpath"):  # a text node: nothing below it (as in parsel)
         return []
     if select.css:
-        found = compiled(select.css, True)(root)
+        found = compiled(select.css, True, smart)(root)
     else:
-        found = compiled(select.xpath or "", False)(root)
+        found = compiled(select.xpath or "", False, smart)(root)
     return found if isinstance(found, list) else [found]
+
+
+def json_values(scope: Any, select: Selector) -> list[Any]:
+    """What a ``path``/``jmespath`` selector finds in a JSON value: a list is its elements,
+    nothing is no value (as parsel's ``Selector.jmespath`` flattens its result)."""
+    if select.jmespath is not None:
+        try:
+            found = compiled_jmespath(select.jmespath).search(scope)
+        except jmespath.exceptions.JMESPathError as exc:  # e.g. length() of a number
+            raise ProcessorError(f"jmespath: {exc}"[:200]) from None
+    else:
+        found = json_path(scope, select.path or "")
+    return found if isinstance(found, list) else [] if found is None else [found]
 
 
 def serialise(value: Any) -> str:
@@ -122,9 +149,8 @@ def select_values(scope: Any, select: Selector, url: str, *, text: bool = False,
     values: list[Any]
     if select.from_url:
         values = [url]
-    elif select.path is not None:
-        found = json_path(scope, select.path)
-        values = found if isinstance(found, list) else [] if found is None else [found]
+    elif select.path is not None or select.jmespath is not None:
+        values = json_values(scope, select)
     else:
         nodes = find(scope, select)
         if first and select.regex is None:
@@ -151,13 +177,19 @@ def _raw_text(values: Iterable[Any]) -> str:
 
 
 def extract(rules: Iterable[FieldRule], scope: Any, url: str,
-            removed: set[Any] | None = None) -> Parsed:
-    """Every field of ``rules`` from ``scope``; processor failures become ``problems``."""
+            removed: set[Any] | None = None, fetched_at: datetime | None = None) -> Parsed:
+    """Every field of ``rules`` from ``scope``; processor failures become ``problems``.
+    ``fetched_at``: when the page was fetched (relative dates count from it; None: now)."""
     parsed = Parsed()
-    ctx = Context(url)
+    ctx = Context(url, fetched_at)
     for rule in rules:
-        values = select_values(scope, rule.select, url, text=rule.text, removed=removed,
-                               first=not rule.many and rule.join is None)
+        try:
+            values = select_values(scope, rule.select, url, text=rule.text, removed=removed,
+                                   first=not rule.many and rule.join is None)
+        except ProcessorError as exc:
+            parsed.problems.append(f"{rule.name}: {exc}")
+            parsed.fields[rule.name], parsed.raw[rule.name] = None, ""
+            continue
         values = [v for v in values if v != ""]
         parsed.raw[rule.name] = _raw_text(values)
         if not rule.many and rule.join is None:

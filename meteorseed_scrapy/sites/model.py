@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from scrapy.linkextractors import IGNORED_EXTENSIONS
+
 from meteorseed_scrapy.sites.processors import Processor
 
 DEFAULT_NOT_BEFORE = datetime(1990, 1, 1, tzinfo=timezone.utc)
@@ -14,8 +16,9 @@ DEFAULT_NOT_BEFORE = datetime(1990, 1, 1, tzinfo=timezone.utc)
 
 @dataclass(frozen=True)
 class Selector:
-    """Where values come from: ``css`` or ``xpath`` (HTML), ``path`` (dotted, JSON), or the
-    page ``url`` itself; then an optional ``attr`` and ``regex`` (first group, else match)."""
+    """Where values come from: ``css`` or ``xpath`` (HTML), ``path`` (dotted) or ``jmespath``
+    (JSON), or the page ``url`` itself; then an optional ``attr`` and ``regex`` (first group,
+    else match)."""
 
     css: str | None = None
     xpath: str | None = None
@@ -23,6 +26,7 @@ class Selector:
     from_url: bool = False
     attr: str | None = None
     regex: re.Pattern[str] | None = None
+    jmespath: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,18 @@ class Rendering:
 
 
 @dataclass(frozen=True)
+class Follow:
+    """How links are followed, as Scrapy's ``LinkExtractor`` does: links to files with
+    ``deny_extensions`` (default: ``scrapy.linkextractors.IGNORED_EXTENSIONS``) are skipped,
+    URLs are canonicalised (w3lib) unless ``canonicalize`` is false, and ``rel=nofollow`` links
+    are skipped only with ``skip_nofollow``."""
+
+    canonicalize: bool = True
+    skip_nofollow: bool = False
+    deny_extensions: frozenset[str] = frozenset(IGNORED_EXTENSIONS)
+
+
+@dataclass(frozen=True)
 class Dedup:
     """Content fingerprint dedup: ``mode`` mark (set ``duplicate_of``), skip, or off."""
 
@@ -90,6 +106,7 @@ class SiteConfig:
     pagination: Selector | None = None
     max_pages: int = 1000
     detail_links: Selector | None = None  # deeper than list -> detail, only when asked
+    follow: Follow = field(default_factory=Follow)
     max_depth: int = 1
     remove: tuple[str, ...] = ()  # CSS selectors of nav/footer/ads dropped from text fields
     fields: tuple[FieldRule, ...] = ()
@@ -120,5 +137,5 @@ class SiteConfig:
         return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
 
 
-__all__ = ["DEFAULT_NOT_BEFORE", "Constraint", "Dedup", "FieldRule", "Limits", "Rendering",
-           "Selector", "SiteConfig"]
+__all__ = ["DEFAULT_NOT_BEFORE", "Constraint", "Dedup", "FieldRule", "Follow", "Limits",
+           "Rendering", "Selector", "SiteConfig"]

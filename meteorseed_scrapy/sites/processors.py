@@ -1,25 +1,26 @@
-"""Value processors of site rule fields: ``strip``, ``int``, ``float``, ``date``, ``absolute_url``.
+"""Value processors of site rule fields: ``strip``, ``lower``, ``int``, ``float``, ``price``,
+``date``, ``date_natural``, ``absolute_url``.
 
 A processor turns one extracted value into its normalised form, or raises
 :class:`ProcessorError`; the spider then records the field as empty and the failure as an
-anomaly reason (a price that stops parsing is exactly what a redesign looks like).
-Processors are compiled once per config version, so parsing a page pays no set-up cost.
+anomaly reason (a price that stops parsing is exactly what a redesign looks like). Numbers are
+read strictly (:mod:`.numbers`): a value whose separators allow two readings is refused, not
+guessed. Processors are compiled once per config version, so parsing a page pays no set-up
+cost; their options are declared in :data:`OPTIONS` (the rule format, :mod:`.spec`).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from meteorseed_scrapy.sites.reader import Reader
-
-#: Characters used as thousands separators: comma, (narrow) no-break space, apostrophe, space.
-_THOUSANDS = re.compile(r"[,\u00a0\u202f' _]")
-_NUMBER = re.compile(r"[-+]?\d[\d,.\u00a0\u202f' _]*")
+from meteorseed_scrapy.sites import dates
+from meteorseed_scrapy.sites.numbers import NumberError, read_number, read_price, to_float, to_int
+from meteorseed_scrapy.sites.reader import ConfigError, Reader
+from meteorseed_scrapy.sites.spec import Key, section, string, strings
 
 
 class ProcessorError(ValueError):
@@ -28,9 +29,11 @@ class ProcessorError(ValueError):
 
 @dataclass(frozen=True)
 class Context:
-    """What a processor may need beside the value: the page URL (for ``absolute_url``)."""
+    """What a processor may need beside the value: the page URL (``absolute_url``) and when
+    the page was fetched (relative dates of ``date_natural``; None: now)."""
 
     url: str
+    fetched_at: datetime | None = None
 
 
 Processor = Callable[[Any, Context], Any]
@@ -45,44 +48,41 @@ def _strip(value: Any, ctx: Context) -> Any:
     return collapse(value) if isinstance(value, str) else value
 
 
-def _to_number(value: Any, decimal: str) -> str:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str):
-        raise ProcessorError(f"expected text, got {value!r}"[:120])
-    match = _NUMBER.search(value)  # "Price: 1,299.00 EUR" -> "1,299.00"
-    if match is None:
-        raise ProcessorError(f"no number in {value[:80]!r}")
-    text = match.group(0).strip()
-    if decimal == ",":
-        text = text.replace(".", "").replace(" ", "")
-        text = _THOUSANDS.sub("", text.replace(",", "\0")).replace("\0", ".")
-    else:
-        text = _THOUSANDS.sub("", text)
-    return text
-
-
 def make_float(decimal: str = ".") -> Processor:
     def process(value: Any, ctx: Context) -> float:
-        text = _to_number(value, decimal)
         try:
-            return float(text)
-        except ValueError:
-            raise ProcessorError(f"not a number: {value!r}"[:120]) from None
+            return to_float(read_number(value, decimal))
+        except NumberError as exc:
+            raise ProcessorError(str(exc)) from None
 
     return process
 
 
 def make_int(decimal: str = ".") -> Processor:
     def process(value: Any, ctx: Context) -> int:
-        text = _to_number(value, decimal)
         try:
-            number = float(text)
-        except ValueError:
-            raise ProcessorError(f"not a number: {value!r}"[:120]) from None
-        if number != int(number):
-            raise ProcessorError(f"not a whole number: {value!r}"[:120])
-        return int(number)
+            return to_int(read_number(value, decimal))
+        except NumberError as exc:
+            raise ProcessorError(str(exc)) from None
+
+    return process
+
+
+def make_price(decimal: str | None, currency: str | None, part: str) -> Processor:
+    """``{"amount": 1299.0, "currency": "€"}`` (or one ``part`` of it) from a price text."""
+
+    def process(value: Any, ctx: Context) -> Any:
+        try:
+            amount, found = read_price(value, decimal, currency)
+        except NumberError as exc:
+            raise ProcessorError(str(exc)) from None
+        if part == "amount":
+            return amount
+        if part == "currency":
+            if found is None:
+                raise ProcessorError(f"no currency in {str(value)[:80]!r}")
+            return found
+        return {"amount": amount, "currency": found}
 
     return process
 
@@ -121,6 +121,21 @@ def make_date(formats: tuple[str, ...], zone: ZoneInfo | timezone) -> Processor:
     return process
 
 
+def make_natural_date(languages: tuple[str, ...], date_order: str | None,
+                      zone: tzinfo) -> Processor:
+    parse = dates.NaturalDates(languages, date_order, zone)
+
+    def process(value: Any, ctx: Context) -> str:
+        if not isinstance(value, str):
+            raise ProcessorError(f"expected a date string, got {value!r}"[:120])
+        try:
+            return iso_utc(parse(collapse(value), ctx.fetched_at or datetime.now(timezone.utc)))
+        except dates.DateError as exc:
+            raise ProcessorError(str(exc)) from None
+
+    return process
+
+
 def _absolute_url(value: Any, ctx: Context) -> Any:
     if not isinstance(value, str):
         return value
@@ -133,19 +148,44 @@ def _lower(value: Any, ctx: Context) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
-NAMES = ("strip", "int", "float", "date", "absolute_url", "lower")
+_DECIMAL = string("decimal separator", enum=(".", ","))
+_TZ = string("time zone of dates given without one (IANA name)", example="Europe/Berlin")
+#: Each processor and its options (the rule format: :mod:`.spec`).
+OPTIONS: dict[str, Key] = {
+    "strip": section("whitespace runs to one space", {}),
+    "lower": section("lower case", {}),
+    "absolute_url": section("joined with the page URL", {}),
+    "int": section("a whole number; ambiguous separators refused", {"decimal": _DECIMAL}),
+    "float": section("a number; ambiguous separators refused", {"decimal": _DECIMAL}),
+    "price": section("amount and currency (price-parser)", {
+        "decimal": string("decimal separator (default: detected)", enum=(".", ",")),
+        "currency": string("currency when the text has none (a hint, e.g. EUR)", example="EUR"),
+        "part": string("amount and currency, or one of them", enum=("both", "amount", "currency")),
+    }),
+    "date": section("strptime formats (ISO-8601 when none)", {
+        "formats": strings("strptime formats, tried in order", example=["%d.%m.%Y"]),
+        "tz": _TZ}),
+    "date_natural": section("natural-language dates (dateparser, the `dates` extra)", {
+        "languages": strings("dateparser language codes (default: detected)", example=["fr"]),
+        "date_order": string("order of all-digit dates", enum=dates.DATE_ORDERS),
+        "tz": _TZ}),
+}
+NAMES = tuple(OPTIONS)
 
 
 def compile_processor(spec: Any, reader: Reader, index: int) -> tuple[str, Processor]:
     """``"strip"`` or ``{"date": {"formats": [...], "tz": "Europe/Berlin"}}`` -> a processor."""
     where = f"processors[{index}]"
     if isinstance(spec, str):
-        name, options = spec, Reader({}, reader.source, reader.at(where))
+        name, raw = spec, None
     elif isinstance(spec, dict) and len(spec) == 1:
         name, raw = next(iter(spec.items()))
-        options = Reader(raw or {}, reader.source, f"{reader.at(where)}.{name}")
     else:
         raise reader.error(where, "expected a processor name or {name: {options}}")
+    if name not in OPTIONS:
+        raise reader.error(where, f"unknown processor {name!r}; known: {', '.join(NAMES)}")
+    path = reader.at(where) if isinstance(spec, str) else f"{reader.at(where)}.{name}"
+    options = Reader(raw or {}, reader.source, path, OPTIONS[name])
     processor: Processor
     if name == "strip":
         processor = _strip
@@ -154,19 +194,38 @@ def compile_processor(spec: Any, reader: Reader, index: int) -> tuple[str, Proce
     elif name == "absolute_url":
         processor = _absolute_url
     elif name in ("int", "float"):
-        decimal = options.string("decimal", ".", choices=(".", ","))
+        decimal = options.string("decimal", ".")
         assert decimal is not None
         processor = make_int(decimal) if name == "int" else make_float(decimal)
+    elif name == "price":
+        processor = make_price(options.string("decimal"), options.string("currency"),
+                               options.string("part", "both") or "both")
     elif name == "date":
-        formats = options.str_list("formats")
-        tz_name = options.string("tz", "UTC")
-        assert tz_name is not None
-        try:
-            zone: ZoneInfo | timezone = timezone.utc if tz_name == "UTC" else ZoneInfo(tz_name)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise options.error("tz", f"unknown time zone {tz_name!r}") from None
-        processor = make_date(formats, zone)
+        processor = make_date(options.str_list("formats"), _zone(options))
     else:
-        raise reader.error(where, f"unknown processor {name!r}; known: {', '.join(NAMES)}")
+        processor = _natural_date(reader, where, options)
     options.done()
     return str(name), processor
+
+
+def _zone(options: Reader) -> ZoneInfo | timezone:
+    tz_name = options.string("tz", "UTC")
+    assert tz_name is not None
+    try:
+        return timezone.utc if tz_name == "UTC" else ZoneInfo(tz_name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise options.error("tz", f"unknown time zone {tz_name!r}") from None
+
+
+def _natural_date(reader: Reader, where: str, options: Reader) -> Processor:
+    try:
+        known = dates.known_languages()
+    except ImportError:
+        raise reader.error(where, f"date_natural {dates.INSTALL_HINT}") from None
+    languages = options.str_list("languages")
+    for index, code in enumerate(languages):
+        if code not in known:
+            raise ConfigError(options.source, f"{options.at('languages')}[{index}]",
+                              f"dateparser knows no language {code!r} (codes such as en, fr,"
+                              " pt, zh-Hant)")
+    return make_natural_date(languages, options.string("date_order"), _zone(options))

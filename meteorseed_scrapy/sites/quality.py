@@ -37,6 +37,8 @@ def _problems(rule: FieldRule, value: Any, now: datetime) -> list[str]:
             out.append(f"shorter than {c.min_length} ({len(value)})")
         if c.max_length is not None and len(value) > c.max_length:
             out.append(f"longer than {c.max_length} ({len(value)})")
+    if isinstance(value, dict) and "amount" in value:
+        value = value["amount"]  # a price: min/max bound its amount
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if c.minimum is not None and value < c.minimum:
             out.append(f"below {c.minimum:g} ({value})")

@@ -2,7 +2,9 @@
 
 Every problem is reported as :class:`ConfigError` naming the file, the field path
 (``fields.price.processors[1].float``) and what is wrong, and unknown keys are rejected, so a
-typo such as ``pagnation`` fails loudly instead of being ignored.
+typo such as ``pagnation`` fails loudly instead of being ignored. With a ``spec`` (a
+:class:`~meteorseed_scrapy.sites.spec.Key` of the format), only declared keys may be read and
+string choices come from the declaration.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from meteorseed_scrapy import settings
+from meteorseed_scrapy.sites.spec import Key
 
 
 class ConfigError(ValueError):
@@ -25,11 +28,23 @@ class ConfigError(ValueError):
 class Reader:
     """One mapping of a config, at ``path`` within ``source``."""
 
-    def __init__(self, data: Any, source: str, path: str = "") -> None:
+    def __init__(self, data: Any, source: str, path: str = "", spec: Key | None = None) -> None:
         if not isinstance(data, Mapping):
             raise ConfigError(source, path, f"expected a mapping, got {type(data).__name__}")
-        self.data, self.source, self.path = data, source, path
+        self.data, self.source, self.path, self.spec = data, source, path, spec
         self._used: set[str] = set()
+
+    def spec_of(self, key: str) -> Key | None:
+        """The declaration of ``key`` (:class:`~.spec.UndeclaredKey` when it has none)."""
+        return None if self.spec is None else self.spec.sub(key)
+
+    def reader(self, key: str, value: Any) -> Reader:
+        """A reader of ``value``, the mapping found at ``key``."""
+        return Reader(value, self.source, self.at(key), self.spec_of(key))
+
+    def section(self, key: str) -> Reader:
+        """The mapping at ``key``, or an empty one when absent (its defaults apply)."""
+        return self.child(key) or Reader({}, self.source, self.at(key), self.spec_of(key))
 
     def at(self, key: str | int) -> str:
         if isinstance(key, int):
@@ -43,6 +58,7 @@ class Reader:
         return self.data.get(key) is not None
 
     def raw(self, key: str, default: Any = None) -> Any:
+        self.spec_of(key)
         self._used.add(key)
         value = self.data.get(key)
         return default if value is None else value
@@ -53,7 +69,7 @@ class Reader:
             if required:
                 raise self.error(key, "is required")
             return None
-        return Reader(value, self.source, self.at(key))
+        return self.reader(key, value)
 
     def string(self, key: str, default: str | None = None, *, required: bool = False,
                choices: tuple[str, ...] = (), numbers: bool = False) -> str | None:
@@ -66,6 +82,8 @@ class Reader:
             value = str(value)  # YAML reads `version: 3` as a number; a string is meant
         if not isinstance(value, str) or (required and not value.strip()):
             raise self.error(key, f"expected a non-empty string, got {value!r}"[:200])
+        declared = self.spec_of(key)
+        choices = choices or (declared.enum if declared is not None else ())
         if choices and value not in choices:
             raise self.error(key, f"must be one of {', '.join(choices)}, got {value!r}")
         return value

@@ -1,7 +1,8 @@
 """Site rule configs, built from one YAML/JSON mapping per site into the value objects of
 :mod:`.model`.
 
-See docs/sites.md for the format. :func:`parse_site` either returns a complete
+See docs/sites.md for the format; its keys are declared in :mod:`.format`, which
+:func:`rule_schema` prints as JSON Schema. :func:`parse_site` either returns a complete
 :class:`SiteConfig` or raises :class:`~meteorseed_scrapy.sites.reader.ConfigError` naming the
 file, the field path and the problem; nothing half-valid ever reaches the spider.
 """
@@ -13,13 +14,16 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+import jmespath
 from parsel import Selector as Parsel
 
+from meteorseed_scrapy.sites import format as rule_keys
 from meteorseed_scrapy.sites.model import (
     DEFAULT_NOT_BEFORE,
     Constraint,
     Dedup,
     FieldRule,
+    Follow,
     Limits,
     Rendering,
     Selector,
@@ -27,29 +31,39 @@ from meteorseed_scrapy.sites.model import (
 )
 from meteorseed_scrapy.sites.processors import compile_processor
 from meteorseed_scrapy.sites.reader import ConfigError, Reader
+from meteorseed_scrapy.sites.spec import json_schema
 
-_SITE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
-#: Fields the spider or the store stage set: a rule may not define them.
-RESERVED = frozenset({"_id", "site_id", "seed_id", "task_id", "updated_at", "first_seen_at",
-                      "rule_version", "duplicate_of", "content_fingerprint"})
+_SITE_ID = re.compile(rule_keys.SITE_ID)
+_FIELD_NAME = re.compile(rule_keys.FIELD_NAME)
+_QUOTA_KEY = re.compile(rule_keys.QUOTA_KEY)
+_SOURCES = ("css", "xpath", "path", "jmespath")
+#: Processors whose output is a date (date constraints apply by default).
+_DATE_PROCESSORS = frozenset({"date", "date_natural"})
 
 
 def _read_selector(sub: Reader, fmt: str) -> Selector:
     """The selector keys of ``sub`` (a field or a link rule); other keys are left to the caller."""
-    css, xpath, path = sub.string("css"), sub.string("xpath"), sub.string("path")
+    css, xpath, path, query = (sub.string(key) for key in _SOURCES)
     from_url = sub.flag("from_url", False)
-    if [css, xpath, path, from_url or None].count(None) != 3:
-        raise ConfigError(sub.source, sub.path, "needs exactly one of css, xpath, path, from_url")
-    if path is not None and fmt != "json":
-        raise sub.error("path", "only for format: json sites")
+    if [css, xpath, path, query, from_url or None].count(None) != 4:
+        raise ConfigError(sub.source, sub.path, "needs exactly one of css, xpath, path,"
+                          " jmespath, from_url")
+    for key, value in (("path", path), ("jmespath", query)):
+        if value is not None and fmt != "json":
+            raise sub.error(key, "only for format: json sites")
     if (css or xpath) and fmt == "json":
-        raise sub.error("css" if css else "xpath", "not for format: json sites (use path)")
+        raise sub.error("css" if css else "xpath", "not for format: json sites (use path or"
+                        " jmespath)")
     regex = sub.string("regex")
     if css or xpath:
         _check_css(sub, "css" if css else "xpath", css or xpath or "", xpath=bool(xpath))
+    if query is not None:
+        try:  # compiled now, so a bad expression fails at load time
+            jmespath.compile(query)
+        except jmespath.exceptions.JMESPathError as exc:
+            raise sub.error("jmespath", f"invalid JMESPath: {exc}"[:300]) from None
     return Selector(css, xpath, path, from_url, sub.string("attr"),
-                    sub.pattern("regex", regex) if regex else None)
+                    sub.pattern("regex", regex) if regex else None, jmespath=query)
 
 
 def _check_css(reader: Reader, key: str, query: str, xpath: bool = False) -> None:
@@ -64,8 +78,7 @@ def _render_reader(top: Reader) -> Reader:
     """``render:`` (or its older name ``rendering:``): ``{mode: browser, wait_for: css}``."""
     if top.has("render") and top.has("rendering"):
         raise top.error("render", "give render or rendering, not both")
-    key = "rendering" if top.has("rendering") else "render"
-    return top.child(key) or Reader({}, top.source, key)
+    return top.section("rendering" if top.has("rendering") else "render")
 
 
 def _selector(reader: Reader, key: str, fmt: str) -> Selector | None:
@@ -74,7 +87,7 @@ def _selector(reader: Reader, key: str, fmt: str) -> Selector | None:
         return None
     if isinstance(raw, str):  # shorthand: a CSS selector, or a dotted path for JSON sites
         raw = {"path": raw} if fmt == "json" else {"css": raw}
-    sub = Reader(raw, reader.source, reader.at(key))
+    sub = reader.reader(key, raw)
     selector = _read_selector(sub, fmt)
     sub.done()
     return selector
@@ -103,17 +116,17 @@ def _constraint(reader: Reader, is_date: bool) -> Constraint:
 
 
 def _field(name: str, raw: Any, reader: Reader, fmt: str, required: bool) -> FieldRule:
-    if not _FIELD_NAME.match(name) or name in RESERVED:
+    if not _FIELD_NAME.match(name) or name in rule_keys.RESERVED:
         raise reader.error(name, "invalid or reserved field name")
     if isinstance(raw, str):
         raw = {"path": raw} if fmt == "json" else {"css": raw}
-    sub = Reader(raw, reader.source, reader.at(name))
+    sub = reader.reader(name, raw)
     select = _read_selector(sub, fmt)
     specs = sub.raw("processors", [])
     if not isinstance(specs, list):
         raise sub.error("processors", "expected a list")
     processors = tuple(compile_processor(spec, sub, i) for i, spec in enumerate(specs))
-    is_date = any(pname == "date" for pname, _ in processors)
+    is_date = any(pname in _DATE_PROCESSORS for pname, _ in processors)
     text = sub.flag("text", False)
     if text and (select.attr or fmt == "json"):
         raise sub.error("text", "takes the text of HTML elements: not with attr or JSON")
@@ -127,13 +140,13 @@ def _field(name: str, raw: Any, reader: Reader, fmt: str, required: bool) -> Fie
 
 def parse_site(data: Any, source: str) -> SiteConfig:
     """A validated :class:`SiteConfig` from one parsed file, or :class:`ConfigError`."""
-    top = Reader(data, source)
+    top = Reader(data, source, spec=FORMAT)
     site_id = top.string("site_id", required=True)
     assert site_id is not None
     if not _SITE_ID.match(site_id):
         raise top.error("site_id", f"letters, digits and _ . - only, got {site_id!r}")
     version = top.string("version", required=True, numbers=True)
-    fmt = top.string("format", "html", choices=("html", "json")) or "html"
+    fmt = top.string("format", "html") or "html"
     required_names = set(top.str_list("required"))
     fields_reader = top.child("fields", required=True)
     assert fields_reader is not None
@@ -146,18 +159,15 @@ def parse_site(data: Any, source: str) -> SiteConfig:
     unique_key = top.string("unique_key", "url") or "url"
     if unique_key != "url" and unique_key not in names:
         raise top.error("unique_key", f"must be 'url' or a field name, got {unique_key!r}")
-    listing = top.child("list") or Reader({}, source, "list")
+    listing = top.section("list")
     list_items = _selector(listing, "items", fmt)
     if list_items is not None and unique_key == "url":
         raise top.error("unique_key", "sites with list.items yield several items per page:"
                         " name a field as unique_key")
-    detail = top.child("detail") or Reader({}, source, "detail")
-    limits = top.child("limits") or Reader({}, source, "limits")
+    detail, limits, follow = top.section("detail"), top.section("limits"), top.section("follow")
     rendering = _render_reader(top)
-    dedup = top.child("dedup") or Reader({}, source, "dedup")
-    sampling = top.child("sampling") or Reader({}, source, "sampling")
-    quality = top.child("quality") or Reader({}, source, "quality")
-    mode = rendering.string("mode", "none", choices=("none", "browser")) or "none"
+    dedup, sampling, quality = top.section("dedup"), top.section("sampling"), top.section("quality")
+    mode = rendering.string("mode", "none") or "none"
     wait_for = rendering.string("wait_for")
     if mode == "browser":
         if not wait_for:
@@ -165,7 +175,7 @@ def parse_site(data: Any, source: str) -> SiteConfig:
         if fmt == "json":
             raise rendering.error("mode", "browser rendering is for format: html sites")
         _check_css(rendering, "wait_for", wait_for)
-    dedup_cfg = Dedup(mode=dedup.string("mode", "off", choices=("off", "mark", "skip")) or "off",
+    dedup_cfg = Dedup(mode=dedup.string("mode", "off") or "off",
                       title=dedup.string("title", "title") or "title",
                       content=dedup.string("content", "content") or "content",
                       window=dedup.duration("window", 30 * 86400) or 0.0)
@@ -179,12 +189,13 @@ def parse_site(data: Any, source: str) -> SiteConfig:
     config = SiteConfig(
         site_id=site_id, version=str(version), source=source, format=fmt,
         allowed_domains=tuple(d.lower() for d in top.str_list("allowed_domains")),
-        start=top.string("start", "list", choices=("list", "detail")) or "list",
+        start=top.string("start", "list") or "list",
         list_links=_selector(listing, "links", fmt), list_items=list_items,
         pagination=_selector(listing, "pagination", fmt),
         max_pages=int(listing.number("max_pages", 1000, minimum=1, integer=True) or 1000),
         detail_links=_selector(detail, "links", fmt),
         max_depth=int(detail.number("max_depth", 1, minimum=1, integer=True) or 1),
+        follow=_follow(follow),
         remove=detail.str_list("remove"), fields=fields, unique_key=unique_key,
         limits=Limits(
             rate=_limit(limits, "rate"), burst=_int(_limit(limits, "burst")),
@@ -207,7 +218,7 @@ def parse_site(data: Any, source: str) -> SiteConfig:
             and not config.pagination:
         raise listing.error("links", "a list-start site needs list.links, list.items or"
                             " list.pagination")
-    for reader in (limits, rendering, dedup, sampling, quality, listing, detail, top):
+    for reader in (limits, rendering, dedup, sampling, quality, listing, detail, follow, top):
         reader.done()
     return config
 
@@ -250,7 +261,7 @@ def _shown(value: Any) -> str:
 
 def _quota_key(limits: Reader) -> str | None:
     key = limits.string("quota_key")
-    if key is not None and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,200}", key):
+    if key is not None and not _QUOTA_KEY.match(key):
         raise limits.error("quota_key", f"expected letters, digits, '_.:-' (1-200), got {key!r}")
     return key
 
@@ -259,4 +270,27 @@ def _int(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-__all__ = ["LIMITS", "RESERVED", "parse_site"]
+def _follow(follow: Reader) -> Follow:
+    default = Follow()
+    extensions = follow.raw("deny_extensions")
+    return Follow(
+        canonicalize=follow.flag("canonicalize", default.canonicalize),
+        skip_nofollow=follow.flag("skip_nofollow", default.skip_nofollow),
+        # as LinkExtractor's deny_extensions: without the dot, compared case-insensitively
+        deny_extensions=default.deny_extensions if extensions is None else frozenset(
+            e.lower().lstrip(".") for e in follow.str_list("deny_extensions")))
+
+
+#: The rule format (:mod:`.format`) with this module's limit ranges.
+FORMAT = rule_keys.rule_format(LIMITS)
+
+
+def rule_schema() -> dict[str, Any]:
+    """The JSON Schema of a rule file: what ``meteorseed sites schema`` prints."""
+    schema = json_schema(FORMAT)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": "https://meteorseed.invalid/schemas/site-rules.json",
+            "title": "MeteorSeed site rule file", **schema}
+
+
+__all__ = ["FORMAT", "LIMITS", "parse_site", "rule_schema"]

@@ -4,7 +4,8 @@ The task's ``site_id`` picks the rules. A seed URL is a list page (or a detail p
 ``start: detail``); list pages yield their detail links and their next pages; detail pages
 yield one item, and links deeper only when the site sets ``detail.links`` and ``max_depth``.
 Every yielded request names its callback and carries only JSON values in ``meta``, so it can
-become a task for any worker. Items carry the rule ``version`` they were parsed with; rule
+become a task for any worker. Links are found as Scrapy's ``LinkExtractor`` finds them
+(:mod:`meteorseed_scrapy.sites.links`). Items carry the rule ``version`` they were parsed with; rule
 files are re-read while the spider runs (:mod:`meteorseed_scrapy.sites.loader`).
 """
 
@@ -14,6 +15,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +34,8 @@ from meteorseed_scrapy.settings import (
 )
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, find, select_values
+from meteorseed_scrapy.sites.links import follow
 from meteorseed_scrapy.sites.loader import SiteRegistry
-from meteorseed_scrapy.sites.model import Selector as Rule
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
@@ -165,10 +167,10 @@ class RuleSpider(scrapy.Spider):
                                             else find(scope, config.list_items)):
                 yield self._item(config, element, response.url, removed, index)
         if config.list_links is not None:
-            for url in self._links(config, scope, config.list_links, response):
+            for url in follow(config, scope, config.list_links, response):
                 yield scrapy.Request(url, callback=self.parse_detail, meta={"sites_depth": 1})
         if config.pagination is not None and page < config.max_pages:
-            for url in self._links(config, scope, config.pagination, response):
+            for url in follow(config, scope, config.pagination, response):
                 yield scrapy.Request(url, callback=self.parse_list, meta={"sites_page": page + 1})
 
     def parse_detail(self, response: Response, **kwargs: Any) -> Output:
@@ -179,7 +181,7 @@ class RuleSpider(scrapy.Spider):
         yield self._item(config, scope, response.url, self._removed(config, response))
         depth = int(response.meta.get("sites_depth", 1))
         if config.detail_links is not None and depth < config.max_depth:
-            for url in self._links(config, scope, config.detail_links, response):
+            for url in follow(config, scope, config.detail_links, response):
                 yield scrapy.Request(url, callback=self.parse_detail,
                                      meta={"sites_depth": depth + 1})
 
@@ -216,17 +218,9 @@ class RuleSpider(scrapy.Spider):
             return set()
         return {node.root for css in config.remove for node in response.css(css)}
 
-    def _links(self, config: SiteConfig, scope: Any, rule: Rule, response: Response) -> list[str]:
-        urls: dict[str, None] = {}  # ordered, without repeats
-        for value in select_values(scope, rule, response.url):
-            url = response.urljoin(str(value))
-            if url.startswith(("http://", "https://")) and config.allows(url):
-                urls[url] = None
-        return list(urls)
-
     def _item(self, config: SiteConfig, scope: Any, url: str, removed: set[Any],
               index: int | None = None) -> SiteItem:
-        parsed = extract(config.fields, scope, url, removed)
+        parsed = extract(config.fields, scope, url, removed, datetime.now(timezone.utc))
         reasons = check(config, parsed)
         self.tracker.record(config, bool(reasons))
         key: str | None = None
