@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "example_project")]
 
 from demo_project.spiders.demo import DemoSpider  # noqa: E402
-from e2e_helpers import stored_docs, wait_for  # noqa: E402
+from e2e_helpers import stored_docs  # noqa: E402
 from scrapy.http import HtmlResponse, Request  # noqa: E402
 from test_sites_e2e import enqueue_details, start_sites_worker  # noqa: E402
 
@@ -40,6 +40,7 @@ from meteorseed_scrapy.sites.loader import SiteRegistry  # noqa: E402
 from meteorseed_scrapy.sites.spider import RuleSpider  # noqa: E402
 from meteorseed_scrapy.task.context import TASK_META_KEY  # noqa: E402
 from meteorseed_scrapy.task.exec_task import ExecTask  # noqa: E402
+from meteorseed_scrapy.testing.polling import wait_for  # noqa: E402
 from meteorseed_scrapy.testing.redis_server import RedisServer  # noqa: E402
 from meteorseed_scrapy.testing.sites import DemoSite  # noqa: E402
 
