@@ -34,11 +34,8 @@ from typing import TYPE_CHECKING, Any
 from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store.backends import check_store_uri, open_store
 from meteorseed_scrapy.store.base import Store
-from meteorseed_scrapy.store.documents import UniqueKeyError, item_document
+from meteorseed_scrapy.store.documents import item_document
 from meteorseed_scrapy.store.group_commit import (
-    BACKOFF_CAP,
-    BACKOFF_FIRST,
-    STATS_PREFIX,
     GroupCommitter,
 )
 from meteorseed_scrapy.task.context import current_scrape
@@ -97,5 +94,4 @@ class UpsertPipeline:
         return item
 
 
-__all__ = ["BACKOFF_CAP", "BACKOFF_FIRST", "STATS_PREFIX", "StoreWriteError", "UniqueKeyError",
-           "UpsertPipeline"]
+__all__ = ["StoreWriteError", "UpsertPipeline"]

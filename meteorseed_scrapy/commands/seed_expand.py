@@ -44,7 +44,7 @@ from meteorseed_scrapy.settings import (
 from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE, LANES
 
-__all__ = ["Command", "ExpandSummary", "expand_stream"]
+__all__ = ["Command"]
 
 EXIT_REJECTED = 1
 EXIT_FAILED = 2

@@ -30,7 +30,7 @@ from meteorseed_scrapy.queue.status import quiet_plan
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
-__all__ = ["Delivery", "Ref", "StreamConsumer", "by_stream"]
+__all__ = ["StreamConsumer"]
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.queue import dedup as fingerprint
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.dedup import RECRAWL_META_KEY, fingerprint_bytes, recrawl_window
 from meteorseed_scrapy.queue.dedup_server import check_server_config
@@ -32,8 +31,7 @@ from meteorseed_scrapy.task.validation import TaskError
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "StreamCount", "TaskWriter", "fingerprint",
-           "pack_tasks"]
+__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "StreamCount", "TaskWriter", "pack_tasks"]
 
 logger = logging.getLogger(__name__)
 

@@ -222,4 +222,4 @@ class SeedRegistry:
         return await self.get(seed_id)
 
 
-__all__ = ["MAX_ERROR_CHARS", "SeedRecord", "SeedRegistry", "seed_to_dict"]
+__all__ = ["MAX_ERROR_CHARS", "SeedRegistry"]

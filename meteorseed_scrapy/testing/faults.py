@@ -38,7 +38,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from meteorseed_scrapy.testing.fault_modes import (
-    MAX_DELAY,
     RESET,
     Hit,
     Mode,
@@ -250,8 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     serve_until_interrupted(site, lambda started: started.url)
 
 
-__all__ = ["MAX_DELAY", "RESET", "FaultSite", "Hit", "Mode", "page", "parse_mode",
-           "site_of"]
+__all__ = ["FaultSite"]
 
 
 if __name__ == "__main__":
