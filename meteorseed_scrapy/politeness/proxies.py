@@ -17,7 +17,7 @@ from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setti
 from meteorseed_scrapy.sites.lookup import SiteMiddleware
 
 # Logged under the name these middlewares always had (users' logging config refers to it).
-logger = logging.getLogger("meteorseed_scrapy.middlewares")
+logger = logging.getLogger(__name__)
 
 #: meta key of the proxy the pool chose for a request
 PROXY_META_KEY = "meteorseed_proxy"

@@ -18,7 +18,7 @@ from twisted.internet.defer import Deferred
 from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_of
 
 # Logged under the name these middlewares always had (users' logging config refers to it).
-logger = logging.getLogger("meteorseed_scrapy.middlewares")
+logger = logging.getLogger(__name__)
 
 
 class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):

@@ -12,7 +12,7 @@ from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.seed_task import SeedTask
 
 # Logged under the registry's name, as before this was split out of it.
-logger = logging.getLogger("meteorseed_scrapy.seeding.registry")
+logger = logging.getLogger(__name__)
 
 
 def seed_to_dict(seed: SeedTask) -> dict[str, Any]:

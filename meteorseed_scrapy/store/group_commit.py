@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
 # Logged under the store stage's name, as before this was split out of it.
-logger = logging.getLogger("meteorseed_scrapy.pipelines")
+logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 BACKOFF_FIRST = 0.1
