@@ -20,6 +20,7 @@ from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.scheduler import StreamScheduler
 from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.sites.model import Limits
+from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 from meteorseed_scrapy.testing.polling import wait_for
@@ -137,14 +138,19 @@ def entry(priority: int, n: int) -> Any:
     return SimpleNamespace(task=task)
 
 
-def dispatcher_for(breaker: Breaker, parked: list[tuple[Any, float]]) -> tuple[Dispatcher,
-                                                                                SiteQueues]:
+def dispatcher_for(breaker: Breaker, parked: list[tuple[Any, float]],
+                   whys: list[DeferReason] | None = None) -> tuple[Dispatcher, SiteQueues]:
     buffer = SiteQueues()
+
+    def park(e: Any, delay: float, why: DeferReason) -> None:
+        parked.append((e, delay))
+        if whys is not None:
+            whys.append(why)
+
     dispatcher = Dispatcher(
         desk=None, buffer=buffer, hops=SiteQueues(),  # type: ignore[arg-type]
         limits_for=lambda _s: SiteLimits(rate=10.0, burst=5, concurrency=4), breaker=breaker,
-        budget=lambda: 10, on_change=lambda: None,
-        park=lambda e, delay: parked.append((e, delay)), stats=breaker.stats,
+        budget=lambda: 10, on_change=lambda: None, park=park, stats=breaker.stats,
     )
     return dispatcher, buffer
 
@@ -153,7 +159,8 @@ def test_a_site_open_for_long_parks_its_low_priority_tasks_for_longer() -> None:
     config = BreakerConfig(probe_interval=60, degrade_after=300, degrade_delay=900, degrade_below=1)
     breaker = Breaker(NO_REDIS, None, config, FakeStats())  # type: ignore[arg-type]
     parked: list[tuple[Any, float]] = []
-    dispatcher, buffer = dispatcher_for(breaker, parked)
+    whys: list[DeferReason] = []
+    dispatcher, buffer = dispatcher_for(breaker, parked, whys)
     for n, priority in enumerate([0, 5, -1, 1]):
         buffer.append("down", entry(priority, n))
 
@@ -161,8 +168,10 @@ def test_a_site_open_for_long_parks_its_low_priority_tasks_for_longer() -> None:
     breaker._opened_at["down"] = time.monotonic() - 10  # open, but not for long yet
     dispatcher._park_excess("down", 60.0)
     assert sorted(round(d) for _, d in parked) == [60, 60, 60, 60]  # all back at the probe
+    assert whys == [DeferReason.SICK] * 4  # recorded in the delayed set: status shows why
 
     parked.clear()
+    whys.clear()
     for n, priority in enumerate([0, 5, -1, 1]):
         buffer.append("down", entry(priority, n))
     breaker._opened_at["down"] = time.monotonic() - 301
@@ -170,6 +179,9 @@ def test_a_site_open_for_long_parks_its_low_priority_tasks_for_longer() -> None:
     delays = {e.task.priority: d for e, d in parked}
     assert delays[5] < 61 and delays[1] < 61  # important tasks still come back at each probe
     assert delays[0] >= 900 and delays[-1] >= 900  # the rest are parked for long
+    reasons = {e.task.priority: why for (e, _), why in zip(parked, whys, strict=True)}
+    assert reasons == {5: DeferReason.SICK, 1: DeferReason.SICK, 0: DeferReason.PRIORITY,
+                       -1: DeferReason.PRIORITY}
     assert breaker.stats.values["meteorseed/breaker/down/degraded"] == 2
 
 
@@ -185,6 +197,20 @@ def test_a_recovering_site_keeps_its_most_important_tasks_in_memory() -> None:
     assert len(kept) == 20
     assert [e.task.priority for e in kept[:10]] == [9] * 10  # the priority-9 tasks first
     assert all(e.task.priority == 0 for e, _ in parked)
+
+
+def test_a_healthy_site_parks_for_a_pause_or_its_quota() -> None:
+    breaker = Breaker(NO_REDIS, None, BreakerConfig(), FakeStats())  # type: ignore[arg-type]
+    parked: list[tuple[Any, float]] = []
+    whys: list[DeferReason] = []
+    dispatcher, buffer = dispatcher_for(breaker, parked, whys)
+    for n in range(30):
+        buffer.append("down", entry(0, n))
+    dispatcher._park_excess("down", 1.0)  # can go soon: more than 2 s of its rate parked
+    assert len(parked) == 10 and set(whys) == {DeferReason.QUOTA}
+    whys.clear()
+    dispatcher._park_excess("down", 30.0)  # must wait long: a pause (or far behind quota)
+    assert len(whys) == 20 and set(whys) == {DeferReason.PAUSED}
 
 
 def test_breaker_degrade_needs_the_breaker_open() -> None:

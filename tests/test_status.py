@@ -8,6 +8,7 @@ import asyncio
 import json
 import math
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -42,6 +43,9 @@ from meteorseed_scrapy.queue.status import (
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.polling import wait_for
+from meteorseed_scrapy.testing.sites import DemoSite
+from tests.e2e_helpers import enqueue, start_worker
 
 T = TypeVar("T")
 
@@ -300,3 +304,26 @@ def test_site_of_any_member_is_a_valid_id_or_none(member: str | bytes) -> None:
 def test_site_of_finds_the_site_behind_any_route(site: str, route: str) -> None:
     member = route + json.dumps({"site_id": site, "url": "https://a.test/|"})
     assert site_of(member) == (site if route != "x|y|" else None)
+
+
+@pytest.mark.e2e
+def test_a_worker_records_why_it_deferred_each_task(
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+        demo_site: DemoSite) -> None:
+    """A 503 waits as a retry, a 429 as a paused site: what ``meteorseed status`` reports."""
+    keys = KeyLayout(namespace)
+    enqueue(redis_url, namespace, [f"{demo_site.url}/flaky/{namespace}/1?code=503"])
+    worker = start_worker(tmp_path, redis_url, namespace, name="w1", METEORSEED_IDLE_CLOSE=0,
+                          METEORSEED_BACKOFF_BASE=120)
+    try:
+        wait_for(lambda: sync_redis.zcard(keys.delayed) == 1, 60, 0.05)
+        enqueue(redis_url, namespace, [f"{demo_site.url}/status/429?retry_after=600&n={namespace}"])
+        wait_for(lambda: sync_redis.zcard(keys.delayed) == 2, 60, 0.05)
+    finally:
+        worker.kill()
+    status = read_status(sync_redis, keys)
+    assert (status.backlog, status.pending, status.delayed.total) == (0, 0, 2)
+    assert status.delayed.reasons == {"paused": 1, "retry": 1}
+    (site,) = status.delayed.sites
+    assert site.site_id == "probe" and site.count == 2
+    assert site.next_due_at is not None and site.next_due_at - status.at > 60

@@ -16,6 +16,7 @@ from typing import Any
 from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
+from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.worker.ledger import Entry
 
 PARK_AFTER_S = 2.0  # a site that must wait longer than this gives its waiting tasks back
@@ -27,7 +28,8 @@ class Dispatcher:
     def __init__(self, desk: PermitDesk, buffer: SiteQueues, hops: SiteQueues,
                  limits_for: Callable[[str], SiteLimits], breaker: Breaker, *,
                  budget: Callable[[], int],
-                 on_change: Callable[[], None], park: Callable[[Entry, float], None],
+                 on_change: Callable[[], None],
+                 park: Callable[[Entry, float, DeferReason], None],
                  stats: Any) -> None:
         self.desk = desk
         self.buffer = buffer
@@ -76,11 +78,18 @@ class Dispatcher:
         rate = self.limits_for(site).rate
         parked = entries[keep:]
         degraded = 0
+        # Why they wait, recorded with them (meteorseed status): a site that cannot be fetched
+        # for a while is sick (its breaker not closed) or paused (a 429/403, or far behind its
+        # quota); else it just has more waiting than its rate serves soon.
+        why = (DeferReason.SICK if self.breaker.state.get(site, "closed") != "closed"
+               else DeferReason.PAUSED if wait > PARK_AFTER_S else DeferReason.QUOTA)
         for i, entry in enumerate(parked):
             # Spread them over the site's quota so they do not all come back at once.
             delay = max(wait, 0.0, self.breaker.degraded(site, entry.task.priority))
-            degraded += delay > max(wait, 0.0)
-            self._park(entry, delay + (keep + i) / rate)
+            held_back = delay > max(wait, 0.0)  # a sick site's permits go to higher priorities
+            degraded += held_back
+            self._park(entry, delay + (keep + i) / rate,
+                       DeferReason.PRIORITY if held_back else why)
         if parked:
             self.stats.inc_value(f"meteorseed/quota/parked/{site}", len(parked))
         if degraded:
