@@ -133,6 +133,8 @@ class BackoffMiddleware:
         assert self.gate is not None
         retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
         self.stats.inc_value(f"meteorseed/throttled/{site}/{status}")
+        if self.breaker is not None:  # trouble: the fleet's give-up clock runs
+            self.breaker.throttled(site)
         try:
             result: PauseResult = await self.gate.pause(
                 site, retry_after, granted_at(request.meta.get(LEASE_META_KEY)))
@@ -207,17 +209,18 @@ class CircuitBreakerMiddleware:
     def bind(self, gate: SiteGate, breaker: Breaker) -> None:
         self.breaker = breaker
 
-    def _record(self, request: Request, error: bool) -> None:
+    def _record(self, request: Request, error: bool, good: bool = False) -> None:
         task = task_of(request)
         if task is None or self.breaker is None:
             return
         probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
         self.breaker.record(task.site_id, error, request.meta.get("download_latency", 0.0), probe,
-                            task.task_id)
+                            task.task_id, good)
 
     def process_response(self, request: Request, response: Response,
                          spider: Spider | None = None) -> Response:
-        self._record(request, response.status >= 500)
+        status = response.status
+        self._record(request, status >= 500, status < 500 and status not in PAUSE_CODES)
         return response
 
     def process_exception(self, request: Request, exception: Exception,

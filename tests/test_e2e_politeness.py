@@ -202,3 +202,26 @@ def test_a_site_with_corrupt_gate_state_waits_alone_and_others_keep_flowing(
     finally:
         worker.kill()
     assert sync_redis.xlen(keys.dead) == 0
+
+
+def test_a_batch_crawl_gives_up_on_a_dead_host_and_ends(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+    demo_site: DemoSite, refused_port: int
+) -> None:
+    keys = KeyLayout(namespace)
+    good = [f"{demo_site.url}/shop/product/{i}" for i in range(1, 21)]
+    down = [f"http://127.0.0.1:{refused_port}/page/{i}" for i in range(3)]
+    enqueue(redis_url, namespace, good)
+    enqueue(redis_url, namespace, down, site_id="down", seed_id="s2")
+    worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_IDLE_CLOSE=3,
+                          RETRY_TIMES=2)
+    # The batch rule: at most 60 s of continuous trouble, then the site's tasks are dead.
+    assert worker.wait(120) == 0, worker.log()[-3000:]
+
+    assert len(stored_docs(tmp_path / "items.db")) == 20
+    dead = sync_redis.xrange(keys.dead)
+    assert len(dead) == 3
+    assert all(f["reason"].startswith("site down since ") for _, f in dead), dead
+    assert sync_redis.zcard(keys.delayed) == 0
+    assert sync_redis.xlen(keys.stream) == 0
+    assert worker.stats()["meteorseed/given_up/down"] == 3

@@ -5,6 +5,8 @@
 -- KEYS[1]  the site's health window (hash: '<second>:n' / ':e' / ':l' -> counts, latency ms)
 -- KEYS[2]  the site's breaker (hash: state open|ramp, step, since (ms))
 -- KEYS[3]  the site's probe lock (string with a PX expiry; held by the half-open probe)
+-- KEYS[4]  the site's trouble start (string: Redis time in ms its continuous trouble began, with
+--          a PX expiry renewed while the trouble lasts): the fleet's clock for giving up
 -- ARGV[1]  requests finished since the last call
 -- ARGV[2]  of which errors (5xx, timeouts, connection errors)
 -- ARGV[3]  sum of their latencies, ms
@@ -15,8 +17,11 @@
 -- ARGV[8]  '1' when this worker's own window is abnormal
 -- ARGV[9]  probe result: '' (none), 'ok' or 'fail'
 -- ARGV[10] length of one ramp step, ms
+-- ARGV[11] good answers since the last call (the site answered normally: its trouble is over)
+-- ARGV[12] '1' when this worker saw the site throttle (a 429/403) since the last call
+-- ARGV[13] trouble memory, ms: trouble not seen again within it is forgotten
 -- Returns {state ('closed'|'open'|'ramp'), rate factor, fleet requests, fleet errors,
---          fleet mean latency ms}.
+--          fleet mean latency ms, ms of continuous trouble so far (-1: none)}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sec = math.floor(now / 1000)
@@ -69,4 +74,17 @@ if state == 'ramp' then
 elseif state == 'open' then
   factor = 0
 end
-return {state, tostring(factor), n, e, math.floor(mean)}
+-- Trouble: the breaker open, this worker's window abnormal, or the site throttling. It lasts
+-- until the site answers normally again while its breaker is not open.
+local raw = redis.call('GET', KEYS[4])
+if raw and not tonumber(raw) then redis.call('DEL', KEYS[4]) end  -- corrupt: start afresh
+if tonumber(ARGV[11]) > 0 and state ~= 'open' then
+  redis.call('DEL', KEYS[4])
+elseif state == 'open' or ARGV[8] == '1' or ARGV[12] == '1' then
+  redis.call('SET', KEYS[4], now, 'NX')
+  redis.call('PEXPIRE', KEYS[4], ARGV[13])
+end
+local began = tonumber(redis.call('GET', KEYS[4]) or '')  -- anything else reads as no trouble
+local trouble = -1
+if began then trouble = math.max(0, now - began) end
+return {state, tostring(factor), n, e, math.floor(mean), trouble}

@@ -4,6 +4,10 @@ The breaker opens for the whole fleet only when this worker's window and the fle
 abnormal (error ratio or mean latency), so one worker's bad network cannot trip a healthy
 site. While open, the gate lets one probe through per ``METEORSEED_BREAKER_PROBE_INTERVAL``
 (a Redis lock); a good probe starts a ramp (1 %, 5 %, 25 %, 50 % of the rate, then closed).
+
+It also keeps the fleet's clock of a site's continuous trouble (breaker open, window abnormal,
+or throttling) in Redis: after ``give_up`` seconds of it, the site's waiting tasks are
+dead-lettered (:meth:`Breaker.given_up`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
@@ -24,6 +29,8 @@ logger = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.25
 MIN_FAILING_TASKS = 3  # distinct tasks failing in this worker's window before it judges the site
+#: A batch crawl (METEORSEED_IDLE_CLOSE > 0) gives up on a site in trouble after at most this.
+BATCH_GIVE_UP_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -38,9 +45,16 @@ class BreakerConfig:
     degrade_after: float = DEFAULTS["METEORSEED_BREAKER_DEGRADE_AFTER"]
     degrade_delay: float = DEFAULTS["METEORSEED_BREAKER_DEGRADE_DELAY"]
     degrade_below: int = DEFAULTS["METEORSEED_BREAKER_DEGRADE_BELOW"]
+    #: seconds of continuous trouble at a site before its waiting tasks are dead-lettered
+    give_up: float = DEFAULTS["METEORSEED_GIVE_UP_AFTER"]
+    #: trouble not seen again within this is over (longer than the longest pause)
+    trouble_memory: float = 3 * DEFAULTS["METEORSEED_BACKOFF_MAX"]
 
     @classmethod
     def from_settings(cls, settings: Any) -> BreakerConfig:
+        give_up = duration_setting(settings, "METEORSEED_GIVE_UP_AFTER", positive=True)
+        if duration_setting(settings, "METEORSEED_IDLE_CLOSE") > 0:
+            give_up = min(give_up, BATCH_GIVE_UP_S)  # a batch crawl must end
         return cls(
             window=duration_setting(settings, "METEORSEED_BREAKER_WINDOW", positive=True),
             min_requests=integer_setting(settings, "METEORSEED_BREAKER_MIN_REQUESTS", minimum=1),
@@ -57,6 +71,9 @@ class BreakerConfig:
             # a priority: any whole number
             degrade_below=integer_setting(settings, "METEORSEED_BREAKER_DEGRADE_BELOW",
                                           minimum=float("-inf")),
+            give_up=give_up,
+            trouble_memory=max(900.0, 3 * duration_setting(settings, "METEORSEED_BACKOFF_MAX",
+                                                           positive=True)),
         )
 
     @property
@@ -77,22 +94,53 @@ class Breaker:
         self.stats = stats
         self._health = scripts.register(redis, "health")
         self._local: dict[str, deque[tuple[float, bool, float, str]]] = {}
-        self._pending: dict[str, list[Any]] = {}  # site -> [n, errors, latency ms, probe]
+        # site -> [n, errors, latency ms, probe, good answers, throttled]
+        self._pending: dict[str, list[Any]] = {}
+        # site -> (s of continuous trouble fleet-wide, monotonic time it was learnt)
+        self._trouble: dict[str, tuple[float, float]] = {}
         self.state: dict[str, str] = {}
         self._opened_at: dict[str, float] = {}  # site -> monotonic time it was last seen opening
         self._next_flush = 0.0
         self.faults = SiteFaults("breaker", stats)  # a site whose breaker state Redis refuses
 
     def record(self, site: str, error: bool, latency_s: float, probe: bool,
-               task_id: str = "") -> None:
+               task_id: str = "", good: bool = False) -> None:
+        """One download's outcome; ``good``: the site answered normally (not an error, not a
+        429/403), which ends its trouble."""
         now = time.monotonic()
         self._local.setdefault(site, deque()).append((now, error, latency_s, task_id))
-        agg = self._pending.setdefault(site, [0, 0, 0, ""])
+        agg = self._pending.setdefault(site, [0, 0, 0, "", 0, 0])
         agg[0] += 1
         agg[1] += int(error)
         agg[2] += int(latency_s * 1000)
+        agg[4] += int(good)
         if probe:
             agg[3] = "fail" if error else "ok"
+
+    def throttled(self, site: str) -> None:
+        """The site answered 429/403: trouble, told to the fleet at the next flush."""
+        self._pending.setdefault(site, [0, 0, 0, "", 0, 0])[5] = 1
+
+    def trouble_for(self, site: str) -> float:
+        """Seconds of continuous trouble at the site, fleet-wide (0: none known)."""
+        known = self._trouble.get(site)
+        return 0.0 if known is None else known[0] + time.monotonic() - known[1]
+
+    def given_up(self, site: str) -> str:
+        """Why the site's waiting tasks are given up on ("" while not): its trouble lasted
+        ``give_up`` seconds."""
+        trouble = self.trouble_for(site)
+        if site not in self._trouble or trouble < self.config.give_up:
+            return ""
+        since = datetime.now(UTC) - timedelta(seconds=trouble)
+        return (f"site down since {since.isoformat(timespec='seconds')} (gave up after "
+                f"{self.config.give_up:.0f}s of continuous trouble)")
+
+    def give_up_in(self, site: str) -> float | None:
+        """Seconds until the site's tasks are given up on (None: no trouble)."""
+        if site not in self._trouble:
+            return None
+        return max(0.0, self.config.give_up - self.trouble_for(site))
 
     def local_abnormal(self, site: str) -> bool:
         window = self._local.get(site)
@@ -144,24 +192,27 @@ class Breaker:
         if now < self._next_flush:
             return
         self._next_flush = now + FLUSH_INTERVAL_S
-        sites = set(self._pending) | {s for s, st in self.state.items() if st != "closed"}
+        sites = (set(self._pending) | {s for s, st in self.state.items() if st != "closed"}
+                 | set(self._trouble))
         cfg = self.config
         for site in sites:
             if self.faults.blocked(site):
                 continue
-            pending = self._pending.pop(site, [0, 0, 0, ""])
-            n, errors, latency_ms, probe = pending
+            pending = self._pending.pop(site, [0, 0, 0, "", 0, 0])
+            n, errors, latency_ms, probe, good, throttled = pending
             quota = self.quota_of(site)
             try:
                 reply = await self._health(
                     keys=[self.keys.site_own(site, quota, w)
-                          for w in ("health", "breaker", "probe")],
+                          for w in ("health", "breaker", "probe", "trouble")],
                     args=[n, errors, latency_ms, int(cfg.window), cfg.min_requests,
                           cfg.error_ratio, int(cfg.max_latency * 1000),
-                          int(self.local_abnormal(site)), probe, int(cfg.ramp_step_s * 1000)],
+                          int(self.local_abnormal(site)), probe, int(cfg.ramp_step_s * 1000),
+                          good, throttled, int(cfg.trouble_memory * 1000)],
                 )
                 state = str(reply[0])
                 fleet = reply[2:5]
+                trouble_ms = int(reply[5])
             except SITE_ERRORS as exc:
                 # This site's breaker state is corrupt: its counts wait for the next try, and
                 # the other sites' breakers go on.
@@ -169,6 +220,10 @@ class Breaker:
                 self._keep(site, pending)
                 continue
             self.faults.ok(site)
+            if trouble_ms >= 0:
+                self._trouble[site] = (trouble_ms / 1000, time.monotonic())
+            else:
+                self._trouble.pop(site, None)
             before = self.state.get(site, "closed")
             self.state[site] = state
             if state == "open" and before != "open":
@@ -180,7 +235,8 @@ class Breaker:
                     "mean latency %s ms)", site, before, state, *fleet)
 
     def _keep(self, site: str, pending: list[Any]) -> None:
-        agg = self._pending.setdefault(site, [0, 0, 0, ""])
-        for i in range(3):
+        agg = self._pending.setdefault(site, [0, 0, 0, "", 0, 0])
+        for i in (0, 1, 2, 4):
             agg[i] += pending[i]
         agg[3] = agg[3] or pending[3]
+        agg[5] = agg[5] or pending[5]

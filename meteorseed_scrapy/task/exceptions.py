@@ -33,3 +33,13 @@ class TaskDeferred(IgnoreRequest):
         self.reason = reason
         self.count_retry = count_retry
         self.why = why or (DeferReason.RETRY if count_retry else DeferReason.OTHER)
+
+
+class TaskGivenUp(Exception):
+    """The task's final failure when its site stayed in trouble for ``METEORSEED_GIVE_UP_AFTER``:
+    what its errback sees (once, as for any final failure); it is then dead-lettered with
+    ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

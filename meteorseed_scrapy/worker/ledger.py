@@ -28,6 +28,7 @@ class Entry:
     response_at: float = 0.0  # when the final hop's response reached the scraper
     verdict: Verdict | None = None  # set once the final hop was processed
     children_pending: int = 0
+    children: int = 0  # requests its final hop's callback (or errback) yielded
 
     @property
     def outcome(self) -> Outcome | None:
@@ -104,6 +105,7 @@ class TaskLedger:
         entry = self._entries.get(task_id)
         if entry is not None:
             entry.children_pending += 1
+            entry.children += 1
 
     def child_durable(self, task_id: str) -> Entry | None:
         entry = self._entries.get(task_id)

@@ -12,7 +12,8 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from twisted.python.failure import Failure
 
-from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
+from meteorseed_scrapy.politeness.breaker import Breaker
+from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred, TaskGivenUp
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import RETRY_LANE
 from meteorseed_scrapy.worker.requests import status_allowed
@@ -26,6 +27,10 @@ class Outcome(Enum):
     FAILED = "failed"  # callback or store failure: left pending, redelivered later
     DEFERRED = "deferred"  # 429 pause, 5xx/timeout retry: durably put back for later
 
+
+#: Why a task waits when its site is in trouble: such waits end by the site's give-up time.
+TROUBLE = frozenset({DeferReason.SICK, DeferReason.PAUSED, DeferReason.PRIORITY})
+GIVE_UP_SLACK_S = 1.0  # back this long after the give-up time, to find it passed
 
 #: Outcomes whose task's items (if any) were committed and which are acked.
 COMMITTED = frozenset({Outcome.DONE, Outcome.GONE, Outcome.IGNORED})
@@ -56,6 +61,9 @@ def judge(task: ExecTask, result: Response | Failure, request: Request, spider: 
                            defer_task=again,
                            defer_lane=RETRY_LANE if deferred.count_retry else "",
                            defer_why=deferred.why)
+        given_up = result.check(TaskGivenUp) and result.value
+        if isinstance(given_up, TaskGivenUp):
+            return Verdict(Outcome.DEAD, given_up.reason)
         if result.check(IgnoreRequest):
             return Verdict(Outcome.IGNORED, f"ignored: {result.getErrorMessage()}")
         retries = request.meta.get("retry_times", 0) + task.retry_count
@@ -71,4 +79,31 @@ def judge(task: ExecTask, result: Response | Failure, request: Request, spider: 
     return Verdict(Outcome.DEAD, f"HTTP {status} after {retries} retries", status=status)
 
 
-__all__ = ["COMMITTED", "Outcome", "Verdict", "judge"]
+def handled(verdict: Verdict, request: Request, output: bool) -> Verdict:
+    """A task dead at its final failure whose errback returned items or requests (``output``)
+    handled that failure, as in Scrapy: done, acked with its output."""
+    if verdict.outcome is Outcome.DEAD and output and request.errback is not None:
+        return Verdict(Outcome.DONE, f"handled by the errback: {verdict.reason}",
+                       status=verdict.status)
+    return verdict
+
+
+def trouble_wait(breaker: Breaker, stats: Any, site: str, delay_s: float, why: DeferReason
+                 ) -> tuple[str, float]:
+    """For a task going back to wait: ``(reason, delay)``. A task whose site is in trouble
+    (sick, paused, or parked for a sick site's priorities) is given up on, ``reason`` saying
+    since when, once the trouble lasted ``METEORSEED_GIVE_UP_AFTER``; until then it comes back
+    no later than just after that time, so that it is dead-lettered on time (and a batch crawl
+    ends). ``reason`` is "" when it waits as asked."""
+    if why not in TROUBLE:
+        return "", delay_s
+    reason = breaker.given_up(site)
+    if reason:
+        stats.inc_value(f"meteorseed/given_up/{site}")
+    left = breaker.give_up_in(site)
+    if reason or left is None:
+        return reason, delay_s
+    return "", min(delay_s, left + GIVE_UP_SLACK_S)
+
+
+__all__ = ["COMMITTED", "TROUBLE", "Outcome", "Verdict", "handled", "judge", "trouble_wait"]

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -29,7 +30,7 @@ from meteorseed_scrapy.queue.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, Scrape, task_of
-from meteorseed_scrapy.task.exceptions import DeferReason
+from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
 from meteorseed_scrapy.worker.completions import Completions
@@ -37,7 +38,7 @@ from meteorseed_scrapy.worker.dispatcher import Dispatcher
 from meteorseed_scrapy.worker.intake import READ_BLOCK_MS, Intake
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
 from meteorseed_scrapy.worker.loops import REDIS_DOWN, Loops
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, judge
+from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, handled, judge, trouble_wait
 from meteorseed_scrapy.worker.requests import request_to_task, task_to_request
 from meteorseed_scrapy.worker.signals import task_settled
 from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes, downloading
@@ -227,11 +228,22 @@ class StreamPump:
         entry = self._ledger.get(task.task_id) if task is not None else None
         if entry is None:
             return
-        self._finish(entry, judge(entry.task, result, request, self._spider, self._settings,
-                                  self._stats))
+        verdict = judge(entry.task, result, request, self._spider, self._settings, self._stats)
+        scrape = entry.scrape
+        output = entry.children + (scrape.committed + scrape.keyless_items if scrape else 0)
+        self._finish(entry, handled(verdict, request, output > 0 and not
+                                    (scrape and scrape.errors)))
         if self._blocked:  # a scrape finished: next_request() may hand out work again
             self._blocked = False
             self._on_change()
+
+    def deferral_ends(self, request: Request, deferred: TaskDeferred) -> str:
+        """Why ``request``'s task, deferred, is given up on now ("" while it only waits)."""
+        task = task_of(request)
+        if task is None:
+            return ""
+        return trouble_wait(self._breaker, self._stats, task.site_id, deferred.delay_s,
+                            deferred.why)[0]
 
     # -- what the loops ask (intake.Holder) --------------------------------------------------
     @property
@@ -261,6 +273,10 @@ class StreamPump:
 
     # -- settling ----------------------------------------------------------------------------
     def _finish(self, entry: Entry, verdict: Verdict) -> None:
+        if verdict.outcome is Outcome.DEFERRED:
+            reason, delay = self._trouble(entry, verdict.defer_s, verdict.defer_why)
+            verdict = (Verdict(Outcome.DEAD, reason, status=verdict.status) if reason
+                       else replace(verdict, defer_s=delay))
         settled = self._ledger.finish_scrape(entry.task.task_id, verdict)
         if settled is not None:
             self._settle(settled)
@@ -278,9 +294,18 @@ class StreamPump:
                                      reason=entry.reason)
 
     def _park(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER) -> None:
-        """Put a task that has not started back for later (its site may not be fetched now)."""
+        """Put a task that has not started back for later (its site may not be fetched now),
+        or dead-letter it when its site's trouble lasted too long."""
+        reason, delay_s = self._trouble(entry, delay_s, why)
+        if reason:
+            entry.verdict = Verdict(Outcome.DEAD, reason)
+            self._settle(entry)
+            return
         self._ledger.pop(entry.task.task_id)
         self._completions.parked(entry, delay_s, why)
+
+    def _trouble(self, entry: Entry, delay_s: float, why: DeferReason) -> tuple[str, float]:
+        return trouble_wait(self._breaker, self._stats, entry.task.site_id, delay_s, why)
 
     # -- permits -----------------------------------------------------------------------------
     def _download_done(self, request: Request) -> None:

@@ -14,10 +14,11 @@ from typing import Any
 
 from scrapy import Request, Spider, signals
 from scrapy.http import Response
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, current_scrape
+from meteorseed_scrapy.task.exceptions import TaskDeferred, TaskGivenUp
 from meteorseed_scrapy.worker.pump import StreamPump
 
 
@@ -48,6 +49,16 @@ class ScrapeTracker:
         scrape = self._pump.scrape_started(request)
         if scrape is None:  # no task of ours
             return self._original(result, request)
+        deferred = result.check(TaskDeferred) and result.value if isinstance(result, Failure) \
+            else None
+        if isinstance(deferred, TaskDeferred):
+            reason = self._pump.deferral_ends(request, deferred)
+            if not reason:
+                # A wait, not the end: the errback runs once, at the task's final failure (as
+                # with Scrapy's own retries), not at every deferral or pause.
+                self._pump.finished(request, result)
+                return succeed(None)
+            result = Failure(TaskGivenUp(reason))
         token = CURRENT_SCRAPE.set(scrape)
         try:
             dfd: Deferred[Any] = self._original(result, request)

@@ -1,0 +1,75 @@
+"""A spider's errback runs once, at its task's final failure, as in stock Scrapy: not at every
+durable retry or pause; an errback that returns items handled the failure (the task is acked)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.sites import DemoSite
+from tests.e2e_helpers import PROJECT, REPO, Worker, stored_docs
+
+pytestmark = pytest.mark.e2e
+
+
+def start_errback_worker(tmp_path: Path, redis_url: str, namespace: str) -> Worker:
+    log_path, stats_path = tmp_path / "w1.log", tmp_path / "w1.stats.json"
+    settings = {
+        "METEORSEED_REDIS_URL": redis_url, "METEORSEED_NAMESPACE": namespace,
+        "METEORSEED_STORE_URI": f"sqlite:///{tmp_path / 'items.db'}",
+        "METEORSEED_CONSUMER": "w1", "METEORSEED_IDLE_CLOSE": 2, "RETRY_TIMES": 2,
+        "LOG_FILE": str(log_path), "PROBE_STATS_FILE": str(stats_path),
+    }
+    args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "errback_probe"]
+    for key, value in settings.items():
+        args += ["-s", f"{key}={value}"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(PROJECT)]))
+    env.pop("SCRAPY_SETTINGS_MODULE", None)
+    proc = subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    return Worker("w1", proc, log_path, stats_path)
+
+
+def enqueue_with_errback(redis_url: str, namespace: str, urls: list[str]) -> None:
+    tasks = [ExecTask.create(seed_id="s1", site_id="probe", url=u, errback="on_error")
+             for u in urls]
+
+    async def run() -> None:
+        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            await TaskWriter(client, KeyLayout(namespace)).add(tasks)
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_the_errback_runs_once_at_the_final_failure_and_may_handle_it(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    handled = f"{demo_site.url}/status/500?handle=1&n={namespace}"
+    unhandled = f"{demo_site.url}/status/503?n={namespace}"
+    enqueue_with_errback(redis_url, namespace, [handled, unhandled])
+    worker = start_errback_worker(tmp_path, redis_url, namespace)
+    assert worker.wait() == 0, worker.log()[-3000:]
+
+    assert demo_site.hits("/status/500") == 3 and demo_site.hits("/status/503") == 3
+    stats = worker.stats()
+    # Once per task (two durable retries each did not call it), with Scrapy's HttpError.
+    assert stats["probe/errback"] == 2 and stats["probe/errback/HttpError"] == 2
+    assert stats["retry/count"] == 4 and stats["retry/max_reached"] == 2
+    assert set(stored_docs(tmp_path / "items.db")) == {"probe:errback:/status/500"}
+    (dead,) = sync_redis.xrange(KeyLayout(namespace).dead)
+    assert dead[1]["reason"] == "HTTP 503 after 2 retries"
+    assert sync_redis.xlen(KeyLayout(namespace).stream) == 0
+    assert sync_redis.zcard(KeyLayout(namespace).delayed) == 0
