@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from meteorseed_scrapy.queue.lanes import LaneWeights
 from meteorseed_scrapy.queue.writer import AddResult, TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY, task_of
-from meteorseed_scrapy.task.exceptions import TaskDeferred
+from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_until
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
@@ -308,6 +309,34 @@ def test_a_dead_letter_refused_because_another_worker_reclaimed_the_task_is_not_
         # Still pending, on the worker that reclaimed it: its to settle.
         [entry] = await rig.client.xpending_range(stream, rig.keys.group, "-", "+", 10)
         assert entry["consumer"] == "w2"
+
+    run(redis_url, namespace, body)
+
+
+@pytest.mark.parametrize(("trouble_s", "dead"), [(10**9, True), (0.0, False)],
+                         ids=["trouble-too-long", "trouble-just-began"])
+def test_a_task_of_a_site_in_trouble_is_given_up_on_or_back_by_the_give_up_time(
+    redis_url: str, namespace: str, trouble_s: float, dead: bool
+) -> None:
+    task = make_task(1)
+
+    async def body(rig: Rig) -> None:
+        breaker = rig.pump._breaker
+        breaker._trouble["shop"] = (trouble_s, time.monotonic())  # as the fleet told it
+        await rig.enqueue(task)
+        request = await rig.take()
+        rig.pump.scrape_started(request)
+        rig.pump.finished(request, Failure(TaskDeferred(10**7, "sick", count_retry=False,
+                                                        why=DeferReason.SICK)))
+        await wait_until(lambda: _not(rig.pending()))
+        if dead:
+            [reason] = await rig.dead_reasons()
+            assert reason.startswith("site down since ") and "86400s" in reason
+            assert rig.stats.get_value("meteorseed/given_up/shop") == 1
+        else:
+            assert await rig.dead_reasons() == []
+            [(_, due)] = await rig.client.zrange(rig.keys.delayed, 0, -1, withscores=True)
+            assert due <= time.time() * 1000 + (breaker.config.give_up + 2) * 1000
 
     run(redis_url, namespace, body)
 
