@@ -63,7 +63,9 @@ def test_the_errback_runs_once_at_the_final_failure_and_may_handle_it(
     worker = start_errback_worker(tmp_path, redis_url, namespace)
     assert worker.wait() == 0, worker.log()[-3000:]
 
-    assert demo_site.hits("/status/500") == 3 and demo_site.hits("/status/503") == 3
+    # Exact targets (with the namespace in the query): the demo site is shared by the session.
+    assert demo_site.hits(f"/status/500?handle=1&n={namespace}") == 3
+    assert demo_site.hits(f"/status/503?n={namespace}") == 3
     stats = worker.stats()
     # Once per task (two durable retries each did not call it), with Scrapy's HttpError.
     assert stats["probe/errback"] == 2 and stats["probe/errback/HttpError"] == 2
