@@ -1,0 +1,138 @@
+"""A task lookup's query and answer (:mod:`meteorseed_scrapy.queue.task_state` reads it).
+
+A query is a task id, or a URL canonicalised and fingerprinted as the writer does it for a plain
+GET (:func:`~meteorseed_scrapy.queue.dedup.fingerprint_bytes`); anything else is refused with a
+:class:`TaskError` naming the argument, whatever the input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from meteorseed_scrapy.queue.dedup import fingerprint_bytes
+from meteorseed_scrapy.task.canonical import canonical_url
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.validation import TaskError, check_id, check_url
+
+#: The order in which one state sums up a task found in several places (a URL enqueued
+#: again after its window, a done record beside a redelivery).
+ORDER = ("pending", "waiting", "delayed", "dead", "done")
+
+
+@dataclass(frozen=True)
+class TaskQuery:
+    """What is looked up: a task id, or a URL with its canonical form and dedup fingerprint."""
+
+    task_id: str | None = None
+    url: str | None = None
+    canonical: str | None = None
+    fingerprint: bytes = b""
+    site_id: str | None = None
+
+    def matches(self, task: ExecTask) -> bool:
+        if self.task_id is not None:
+            return task.task_id == self.task_id
+        try:
+            return fingerprint_bytes(task) == self.fingerprint
+        except ValueError:
+            return False
+
+    def to_json(self) -> dict[str, Any]:
+        if self.task_id is not None:
+            return {"task_id": self.task_id, "site_id": self.site_id}
+        return {"url": self.url, "canonical_url": self.canonical,
+                "fingerprint": self.fingerprint.hex(), "site_id": self.site_id}
+
+
+def _text_arg(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise TaskError(name, "must be a task id or an http(s) URL")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TaskError(name, "is not valid UTF-8 text") from None
+    return value
+
+
+def query_for_id(value: Any, name: str = "id", site: str | None = None) -> TaskQuery:
+    """A task-id query; :class:`TaskError` naming ``name`` (or ``site_id``) when invalid."""
+    try:
+        task_id = check_id(name, _text_arg(name, value))
+    except TaskError as exc:
+        raise TaskError(name, exc.problem) from None
+    return TaskQuery(task_id=task_id, site_id=_site(site))
+
+
+def query_for_url(value: Any, name: str = "url", site: str | None = None) -> TaskQuery:
+    """A URL query, canonicalised and fingerprinted as the writer does for a plain GET."""
+    url = check_url(_text_arg(name, value), name)
+    try:
+        canonical = canonical_url(url)
+    except ValueError as exc:
+        raise TaskError(name, f"cannot be canonicalised ({exc})"[:300]) from None
+    task = ExecTask(task_id="lookup", seed_id="lookup", site_id="lookup", url=url)
+    return TaskQuery(url=url, canonical=canonical, fingerprint=fingerprint_bytes(task, canonical),
+                     site_id=_site(site))
+
+
+def parse_query(value: Any, name: str = "URL|ID", site: str | None = None) -> TaskQuery:
+    """A URL (it has ``://``) or else a task id."""
+    text = _text_arg(name, value)
+    if "://" in text:
+        return query_for_url(text, name, site)
+    return query_for_id(text, name, site)
+
+
+def _site(site: str | None) -> str | None:
+    return None if site is None else check_id("site_id", site)
+
+
+@dataclass
+class Search:
+    where: str
+    how: str
+    read: int
+    complete: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"where": self.where, "how": self.how, "read": self.read,
+                "complete": self.complete}
+
+
+@dataclass
+class TaskState:
+    """The answer: ``state`` sums up ``places`` (each a state with where and since when),
+    ``dedup`` is the URL's dedup record, ``searched`` what was read and whether fully."""
+
+    query: TaskQuery
+    at: float
+    places: list[dict[str, Any]] = field(default_factory=list)
+    dedup: list[dict[str, Any]] = field(default_factory=list)
+    last_failure: str | None = None
+    searched: list[Search] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> str:
+        found = {place["state"] for place in self.places}
+        for name in ORDER:
+            if name in found:
+                return name
+        if any(d["seen"] for d in self.dedup):
+            return "deduplicated"
+        return "not found"
+
+    @property
+    def exhaustive(self) -> bool:
+        return all(s.complete for s in self.searched)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"query": self.query.to_json(), "state": self.state, "at": self.at,
+                "places": self.places, "dedup": self.dedup, "last_failure": self.last_failure,
+                "searched": [s.to_json() for s in self.searched],
+                "exhaustive": self.exhaustive, "notes": self.notes}
+
+
+__all__ = ["ORDER", "Search", "TaskQuery", "TaskState", "parse_query", "query_for_id",
+           "query_for_url"]

@@ -1,0 +1,324 @@
+"""Where is a task? Its whole state in one answer, read from where each state lives.
+
+The one reader behind ``meteorseed task URL|ID``, ``GET /tasks/{id}``, ``GET /tasks?url=`` and
+the console's lookup box. A query is a task id, or a URL that is canonicalised and
+fingerprinted exactly as the writer does (:func:`~meteorseed_scrapy.queue.dedup.fingerprint_bytes`
+of a plain GET). Per shard (:mod:`meteorseed_scrapy.queue.keys` documents every key):
+
+- pending and waiting: workers XDEL an entry once they ack it, so the entries of a task stream
+  up to the group's ``last-delivered-id`` are the pending ones and the rest wait. Each stream is
+  read with two bounded XRANGEs: the oldest :data:`PENDING_SCAN` up to that id, and the next
+  :data:`WAITING_SCAN` after it (the head of the line, so a match's position is exact); a
+  match up to it gets XPENDING of its own id (consumer, idle time, deliveries).
+- delayed: ZSCAN of the delayed set, at most :data:`DELAYED_ROUNDS` calls of COUNT
+  :data:`DELAYED_COUNT`, filtered by Redis with MATCH on the task id (or the site).
+- dead: the newest :data:`DEAD_SCAN` dead letters of each dead-letter stream (XREVRANGE).
+- done and failed: GET of ``<ns>:done:<id>`` and ``<ns>:failed:<id>`` (a task id only: the
+  completion record is keyed by it).
+- deduplicated: ``lua/dedup_when.lua`` on the site's dedup root (the site comes from the
+  query, from a matched entry, or from the seed registry's and the pushed rules' first
+  :data:`SITE_CANDIDATES` sites).
+
+Every search reports how much it read and whether that was all there was, so "not found"
+never reads as "not there" when a scan was cut short. Comparisons are made after decoding
+(task id, or canonical URL fingerprint), never on the raw text alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from meteorseed_scrapy.queue.deadletters import DeadLetter
+from meteorseed_scrapy.queue.dedup import fingerprint_bytes
+from meteorseed_scrapy.queue.delayed import DelayedEntry
+from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
+from meteorseed_scrapy.queue.reads import Batch, Plan, call
+from meteorseed_scrapy.queue.scan import glob_escape
+from meteorseed_scrapy.queue.scripts import script_source
+from meteorseed_scrapy.queue.task_query import Search, TaskQuery, TaskState
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.validation import TaskError, check_id
+
+#: Entries read per task stream up to the last delivered one (the pending ones, oldest first):
+#: pending entries are bounded by the workers' prefetch, so this is normally all of them.
+PENDING_SCAN = 1000
+#: Entries read per task stream after the last delivered one: the next to be delivered.
+WAITING_SCAN = 1000
+#: ZSCAN calls per delayed set, and the COUNT hint of each.
+DELAYED_ROUNDS = 10
+DELAYED_COUNT = 1000
+#: Newest dead letters read per dead-letter stream.
+DEAD_SCAN = 1000
+#: Sites whose dedup roots a URL query without a site consults (from the seed registry and
+#: the pushed rule files).
+SITE_CANDIDATES = 50
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _ok(reply: Any) -> Any:
+    """A reply, or None for a missing stream/group; other errors raise."""
+    if isinstance(reply, ResponseError) and ("NOGROUP" in str(reply)
+                                             or "no such key" in str(reply)):
+        return None
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _decode(fields: Any) -> ExecTask | None:
+    try:
+        return ExecTask.from_message(fields)
+    except TaskError:
+        return None
+
+
+def _last_delivered(groups: Any, group: str) -> str | None:
+    for row in _ok(groups) or []:
+        row = {_text(k): v for k, v in row.items()}
+        if _text(row.get("name")) == group:
+            return _text(row.get("last-delivered-id") or "0-0")
+    return None
+
+
+def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
+    """Read plan of a query's :class:`TaskState` (run it with ``run_sync``/``run_async``)."""
+    shards = [keys.for_site(query.site_id)] if query.site_id else list(keys.shard_keys)
+    streams = [s for shard in shards for s in shard.streams]
+    deads = list(dict.fromkeys(shard.dead for shard in shards))
+    first = [c for s in streams for c in (call("xinfo_groups", s), call("xlen", s))]
+    first += [call("xrevrange", d, "+", "-", count=DEAD_SCAN) for d in deads]
+    first += [call("xlen", d) for d in deads]
+    if query.task_id is not None:
+        first += [c for shard in shards
+                  for c in (call("get", shard.done(query.task_id)),
+                            call("get", shard.failed(query.task_id)))]
+    want_sites = query.site_id is None and query.url is not None
+    if want_sites:
+        first += [call("zrangebylex", keys.seeds_by_site, "-", "+", 0, SITE_CANDIDATES * 20),
+                  call("hscan", keys.sites, 0, count=SITE_CANDIDATES)]
+    replies, (clock,) = yield [Batch(first), Batch([call("time")], direct=True)]
+    it = iter(replies)
+    clock = _ok(clock)
+    state = TaskState(query, float(clock[0]) + float(clock[1]) / 1e6)
+    infos = {s: (_last_delivered(next(it), keys.group), int(_ok(next(it)) or 0))
+             for s in streams}
+    dead_pages = [_ok(next(it)) or [] for _ in deads]
+    dead_lengths = [int(_ok(next(it)) or 0) for _ in deads]
+    if query.task_id is not None:
+        for shard in shards:
+            _done(state, shard, _ok(next(it)))
+            note = _ok(next(it))
+            if note:
+                state.last_failure = _text(note)
+    candidates: list[str] = []
+    if want_sites:
+        by_site, (_, pushed) = _ok(next(it)) or [], _ok(next(it)) or (0, {})
+        candidates = [_text(m).split("	", 1)[0] for m in by_site] + [_text(k) for k in pushed]
+    for dead, page, length in zip(deads, dead_pages, dead_lengths, strict=True):
+        _dead(state, keys, dead, page)
+        state.searched.append(Search(dead, f"XREVRANGE + - COUNT {DEAD_SCAN}", len(page),
+                                     len(page) >= length))
+
+    second: list[Any] = []
+    for s in streams:
+        last, _ = infos[s]
+        if last is not None:
+            second.append(call("xrange", s, "-", last, count=PENDING_SCAN))
+            second.append(call("xrange", s, f"({last}", "+", count=WAITING_SCAN))
+        else:  # no consumer group yet: every entry waits
+            second.append(call("xrange", s, "-", "+", count=WAITING_SCAN))
+    (pages,) = yield [Batch(second)]
+    pages_it = iter(pages)
+    pending_hits: list[tuple[str, str, ExecTask]] = []
+    for s in streams:
+        last, length = infos[s]
+        lane, band = keys.stream_lanes[s]
+        read = 0
+        if last is not None:
+            delivered = _ok(next(pages_it)) or []
+            read += len(delivered)
+            for entry_id, fields in delivered:
+                task = _decode(fields)
+                if task is not None and query.matches(task):
+                    pending_hits.append((s, _text(entry_id), task))
+        waiting = _ok(next(pages_it)) or []
+        read += len(waiting)
+        for ahead, (entry_id, fields) in enumerate(waiting):
+            task = _decode(fields)
+            if task is not None and query.matches(task):
+                state.places.append({"state": "waiting", "stream": s, "lane": lane,
+                                     "band": band, "entry_id": _text(entry_id),
+                                     "ahead": ahead, "enqueued_at": _id_time(entry_id),
+                                     "task": task.to_dict()})
+        how = (f"XRANGE - {last} COUNT {PENDING_SCAN}, XRANGE ({last} + COUNT {WAITING_SCAN}"
+               if last is not None else f"XRANGE - + COUNT {WAITING_SCAN}")
+        state.searched.append(Search(s, how, read, read >= length))
+
+    delivered_places = [_pending(state, keys, s, entry_id, task)
+                        for s, entry_id, task in pending_hits]
+    third = [call("xpending_range", s, keys.group, entry_id, entry_id, 1)
+             for s, entry_id, _ in pending_hits]
+    sites = _sites_to_check(state, query, candidates)
+    third += [call("eval", script_source("dedup_when"), 1, keys.seen(site), "",
+                   _fingerprint(state, query, site)) for site in sites]
+    (last_replies,) = yield [Batch(third)]
+    for place, reply in zip(delivered_places, last_replies, strict=False):
+        _delivery(place, _ok(reply) or [])
+    for site, reply in zip(sites, last_replies[len(pending_hits):], strict=True):
+        _dedup(state, site, keys.seen(site), _ok(reply))
+
+    yield from _delayed(state, keys, shards, query)
+    if query.url is not None:
+        state.notes.append("a URL is found by its GET fingerprint; a task with another method "
+                           "or a body, and its completion record, are found by task id")
+    return state
+
+
+def _id_time(entry_id: Any) -> float:
+    return int(_text(entry_id).split("-", 1)[0]) / 1000
+
+
+def _fingerprint(state: TaskState, query: TaskQuery, site: str) -> bytes:
+    if query.fingerprint:
+        return query.fingerprint
+    for place in state.places:  # a task-id query: the fingerprint of the task found
+        task = place.get("task")
+        if task and task.get("site_id") == site:
+            try:
+                return fingerprint_bytes(ExecTask.from_dict(task))
+            except ValueError:
+                continue
+    return b""
+
+
+def _sites_to_check(state: TaskState, query: TaskQuery, candidates: list[str]) -> list[str]:
+    found = [p["task"]["site_id"] for p in state.places if p.get("task")]
+    sites = [query.site_id] if query.site_id else []
+    if query.task_id is None:
+        sites += found + candidates
+    else:
+        sites += found
+    out: list[str] = []
+    for site in dict.fromkeys(sites):
+        try:
+            out.append(check_id("site_id", site))
+        except TaskError:
+            continue
+    if len(out) > SITE_CANDIDATES:
+        state.notes.append(f"dedup checked for the first {SITE_CANDIDATES} of {len(out)} "
+                           "sites: pass the site to check another")
+    out = out[:SITE_CANDIDATES]
+    if query.task_id is not None:
+        out = [s for s in out if _fingerprint(state, query, s)]
+    return out
+
+
+def _done(state: TaskState, shard: ShardKeys, reply: Any) -> None:
+    if reply is None:
+        return
+    text = _text(reply)
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = {"raw": text[:2000]}
+    if not isinstance(record, dict):
+        record = {"raw": text[:2000]}
+    state.places.append({"state": "done", "key": shard.done(state.query.task_id or ""),
+                         "record": record})
+
+
+def _dead(state: TaskState, keys: KeyLayout, dead: str, page: list[Any]) -> None:
+    k = keys.deads.index(dead)
+    for entry_id, fields in page:
+        letter = DeadLetter.decode(_text(entry_id), {_text(a): _text(b) for a, b in
+                                                     fields.items()}, keys, k)
+        if letter.task is not None and state.query.matches(letter.task):
+            place = {"state": "dead", "stream": dead, **letter.summary()}
+            place["task"] = letter.task.to_dict()
+            state.places.append(place)
+
+
+def _pending(state: TaskState, keys: KeyLayout, stream: str, entry_id: str, task: ExecTask
+             ) -> dict[str, Any]:
+    lane, band = keys.stream_lanes[stream]
+    place: dict[str, Any] = {"state": "pending", "stream": stream, "lane": lane, "band": band,
+                             "entry_id": entry_id, "enqueued_at": _id_time(entry_id),
+                             "task": task.to_dict()}
+    state.places.append(place)
+    return place
+
+
+def _delivery(place: dict[str, Any], reply: list[Any]) -> None:
+    """XPENDING of a delivered entry: on which consumer, idle how long, delivered how often."""
+    if reply:
+        row = reply[0]
+        place.update(consumer=_text(row["consumer"]),
+                     idle_s=round(int(row["time_since_delivered"]) / 1000, 3),
+                     deliveries=int(row["times_delivered"]))
+    else:  # acked between the two reads: its XDEL follows at once
+        place.update(state="done", note="acked while being looked up")
+
+
+def _dedup(state: TaskState, site: str, key: str, reply: Any) -> None:
+    values = [int(v) for v in reply or [0]]
+    row: dict[str, Any] = {"site_id": site, "key": key, "seen": len(values) > 1}
+    if len(values) > 1:
+        _, window, since, eligible = values[:4]
+        row.update(window_s=window, seen_from=since if window else None,
+                   eligible_at=eligible if window else None)
+    state.dedup.append(row)
+
+
+def _delayed(state: TaskState, keys: KeyLayout, shards: list[ShardKeys], query: TaskQuery
+             ) -> Plan[None]:
+    """ZSCAN of each shard's delayed set, :data:`DELAYED_ROUNDS` calls at most."""
+    if query.task_id is not None:
+        needle = json.dumps(query.task_id, ensure_ascii=False)[1:-1]
+    elif query.site_id is not None:
+        needle = '"site_id":' + json.dumps(query.site_id, ensure_ascii=False)
+    else:
+        needle = ""
+    match = f"*{glob_escape(needle)}*" if needle else None
+    cursors: dict[str, int | None] = {shard.delayed: 0 for shard in shards}
+    read = dict.fromkeys(cursors, 0)
+    (sizes,) = yield [Batch([call("zcard", key) for key in cursors])]
+    for _ in range(DELAYED_ROUNDS):
+        live = [key for key, cursor in cursors.items() if cursor is not None]
+        if not live:
+            break
+        (replies,) = yield [Batch([call("zscan", key, cursors[key], match=match,
+                                        count=DELAYED_COUNT) for key in live])]
+        for key, reply in zip(live, replies, strict=True):
+            cursor, entries = _ok(reply) or (0, [])
+            cursors[key] = int(cursor) or None
+            read[key] += len(entries)
+            for member, score in entries:
+                _delayed_entry(state, key, _text(member), float(score))
+    for (key, cursor), size in zip(cursors.items(), sizes, strict=True):
+        how = f"ZSCAN MATCH {match} COUNT {DELAYED_COUNT}" if match else \
+            f"ZSCAN COUNT {DELAYED_COUNT}"
+        state.searched.append(Search(key, f"{how}, at most {DELAYED_ROUNDS} calls", read[key],
+                                     cursor is None or not int(_ok(size) or 0)))
+
+
+def _delayed_entry(state: TaskState, key: str, member: str, score: float) -> None:
+    route, bar, message = member.partition("|")
+    if not bar or member.startswith("{"):
+        route, message = "scheduled:normal", member
+    task = _decode({"v": "1", "t": message})
+    if task is None or not state.query.matches(task):
+        return
+    entry = DelayedEntry.parse(member, score)
+    lane, _, band = route.partition(":")
+    state.places.append({"state": "delayed", "key": key, "why": entry.why,
+                         "due_at": entry.due_at, "to_lane": lane, "to_band": band,
+                         "task": task.to_dict()})
+
+
+__all__ = ["DEAD_SCAN", "DELAYED_COUNT", "DELAYED_ROUNDS", "PENDING_SCAN", "SITE_CANDIDATES",
+           "WAITING_SCAN", "task_state_plan"]
