@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from meteorseed_scrapy import console
-from meteorseed_scrapy.api import dead, dispatch, monitor, seeds
+from meteorseed_scrapy.api import dead, dispatch, monitor, seeds, tasks
 from meteorseed_scrapy.api.auth import auth_middleware
 from meteorseed_scrapy.api.config import CONFIG, ApiConfig
 from meteorseed_scrapy.api.openapi import build_spec
@@ -43,6 +43,8 @@ def create_app(config: ApiConfig) -> web.Application:
     r.add_delete("/seeds/{seed_id}", seeds.delete_seed)
     r.add_get("/status", monitor.overview)
     r.add_get("/sites", monitor.sites)
+    r.add_get("/tasks", tasks.task_by_url)
+    r.add_get("/tasks/{task_id}", tasks.task_by_id)
     r.add_get("/dead-letters", dead.list_dead)
     r.add_get("/dead-letters/{letter_id}", dead.show_dead)
     r.add_post("/dead-letters/{letter_id}/requeue", dead.requeue_dead)

@@ -118,6 +118,24 @@ _LETTER_PARAM = {"name": "letter_id", "in": "path", "required": True,
                  "schema": {"type": "string", "pattern": deadletters.LETTER_ID.pattern}}
 
 
+_TASK_STATE = _obj(
+    query=_ANY_OBJ, at=_NUM, last_failure={"type": ["string", "null"]},
+    exhaustive={"type": "boolean", "description": "every structure was read in full"},
+    state={"enum": ["pending", "waiting", "delayed", "dead", "done", "deduplicated",
+                    "not found"]},
+    places={"type": "array", "items": {**_obj(
+        state={"enum": ["pending", "waiting", "delayed", "dead", "done"]}, stream=_STR,
+        lane=_STR, band=_STR, entry_id=_STR, enqueued_at=_NUM, ahead=_INT,
+        consumer={"type": ["string", "null"]}, idle_s=_NUM, deliveries=_INT_OR_NULL, why=_STR, due_at=_NUM_OR_NULL, reason=_STR,
+        record=_ANY_OBJ, task=_ANY_OBJ), "additionalProperties": True}},
+    dedup={"type": "array", "items": _obj(
+        site_id=_STR, key=_STR, seen={"type": "boolean"}, window_s=_INT,
+        seen_from=_INT_OR_NULL, eligible_at=_INT_OR_NULL)},
+    searched={"type": "array", "items": _obj(where=_STR, how=_STR, read=_INT,
+                                             complete={"type": "boolean"})},
+    notes={"type": "array", "items": _STR})
+
+
 def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": schema,
             "description": description}
@@ -207,6 +225,22 @@ def build_spec() -> dict[str, Any]:
                     site_id=_STR, breaker={"enum": ["closed", "open", "ramp"]},
                     requests_per_s=_NUM, error_ratio=_NUM, in_flight=_INT,
                     paused_for_s=_NUM, anomalies=_INT)})), **auth})},
+            "/tasks": {"get": _op(
+                "Where is the task of a URL (canonicalised and fingerprinted as the writer "
+                "does; its dedup record says when it may be crawled again)",
+                {**_ok("Its whole state (`state` is `not found` when no search found it)",
+                       _TASK_STATE), **_problems(422), **auth},
+                parameters=[{**_query("url", {"type": "string"}, "an http(s) URL"),
+                             "required": True},
+                            _query("site_id", _ID, "its site (else tried from what is found "
+                                   "and the seed registry)")])},
+            "/tasks/{task_id}": {"get": _op(
+                "Where is a task: waiting, pending, delayed, done, dead or deduplicated",
+                {**_ok("Its whole state (`state` is `not found` when no search found it)",
+                       _TASK_STATE), **_problems(422), **auth},
+                parameters=[{"name": "task_id", "in": "path", "required": True,
+                             "schema": _ID},
+                            _query("site_id", _ID, "its site: only that shard is searched")])},
             "/dead-letters": {"get": _op(
                 "Dead letters, oldest first",
                 {**_ok("A page", _obj(total=_INT, dead_letters={"type": "array",
