@@ -126,7 +126,8 @@ _TASK_STATE = _obj(
     places={"type": "array", "items": {**_obj(
         state={"enum": ["pending", "waiting", "delayed", "dead", "done"]}, stream=_STR,
         lane=_STR, band=_STR, entry_id=_STR, enqueued_at=_NUM, ahead=_INT,
-        consumer={"type": ["string", "null"]}, idle_s=_NUM, deliveries=_INT_OR_NULL, why=_STR, due_at=_NUM_OR_NULL, reason=_STR,
+        consumer={"type": ["string", "null"]}, idle_s=_NUM, deliveries=_INT_OR_NULL,
+        why=_STR, due_at=_NUM_OR_NULL, reason=_STR,
         record=_ANY_OBJ, task=_ANY_OBJ), "additionalProperties": True}},
     dedup={"type": "array", "items": _obj(
         site_id=_STR, key=_STR, seen={"type": "boolean"}, window_s=_INT,
