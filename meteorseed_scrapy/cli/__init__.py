@@ -15,7 +15,7 @@ from typing import IO
 import redis
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.cli import dead, reset, seeder, serve, sites, status, task
+from meteorseed_scrapy.cli import dead, redis_cmd, reset, seeder, serve, sites, status, task
 from meteorseed_scrapy.cli.common import (
     EXIT_ERROR,
     CliError,
@@ -28,7 +28,7 @@ from meteorseed_scrapy.cli.common import (
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.scrapy_redis_settings import redact
 
-SUBCOMMANDS = (status, task, dead, reset, serve, seeder, sites)
+SUBCOMMANDS = (status, task, dead, reset, serve, seeder, sites, redis_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:
