@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.settings import DEFAULTS, to_flag
+
+logger = logging.getLogger(__name__)
 
 SCHEDULER = "meteorseed_scrapy.scheduler.StreamScheduler"
 PIPELINE = "meteorseed_scrapy.pipelines.UpsertPipeline"
@@ -13,6 +16,8 @@ SLOT_MIDDLEWARE = "meteorseed_scrapy.middlewares.SiteSlotMiddleware"
 BACKOFF_MIDDLEWARE = "meteorseed_scrapy.middlewares.BackoffMiddleware"
 # Sees every raw outcome before the backoff middleware turns failures into deferrals.
 BREAKER_MIDDLEWARE = "meteorseed_scrapy.middlewares.CircuitBreakerMiddleware"
+# Feeds each response's latency to its site's fleet-wide adaptive limit (politeness/adaptive.py).
+ADAPTIVE_MIDDLEWARE = "meteorseed_scrapy.politeness.adaptive.AdaptiveThrottleMiddleware"
 TRACING_EXTENSION = "meteorseed_scrapy.observability.logging.TracingExtension"
 # Stays off (NotConfigured) unless METEORSEED_METRICS_PORT is set.
 METRICS_EXTENSION = "meteorseed_scrapy.observability.metrics.MetricsExtension"
@@ -30,6 +35,15 @@ HYGIENE_MIDDLEWARES = {
     "meteorseed_scrapy.middlewares.UserAgentPoolMiddleware": 390,
     "meteorseed_scrapy.middlewares.ProxyPoolMiddleware": 740,
 }
+# Scrapy's periodic stats log (off in Scrapy by default): a worker with METEORSEED_IDLE_CLOSE = 0
+# never closes, so its stats would never be dumped. Every LOGSTATS_INTERVAL (60 s) it logs these
+# counters, and how much each moved since the last line. A project's PERIODIC_LOG_* settings (or
+# -s, or LOGSTATS_INTERVAL = 0) win: the add-on sets them at "addon" priority.
+PERIODIC_LOG = "scrapy.extensions.periodic_log.PeriodicLog"
+PERIODIC_LOG_INCLUDE = (
+    "meteorseed/", "item_scraped_count", "item_dropped_count", "response_received_count",
+    "downloader/response_status_count/", "log_count/ERROR",
+)
 
 
 class MeteorSeedAddon:
@@ -49,6 +63,7 @@ class MeteorSeedAddon:
         settings["DOWNLOADER_MIDDLEWARES"][SLOT_MIDDLEWARE] = 50
         settings["DOWNLOADER_MIDDLEWARES"][BREAKER_MIDDLEWARE] = 585
         settings["DOWNLOADER_MIDDLEWARES"][BACKOFF_MIDDLEWARE] = 580
+        settings["DOWNLOADER_MIDDLEWARES"][ADAPTIVE_MIDDLEWARE] = 590
         settings["EXTENSIONS"][TRACING_EXTENSION] = 0
         settings["EXTENSIONS"][METRICS_EXTENSION] = 500
         settings["DOWNLOADER_MIDDLEWARES"][LOG_SETUP] = 0
@@ -57,5 +72,31 @@ class MeteorSeedAddon:
         settings.set("ROBOTSTXT_OBEY", True, priority="addon")
         # Retries become durable (the delayed set in Redis) instead of in-memory re-requests.
         settings.set("RETRY_ENABLED", False, priority="addon")
+        settings["EXTENSIONS"].setdefault(PERIODIC_LOG, 0)
+        for name in ("PERIODIC_LOG_STATS", "PERIODIC_LOG_DELTA"):
+            settings.set(name, {"include": list(PERIODIC_LOG_INCLUDE)}, priority="addon")
         for name, value in DEFAULTS.items():
             settings.set(name, value, priority="default")
+        self._fleet_autothrottle(settings)
+
+    @staticmethod
+    def _fleet_autothrottle(settings: Any) -> None:
+        """``AUTOTHROTTLE_ENABLED`` means the fleet-wide adaptive limit here: Scrapy's
+        per-process AutoThrottle is switched off (N workers would each aim at the target, N
+        times the load asked for) and ``METEORSEED_ADAPTIVE`` on, at the priority the project
+        (or ``-s``) gave it. Without fleet-wide politeness there is nothing to hand over to, and
+        a project that sets ``METEORSEED_ADAPTIVE = False`` itself keeps Scrapy's."""
+        if not to_flag(settings.get("AUTOTHROTTLE_ENABLED"), "AUTOTHROTTLE_ENABLED"):
+            return
+        for name in ("METEORSEED_POLITENESS", "METEORSEED_ADAPTIVE"):
+            value = settings.get(name)
+            if (settings.getpriority(name) or 0) > 0 and value not in (None, "") \
+                    and not to_flag(value, name):
+                return
+        priority = settings.getpriority("AUTOTHROTTLE_ENABLED")
+        settings.set("AUTOTHROTTLE_ENABLED", False, priority=priority)
+        settings.set("METEORSEED_ADAPTIVE", True, priority=priority)
+        logger.info("AUTOTHROTTLE_ENABLED: Scrapy's per-process AutoThrottle is off; each "
+                    "site's rate follows the latency the whole fleet observes instead, aiming at "
+                    "%s requests in flight in total (METEORSEED_ADAPTIVE)",
+                    settings.get("AUTOTHROTTLE_TARGET_CONCURRENCY"))

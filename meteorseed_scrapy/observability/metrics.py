@@ -1,6 +1,8 @@
 """An optional Prometheus endpoint per worker (``pip install meteorseed-scrapy[metrics]``).
 
-Off unless ``METEORSEED_METRICS_PORT`` is set (the extension raises ``NotConfigured``). Serves
+Off unless ``METEORSEED_METRICS_PORT`` is set (the extension raises ``NotConfigured``): a port,
+or a range like Scrapy's ``TELNETCONSOLE_PORT`` (``[9410, 9420]`` or ``"9410-9420"``: the first
+free one, so several workers on one host, e.g. scrapyd jobs, each get one). Serves
 ``/metrics`` on ``METEORSEED_METRICS_HOST`` (default ``127.0.0.1``) from prometheus-client's
 own thread; nothing it does at scrape time touches Redis or the reactor:
 
@@ -17,7 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import json
 import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +33,7 @@ from scrapy.exceptions import NotConfigured
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.status import QueueSampler
 from meteorseed_scrapy.settings import (
+    ConfigError,
     duration_setting,
     redis_url_from,
     setting,
@@ -64,6 +70,39 @@ PLAIN_COUNTERS = (
 BREAKER_STATES = {"closed": 0, "ramp": 1, "open": 2}
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 4 * 3600,
                    86400, float("inf"))
+SETTING = "METEORSEED_METRICS_PORT"
+_RANGE = re.compile(r"\s*([0-9]+)\s*-\s*([0-9]+)\s*")
+
+
+def port_range(raw: Any) -> tuple[int, int] | None:
+    """``METEORSEED_METRICS_PORT`` as ``(first, last)``, or ``None`` when off (unset or 0).
+
+    Takes what Scrapy's ``TELNETCONSOLE_PORT`` takes (a port, ``[first, last]``, ``"first,last"``,
+    JSON ``"[first, last]"``) and ``"first-last"``; anything else is a :class:`ConfigError`."""
+    if raw is None or raw == 0 or (isinstance(raw, str) and raw.strip() in ("", "0")):
+        return None
+    parts: Any = raw
+    if isinstance(raw, str):
+        text = raw.strip()
+        if match := _RANGE.fullmatch(text):
+            parts = list(match.groups())
+        elif text.startswith("["):
+            try:
+                parts = json.loads(text)
+            except ValueError:
+                raise ConfigError(SETTING, f"not a port or a port range: {raw!r}"[:200]) from None
+        elif "," in text:
+            parts = text.split(",")
+    if not isinstance(parts, (list, tuple)):
+        port = to_integer(parts, SETTING, minimum=1, maximum=65535)
+        return port, port
+    if len(parts) not in (1, 2):
+        raise ConfigError(SETTING, f"a range is [first, last], got {len(parts)} values")
+    first, last = (to_integer(part, SETTING, minimum=1, maximum=65535) for part in
+                   (parts[0], parts[-1]))
+    if first > last:
+        raise ConfigError(SETTING, f"the range {first}-{last} is empty (first > last)")
+    return first, last
 
 
 class StatsCollector(Collector):
@@ -95,12 +134,13 @@ class StatsCollector(Collector):
 
 
 class MetricsExtension:
-    def __init__(self, crawler: Any, host: str, port: int, interval: float) -> None:
+    def __init__(self, crawler: Any, host: str, ports: tuple[int, int], interval: float) -> None:
         if CollectorRegistry is None:
             raise NotConfigured("METEORSEED_METRICS_PORT needs prometheus-client "
                                 "(pip install 'meteorseed-scrapy[metrics]')")
         self.crawler = crawler
-        self.host, self.port, self.interval = host, port, interval
+        self.host, self.ports, self.interval = host, ports, interval
+        self.port: int | None = None  # the one bound, once the spider opens
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StatsCollector(crawler.stats))
         self.latency = Histogram(
@@ -140,11 +180,10 @@ class MetricsExtension:
     @classmethod
     def from_crawler(cls, crawler: Any) -> MetricsExtension:
         settings = crawler.settings
-        raw = setting(settings, "METEORSEED_METRICS_PORT")
-        if raw in (None, 0, "0"):
+        ports = port_range(setting(settings, SETTING))
+        if ports is None:
             raise NotConfigured  # off, and silently so (no port, no warning)
-        port = to_integer(raw, "METEORSEED_METRICS_PORT", minimum=1, maximum=65535)
-        ext = cls(crawler, text_setting(settings, "METEORSEED_METRICS_HOST"), port,
+        ext = cls(crawler, text_setting(settings, "METEORSEED_METRICS_HOST"), ports,
                   duration_setting(settings, "METEORSEED_METRICS_INTERVAL", minimum=0.1))
         crawler.signals.connect(ext.spider_opened, signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signals.spider_closed)
@@ -154,7 +193,20 @@ class MetricsExtension:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def spider_opened(self, spider: Any) -> None:
-        self._server, _ = start_http_server(self.port, self.host, registry=self.registry)
+        first, last = self.ports
+        for port in range(first, last + 1):
+            try:
+                self._server, _ = start_http_server(port, self.host, registry=self.registry)
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            self.port = port
+            break
+        else:
+            logger.error("No Prometheus metrics: every port of %s (%d-%d) on %s is in use",
+                         SETTING, first, last, self.host)
+            return
         logger.info("Prometheus metrics on http://%s:%d/metrics", self.host, self.port)
         settings = self.crawler.settings
         self.sampler = QueueSampler(redis_url_from(settings), KeyLayout.from_settings(settings),
