@@ -4,8 +4,6 @@ Redis, the namespace, the store and the worker's name come from the command line
 the environment (``REDIS_URL``, ``MONGO_URL``); see the README's settings table.
 """
 
-from pathlib import Path
-
 BOT_NAME = "demo_project"
 
 # "demo" (a hand-written spider) and "sites" (the generic rule spider of meteorseed_scrapy).
@@ -27,7 +25,9 @@ METEORSEED_SITE_BURST = 20
 METEORSEED_SITE_CONCURRENCY = 8
 
 # One rule file per site for `scrapy crawl sites`; edits apply to running workers within ~1 s.
-METEORSEED_SITES_DIR = str(Path(__file__).resolve().parents[1] / "sites")
+# Package data (demo_project/sites, see setup.py): found in this checkout and inside the egg that
+# scrapyd-deploy builds alike (a path inside an egg is not a directory).
+METEORSEED_SITES_DIR = "pkg://demo_project/sites"
 
 TELNETCONSOLE_ENABLED = False
 FEED_EXPORT_ENCODING = "utf-8"

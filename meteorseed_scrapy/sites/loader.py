@@ -12,16 +12,60 @@ version: the site keeps its last good config and the log says so.
 from __future__ import annotations
 
 import logging
+import zlib
+from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
+from meteorseed_scrapy.settings import ConfigError as SettingError
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Source, Stamp, load_file
 
+if TYPE_CHECKING:  # (importlib.resources.abc is Python 3.11+; only annotations use it)
+    from importlib.resources.abc import Traversable
+
 logger = logging.getLogger(__name__)
+
+#: ``METEORSEED_SITES_DIR = "pkg://<package>/<dir>"``: rule files shipped as package data, read
+#: with importlib.resources, so they load from a zipped egg too (as scrapyd runs a project).
+PACKAGE_PREFIX = "pkg://"
+
+
+def rules_dir(value: str | Path) -> Path | Traversable:
+    """The rules directory a setting names: a path, or package data (:data:`PACKAGE_PREFIX`);
+    a package that cannot be imported is an error naming the setting."""
+    text = str(value)
+    if not text.startswith(PACKAGE_PREFIX):
+        return Path(value)
+    package, _, sub = text[len(PACKAGE_PREFIX):].partition("/")
+    try:
+        root = resources.files(package)
+    except (ImportError, TypeError, ValueError) as exc:
+        raise SettingError("METEORSEED_SITES_DIR", f"{text!r}: cannot import package "
+                           f"{package!r} ({exc})") from None
+    parts = [part for part in sub.split("/") if part]
+    return root.joinpath(*parts) if parts else root
+
+
+def _source(path: Path | Traversable) -> Source:
+    """How a rule file is named in stamps and logs: its path, or ``pkg://<path in the
+    archive>`` for package data in a zip (whose objects are new on every listing)."""
+    if isinstance(path, Path):
+        return path
+    return PACKAGE_PREFIX + str(getattr(path, "at", "") or path.name)
+
+
+def _stamp(path: Path | Traversable) -> Stamp:
+    """(mtime_ns, size) of a file; (CRC-32, size) of package data in a zip (no mtime)."""
+    if isinstance(path, Path):
+        info = path.stat()
+        return (info.st_mtime_ns, info.st_size)
+    data = path.read_bytes()
+    return (zlib.crc32(data), len(data))
 
 
 class SiteRegistry:
@@ -29,7 +73,7 @@ class SiteRegistry:
 
     def __init__(self, directory: str | Path | None,
                  remote: RemoteRules | None = None) -> None:
-        self.directory = Path(directory) if directory is not None else None
+        self.directory = rules_dir(directory) if directory is not None else None
         self.remote = remote
         self._sites: dict[str, SiteConfig] = {}
         self._stamps: dict[Source, Stamp] = {}
@@ -77,26 +121,30 @@ class SiteRegistry:
     def _poll_files(self) -> list[FileResult]:
         assert self.directory is not None
         try:
-            paths = sorted(p for p in self.directory.iterdir() if p.suffix in SUFFIXES)
+            paths = sorted((p for p in self.directory.iterdir()
+                            if Path(p.name).suffix in SUFFIXES), key=lambda p: p.name)
         except OSError as exc:
             logger.error("Cannot list site rules in %s (METEORSEED_SITES_DIR): %s; keeping the"
                          " %d sites loaded", self.directory, exc, len(self._sites))
             return []
         results = []
+        seen: set[Source] = set()
         for path in paths:
+            source = _source(path)
+            seen.add(source)
             try:
-                info = path.stat()
+                stamp = _stamp(path)
             except OSError:
                 continue  # deleted between listing and stat: seen as gone next time
-            stamp = (info.st_mtime_ns, info.st_size)
-            if self._stamps.get(path) == stamp:
+            if self._stamps.get(source) == stamp:
                 continue
             try:
-                results.append(FileResult(path, stamp, config=load_file(path)))
+                results.append(FileResult(source, stamp, config=load_file(path, str(source))))
             except ConfigError as exc:
-                results.append(FileResult(path, stamp, error=exc))
-        results.extend(FileResult(path, None) for path in self._stamps
-                       if isinstance(path, Path) and path not in paths)
+                results.append(FileResult(source, stamp, error=exc))
+        results.extend(FileResult(source, None) for source in self._stamps
+                       if (isinstance(source, Path) or source.startswith(PACKAGE_PREFIX))
+                       and source not in seen)
         return results
 
     def apply(self, results: list[FileResult]) -> None:

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from scrapy import Request
 
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, text_setting
-from meteorseed_scrapy.sites.loader import SiteRegistry
+from meteorseed_scrapy.sites.loader import SiteRegistry, rules_dir
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.rulefile import FileResult
@@ -49,7 +49,7 @@ class SiteConfigs:
     def __init__(self, directory: str | Path | None = None, remote: RemoteRules | None = None,
                  *, interval: float = RELOAD_INTERVAL, reload_on_read: bool = False,
                  spider: Callable[[], Any] | None = None) -> None:
-        self.directory = Path(directory) if directory else None
+        self.directory = rules_dir(directory) if directory else None
         self.interval = interval
         self.reload_on_read = reload_on_read
         self._spider = spider

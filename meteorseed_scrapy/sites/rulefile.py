@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -16,9 +17,14 @@ from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.schema import parse_site
 
+if TYPE_CHECKING:  # (importlib.resources.abc is Python 3.11+; only annotations use it)
+    from importlib.resources.abc import Traversable
+
 SUFFIXES = (".yaml", ".yml", ".json")
 Stamp = tuple[int, int]  # (mtime_ns, size); pushed rules: (digest prefix, size)
-Source = Path | str  # a file, or ``redis:<key>/<site_id>`` for a pushed rule file
+# A file; ``pkg://<package>/<dir>/<file>`` for package data; ``redis:<key>/<site_id>`` for a
+# pushed rule file.
+Source = Path | str
 
 
 @dataclass(frozen=True)
@@ -31,14 +37,15 @@ class FileResult:
     error: ConfigError | None = None
 
 
-def load_file(path: Path) -> SiteConfig:
-    """Read and validate one rule file, or raise :class:`ConfigError`."""
-    source = str(path)
+def load_file(path: Path | Traversable, source: str | None = None) -> SiteConfig:
+    """Read and validate one rule file (a path, or package data: ``source`` names it), or
+    raise :class:`ConfigError`."""
+    source = source or str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(source, "", f"cannot read: {exc}") from None
-    return parse_text(text, path.suffix, source)
+    return parse_text(text, Path(path.name).suffix, source)
 
 
 def parse_text(text: str, suffix: str, source: str) -> SiteConfig:

@@ -16,7 +16,6 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import scrapy
@@ -35,7 +34,7 @@ from meteorseed_scrapy.settings import (
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, find, select_values
 from meteorseed_scrapy.sites.links import follow
-from meteorseed_scrapy.sites.loader import SiteRegistry
+from meteorseed_scrapy.sites.loader import SiteRegistry, rules_dir
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
@@ -95,7 +94,7 @@ class RuleSpider(scrapy.Spider):
         if flag_setting(settings, "METEORSEED_SITES_REDIS"):  # pushed by `meteorseed sites push`
             remote = RemoteRules.from_url(redis_url_from(settings),
                                           KeyLayout.from_settings(settings))
-        if not directory or not Path(directory).is_dir():
+        if not directory or not rules_dir(directory).is_dir():
             if remote is None:
                 raise ConfigError("METEORSEED_SITES_DIR", "set it to the directory of the site"
                                   f" rule files, or set METEORSEED_SITES_REDIS (got"
