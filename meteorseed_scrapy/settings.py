@@ -38,8 +38,10 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_CLAIM_IDLE": 30,
     "METEORSEED_MAX_DELIVERIES": 5,
     # Seconds of continuous trouble at a site (throttled, or breaker open) after which its
-    # waiting tasks are dead-lettered.
+    # waiting tasks are dead-lettered; a batch crawl (IDLE_CLOSE > 0) waits at most the
+    # batch bound, so that it ends.
     "METEORSEED_GIVE_UP_AFTER": 86400,
+    "METEORSEED_BATCH_GIVE_UP_AFTER": 60,
     # Tasks waiting in the streams above which seed-expand, the seeder and dispatch pause.
     "METEORSEED_MAX_BACKLOG": 1_000_000,
     # Task streams split by site over this many hash-tagged shards (docs/cluster.md).

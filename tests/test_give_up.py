@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
-from meteorseed_scrapy.politeness.breaker import BATCH_GIVE_UP_S, Breaker, BreakerConfig
+from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import DEFAULTS, ConfigError
 
@@ -145,8 +145,11 @@ def test_a_trouble_start_of_the_wrong_type_fails_that_site_alone(
 
 @pytest.mark.parametrize(("settings", "give_up"), [
     ({}, DEFAULTS["METEORSEED_GIVE_UP_AFTER"]),  # a continuous fleet
-    ({"METEORSEED_IDLE_CLOSE": 3}, BATCH_GIVE_UP_S),  # a batch crawl must end
+    ({"METEORSEED_IDLE_CLOSE": 3}, 60),  # a batch crawl must end
     ({"METEORSEED_IDLE_CLOSE": 3, "METEORSEED_GIVE_UP_AFTER": 10}, 10),
+    ({"METEORSEED_IDLE_CLOSE": 3, "METEORSEED_BATCH_GIVE_UP_AFTER": "5m"}, 300),
+    ({"METEORSEED_IDLE_CLOSE": 3, "METEORSEED_BATCH_GIVE_UP_AFTER": 2.5}, 2.5),
+    ({"METEORSEED_BATCH_GIVE_UP_AFTER": 5}, DEFAULTS["METEORSEED_GIVE_UP_AFTER"]),  # no batch
     ({"METEORSEED_GIVE_UP_AFTER": "2h"}, 7200),
 ])
 def test_the_give_up_time_of_a_fleet_and_of_a_batch_crawl(
@@ -155,7 +158,9 @@ def test_the_give_up_time_of_a_fleet_and_of_a_batch_crawl(
     assert BreakerConfig.from_settings(Settings({**DEFAULTS, **settings})).give_up == give_up
 
 
-@pytest.mark.parametrize("value", [0, -5, "soon", "never"])
-def test_a_bad_give_up_time_is_an_error_naming_the_setting(value: Any) -> None:
-    with pytest.raises(ConfigError, match="METEORSEED_GIVE_UP_AFTER"):
-        BreakerConfig.from_settings(Settings({**DEFAULTS, "METEORSEED_GIVE_UP_AFTER": value}))
+@pytest.mark.parametrize("name", ["METEORSEED_GIVE_UP_AFTER", "METEORSEED_BATCH_GIVE_UP_AFTER"])
+@pytest.mark.parametrize("value", [0, -5, "soon", "never", "1e400", float("nan"), "60 s s"])
+def test_a_bad_give_up_time_is_an_error_naming_the_setting(name: str, value: Any) -> None:
+    # (the batch bound is checked on a continuous fleet too: a typo waits for no batch crawl)
+    with pytest.raises(ConfigError, match=name):
+        BreakerConfig.from_settings(Settings({**DEFAULTS, name: value}))

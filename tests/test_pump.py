@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -289,9 +290,10 @@ def test_how_a_final_hop_ends_decides_ack_dead_letter_or_deferral(
 
 
 def test_a_dead_letter_refused_because_another_worker_reclaimed_the_task_is_not_counted(
-    redis_url: str, namespace: str
+    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     task = make_task(1)
+    caplog.set_level(logging.DEBUG, logger="meteorseed_scrapy")
 
     async def body(rig: Rig) -> None:
         await rig.enqueue(task)
@@ -306,6 +308,11 @@ def test_a_dead_letter_refused_because_another_worker_reclaimed_the_task_is_not_
         assert rig.settled[0]["outcome"] is Outcome.DEAD
         assert await rig.dead_reasons() == []
         assert not rig.stats.get_value("meteorseed/dead")
+        assert rig.stats.get_value("meteorseed/dead/refused") == 1
+        # Normal fleet behaviour after a reclaim: one INFO line naming the task, no warning.
+        said = [r for r in caplog.records if "taken over by another worker" in r.getMessage()]
+        assert [r.levelno for r in said if r.levelno >= logging.INFO] == [logging.INFO]
+        assert task.task_id in said[-1].getMessage()
         # Still pending, on the worker that reclaimed it: its to settle.
         [entry] = await rig.client.xpending_range(stream, rig.keys.group, "-", "+", 10)
         assert entry["consumer"] == "w2"

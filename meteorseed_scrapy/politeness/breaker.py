@@ -29,8 +29,6 @@ logger = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.25
 MIN_FAILING_TASKS = 3  # distinct tasks failing in this worker's window before it judges the site
-#: A batch crawl (METEORSEED_IDLE_CLOSE > 0) gives up on a site in trouble after at most this.
-BATCH_GIVE_UP_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -53,8 +51,9 @@ class BreakerConfig:
     @classmethod
     def from_settings(cls, settings: Any) -> BreakerConfig:
         give_up = duration_setting(settings, "METEORSEED_GIVE_UP_AFTER", positive=True)
+        batch = duration_setting(settings, "METEORSEED_BATCH_GIVE_UP_AFTER", positive=True)
         if duration_setting(settings, "METEORSEED_IDLE_CLOSE") > 0:
-            give_up = min(give_up, BATCH_GIVE_UP_S)  # a batch crawl must end
+            give_up = min(give_up, batch)  # a batch crawl must end
         return cls(
             window=duration_setting(settings, "METEORSEED_BREAKER_WINDOW", positive=True),
             min_requests=integer_setting(settings, "METEORSEED_BREAKER_MIN_REQUESTS", minimum=1),

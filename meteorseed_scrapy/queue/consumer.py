@@ -312,8 +312,9 @@ class StreamConsumer:
                 delivery.deliveries, f"{time.time():.3f}", fingerprint]
         dead_id = await self._dead(keys=keys, args=args)
         if not dead_id:
-            logger.warning("Task message %s of %s was taken over by another worker: not "
-                           "dead-lettered here (%s)", delivery.msg_id, delivery.stream, reason)
+            # Normal after a reclaim: the caller logs it once, with the task (INFO).
+            logger.debug("Task message %s of %s was taken over by another worker: not "
+                         "dead-lettered here (%s)", delivery.msg_id, delivery.stream, reason)
             return ""
         if release and task is not None:
             await self._release(keys=[self.keys.seen(task.site_id)],

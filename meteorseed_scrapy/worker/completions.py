@@ -143,10 +143,14 @@ class Completions:
                 dead_id = await self.consumer.dead_letter(delivery, reason, fp)
                 self.dead.pop(0)
                 task = delivery.task
-                if not dead_id:  # reclaimed by another worker meanwhile: its to settle now
-                    logger.debug("Task message %s (%s) is no longer ours: not dead-lettered "
-                                 "here (%s)", delivery.msg_id, task.url if task else
-                                 "undecodable", reason)
+                if not dead_id:
+                    # Reclaimed by another worker meanwhile (normal in a fleet): its to settle.
+                    self.stats.inc_value("meteorseed/dead/refused")
+                    logger.info("Task %s (message %s, %s) was taken over by another worker: "
+                                "not dead-lettered here (%s)", task.task_id if task else "-",
+                                delivery.msg_id, task.url if task else "undecodable", reason,
+                                extra={"task_id": task and task.task_id,
+                                       "seed_id": task and task.seed_id})
                     continue
                 self.stats.inc_value("meteorseed/dead")
                 logger.error("Dead-lettered task message %s (%s): %s", delivery.msg_id,

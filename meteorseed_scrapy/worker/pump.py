@@ -31,6 +31,7 @@ from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, Scrape, task_of
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
 from meteorseed_scrapy.worker.completions import Completions
@@ -80,6 +81,8 @@ class StreamPump:
         self._intake = Intake(consumer, gate, self._completions, config, self._stats, self,
                               sizes.read_batch)
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
+        # Runs a given-up task's errback in the scraper (ScrapeTracker.give_up); False: none.
+        self._give_up: Callable[[ExecTask, str], bool] | None = None
 
     # -- life --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -245,6 +248,12 @@ class StreamPump:
         return trouble_wait(self._breaker, self._stats, task.site_id, deferred.delay_s,
                             deferred.why)[0]
 
+    def give_up_with(self, runner: Callable[[ExecTask, str], bool]) -> None:
+        """``runner(task, reason)`` fails a task given up on without being sent again through
+        Scrapy's scraper, so that its errback runs (then :meth:`scrape_started` and
+        :meth:`finished` settle it); False when it has no errback."""
+        self._give_up = runner
+
     # -- what the loops ask (intake.Holder) --------------------------------------------------
     @property
     def stopping(self) -> bool:
@@ -298,8 +307,12 @@ class StreamPump:
         or dead-letter it when its site's trouble lasted too long."""
         reason, delay_s = self._trouble(entry, delay_s, why)
         if reason:
-            entry.verdict = Verdict(Outcome.DEAD, reason)
-            self._settle(entry)
+            # Its errback runs all the same, once, as at any final failure (stock Scrapy calls
+            # it for a request that never reached the network too).
+            entry.started = True  # (in the scraper: a takeover must not drop its entry)
+            if self._give_up is None or not self._give_up(entry.task, reason):
+                entry.verdict = Verdict(Outcome.DEAD, reason)
+                self._settle(entry)
             return
         self._ledger.pop(entry.task.task_id)
         self._completions.parked(entry, delay_s, why)

@@ -10,6 +10,7 @@ Deferred fires. Item and callback errors fail the scrape in progress: its task i
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from scrapy import Request, Spider, signals
@@ -19,7 +20,12 @@ from twisted.python.failure import Failure
 
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, current_scrape
 from meteorseed_scrapy.task.exceptions import TaskDeferred, TaskGivenUp
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.pump import StreamPump
+from meteorseed_scrapy.worker.requests import task_to_request
+
+logger = logging.getLogger(__name__)
 
 
 class ScrapeTracker:
@@ -37,6 +43,7 @@ class ScrapeTracker:
     def install(self, pump: StreamPump) -> None:
         self._pump = pump
         self._scraper.enqueue_scrape = self._enqueue_scrape
+        pump.give_up_with(self.give_up)
         self.crawler.signals.connect(self._on_item_error, signals.item_error)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
 
@@ -66,6 +73,25 @@ class ScrapeTracker:
             CURRENT_SCRAPE.reset(token)
         dfd.addBoth(self._finished, result, request)
         return dfd
+
+    def give_up(self, task: ExecTask, reason: str) -> bool:
+        """``task``, given up on while it waited, fails for good without a download: its request
+        goes to the scraper with :class:`TaskGivenUp` as after a failed download, so its
+        errback runs as usual (items, yielded requests). False: no errback to run."""
+        if not task.errback:
+            return False
+        try:
+            request = task_to_request(task, self.crawler.spider)
+        except TaskError:  # its errback is gone from the spider: dead-lettered as it is
+            return False
+        self._enqueue_scrape(Failure(TaskGivenUp(reason)), request).addErrback(
+            self._not_scraped, request)
+        return True
+
+    def _not_scraped(self, failure: Failure, request: Request) -> None:
+        # (the scraper is closing: its task was settled by _finished all the same)
+        logger.error("Could not hand the final failure of %s to the scraper: %s", request,
+                     failure.getErrorMessage())
 
     def _finished(self, passthrough: Any, result: Response | Failure, request: Request) -> Any:
         assert self._pump is not None
