@@ -1,11 +1,12 @@
 # make demo: the whole flow on this machine (Redis, demo site, seed-expand, two workers).
 # make test: lint (ruff, mypy) and the whole test suite.
+# make dist: the wheel of the package, in dist/ (to install into your own project).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test demo clean
+.PHONY: venv lint test dist demo clean
 
 venv: $(STAMP)
 
@@ -41,6 +42,14 @@ test: venv lint
 		echo "== no second run: no other Redis to run the stream and Lua tests on"; \
 	fi; \
 	exit $$status
+
+# A wheel to install into another project (README, "Install"): pip install dist/<wheel>.
+# (PY's pip builds it in an isolated environment: no venv needed)
+DIST ?= dist
+dist:
+	rm -rf build $(DIST)/meteorseed_scrapy-*.whl
+	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir $(DIST) .
+	@ls $(DIST)/meteorseed_scrapy-*.whl
 
 # The JavaScript example site needs Chromium: installed from the system's packages when root
 # with apt-get (as .ci/run does); otherwise the demo skips that site and says why.
