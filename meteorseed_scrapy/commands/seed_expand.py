@@ -7,42 +7,20 @@ no reactor: its Redis work runs in a plain ``asyncio.run``.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import os
 import sys
-from contextlib import ExitStack
-from typing import IO, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from meteorseed_scrapy.migrate import command as migration
-from meteorseed_scrapy.queue.connection import async_client, check_redis_url
-from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.shards import ShardMismatch
-from meteorseed_scrapy.queue.writer import TaskWriter
-from meteorseed_scrapy.scrapy_redis_settings import redact
-from meteorseed_scrapy.seeding import runner
-from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
-from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
-from meteorseed_scrapy.seeding.fetch import policies
-from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
-from meteorseed_scrapy.seeding.progress import Progress
-from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES, read_lines
-from meteorseed_scrapy.seeding.seeder import SeederConfig
-from meteorseed_scrapy.settings import (
-    ConfigError,
-    flag_setting,
-    integer_setting,
-    redis_url_from,
-    text_setting,
-)
-from meteorseed_scrapy.sites.lookup import SiteConfigs
-from meteorseed_scrapy.task.lanes import DEFAULT_LANE, LANES
+# Scrapy imports every entry-point command on each run (`scrapy list` too): this module imports
+# only Scrapy's own command base at load time; Redis, asyncio and the seeding machinery are
+# imported inside the methods that use them (tests/test_command_imports.py keeps it so).
+if TYPE_CHECKING:
+    import argparse
+
+    from meteorseed_scrapy.queue.keys import KeyLayout
+    from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection
 
 __all__ = ["Command"]
 
@@ -67,6 +45,9 @@ class Command(ScrapyCommand):
         return "Expand JSON Lines seeds into exec tasks in the Redis task stream"
 
     def long_desc(self) -> str:
+        from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
+        from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES
+
         return (
             "Read seeds, one JSON object per line, from FILE (or stdin for -), expand each into "
             "exec tasks and enqueue them in the Redis task stream, skipping URLs the site has "
@@ -86,6 +67,9 @@ class Command(ScrapyCommand):
         )
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
+        from meteorseed_scrapy.migrate import command as migration
+        from meteorseed_scrapy.task.lanes import DEFAULT_LANE, LANES
+
         super().add_options(parser)
         group = parser.add_argument_group(title="seed-expand options")
         group.add_argument(
@@ -113,6 +97,8 @@ class Command(ScrapyCommand):
         migration.add_options(group)
 
     def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        from meteorseed_scrapy.migrate import command as migration
+
         super().process_options(args, opts)
         if opts.batch_size < 1:
             raise UsageError("--batch-size must be at least 1", print_help=False)
@@ -124,6 +110,19 @@ class Command(ScrapyCommand):
             raise UsageError(problem, print_help=False)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        import asyncio
+        from contextlib import ExitStack
+
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import RedisError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        from meteorseed_scrapy.queue.keys import KeyLayout
+        from meteorseed_scrapy.queue.shards import ShardMismatch
+        from meteorseed_scrapy.scrapy_redis_settings import redact
+        from meteorseed_scrapy.seeding.expand import ExpandSummary
+        from meteorseed_scrapy.settings import ConfigError, redis_url_from
+
         assert self.settings is not None
         # Scrapy parses with parse_known_args: a mistyped option lands in args.
         unknown = [arg for arg in args if arg.startswith("-") and arg != "-"]
@@ -181,6 +180,11 @@ class Command(ScrapyCommand):
         self.exitcode = EXIT_REJECTED if summary.rejected else 0
 
     def _migrate(self, opts: argparse.Namespace) -> None:
+        from meteorseed_scrapy.migrate import command as migration
+        from meteorseed_scrapy.queue.keys import KeyLayout
+        from meteorseed_scrapy.scrapy_redis_settings import redact
+        from meteorseed_scrapy.settings import ConfigError, redis_url_from
+
         assert self.settings is not None
         try:
             keys = KeyLayout.from_settings(self.settings)
@@ -191,6 +195,18 @@ class Command(ScrapyCommand):
         )
 
     def _watch(self, args: list[str], opts: argparse.Namespace) -> int:
+        import asyncio
+        import os
+
+        from meteorseed_scrapy.queue.connection import check_redis_url
+        from meteorseed_scrapy.queue.keys import KeyLayout
+        from meteorseed_scrapy.queue.shards import ShardMismatch
+        from meteorseed_scrapy.scrapy_redis_settings import redact
+        from meteorseed_scrapy.seeding import runner
+        from meteorseed_scrapy.seeding.seeder import SeederConfig
+        from meteorseed_scrapy.settings import redis_url_from, text_setting
+        from meteorseed_scrapy.sites.lookup import SiteConfigs
+
         assert self.settings is not None
         if len(args) > 1 or opts.dry_run:
             raise UsageError("--watch takes at most one FILE (- reads stdin) and no --dry-run",
@@ -204,7 +220,8 @@ class Command(ScrapyCommand):
             _say(f"cannot read {args[0]}: no such file")
             return EXIT_FAILED
         runner.log_to(sys.stderr)
-        config = SeederConfig(batch_size=opts.batch_size, max_backlog=self._max_backlog())
+        config = SeederConfig(batch_size=opts.batch_size, max_backlog=self._max_backlog(),
+                              fingerprinter=self._fingerprinter())
         sites = SiteConfigs(text_setting(self.settings, "METEORSEED_SITES_DIR"))
         redis_url = redis_url_from(self.settings)
         try:
@@ -222,13 +239,30 @@ class Command(ScrapyCommand):
             return EXIT_FAILED
 
     def _private_addresses(self) -> bool:
+        from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
+        from meteorseed_scrapy.settings import ConfigError, flag_setting
+
         assert self.settings is not None
         try:
             return flag_setting(self.settings, PRIVATE_SETTING)
         except ConfigError as exc:
             raise UsageError(str(exc), print_help=False) from None
 
+    def _fingerprinter(self) -> Any:
+        """The project's REQUEST_FINGERPRINTER_CLASS, as its workers use it; None: canonical."""
+        from meteorseed_scrapy.queue.dedup import settings_fingerprinter
+
+        try:
+            fingerprinter = settings_fingerprinter(self.settings)
+        except Exception as exc:  # the project's class: not importable, or failing to build
+            raise UsageError(f"REQUEST_FINGERPRINTER_CLASS: {exc}", print_help=False) from None
+        if fingerprinter is not None:
+            _say(f"dedup keys from REQUEST_FINGERPRINTER_CLASS {type(fingerprinter).__name__}")
+        return fingerprinter
+
     def _max_backlog(self) -> int:
+        from meteorseed_scrapy.settings import ConfigError, integer_setting
+
         assert self.settings is not None
         try:
             return integer_setting(self.settings, "METEORSEED_MAX_BACKLOG", minimum=0)
@@ -239,6 +273,15 @@ class Command(ScrapyCommand):
         self, source: IO[bytes], redis_url: str, keys: KeyLayout, opts: argparse.Namespace,
         max_backlog: int, summary: ExpandSummary,
     ) -> None:
+        from meteorseed_scrapy.queue.connection import async_client
+        from meteorseed_scrapy.queue.writer import TaskWriter
+        from meteorseed_scrapy.seeding.expand import expand_stream
+        from meteorseed_scrapy.seeding.fetch import policies
+        from meteorseed_scrapy.seeding.progress import Progress
+        from meteorseed_scrapy.seeding.seed_lines import read_lines
+        from meteorseed_scrapy.settings import text_setting
+        from meteorseed_scrapy.sites.lookup import SiteConfigs
+
         # A bounded connect timeout: an unreachable host must fail fast, not hang the command.
         client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
         progress = Progress(sys.stderr)
@@ -251,7 +294,8 @@ class Command(ScrapyCommand):
             await rules.refresh()
             await expand_stream(
                 read_lines(source),
-                TaskWriter(client, keys, lane=opts.lane),
+                TaskWriter(client, keys, lane=opts.lane,
+                           fingerprinter=self._fingerprinter()),
                 batch_size=opts.batch_size,
                 on_error=_report_rejection,
                 max_backlog=max_backlog,

@@ -1,13 +1,22 @@
-"""What identifies a request for dedup, and which re-crawl window applies to it."""
+"""What identifies a request for dedup, and which re-crawl window applies to it.
+
+By default a request is its canonical URL (plus method and body when they matter): fast, and
+the same in every process. A project that sets Scrapy's ``REQUEST_FINGERPRINTER_CLASS`` (to
+ignore a session parameter, say) gets its fingerprints instead, as Scrapy's own dupefilter
+would: :func:`project_fingerprinter` picks the one in use and says which at start.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+import logging
+from typing import Any, Protocol
 
 from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+
+logger = logging.getLogger(__name__)
 
 #: Exec task ``meta`` key holding the re-crawl window in seconds (a seed's ``recrawl_after``).
 RECRAWL_META_KEY = "recrawl_after"
@@ -15,18 +24,80 @@ RECRAWL_META_KEY = "recrawl_after"
 MAX_RECRAWL_AFTER = 10 * 365 * 86400
 
 
-def fingerprint_bytes(task: ExecTask, canonical: str | None = None) -> bytes:
+class Fingerprinter(Protocol):
+    """Scrapy's request fingerprinter interface (``REQUEST_FINGERPRINTER_CLASS``)."""
+
+    def fingerprint(self, request: Any) -> bytes: ...
+
+
+def fingerprint_bytes(task: ExecTask, canonical: str | None = None,
+                      fingerprinter: Fingerprinter | None = None) -> bytes:
     """16 bytes of SHA-256 identifying ``task`` for dedup (the layout is in dedup_lib.lua).
 
     A plain GET is identified by its canonical URL alone. Any other method, or a GET that carries
     a body, also hashes the method and the body: a POST search with two different bodies is two
     different requests. ``canonical`` skips re-canonicalising when the caller already did.
-    Raises ``ValueError`` when the URL cannot be canonicalised.
+    With ``fingerprinter`` (a project's, see :func:`project_fingerprinter`), its fingerprint
+    of ``task`` as a Scrapy request decides instead. Raises ``ValueError`` when the URL cannot
+    be canonicalised or the project's fingerprinter fails.
     """
-    method = task.method.upper()
     url = canonical if canonical is not None else canonical_url(task.url)
+    if fingerprinter is not None:
+        return _scrapy_fingerprint(task, fingerprinter)
+    method = task.method.upper()
     data = url if method == "GET" and not task.body else f"{method}\0{url}\0{task.body}"
     return hashlib.sha256(data.encode("utf-8")).digest()[:16]
+
+
+def _scrapy_fingerprint(task: ExecTask, fingerprinter: Fingerprinter) -> bytes:
+    from scrapy import Request
+
+    try:
+        request = Request(task.url, method=task.method, headers=dict(task.headers) or None,
+                          body=task.body, meta=dict(task.meta))
+        raw = fingerprinter.fingerprint(request)
+    except Exception as exc:  # the project's code: refuse the task, naming what failed
+        raise ValueError(f"REQUEST_FINGERPRINTER_CLASS failed: {exc!r}"[:300]) from exc
+    if not isinstance(raw, (bytes, bytearray)) or not raw:
+        raise ValueError(f"REQUEST_FINGERPRINTER_CLASS returned {type(raw).__name__}, "
+                         "not bytes")
+    # Re-hashed to the 16 bytes dedup_lib.lua keeps, tagged so that no project fingerprint can
+    # equal a canonical-URL one.
+    return hashlib.sha256(b"scrapy-fingerprinter\0" + bytes(raw)).digest()[:16]
+
+
+def project_fingerprinter(crawler: Any) -> Fingerprinter | None:
+    """The fingerprinter of the crawler's ``REQUEST_FINGERPRINTER_CLASS`` when the project set
+    its own; ``None`` (the canonical-URL default) for Scrapy's. Logs which one dedup uses.
+
+    ``crawler`` may be one that is never started (``seed-expand`` builds one from the project's
+    settings): the fingerprinter is then built from it.
+    """
+    from scrapy.utils.misc import build_from_crawler, load_object
+    from scrapy.utils.python import global_object_name
+    from scrapy.utils.request import RequestFingerprinter
+
+    cls = load_object(crawler.settings.get("REQUEST_FINGERPRINTER_CLASS"))
+    if cls is RequestFingerprinter:
+        logger.info("Dedup keys: canonical URLs (REQUEST_FINGERPRINTER_CLASS is Scrapy's default)")
+        return None
+    try:
+        built = crawler.request_fingerprinter
+    except (AttributeError, RuntimeError):  # Scrapy 2.15+ raises until the crawl has started
+        built = None
+    if not isinstance(built, cls):
+        built = build_from_crawler(cls, crawler)
+    logger.info("Dedup keys: the project's REQUEST_FINGERPRINTER_CLASS %s",
+                global_object_name(cls))
+    return built
+
+
+def settings_fingerprinter(settings: Any) -> Fingerprinter | None:
+    """:func:`project_fingerprinter` for a command that has settings but no crawler."""
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+    return project_fingerprinter(Crawler(Spider, settings))
 
 
 def fingerprint(task: ExecTask) -> str:

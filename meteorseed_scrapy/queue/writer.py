@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.dedup import RECRAWL_META_KEY, fingerprint_bytes, recrawl_window
+from meteorseed_scrapy.queue.dedup import (
+    RECRAWL_META_KEY,
+    Fingerprinter,
+    fingerprint_bytes,
+    recrawl_window,
+)
 from meteorseed_scrapy.queue.dedup_server import check_server_config
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count
@@ -140,12 +145,16 @@ class TaskWriter:
     ``clock`` (epoch seconds) replaces the Redis server's TIME for the re-crawl windows; only
     tests pass one. Every writer of a namespace must share one clock, which the server's is.
     ``lane`` puts every task this writer adds in that lane (``seed-expand --lane``); None
-    keeps each task's own.
+    keeps each task's own. ``fingerprinter``: the project's Scrapy request fingerprinter for the
+    dedup keys (:func:`~meteorseed_scrapy.queue.dedup.project_fingerprinter`); None keeps the
+    canonical-URL ones. Every writer of a namespace must use the same.
     """
 
     def __init__(self, redis: Redis, keys: KeyLayout,
-                 clock: Callable[[], int] | None = None, lane: str | None = None) -> None:
+                 clock: Callable[[], int] | None = None, lane: str | None = None,
+                 fingerprinter: Fingerprinter | None = None) -> None:
         # No I/O here (not even reading the script file): writers are built in constructors.
+        self.fingerprinter = fingerprinter
         self._redis = redis
         self._keys = keys
         self._clock = clock
@@ -186,9 +195,10 @@ class TaskWriter:
             if type(value) is int:
                 self._last_window = (value, window)
         try:
-            fp = fingerprint_bytes(task, canonical)
+            fp = fingerprint_bytes(task, canonical, self.fingerprinter)
         except ValueError as exc:
-            raise TaskError("url", f"cannot be canonicalised: {exc}") from None
+            problem = "cannot be fingerprinted" if self.fingerprinter else "cannot be canonicalised"
+            raise TaskError("url", f"{problem}: {exc}") from None
         return Encoded(shard.seen(task.site_id), fp, window, payload, stream)
 
     def _script_args(self, stream: str, chunk: Sequence[Encoded]
@@ -255,20 +265,24 @@ class TaskWriter:
         )
         return result
 
+    def fingerprint(self, task: ExecTask) -> bytes:
+        """``task``'s dedup key as this writer computes it."""
+        return fingerprint_bytes(task, fingerprinter=self.fingerprinter)
+
     async def release(self, task: ExecTask) -> bool:
         """Forget ``task``'s URL, so a later seed may enqueue it again; True if it was there.
 
         ``dead.lua`` does the same for a dead-lettered task, in the same step as the dead letter.
         """
         removed = await self._scripts["dedup_release"](
-            keys=[self._keys.seen(task.site_id)], args=[self._now(), fingerprint_bytes(task)]
+            keys=[self._keys.seen(task.site_id)], args=[self._now(), self.fingerprint(task)]
         )
         return int(removed) > 0
 
     async def is_seen(self, task: ExecTask) -> bool:
         """True when ``task``'s site has recorded its URL and the re-crawl window is not over."""
         [seen] = await self._scripts["dedup_seen"](
-            keys=[self._keys.seen(task.site_id)], args=[self._now(), fingerprint_bytes(task)]
+            keys=[self._keys.seen(task.site_id)], args=[self._now(), self.fingerprint(task)]
         )
         return bool(int(seen))
 

@@ -58,6 +58,8 @@ class SeederConfig:
     claim_limit: int = 1  # seeds claimed at once (run in turn; run more seeders for more)
     retry_s: float = 5.0  # wait between attempts while Redis is unreachable
     grace_s: float = 10.0  # on stop, how long the run in progress may take to finish
+    # the project's Scrapy request fingerprinter for dedup keys (queue.dedup), None: canonical
+    fingerprinter: Any = None
 
     def __post_init__(self) -> None:
         if self.lease_s <= 0 or self.poll_s <= 0 or self.retry_s <= 0 or self.grace_s < 0:
@@ -101,7 +103,7 @@ class Seeder:
         self._sitemaps = sitemaps  # how each site's sitemaps are fetched (default: safe)
         self.config = config or SeederConfig()
         self.registry = SeedRegistry(redis, keys, bounds_for or (lambda site_id: Bounds()))
-        self.writer = TaskWriter(redis, keys)
+        self.writer = TaskWriter(redis, keys, fingerprinter=self.config.fingerprinter)
         self._redis = redis
         self._on_run = on_run
         self._on_wait = on_wait
@@ -208,7 +210,8 @@ class Seeder:
                 "max_backlog": self.config.max_backlog, "dedup": dedup,
                 "on_wait": self._on_wait, "rejects": self._rejects, "sitemaps": self._sitemaps}
             if seed.task_type in BLOCKING_SEED_TYPES:
-                await expand_on_thread(self._redis, self.registry.keys, line, summary, **options)
+                await expand_on_thread(self._redis, self.registry.keys, line, summary,
+                                       fingerprinter=self.writer.fingerprinter, **options)
             else:
                 await expand_stream([line], self.writer, summary=summary, **options)
         except (RedisError, OSError):

@@ -26,7 +26,8 @@ def clone_client(client: redis.asyncio.Redis) -> redis.asyncio.Redis:
 
 
 async def expand_on_thread(client: redis.asyncio.Redis, keys: KeyLayout, line: str,
-                           summary: ExpandSummary, **kwargs: Any) -> None:
+                           summary: ExpandSummary, fingerprinter: Any = None,
+                           **kwargs: Any) -> None:
     """:func:`expand_stream` of one seed line on a worker thread; ``summary`` fills in as it
     goes. Cancelling this cancels the thread's expansion at its next await (a fetch already
     under way finishes first, within its timeout)."""
@@ -40,7 +41,8 @@ async def expand_on_thread(client: redis.asyncio.Redis, keys: KeyLayout, line: s
             state["loop"], state["task"] = asyncio.get_running_loop(), asyncio.current_task()
         own = clone_client(client)
         try:
-            await expand_stream([line], TaskWriter(own, keys), summary=summary, **kwargs)
+            await expand_stream([line], TaskWriter(own, keys, fingerprinter=fingerprinter),
+                                summary=summary, **kwargs)
         finally:
             await own.aclose()
 
