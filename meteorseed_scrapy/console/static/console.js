@@ -4,7 +4,7 @@
 
 const TOKEN_KEY = "meteorseed.token";
 const REFRESH_MS = 2000;
-const pages = ["overview", "sites", "dead", "submit"];
+const pages = ["overview", "sites", "dead", "task", "submit"];
 let timer = null;
 
 const $ = (id) => document.getElementById(id);
@@ -209,6 +209,62 @@ async function requeue(id) {
   await guarded(showDead);
 }
 
+function when(epoch) {
+  return epoch === null || epoch === undefined ? "never" : new Date(epoch * 1000).toISOString();
+}
+
+function placeText(p) {
+  if (p.state === "waiting") return `${p.lane}/${p.band}, ${p.ahead} ahead of it`;
+  if (p.state === "pending") {
+    return p.consumer ? `${p.lane}/${p.band} on ${p.consumer} for ${fmt(p.idle_s)} s, ` +
+      `delivered ${p.deliveries} time(s)` : `${p.lane}/${p.band}`;
+  }
+  if (p.state === "delayed") return `${p.why}: due ${when(p.due_at)}, then to ${p.to_lane}/${p.to_band}`;
+  if (p.state === "dead") return `${p.reason} (${fmt(p.deliveries)} deliveries, at ${fmt(p.at)})`;
+  if (p.state === "done") {
+    const r = p.record || {};
+    return `items ${fmt(r.items)}, digest ${fmt(r.digest)}, status ${fmt(r.status)}`;
+  }
+  return "";
+}
+
+// GET /tasks/{id} or /tasks?url=: the same answer as `meteorseed task`.
+async function findTask(event) {
+  event.preventDefault();
+  const q = $("task-query").value.trim();
+  const site = $("task-site").value.trim();
+  const siteQuery = site ? `site_id=${encodeURIComponent(site)}` : "";
+  const path = q.includes("://")
+    ? `/tasks?url=${encodeURIComponent(q)}${siteQuery ? "&" + siteQuery : ""}`
+    : `/tasks/${encodeURIComponent(q)}${siteQuery ? "?" + siteQuery : ""}`;
+  const result = await guarded(() => api("GET", path));
+  if (!result) return;
+  if (result.status !== 200) {
+    const errors = ((result.data && result.data.errors) || []).map((e) => `${e.field}: ${e.problem}`);
+    flash(`${problemText(result)} ${errors.join("; ")}`);
+    return;
+  }
+  flash("");
+  const d = result.data;
+  $("task-summary").replaceChildren("State: ", badge(d.state));
+  $("task-places").replaceChildren(table([
+    { label: "State", render: (p) => badge(p.state) },
+    { label: "Where", cls: "url", render: (p) => p.stream || p.key || "" },
+    { label: "Enqueued", render: (p) => (p.enqueued_at ? when(p.enqueued_at) : "–") },
+    { label: "Detail", cls: "url", render: placeText },
+    { label: "URL", cls: "url", render: (p) => (p.task ? p.task.url : "–") },
+  ], d.places, "Not in any stream, delayed set, dead letter or completion record searched."));
+  $("task-dedup").replaceChildren(...d.dedup.map((row) => el("li", {},
+    !row.seen ? `Site ${row.site_id}: not in its dedup record (a seed may enqueue it).`
+      : row.window_s ? `Site ${row.site_id}: deduplicated, eligible again ${when(row.eligible_at)}.`
+        : `Site ${row.site_id}: deduplicated, never re-crawled (no window).`)));
+  const read = d.searched.reduce((n, s) => n + s.read, 0);
+  $("task-searched").textContent = `Searched ${d.searched.length} keys, ${read} entries` +
+    (d.exhaustive ? ", every one in full." : "; some only in part (see the JSON below).");
+  $("task-detail").hidden = false;
+  $("task-detail").textContent = JSON.stringify(d, null, 2);
+}
+
 function seedFromForm() {
   const type = $("seed-type").value;
   const text = $("seed-payload").value.trim();
@@ -252,7 +308,8 @@ async function submitSeed(event) {
 
 // --- navigation, token ---------------------------------------------------------------------
 
-const renderers = { overview: showOverview, sites: showSites, dead: showDead, submit: null };
+const renderers = { overview: showOverview, sites: showSites, dead: showDead, task: null,
+  submit: null };
 
 async function guarded(fn) {
   try {
@@ -305,6 +362,7 @@ document.addEventListener("DOMContentLoaded", () => {
     route();
   });
   $("seed-form").addEventListener("submit", submitSeed);
+  $("task-form").addEventListener("submit", findTask);
   $("dead-filter").addEventListener("submit", (event) => { event.preventDefault(); guarded(showDead); });
   window.addEventListener("hashchange", () => { flash(""); route(); });
   route();

@@ -1,0 +1,90 @@
+"""The console's "Find a task" page: every element console.js asks for exists in index.html, and
+(in headless Chromium, when installed) a lookup by id and by URL shows the state, the dedup
+record and what was searched; stored markup stays text; bad input names the field."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Iterator
+from importlib import resources
+from typing import Any
+
+import pytest
+import redis
+
+from meteorseed_scrapy.api.background import ServerThread
+from meteorseed_scrapy.api.config import ApiConfig
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.task.exec_task import ExecTask
+
+CHROMIUM = "/usr/bin/chromium"
+TOKEN = "console-token"
+STATIC = resources.files("meteorseed_scrapy").joinpath("console/static")
+
+
+def test_every_element_the_script_uses_is_in_the_page() -> None:
+    script = STATIC.joinpath("console.js").read_text("utf-8")
+    page = STATIC.joinpath("index.html").read_text("utf-8")
+    used = set(re.findall(r'\$\("([\w-]+)"\)', script))
+    assert {"task-form", "task-query", "task-site", "task-summary", "task-places"} <= used
+    ids = set(re.findall(r'\bid="([\w-]+)"', page))
+    assert used - ids == set()
+    pages = re.search(r"const pages = \[([^\]]*)\]", script)
+    assert pages is not None and '"task"' in pages.group(1)
+    assert 'data-page="task"' in page and 'id="page-task"' in page
+
+
+@pytest.fixture
+def server(redis_url: str, namespace: str) -> Iterator[ServerThread]:
+    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+        yield srv
+
+
+async def _lookups(base: str, task: ExecTask) -> dict[str, Any]:
+    from playwright.async_api import async_playwright, expect
+
+    seen: dict[str, Any] = {"dialogs": []}
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                           args=["--no-sandbox"])
+        try:
+            page = await browser.new_page()
+            page.on("dialog", lambda d: seen["dialogs"].append(d.message))
+            await page.goto(f"{base}/console/")
+            await page.fill("#token", TOKEN)
+            await page.click("#login-form button[type=submit]")
+            await page.click("nav a[data-page=task]")
+            await page.fill("#task-query", task.task_id)
+            await page.click("#task-form button[type=submit]")
+            await expect(page.locator("[data-testid=task-summary]")).to_have_text(
+                "State: waiting")
+            await expect(page.locator("#task-places td.url").last).to_have_text(task.url)
+            await expect(page.locator("#task-searched")).to_contain_text("every one in full")
+
+            await page.fill("#task-query", task.url)
+            await page.fill("#task-site", task.site_id)
+            await page.click("#task-form button[type=submit]")
+            await expect(page.locator("#task-detail")).to_contain_text(task.task_id)
+
+            await page.fill("#task-query", "ftp://nope.example/")
+            await page.click("#task-form button[type=submit]")
+            await expect(page.locator("#flash")).to_contain_text("query.url")
+            seen["img_tags"] = await page.locator("img").count()
+            await page.screenshot(path=os.environ.get("METEORSEED_SCREENSHOTS", "/tmp")
+                                  + "/console-task.png")
+        finally:
+            await browser.close()
+    return seen
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                    reason=f"{CHROMIUM} is absent (headless Chromium for Playwright)")
+def test_find_a_task_by_id_and_url(server: ServerThread, sync_redis: redis.Redis,
+                                   namespace: str) -> None:
+    task = ExecTask.create(seed_id="s", site_id="news",
+                           url="https://news.example/<img/src=x/onerror=alert(1)>")
+    sync_redis.xadd(KeyLayout(namespace).stream, task.to_message())
+    seen = asyncio.run(_lookups(server.url, task))
+    assert seen["dialogs"] == [] and seen["img_tags"] == 0
