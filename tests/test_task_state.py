@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue import task_state
+from meteorseed_scrapy.queue.connection import async_client, sync_client
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.dedup import fingerprint
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -33,6 +34,7 @@ from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.testing.cluster import LocalCluster
 
 T = TypeVar("T")
 
@@ -258,3 +260,49 @@ def test_any_query_gets_an_answer_from_redis(sync_redis: redis.Redis, namespace:
     answer = run_sync(sync_redis, task_state_plan(keys, query))
     json.dumps(answer.to_json(), allow_nan=False)
     assert answer.state in {"not found", "waiting"}
+
+
+def _shard_scenario(url: str, keys: KeyLayout, tasks: list[ExecTask]) -> None:
+    async def scenario(client: Any) -> None:
+        await TaskWriter(client, keys).add(tasks)
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        await consumer.read(1, 0)
+
+    async def main() -> None:
+        client = async_client(url, decode_responses=True)
+        try:
+            await scenario(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_stream_shards_are_each_searched(redis_url: str, namespace: str,
+                                         sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace, shards=4)
+    tasks = [task(1, site=f"site{i}") for i in range(8)]
+    _shard_scenario(redis_url, keys, tasks)
+    states = [look(sync_redis, keys, t.task_id).state for t in tasks]
+    assert sorted(states).count("waiting") >= 7 and set(states) <= {"waiting", "pending"}
+    one = tasks[3]
+    by_site = look(sync_redis, keys, one.url, site=one.site_id)
+    assert by_site.state in ("waiting", "pending")
+    assert {s.where for s in by_site.searched} >= set(keys.for_site(one.site_id).streams)
+    assert by_site.dedup[0]["key"] == keys.seen(one.site_id) and by_site.dedup[0]["seen"]
+
+
+@pytest.mark.e2e
+def test_on_a_redis_cluster(cluster: LocalCluster, ns: str) -> None:
+    keys = KeyLayout(ns, shards=3, cluster=True)
+    tasks = [task(1, site=f"site{i}") for i in range(4)]
+    _shard_scenario(cluster.url, keys, tasks)
+    client = sync_client(cluster.url, decode_responses=True)
+    try:
+        for one in tasks:
+            assert look(client, keys, one.task_id).state in ("waiting", "pending")
+            found = look(client, keys, one.url, site=one.site_id)
+            assert found.state in ("waiting", "pending") and found.dedup[0]["seen"]
+    finally:
+        client.close()

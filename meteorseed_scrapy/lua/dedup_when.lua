@@ -6,7 +6,7 @@
 -- Returns  {now} when it is not seen, else {now, window, seen_from, eligible_at}: window in
 --          seconds (0 = never re-crawled: eligible_at is 0, seen_from 0), seen_from the start of
 --          the time slot its entry was recorded in (the record keeps the slot, not the second),
---          eligible_at when dd_exact_live stops holding (a seed may enqueue it again from then).
+--          eligible_at when the entry leaves its window (a seed may enqueue it again from then).
 
 --#include dedup_lib
 
@@ -15,12 +15,15 @@ local root, fp = KEYS[1], ARGV[2]
 if #fp ~= 16 or redis.call('TYPE', root)['ok'] ~= 'hash' then return {now} end
 -- (the stored window, read without dd_window: this script never writes)
 local w = tonumber(redis.call('HGET', root, 'w') or '0') or 0
+local e = string.sub(fp, 1, 6)  -- the entry: the fingerprint's first 6 bytes (dedup_lib.lua)
+local unit = (w > 0) and math.ceil(w / DD_SLOTS) or 1  -- seconds per time slot
 for _, st in ipairs(dd_generations(root, w, now)) do
-  if st.n > 0 and dd_exact_live(st, fp, now) then
+  local slot = st.n > 0 and tonumber(redis.call('HGET', dd_bucket(st, e), e))
+  if slot then
     if w == 0 then return {now, 0, 0, 0} end
-    local unit = math.ceil(w / DD_SLOTS)
-    local slot = tonumber(redis.call('HGET', dd_bucket(st, fp), string.sub(fp, 1, 6))) or 0
-    return {now, w, st.g * w + slot * unit, st.g * w + (slot + 1) * unit + w}
+    -- As dedup_lib's liveness test: rounded up, never released before the window has passed.
+    local eligible = st.g * w + (slot + 1) * unit + w
+    if now < eligible then return {now, w, st.g * w + slot * unit, eligible} end
   end
 end
 return {now}

@@ -164,12 +164,13 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
     third = [call("xpending_range", s, keys.group, entry_id, entry_id, 1)
              for s, entry_id, _ in pending_hits]
     sites = _sites_to_check(state, query, candidates)
-    third += [call("eval", script_source("dedup_when"), 1, keys.seen(site), "",
-                   _fingerprint(state, query, site)) for site in sites]
-    (last_replies,) = yield [Batch(third)]
-    for place, reply in zip(delivered_places, last_replies, strict=False):
+    # (EVAL direct: a cluster pipeline has no EVAL; each call goes to its root's node)
+    scripts = [call("eval", script_source("dedup_when"), 1, keys.seen(site), "",
+                    _fingerprint(state, query, site)) for site in sites]
+    delivered, dedup = yield [Batch(third), Batch(scripts, direct=True)]
+    for place, reply in zip(delivered_places, delivered, strict=True):
         _delivery(place, _ok(reply) or [])
-    for site, reply in zip(sites, last_replies[len(pending_hits):], strict=True):
+    for site, reply in zip(sites, dedup, strict=True):
         _dedup(state, site, keys.seen(site), _ok(reply))
 
     yield from _delayed(state, keys, shards, query)
