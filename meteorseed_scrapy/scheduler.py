@@ -23,9 +23,11 @@ from scrapy.utils.defer import deferred_from_coro
 from twisted.internet.defer import Deferred
 
 from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
+from meteorseed_scrapy.politeness.adaptive import AdaptiveThrottleMiddleware
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
 from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.consumer import StreamConsumer
@@ -100,7 +102,8 @@ class StreamScheduler:
                         self.breaker_config.probe_interval)
         breaker = Breaker(self.redis, self.keys, self.breaker_config, self.stats,
                           lambda site: self.limits_for(site).quota(site))
-        for mw_class in (BackoffMiddleware, CircuitBreakerMiddleware):
+        for mw_class in (BackoffMiddleware, CircuitBreakerMiddleware, AdaptiveThrottleMiddleware,
+                         RobotsTxtMiddleware):
             mw = self.crawler.get_downloader_middleware(mw_class)
             if mw is not None:
                 mw.bind(gate, breaker)

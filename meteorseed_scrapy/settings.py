@@ -83,6 +83,10 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_SITE_RATE": 2.0,
     "METEORSEED_SITE_BURST": 5,
     "METEORSEED_SITE_CONCURRENCY": 4,
+    # Each site's rate follows the latency the whole fleet observes, aiming at
+    # AUTOTHROTTLE_TARGET_CONCURRENCY requests in flight in total (politeness/adaptive.py); the
+    # add-on turns it on for AUTOTHROTTLE_ENABLED, a site's rules by limits.adaptive.
+    "METEORSEED_ADAPTIVE": False,
     # Seconds: min(max, max(Retry-After, base * 2^n)) + jitter.
     "METEORSEED_BACKOFF_BASE": 1.0,
     "METEORSEED_BACKOFF_MAX": 300.0,

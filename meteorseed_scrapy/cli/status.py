@@ -137,6 +137,10 @@ def _due(seconds: float | None) -> str:
     return f"overdue {-seconds:.1f}s" if seconds < 0 else f"in {seconds:.1f}s"
 
 
+def _figure(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{value:g}{unit}"
+
+
 def _say_delayed(ctx: Context, delayed: dict[str, Any]) -> None:
     reasons = ", ".join(f"{why} {n}" for why, n in delayed["reasons"].items())
     sampled = "" if delayed["scanned"] >= delayed["total"] else (
@@ -182,6 +186,15 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         ctx.say("\n".join(table(rows, ("site", "delayed", "why", "next_due"))))
         if len(delayed["sites"]) > MAX_ROWS:
             ctx.say(f"(first {MAX_ROWS} sites only: --json lists them all)")
+    if status["throttles"]:
+        ctx.say()
+        # Fleet-wide adaptive limits and robots.txt caps (docs/politeness.md).
+        rows = [{"site": t["site_id"], "target_rate": _figure(t["target_rate"], "/s"),
+                 "latency": _figure(t["latency_ms"], " ms"), "in_flight": t["in_flight"],
+                 "robots_delay": _figure(t["robots_interval_s"], " s")}
+                for t in status["throttles"][:MAX_ROWS]]
+        ctx.say("\n".join(table(rows, ("site", "target_rate", "latency", "in_flight",
+                                       "robots_delay"))))
     ctx.say()
     if status["consumers"]:
         ctx.say("\n".join(table(status["consumers"], ("name", "pending", "idle_ms"))))

@@ -13,7 +13,18 @@
 -- ARGV[4]  lease time to live, ms (renewed while the request is in flight)
 -- ARGV[5]  permits wanted
 -- ARGV[6]  lease id prefix (unique per call)
+-- KEYS[7]  the site's adaptive state (hash, lua/adaptive.lua: delay ms)
+-- KEYS[8]  the site's robots.txt caps (hash: host -> least ms between two requests)
 -- ARGV[7]  probe interval, ms (an open breaker lets one probe through per interval, fleet-wide)
+-- ARGV[8]  1: the site's rate follows its adaptive delay (absent: ARGV[9]), its concurrency
+--          and burst at most ARGV[10] and ARGV[11]; 0: not adaptive
+-- ARGV[9]  adaptive start delay, ms
+-- ARGV[10] adaptive concurrency
+-- ARGV[11] adaptive burst
+-- ARGV[12] 1: robots.txt Crawl-delay / Request-rate cap the rate (burst 1), and until a worker
+--          has read the site's robots.txt (KEYS[8] absent) one request at a time goes; 0: ignored
+-- The configured rate and concurrency stay ceilings; a 429's tightening and the breaker's ramp
+-- scale what is left.
 -- Returns {granted, wait_ms, lease_id...}: wait_ms says when asking again makes sense.
 -- A lease id is '<prefix>@<Redis time of the grant, ms>:<n>', a probe's '<prefix>@<ms>:probe':
 -- a 429 to the request it carried strikes only when granted after the site's last pause began.
@@ -24,6 +35,36 @@ if paused > 0 then
   return {0, paused}
 end
 local rate = tonumber(ARGV[1])
+local burst = tonumber(ARGV[2])
+local cap = tonumber(ARGV[3])
+if ARGV[8] == '1' then
+  local delay = tonumber(redis.call('HGET', KEYS[7], 'delay') or ARGV[9])
+  if delay == nil or delay ~= delay then
+    delay = tonumber(ARGV[9])  -- damaged: as if new
+  end
+  if delay > 0 then
+    rate = math.min(rate, 1000 / delay)
+  end
+  cap = math.min(cap, tonumber(ARGV[10]))
+  burst = math.min(burst, tonumber(ARGV[11]))
+end
+if ARGV[12] == '1' then
+  local most = 0
+  local hosts = redis.call('HVALS', KEYS[8])
+  if #hosts == 0 then
+    cap, burst = 1, 1  -- robots.txt not read yet: its Crawl-delay may forbid a burst
+  end
+  for _, v in ipairs(hosts) do
+    local ms = tonumber(v)
+    if ms and ms == ms and ms > most and ms < 1e12 then
+      most = ms
+    end
+  end
+  if most > 0 then
+    rate = math.min(rate, 1000 / most)
+    burst = 1  -- a Crawl-delay is the time between two requests: none go together
+  end
+end
 local factor = tonumber(redis.call('GET', KEYS[4]) or '1')
 rate = rate * factor
 local breaker = redis.call('HMGET', KEYS[5], 'state', 'step')
@@ -38,8 +79,6 @@ elseif breaker[1] == 'ramp' then
   local steps = {0.01, 0.05, 0.25, 0.5}
   rate = rate * (steps[tonumber(breaker[2])] or 1)
 end
-local burst = tonumber(ARGV[2])
-local cap = tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local free = cap - redis.call('ZCARD', KEYS[3])
 if free <= 0 then

@@ -173,6 +173,18 @@ class MetricsExtension:
         self.breaker_state = Gauge("meteorseed_site_breaker_state",
                                    "Breaker state per site (0 closed, 1 half-open, 2 open)",
                                    ["site"], registry=self.registry)
+        # Fleet-wide adaptive limits and robots.txt caps (docs/politeness.md), per quota.
+        self.per_site = {
+            "target_rate": Gauge("meteorseed_site_target_rate", "Requests a second the site "
+                                 "may get from the whole fleet (adaptive delay, robots.txt)",
+                                 ["site"], registry=self.registry),
+            "latency": Gauge("meteorseed_site_latency_seconds", "Mean latency the whole fleet "
+                             "observed at the site (last window)", ["site"],
+                             registry=self.registry),
+            "in_flight": Gauge("meteorseed_site_in_flight", "Requests in flight to the site, "
+                               "fleet-wide (concurrency leases)", ["site"],
+                               registry=self.registry),
+        }
         self.sampler: QueueSampler | None = None
         self._task: asyncio.Task[None] | None = None
         self._server: Any = None
@@ -255,4 +267,12 @@ class MetricsExtension:
                 for consumer in sample.consumers:
                     self.per_consumer.labels(consumer.name).set(consumer.pending)
                     self.consumer_idle.labels(consumer.name).set(consumer.idle_s)
+                for gauge in self.per_site.values():
+                    gauge.clear()
+                for site in sample.throttles:
+                    self.per_site["in_flight"].labels(site.site_id).set(site.in_flight)
+                    if site.target_rate is not None:
+                        self.per_site["target_rate"].labels(site.site_id).set(site.target_rate)
+                    if site.latency_s is not None:
+                        self.per_site["latency"].labels(site.site_id).set(site.latency_s)
             await asyncio.sleep(self.interval)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from meteorseed_scrapy.politeness.adaptive import (
+    FLUSH_INTERVAL_S,
+    STATE_TTL_S,
+    AdaptiveState,
+    LatencySamples,
+)
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS
 from meteorseed_scrapy.queue import scripts
@@ -24,6 +32,9 @@ LEASE_TTL_S = 30.0  # renewed every ~LEASE_TTL_S / 3 while a request is in fligh
 #: ends: the delayed set is promoted about once a second, and the gate holds the task back until
 #: the pause is over all the same, so the site resumes when its pause ends, not up to 1 s later.
 PAUSE_LEAD_S = 1.0
+#: How long a robots.txt cap is remembered in Redis, and how often a worker records it again.
+ROBOTS_CAP_TTL_S = 86400.0
+ROBOTS_CAP_REFRESH_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,10 @@ class SiteGate:
         self._pause = scripts.register(redis, "pause")
         self._defer = scripts.register(redis, "defer")
         self._promote = scripts.register(redis, "promote")
+        self._adaptive = scripts.register(redis, "adaptive")
+        self.samples = LatencySamples()  # responses of adaptive sites since the last flush
+        self._next_flush = 0.0
+        self._listed: dict[str, float] = {}  # quota -> monotonic time it was last indexed
         # quota -> monotonic end of its pause as this worker last learnt it: permits in hand
         # are not used meanwhile (the fleet learns it from the gate).
         self._paused_until: dict[str, float] = {}
@@ -82,11 +97,16 @@ class SiteGate:
 
     async def acquire(self, site: str, wanted: int) -> Grant:
         limits = self.limits_for(site)
+        throttle = limits.throttle
         reply = await self._gate(
             keys=[*self._quota_keys(site, "bucket", "pause", "leases", "tighten"),
-                  *(self.keys.site_own(site, limits.quota(site), w) for w in ("breaker", "probe"))],
+                  *(self.keys.site_own(site, limits.quota(site), w) for w in ("breaker", "probe")),
+                  *self._quota_keys(site, "adaptive", "robots")],
             args=[limits.rate, limits.burst, limits.concurrency, int(LEASE_TTL_S * 1000), wanted,
-                  f"{self._prefix}:{next(self._calls)}", int(self.probe_interval_s * 1000)],
+                  f"{self._prefix}:{next(self._calls)}", int(self.probe_interval_s * 1000),
+                  int(limits.adaptive), round(throttle.start_delay * 1000, 3),
+                  throttle.concurrency, max(1, math.floor(throttle.target)),
+                  int(limits.crawl_delay)],
         )
         granted, wait_ms = int(reply[0]), int(reply[1])
         return Grant([str(x) for x in reply[2: 2 + granted]], wait_ms / 1000)
@@ -153,6 +173,72 @@ class SiteGate:
             del self._paused_until[quota]
             return 0.0
         return left
+
+    # -- the fleet-wide adaptive limit (politeness/adaptive.py) --------------------------------
+    def observe(self, site: str, latency_s: float, status: int) -> None:
+        """A response of ``site`` took ``latency_s``: a sample for its adaptive delay (only a
+        200 may lower it, as in Scrapy), flushed with the permit loop."""
+        limits = self.limits_for(site)
+        if limits.adaptive:
+            self.samples.add(limits.quota(site), latency_s, status == 200)
+
+    async def flush_samples(self, force: bool = False) -> dict[str, AdaptiveState]:
+        """Send the samples summed since the last flush (at most every ``FLUSH_INTERVAL_S``):
+        one script call per site. Returns each flushed site's state; a site whose state Redis
+        refuses keeps its samples for the next flush and raises nothing here."""
+        now = time.monotonic()
+        if not self.samples or (now < self._next_flush and not force):
+            return {}
+        self._next_flush = now + FLUSH_INTERVAL_S
+        out: dict[str, AdaptiveState] = {}
+        for quota, sums in self.samples.take().items():
+            throttle = self.limits_for(quota).throttle
+            try:
+                delay_ms, latency_ms = await self._adaptive(
+                    keys=[self.keys.site(quota, "adaptive")],
+                    args=[int(sums[0]), round(sums[1], 3), int(sums[2]), round(sums[3], 3),
+                          *throttle.args(), int(FLUSH_INTERVAL_S * 1000),
+                          int(STATE_TTL_S * 1000)])
+                out[quota] = AdaptiveState(float(delay_ms) / 1000,
+                                           float(latency_ms) / 1000 if latency_ms else None)
+            except SITE_ERRORS:
+                self.samples.put_back(quota, sums)
+                continue
+            if now - self._listed.get(quota, -math.inf) >= STATE_TTL_S / 10:
+                self._listed[quota] = now
+                await self._index(quota)
+        return out
+
+    async def _index(self, quota: str) -> None:
+        """List ``quota`` where ``meteorseed status`` finds adaptive and capped sites (another
+        slot than the site's keys on a cluster: its own commands; sites quiet for a day go)."""
+        now = time.time()
+        with contextlib.suppress(*SITE_ERRORS):
+            await self.redis.zadd(self.keys.adaptive_sites, {quota: now})
+            await self.redis.zremrangebyscore(self.keys.adaptive_sites, "-inf",
+                                              now - ROBOTS_CAP_TTL_S)
+
+    async def cap_by_robots(self, site: str, host: str, interval_s: float | None) -> bool:
+        """A worker read robots.txt of ``host``: it asks at least ``interval_s`` between two
+        requests (None: no such rule, or robots.txt could not be read). The site's fleet-wide
+        rate is capped accordingly, unless its rule config ignores the Crawl-delay; until the
+        first such record the gate lets one request of the site go at a time. Returns whether
+        a cap applies."""
+        limits = self.limits_for(site)
+        if not limits.crawl_delay:
+            return False
+        capped = interval_s is not None and interval_s > 0 and math.isfinite(interval_s)
+        key = self.keys.site(limits.quota(site), "robots")
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, host, round(min(interval_s or 0.0, 86_400.0) * 1000, 3)
+                      if capped else 0)
+            pipe.pexpire(key, int(ROBOTS_CAP_TTL_S * 1000))
+            if capped:  # the tokens saved up before the cap was known may not go as a burst
+                pipe.hset(self.keys.site(limits.quota(site), "bucket"), "tokens", 0)
+            await pipe.execute()
+        if capped:
+            await self._index(limits.quota(site))
+        return capped
 
     async def paused_for(self, site: str) -> float:
         ms = int(await self.redis.pttl(*self._quota_keys(site, "pause")))

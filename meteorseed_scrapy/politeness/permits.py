@@ -158,6 +158,8 @@ class PermitDesk:
         return waits
 
     async def flush(self) -> None:
+        # Latency samples of adaptive sites go with the permit loop (about once a second).
+        await self.gate.flush_samples()
         if self.to_release:
             batch = self.to_release[:500]
             refused = await self.gate.release(batch)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from meteorseed_scrapy.politeness.adaptive import AdaptiveTarget
 from meteorseed_scrapy.settings import (
     DEFAULTS,
     ConfigError,
     duration_setting,
+    flag_setting,
     integer_setting,
     number_setting,
     to_number,
@@ -25,6 +27,11 @@ class SiteLimits:
     concurrency: int  # requests in flight, summed over all workers
     quota_key: str | None = None  # shared with other sites (one host); None: the site's own
     timeout: float | None = None  # download timeout, seconds; None: Scrapy's DOWNLOAD_TIMEOUT
+    #: rate and concurrency follow the fleet's latency (politeness/adaptive.py), within the above
+    adaptive: bool = False
+    throttle: AdaptiveTarget = field(default_factory=AdaptiveTarget)
+    #: robots.txt Crawl-delay / Request-rate cap the rate (robots obeyed, no override)
+    crawl_delay: bool = False
 
     @classmethod
     def from_settings(cls, settings: Any) -> SiteLimits:
@@ -32,16 +39,23 @@ class SiteLimits:
             rate=number_setting(settings, "METEORSEED_SITE_RATE", positive=True),
             burst=integer_setting(settings, "METEORSEED_SITE_BURST", minimum=1),
             concurrency=integer_setting(settings, "METEORSEED_SITE_CONCURRENCY", minimum=1),
+            adaptive=flag_setting(settings, "METEORSEED_ADAPTIVE"),
+            throttle=AdaptiveTarget.from_settings(settings),
+            crawl_delay=bool(settings.getbool("ROBOTSTXT_OBEY")),
         )
 
-    def overridden(self, site: Any) -> SiteLimits:
-        """These defaults with a site rule config's ``limits`` (``None`` values keep them)."""
+    def overridden(self, site: Any, robots: bool = True) -> SiteLimits:
+        """These defaults with a site rule config's ``limits`` (``None`` values keep them);
+        ``robots``: whether the site obeys robots.txt (its rule config's ``robots``)."""
         return SiteLimits(
             rate=site.rate if site.rate is not None else self.rate,
             burst=site.burst if site.burst is not None else self.burst,
             concurrency=site.concurrency if site.concurrency is not None else self.concurrency,
             quota_key=site.quota_key,
             timeout=site.timeout if site.timeout is not None else self.timeout,
+            adaptive=site.adaptive if site.adaptive is not None else self.adaptive,
+            throttle=self.throttle,
+            crawl_delay=self.crawl_delay and robots and site.ignore_crawl_delay is None,
         )
 
     def quota(self, site: str) -> str:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
+import time
 from typing import Any
 
-from scrapy import Request
+from redis.exceptions import RedisError
+from scrapy import Request, Spider
 from scrapy.downloadermiddlewares.robotstxt import (
     RobotsTxtMiddleware as ScrapyRobotsTxtMiddleware,
 )
@@ -15,7 +18,8 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.defer import Deferred
 
-from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_of
+from meteorseed_scrapy.politeness.gate import ROBOTS_CAP_REFRESH_S
+from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_config, site_of
 
 # Logged under the name these middlewares always had (users' logging config refers to it).
 logger = logging.getLogger(__name__)
@@ -28,8 +32,64 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
       with the site's headers, User-Agent and proxy like the site's other requests;
     * under the asyncio reactor, requests that arrive while robots.txt is still downloading all
       await the same Deferred, and turning it into a future consumes its result, so Scrapy lets
-      all but the first of them through unchecked. Here each waiter gets its own copy.
+      all but the first of them through unchecked. Here each waiter gets its own copy;
+    * its ``Crawl-delay`` and ``Request-rate`` for the request's User-Agent cap the site's rate
+      fleet-wide (``SiteGate.cap_by_robots``, bound by the StreamScheduler), unless the site's
+      rule config sets ``limits.ignore_crawl_delay`` (with its reason).
     """
+
+    gate: Any = None
+    #: (site, host, User-Agent) -> monotonic time its robots.txt rate was recorded
+    _capped: dict[tuple[str, str, str], float] | None = None
+
+    def bind(self, gate: Any, breaker: Any) -> None:
+        self.gate = gate
+        self._capped = {}
+
+    async def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        if request.meta.get("dont_obey_robotstxt"):
+            return
+        if request.url.startswith("data:") or request.url.startswith("file:"):
+            return
+        rp = await self.robot_parser(request)
+        if self.gate is not None:
+            await self._cap(rp, request)
+        self.process_request_2(rp, request)
+
+    def _useragent(self, request: Request) -> str:
+        agent: Any = self._robotstxt_useragent or request.headers.get(
+            b"User-Agent", self._default_useragent) or ""
+        return agent.decode("utf-8", "replace") if isinstance(agent, bytes) else str(agent)
+
+    async def _cap(self, rp: Any, request: Request) -> None:
+        """Record the robots.txt rate cap of the request's host for its site, once per site,
+        host and User-Agent in this worker (its rule config may ignore it, with a reason)."""
+        site = site_of(request)
+        if site is None or self._capped is None:
+            return
+        host, agent = urlparse_cached(request).netloc, self._useragent(request)
+        seen, now = (site, host, agent), time.monotonic()
+        if now - self._capped.get(seen, -math.inf) < ROBOTS_CAP_REFRESH_S:
+            return
+        self._capped[seen] = now  # before the await: requests in flight together ask once
+        interval = robots_interval(rp, agent)
+        try:
+            capped = await self.gate.cap_by_robots(site, host, interval)
+        except (RedisError, OSError, ValueError, TypeError) as exc:
+            del self._capped[seen]  # asked again with the site's next request
+            logger.warning("Could not record the robots.txt rate of %s for site %s: %s", host,
+                           site, exc)
+            return
+        if capped:
+            logger.info("robots.txt of %s asks %.3gs between requests: site %s gets at most "
+                        "%.3g requests/s from the whole fleet", host, interval, site,
+                        1 / interval if interval else 0)
+            self._stats.set_value(f"meteorseed/robots/interval_s/{site}", interval)
+        elif interval:
+            config = site_config(self.crawler, site)
+            reason = config.limits.ignore_crawl_delay if config is not None else None
+            logger.info("robots.txt of %s asks %.3gs between requests; site %s ignores it: %s",
+                        host, interval, site, reason or "robots not obeyed")
 
     async def robot_parser(self, request: Request) -> Any:
         netloc = urlparse_cached(request).netloc
@@ -77,3 +137,25 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
             break
         self._stats.inc_value("robotstxt/request_count")
         return self._parsers[netloc]
+
+
+def robots_interval(rp: Any, agent: str) -> float | None:
+    """Least seconds between two requests that robots.txt asks of ``agent``: its
+    ``Crawl-delay`` or ``Request-rate`` (n requests per s seconds), the longer; None when it
+    asks neither (or the parser, not Protego, cannot tell)."""
+    parser = getattr(rp, "rp", None)
+    if parser is None or not hasattr(parser, "crawl_delay"):
+        return None
+    found: list[float] = []
+    try:
+        delay = parser.crawl_delay(agent)
+        rate = parser.request_rate(agent)
+    except Exception:  # a robots.txt Protego cannot answer for: no cap rather than no crawl
+        return None
+    if isinstance(delay, (int, float)) and math.isfinite(delay) and delay > 0:
+        found.append(float(delay))
+    requests, seconds = getattr(rate, "requests", None), getattr(rate, "seconds", None)
+    if isinstance(requests, int) and isinstance(seconds, (int, float)) and requests > 0 \
+            and seconds > 0 and math.isfinite(seconds):
+        found.append(float(seconds) / requests)
+    return max(found) if found else None

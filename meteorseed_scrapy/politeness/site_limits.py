@@ -23,7 +23,8 @@ class SiteLimitsLookup:
             return self.defaults
         cached = self._limits.get(site_id)
         if cached is None or cached[0] is not config:
-            cached = self._limits[site_id] = (config, self.defaults.overridden(config.limits))
+            cached = self._limits[site_id] = (
+                config, self.defaults.overridden(config.limits, robots=config.robots))
         return cached[1]
 
 

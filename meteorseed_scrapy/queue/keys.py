@@ -77,6 +77,16 @@ key                                 type    holds
                                             host share them; breaker, probe and health stay
                                             the site's own, on a tagged layout in the quota's
                                             slot: ``<ns>:{<quota>}:site:<site>:breaker``)
+``<ns>:{<site>}:adaptive``          hash    the site's fleet-wide adaptive delay
+                                            (``lua/adaptive.lua``: ``delay`` and ``latency`` of
+                                            the last window, ms; ``at``, ``n``, ``sum``,
+                                            ``good``, ``good_sum``: the window's samples;
+                                            ``updates``); expires 10 min after the last sample
+``<ns>:{<site>}:robots``            hash    robots.txt caps of the site: host -> least ms
+                                            between two requests (Crawl-delay, Request-rate);
+                                            read by ``lua/gate.lua`` when robots are obeyed
+``<ns>:adaptive``                   zset    sites (quota keys) with an adaptive state -> epoch
+                                            s last flushed (what ``meteorseed status`` lists)
 ``<ns>:failed:<task_id>``           string  why the task's last delivery failed (callback or
                                             store error); quoted in its dead letter when it
                                             keeps failing. Expires after ``METEORSEED_DONE_TTL``.
@@ -335,6 +345,11 @@ class KeyLayout:
         """The site's dedup root, in its shard's slot; every dedup key of the site starts
         with it."""
         return self.for_site(site_id).seen(site_id)
+
+    @property
+    def adaptive_sites(self) -> str:
+        """The index of sites with a fleet-wide adaptive state (zset: quota -> epoch s)."""
+        return f"{self.namespace}:adaptive"
 
     def site(self, site: str, what: str) -> str:
         """A per-site politeness key (``bucket``, ``leases``, ``pause``, ...), hash-tagged."""

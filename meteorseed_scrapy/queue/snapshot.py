@@ -105,6 +105,35 @@ def _due(at: float | None, now: float) -> dict[str, float | None]:
 
 
 @dataclass(frozen=True)
+class SiteThrottle:
+    """A site's fleet-wide adaptive limit and robots.txt cap (politeness/adaptive.py), as Redis
+    holds them; keyed by the site's quota (its ``limits.quota_key``, else its id)."""
+
+    site_id: str
+    delay_s: float | None  # between two requests of the whole fleet (None: not adaptive now)
+    latency_s: float | None  # mean of the last window, every worker's responses
+    in_flight: int  # concurrency leases held now, fleet-wide
+    robots_interval_s: float | None  # robots.txt asks this between two requests (None: no)
+
+    @property
+    def target_rate(self) -> float | None:
+        """Requests a second the site may get (before its configured ceiling, a 429's
+        tightening and the breaker's ramp)."""
+        rates = [1 / x for x in (self.delay_s, self.robots_interval_s) if x]
+        return min(rates) if rates else None
+
+    def to_json(self) -> dict[str, Any]:
+        def rounded(x: float | None, digits: int = 3) -> float | None:
+            return None if x is None else round(x, digits)
+
+        return {"site_id": self.site_id, "target_rate": rounded(self.target_rate),
+                "delay_s": rounded(self.delay_s, 4), "latency_ms": rounded(
+                    None if self.latency_s is None else self.latency_s * 1000, 1),
+                "in_flight": self.in_flight, "robots_interval_s": rounded(
+                    self.robots_interval_s)}
+
+
+@dataclass(frozen=True)
 class QueueStatus:
     namespace: str
     stream: str  # the first shard's main stream (<ns>:tasks on one Redis)
@@ -116,6 +145,7 @@ class QueueStatus:
     dead: int
     added: int | None  # tasks ever added to the streams (counted); None: unreadable counter
     lag_s: float  # age of the oldest task waiting to be delivered (0 when none waits)
+    throttles: tuple[SiteThrottle, ...] = ()  # sites with an adaptive limit or robots cap
 
     @property
     def backlog(self) -> int:
@@ -168,8 +198,9 @@ class QueueStatus:
                            "last_seen_at": round(c.last_seen_at, 3)}
                           for c in self.consumers],
             "throughput": {"added_total": self.added, "finished_total": self.finished},
+            "throttles": [t.to_json() for t in self.throttles],
         }
 
 
 __all__ = ["ConsumerStatus", "DelayedSite", "DelayedStatus", "Depth", "LaneStatus",
-           "QueueStatus", "ShardStatus", "summarize_delayed"]
+           "QueueStatus", "ShardStatus", "SiteThrottle", "summarize_delayed"]

@@ -36,6 +36,7 @@ from meteorseed_scrapy.queue.snapshot import (
     LaneStatus,
     QueueStatus,
     ShardStatus,
+    SiteThrottle,
     summarize_delayed,
 )
 from meteorseed_scrapy.task.lanes import BANDS, LANES
@@ -43,6 +44,8 @@ from meteorseed_scrapy.task.lanes import BANDS, LANES
 #: Delayed-set entries read per snapshot (the soonest due, shared between the shards) for the
 #: breakdown by site and reason; the total and the next due time are exact at any size.
 DELAYED_SCAN = 1000
+#: Sites whose adaptive state a snapshot reads (the most recently active).
+MAX_THROTTLES = 200
 
 
 def _missing(reply: Any) -> bool:
@@ -163,8 +166,9 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
             oldest = min(int(i.split("-", 1)[0]) for i in ids)
             lag = max(0.0, now - oldest / 1000)
 
+    throttles = yield from _throttles(keys, now)
     return QueueStatus(
-        namespace=keys.namespace, stream=shards[0].stream, at=now,
+        namespace=keys.namespace, stream=shards[0].stream, at=now, throttles=throttles,
         lanes={lane: LaneStatus({band: Depth(*bands[lane, band]) for band in BANDS})
                for lane in LANES},
         shards=tuple(rows),
@@ -173,6 +177,40 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
         delayed=summarize_delayed(delayed_total, entries),
         dead=dead, added=added, lag_s=lag,
     )
+
+
+def _throttles(keys: KeyLayout, now: float) -> Plan[tuple[SiteThrottle, ...]]:
+    """The adaptive state and robots.txt cap of the sites the index lists (the most recently
+    flushed first): an index read, then one round trip for them all."""
+    (listed,) = yield [Batch([call("zrevrange", keys.adaptive_sites, 0, MAX_THROTTLES - 1)])]
+    (quotas,) = listed
+    if isinstance(quotas, Exception) or not quotas:
+        return ()  # (an index Redis refuses hides the table, not the rest of the status)
+    quotas = [_text(q) for q in quotas]
+    calls = []
+    for quota in quotas:
+        calls += [call("hmget", keys.site(quota, "adaptive"), "delay", "latency"),
+                  call("zcount", keys.site(quota, "leases"), int(now * 1000), "+inf"),
+                  call("hvals", keys.site(quota, "robots"))]
+    (replies,) = yield [Batch(calls)]
+    rows = []
+    for i, quota in enumerate(quotas):
+        state, leases, robots = replies[3 * i: 3 * i + 3]
+        delay, latency = (state if isinstance(state, list) else [None, None])
+        intervals = [_ms(v) for v in robots] if isinstance(robots, list) else []
+        longest = max((x for x in intervals if x), default=None)
+        rows.append(SiteThrottle(quota, _ms(delay), _ms(latency),
+                                 leases if isinstance(leases, int) else 0, longest))
+    return tuple(rows)
+
+
+def _ms(value: Any) -> float | None:
+    """Seconds from a ms figure the scripts wrote (None: absent or not a finite number)."""
+    try:
+        ms = float(_text(value)) if value is not None else math.nan
+    except ValueError:
+        return None
+    return ms / 1000 if math.isfinite(ms) and ms >= 0 else None
 
 
 def quiet_plan(keys: KeyLayout) -> Plan[bool]:

@@ -21,6 +21,8 @@ from meteorseed_scrapy.sites.spec import (
 SITE_ID = r"^[A-Za-z0-9_.-]{1,100}$"
 FIELD_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,99}$"
 QUOTA_KEY = r"^[A-Za-z0-9_.:-]{1,200}$"
+#: A reason given for ignoring robots.txt's rate: words, not blank, one line, at most 200.
+IGNORE_REASON = r"^(?=.*[^\s])[^\x00-\x1f\x7f]{3,200}$"
 #: Fields the spider or the store stage set: a rule may not define them.
 RESERVED = frozenset({"_id", "site_id", "seed_id", "task_id", "updated_at", "first_seen_at",
                       "rule_version", "duplicate_of", "content_fingerprint"})
@@ -68,6 +70,12 @@ def rule_format(limits: Mapping[str, tuple[float, float, bool]]) -> Key:
                   for name, (least, most, whole) in limits.items()}
     limit_keys["quota_key"] = string("sites sharing it share one rate and concurrency budget",
                                      pattern=QUOTA_KEY, example="shared")
+    limit_keys["adaptive"] = flag("rate and concurrency follow the latency the whole fleet"
+                                  " observes (AutoThrottle, fleet-wide); default:"
+                                  " METEORSEED_ADAPTIVE")
+    limit_keys["ignore_crawl_delay"] = string(
+        "why robots.txt Crawl-delay and Request-rate do not cap this site (the reason is"
+        " logged)", pattern=IGNORE_REASON, example="written permission from the site owner")
     return section("a site rule file", {
         "site_id": string("letters, digits, _ . -", pattern=SITE_ID, example="news"),
         "version": Key({"type": ["string", "number"]}, "stored as rule_version", example=2),
@@ -114,5 +122,5 @@ def rule_format(limits: Mapping[str, tuple[float, float, bool]]) -> Key:
     }, required=("site_id", "version", "fields"))
 
 
-__all__ = ["FIELD", "FIELD_NAME", "LINKS", "QUOTA_KEY", "RESERVED", "SELECTOR", "SITE_ID",
-           "rule_format"]
+__all__ = ["FIELD", "FIELD_NAME", "IGNORE_REASON", "LINKS", "QUOTA_KEY", "RESERVED",
+           "SELECTOR", "SITE_ID", "rule_format"]

@@ -63,6 +63,10 @@ class Limits:
     #: sites naming the same quota key share one fleet-wide rate and concurrency budget
     #: (several sites on one host); None: the site's own
     quota_key: str | None = None
+    #: rate and concurrency follow the fleet's latency (None: METEORSEED_ADAPTIVE decides)
+    adaptive: bool | None = None
+    #: why robots.txt Crawl-delay / Request-rate do not cap this site (None: they do)
+    ignore_crawl_delay: str | None = None
 
 
 @dataclass(frozen=True)

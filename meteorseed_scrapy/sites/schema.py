@@ -36,6 +36,7 @@ from meteorseed_scrapy.sites.spec import json_schema
 _SITE_ID = re.compile(rule_keys.SITE_ID)
 _FIELD_NAME = re.compile(rule_keys.FIELD_NAME)
 _QUOTA_KEY = re.compile(rule_keys.QUOTA_KEY)
+_IGNORE_REASON = re.compile(rule_keys.IGNORE_REASON)
 _SOURCES = ("css", "xpath", "path", "jmespath")
 #: Processors whose output is a date (date constraints apply by default).
 _DATE_PROCESSORS = frozenset({"date", "date_natural"})
@@ -200,7 +201,9 @@ def parse_site(data: Any, source: str) -> SiteConfig:
         limits=Limits(
             rate=_limit(limits, "rate"), burst=_int(_limit(limits, "burst")),
             concurrency=_int(_limit(limits, "concurrency")), timeout=_limit(limits, "timeout"),
-            retries=_int(_limit(limits, "retries")), quota_key=_quota_key(limits)),
+            retries=_int(_limit(limits, "retries")), quota_key=_quota_key(limits),
+            adaptive=_adaptive(limits),
+            ignore_crawl_delay=_ignore_reason(limits)),
         rendering=Rendering(mode, wait_for),
         headers=top.str_map("headers"), user_agents=top.str_list("user_agents"),
         proxies=top.str_list("proxies"), robots=top.flag("robots", True),
@@ -264,6 +267,20 @@ def _quota_key(limits: Reader) -> str | None:
     if key is not None and not _QUOTA_KEY.match(key):
         raise limits.error("quota_key", f"expected letters, digits, '_.:-' (1-200), got {key!r}")
     return key
+
+
+def _adaptive(limits: Reader) -> bool | None:
+    """True or false; absent (or null): None, the project's METEORSEED_ADAPTIVE decides."""
+    flag = limits.flag("adaptive", False)
+    return flag if limits.has("adaptive") else None
+
+
+def _ignore_reason(limits: Reader) -> str | None:
+    reason = limits.string("ignore_crawl_delay")
+    if reason is not None and not _IGNORE_REASON.fullmatch(reason):
+        raise limits.error("ignore_crawl_delay", "expected the reason robots.txt's rate is"
+                           f" ignored (3-200 characters, one line), got {reason!r}"[:300])
+    return reason
 
 
 def _int(value: float | None) -> int | None:
