@@ -54,7 +54,7 @@ def run(n: int, dup_ratio: float) -> tuple[float, int, int, dict[str, str]]:
             pipe = client.pipeline(transaction=False)
             for start in range(0, len(ids), BATCH):
                 batch = pack_tasks((1, fp(i), WINDOW, "t") for i in ids[start : start + BATCH])
-                script(keys=[keys.stream, keys.seen("site")], args=["", batch], client=pipe)
+                script(keys=[keys.stream, keys.seen("site")], args=["", *batch], client=pipe)
                 if len(pipe) >= 20:
                     enqueued += sum(int(r[0]) for r in pipe.execute())
             enqueued += sum(int(r[0]) for r in pipe.execute())

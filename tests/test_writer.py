@@ -9,15 +9,19 @@ from typing import Any, TypeVar
 import pytest
 import redis
 import redis.asyncio as aioredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.dedup import fingerprint, fingerprint_bytes
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import CHUNK_SIZE, AddResult, TaskWriter
+from meteorseed_scrapy.queue.writer import CHUNK_SIZE, AddResult, TaskWriter, pack_tasks
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.testing.polling import wait_until
 
 T = TypeVar("T")
+T_FIXED = 2_000_000_000  # a fixed clock for direct script calls
 
 
 def task(url: str, site: str = "site_a", **kwargs: Any) -> ExecTask:
@@ -166,6 +170,78 @@ def test_script_fails_as_a_whole_on_a_wrong_key_type(
         with_writer(redis_url, namespace, lambda w: w.add(tasks))
     assert sync_redis.xlen(keys.stream) == 0
     assert not sync_redis.exists(keys.seen("site_a"))
+
+
+# -- enqueue.lua's arguments: a malformed batch fails as a whole, naming what is wrong ---------
+
+ENTRY = b"\x00\x01" + b"abcdef"  # root index 1 and a dedup entry
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (['{"a":1}\n'], "bytes of roots and entries for 1 tasks"),  # no roots and entries
+    (['{"a":1}\n', ENTRY + ENTRY], "bytes of roots and entries for 1 tasks"),
+    (['{"a":1}\n', ENTRY[:7]], "bytes of roots and entries for 1 tasks"),
+    (['{"a":1}\n{"b":2}', ENTRY * 2], "task 2 has no newline"),
+    (['{"a":1}\n', b"\x00\x02abcdef"], "bad root index 2"),
+    (['{"a":1}\n', b"\xff\xffabcdef"], "bad root index 65535"),
+    (['{"a":1}\n', ENTRY, "1", "30 days"], "bad window 1 30 days"),
+    (['{"a":1}\n', ENTRY, "1", "-5"], "bad window 1 -5"),
+    (['{"a":1}\n', ENTRY, "2", "60"], "bad window 2 60"),  # no task 2
+    (['{"a":1}\n', ENTRY, "1"], "bad window 1 nil"),  # a window without its value
+    (['{"a":1}\n', ENTRY, "x", "60"], "bad window x 60"),
+], ids=["empty-meta", "meta-too-long", "meta-too-short", "no-final-newline", "root-past-keys",
+        "root-huge", "window-words", "window-negative", "window-for-no-task",
+        "window-missing", "window-task-not-a-number"])
+def test_a_malformed_batch_is_refused_before_anything_is_written(
+    sync_redis: redis.Redis, namespace: str, args: list[Any], error: str
+) -> None:
+    keys = KeyLayout(namespace)
+    script = sync_redis.register_script(scripts.script_source("enqueue"))
+    with pytest.raises(redis.ResponseError, match=error):
+        script(keys=[keys.stream, keys.seen("site_a")], args=["", *args])
+    assert sync_redis.xlen(keys.stream) == 0
+    assert not sync_redis.exists(keys.seen("site_a"))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(records=st.lists(st.tuples(
+    st.integers(0, 2), st.binary(min_size=16, max_size=16),
+    st.sampled_from(["", "0", "60", "86400"]),
+    st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)),
+            max_size=40)), max_size=30))
+def test_any_batch_packs_and_unpacks_task_for_task(
+    sync_redis: redis.Redis, namespace: str, records: list[tuple[int, bytes, str, str]]
+) -> None:
+    # Whatever the JSON text, roots and windows: every task comes out as its own entry, in
+    # order, and a task whose entry repeats an earlier one of its root under the same window
+    # is the duplicate (a task's window becomes its root's: a new window, new generations).
+    keys = KeyLayout(namespace)
+    sync_redis.delete(keys.stream, keys.seen("a"), keys.seen("b"))
+    for key in sync_redis.scan_iter(f"{namespace}:*"):
+        sync_redis.delete(key)
+    script = sync_redis.register_script(scripts.script_source("enqueue"))
+    records = [(r, fp, w if r else "", f"[{text!r}]") for r, fp, w, text in records]
+    enqueued, dups, flags = script(keys=[keys.stream, keys.seen("a"), keys.seen("b")],
+                                   args=[str(T_FIXED), *pack_tasks(records)])
+    seen: set[tuple[int, int, bytes]] = set()
+    window = {1: 0, 2: 0}
+    expected = []
+    for root, fp, w, _ in records:
+        if w:
+            window[root] = int(w)
+        key = (root, window.get(root, 0), fp[:6])
+        expected.append(root == 0 or key not in seen)
+        seen.add(key)
+    assert flags == "".join("1" if e else "0" for e in expected)
+    assert (int(enqueued), int(dups)) == (sum(expected), len(expected) - sum(expected))
+    texts = [fields["t"] for _, fields in sync_redis.xrange(keys.stream)]
+    assert texts == [p for (_, _, _, p), e in zip(records, expected, strict=True) if e]
+
+
+def test_pack_tasks_refuses_a_json_with_a_raw_newline() -> None:
+    with pytest.raises(ValueError, match="raw newline"):
+        pack_tasks([(0, b"", "", '{"a":\n1}')])
 
 
 def test_two_concurrent_writers_never_enqueue_a_url_twice(

@@ -13,8 +13,8 @@
 -- (Generations written before 2026-12 also have 's'/'f' fields and ':f<i>' Bloom slices:
 -- nothing reads them any more, and they expire with their generation.)
 --
--- A fingerprint is 16 raw bytes (SHA-256 prefix of the canonical request): bytes 1-6 are the
--- entry (bytes 1-3 also pick its bucket).
+-- A fingerprint is 16 raw bytes (SHA-256 prefix of the canonical request); its first 6 bytes
+-- are the entry e that these functions take (e's bytes 1-3 also pick its bucket).
 --
 -- No Bloom filter: a lookup is one HGET (previous generation) or HSETNX (current one) per URL,
 -- whatever the size, where a scalable Bloom costs one GETRANGE per slice plus two commands to
@@ -73,17 +73,17 @@ local function dd_gen(root, w, g)
   return st
 end
 
-local function dd_bucket(st, fp)
-  local b1, b2, b3 = string.byte(fp, 1, 3)
+local function dd_bucket(st, e)
+  local b1, b2, b3 = string.byte(e, 1, 3)
   local h = b1 * 65536 + b2 * 256 + b3
   local idx = h % st.m
   if idx < st.p then idx = h % (st.m * 2) end
   return st.key_ .. idx
 end
 
--- Is the entry for fp in generation st still inside its window at time now?
-local function dd_exact_live(st, fp, now)
-  local slot = redis.call('HGET', dd_bucket(st, fp), string.sub(fp, 1, 6))
+-- Is entry e in generation st and still inside its window at time now?
+local function dd_live(st, e, now)
+  local slot = redis.call('HGET', dd_bucket(st, e), e)
   if not slot then return false end
   if st.w == 0 then return true end
   -- Rounded up: an entry is never released before its window has fully passed.
@@ -124,7 +124,7 @@ local function dd_split(st)
   end
 end
 
--- Record fp in the current generation st unless it is already there; true when it was new.
+-- Record entry e in the current generation st unless it is already there; true when new.
 -- HSETNX is the lookup and the insert in one command.
 --
 -- Bucket expiry without an EXPIREAT per URL: a bucket key is created without one only by
@@ -132,11 +132,11 @@ end
 -- of its first DD_ARM_ALL entries, by which time every first bucket has entries), a split's
 -- new bucket (armed by the split, which creates it) and a bucket emptied by a release (which
 -- keeps it alive with DD_KEEP instead). So no bucket ever lacks its expiry.
-local function dd_insert(st, fp, now)
+local function dd_insert(st, e, now)
   local slot = 0
   if st.w > 0 then slot = math.floor((now - st.g * st.w) / st.unit) end
-  local bucket = dd_bucket(st, fp)
-  if redis.call('HSETNX', bucket, string.sub(fp, 1, 6), slot) == 0 then return false end
+  local bucket = dd_bucket(st, e)
+  if redis.call('HSETNX', bucket, e, slot) == 0 then return false end
   if st.expire and st.n < DD_ARM_ALL then dd_touched[bucket] = st.expire end
   st.n = st.n + 1
   st.dirty = true
@@ -159,28 +159,32 @@ local function dd_generations(root, w, now)
   return gens
 end
 
--- True when fp was new (and is now recorded), false when the site has seen it in its window.
-local function dd_add(root, w, fp, now)
+-- True when entry e was new (and is now recorded), false when the site has seen it in its
+-- window.
+local function dd_add(root, w, e, now)
   local gens = dd_generations(root, w, now)
   local prev = gens[2]
-  if prev and prev.n > 0 and dd_exact_live(prev, fp, now) then return false end
-  return dd_insert(gens[1], fp, now)
+  if prev and prev.n > 0 and dd_live(prev, e, now) then return false end
+  return dd_insert(gens[1], e, now)
 end
 
+-- (dd_seen and dd_release take the whole 16-byte fingerprint)
 local function dd_seen(root, fp, now)
+  local e = string.sub(fp, 1, 6)
   for _, st in ipairs(dd_generations(root, dd_window(root, nil), now)) do
-    if st.n > 0 and dd_exact_live(st, fp, now) then return true end
+    if st.n > 0 and dd_live(st, e, now) then return true end
   end
   return false
 end
 
 -- Forget fp (a dead-lettered URL).
 local function dd_release(root, fp, now)
+  local e = string.sub(fp, 1, 6)
   local removed = 0
   for _, st in ipairs(dd_generations(root, dd_window(root, nil), now)) do
     if st.n > 0 then
-      local bucket = dd_bucket(st, fp)
-      if redis.call('HDEL', bucket, string.sub(fp, 1, 6)) == 1 then
+      local bucket = dd_bucket(st, e)
+      if redis.call('HDEL', bucket, e) == 1 then
         st.n = st.n - 1
         st.dirty = true
         removed = removed + 1

@@ -2,22 +2,21 @@
 --
 -- Because the dedup check, its record and the XADD run inside one script, two seed-expand
 -- processes (or a seeder and a worker yielding child requests) can never both see a URL as
--- new: exactly one enqueues it. The dedup layer itself is dedup_lib.lua (Bloom + exact).
+-- new: exactly one enqueues it. The dedup layer itself is dedup_lib.lua.
 --
 -- KEYS[1]      the task stream (<ns>:tasks or another lane's stream)
 -- KEYS[2..n]   the distinct per-site dedup roots (<ns>:seen:{site}) that this batch uses
 -- ARGV[1]      now, epoch seconds ('' = the server's TIME; tests pass a fixed clock)
--- ARGV[2]      the batch, packed into one string (one argument instead of four per task:
---              the client's command encoding was the larger cost of a big seed file). Per
---              task, in order:
---                2 bytes  root index, big-endian: 1-based position of the task's dedup root
---                         among KEYS[2..n]; 0 = no dedup, always enqueue
---                1 byte   length of the window
---                4 bytes  length of the task JSON, big-endian
---                16 bytes fingerprint (see dedup_lib.lua), only when the root index > 0
---                the window: re-crawl window in seconds for the site, decimal ('' = the
---                         site's stored window; '0' = never re-crawl)
---                the task JSON: the stream field "t"; the field "v" is the message version, 1
+-- ARGV[2]      the task JSONs (the stream field "t"; the field "v" is the message version, 1),
+--              each followed by a newline: JSON text never holds a raw newline, so the batch
+--              needs no length prefixes (one C-level join on the client, one find per task here)
+-- ARGV[3]      per task, in order, 8 bytes: its root index (2 bytes, big-endian: the 1-based
+--              position of the task's dedup root among KEYS[2..n]; 0 = no dedup, always
+--              enqueue), then its dedup entry (the fingerprint's first 6 bytes, see
+--              dedup_lib.lua; ignored without dedup)
+-- ARGV[4..]    pairs (task number, window): a task's re-crawl window in seconds, decimal
+--              ('0' = never re-crawl), which becomes its site's window; a task without one
+--              uses the site's stored window (or the one an earlier task of this call set).
 -- Returns      {enqueued, duplicates, flags}: flags has one character per task, in order,
 --              '1' = enqueued, '0' = a duplicate
 --
@@ -30,7 +29,6 @@
 --#include counts_lib
 
 local stream = KEYS[1]
-local blob = ARGV[2] or ''
 
 local function check_type(key, expected)
   local found = redis.call('TYPE', key)['ok']
@@ -49,36 +47,41 @@ for k = 2, #KEYS do
 end
 
 -- Unpack and check everything before the first write, so a bad call fails as a whole.
-local roots, fps, windows_in, jsons = {}, {}, {}, {}
-local pos, size, n = 1, #blob, 0
-local byte, sub = string.byte, string.sub
-while pos <= size do
-  if pos + 6 > size then
-    return redis.error_reply('ERR enqueue.lua: truncated batch at byte ' .. pos)
+local jsons, meta = ARGV[2] or '', ARGV[3] or ''
+local roots, entries, texts = {}, {}, {}
+local byte, sub, find = string.byte, string.sub, string.find
+local pos, n = 1, 0
+while pos <= #jsons do
+  local stop = find(jsons, '\n', pos, true)
+  if not stop then
+    return redis.error_reply('ERR enqueue.lua: task ' .. (n + 1) .. ' has no newline')
   end
-  local r1, r2, wl, j1, j2, j3, j4 = byte(blob, pos, pos + 6)
+  n = n + 1
+  texts[n] = sub(jsons, pos, stop - 1)
+  pos = stop + 1
+end
+if #meta ~= 8 * n then
+  return redis.error_reply('ERR enqueue.lua: ' .. #meta .. ' bytes of roots and entries for '
+    .. n .. ' tasks')
+end
+for i = 1, n do
+  local at = 8 * i - 7
+  local r1, r2 = byte(meta, at, at + 1)
   local r = r1 * 256 + r2
-  local jl = ((j1 * 256 + j2) * 256 + j3) * 256 + j4
   if r + 1 > #KEYS then
     return redis.error_reply('ERR enqueue.lua: bad root index ' .. r)
   end
-  pos = pos + 7
-  local fp = ''
-  if r > 0 then
-    fp = sub(blob, pos, pos + 15)
-    pos = pos + 16
+  roots[i] = r
+  if r > 0 then entries[i] = sub(meta, at + 2, at + 7) end
+end
+local windows_in = {}
+for k = 4, #ARGV, 2 do
+  local i, w = tonumber(ARGV[k]), ARGV[k + 1]
+  if not i or not roots[i] or not w or not string.match(w, '^%d+$') then
+    return redis.error_reply('ERR enqueue.lua: bad window ' .. tostring(ARGV[k]) .. ' '
+      .. tostring(w))
   end
-  local w = sub(blob, pos, pos + wl - 1)
-  pos = pos + wl
-  if pos + jl - 1 > size or #fp ~= (r > 0 and 16 or 0) then
-    return redis.error_reply('ERR enqueue.lua: truncated batch at byte ' .. pos)
-  end
-  if w ~= '' and not string.match(w, '^%d+$') then
-    return redis.error_reply('ERR enqueue.lua: bad window ' .. w)
-  end
-  n = n + 1
-  roots[n], fps[n], windows_in[n], jsons[n] = r, fp, w, sub(blob, pos, pos + jl - 1)
-  pos = pos + jl
+  windows_in[i] = w
 end
 
 local now = dd_now(ARGV[1])
@@ -91,14 +94,15 @@ for i = 1, n do
   if r > 0 then
     local root = KEYS[r + 1]
     local w = windows[r]
-    if w == nil or windows_in[i] ~= '' then
-      w = dd_window(root, windows_in[i])
+    local given = windows_in[i]
+    if w == nil or given then
+      w = dd_window(root, given)
       windows[r] = w
     end
-    is_new = dd_add(root, w, fps[i], now)
+    is_new = dd_add(root, w, entries[i], now)
   end
   if is_new then
-    redis.call('XADD', stream, '*', 'v', '1', 't', jsons[i])
+    redis.call('XADD', stream, '*', 'v', '1', 't', texts[i])
     enqueued = enqueued + 1
     flags[i] = '1'
   else
