@@ -3,15 +3,24 @@ exit codes, and refusals naming the argument."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import math
+from pathlib import Path
+from typing import Any
 
+import pytest
 import redis
+import redis.asyncio as aioredis
+from scrapy import Request
+from scrapy.utils.request import RequestFingerprinter
+from w3lib.url import url_query_cleaner
 
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.delayed import REASON_CODES, SCALE
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 
@@ -73,3 +82,47 @@ def test_stored_text_is_escaped_on_the_terminal(redis_url: str, namespace: str,
     code, out, _ = run(redis_url, namespace, one.task_id)
     assert code == 0 and "dead letter" in out and "boom" in out
     assert "\x1b" not in out and "\x07" not in out
+
+
+class DropSid:
+    """A project's REQUEST_FINGERPRINTER_CLASS: the ``sid`` parameter makes no new request."""
+
+    def __init__(self, crawler: Any = None) -> None:
+        self.scrapys = RequestFingerprinter(crawler)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> DropSid:
+        return cls(crawler)
+
+    def fingerprint(self, request: Request) -> bytes:
+        url = url_query_cleaner(request.url, ["sid"], remove=True)
+        return self.scrapys.fingerprint(request.replace(url=url))
+
+
+def test_inside_a_project_urls_use_its_fingerprinter(
+        redis_url: str, namespace: str, sync_redis: redis.Redis, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = fpproject_settings\n")
+    (tmp_path / "fpproject_settings.py").write_text(
+        f"REQUEST_FINGERPRINTER_CLASS = '{__name__}.DropSid'\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("SCRAPY_SETTINGS_MODULE", raising=False)
+    keys = KeyLayout(namespace)
+    one = ExecTask.create(seed_id="s1", site_id="news", url="https://news.test/a?sid=1")
+
+    async def enqueue() -> None:
+        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            await TaskWriter(client, keys, fingerprinter=DropSid()).add([one])
+        finally:
+            await client.aclose()
+
+    asyncio.run(enqueue())
+    sync_redis.xtrim(keys.stream, maxlen=0)  # only the dedup record is left
+    code, out, err = run(redis_url, namespace, "https://news.test/a?sid=2", "--site", "news",
+                         "--json")
+    body = json.loads(out)
+    assert code == 0, err
+    assert body["state"] == "deduplicated"
+    assert body["query"]["dedup_keys"] == "REQUEST_FINGERPRINTER_CLASS"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from meteorseed_scrapy.queue.dedup import fingerprint_bytes
+from meteorseed_scrapy.queue.dedup import Fingerprinter, fingerprint_bytes
 from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError, check_id, check_url
@@ -29,20 +29,28 @@ class TaskQuery:
     canonical: str | None = None
     fingerprint: bytes = b""
     site_id: str | None = None
+    #: The project's REQUEST_FINGERPRINTER_CLASS when the writer uses it (queue/dedup.py).
+    fingerprinter: Fingerprinter | None = field(default=None, compare=False, repr=False)
+
+    def fingerprint_of(self, task: ExecTask) -> bytes:
+        """``task``'s dedup fingerprint as the writer computes it (ValueError if it cannot)."""
+        return fingerprint_bytes(task, fingerprinter=self.fingerprinter)
 
     def matches(self, task: ExecTask) -> bool:
         if self.task_id is not None:
             return task.task_id == self.task_id
         try:
-            return fingerprint_bytes(task) == self.fingerprint
+            return self.fingerprint_of(task) == self.fingerprint
         except ValueError:
             return False
 
     def to_json(self) -> dict[str, Any]:
+        keys = "REQUEST_FINGERPRINTER_CLASS" if self.fingerprinter else "canonical URL"
         if self.task_id is not None:
-            return {"task_id": self.task_id, "site_id": self.site_id}
+            return {"task_id": self.task_id, "site_id": self.site_id, "dedup_keys": keys}
         return {"url": self.url, "canonical_url": self.canonical,
-                "fingerprint": self.fingerprint.hex(), "site_id": self.site_id}
+                "fingerprint": self.fingerprint.hex(), "site_id": self.site_id,
+                "dedup_keys": keys}
 
 
 def _text_arg(name: str, value: Any) -> str:
@@ -55,33 +63,39 @@ def _text_arg(name: str, value: Any) -> str:
     return value
 
 
-def query_for_id(value: Any, name: str = "id", site: str | None = None) -> TaskQuery:
+def query_for_id(value: Any, name: str = "id", site: str | None = None,
+                 fingerprinter: Fingerprinter | None = None) -> TaskQuery:
     """A task-id query; :class:`TaskError` naming ``name`` (or ``site_id``) when invalid."""
     try:
         task_id = check_id(name, _text_arg(name, value))
     except TaskError as exc:
         raise TaskError(name, exc.problem) from None
-    return TaskQuery(task_id=task_id, site_id=_site(site))
+    return TaskQuery(task_id=task_id, site_id=_site(site), fingerprinter=fingerprinter)
 
 
-def query_for_url(value: Any, name: str = "url", site: str | None = None) -> TaskQuery:
-    """A URL query, canonicalised and fingerprinted as the writer does for a plain GET."""
+def query_for_url(value: Any, name: str = "url", site: str | None = None,
+                  fingerprinter: Fingerprinter | None = None) -> TaskQuery:
+    """A URL query, canonicalised and fingerprinted as the writer does for a plain GET (with
+    the project's ``fingerprinter`` when the writer uses one)."""
     url = check_url(_text_arg(name, value), name)
     try:
         canonical = canonical_url(url)
+        task = ExecTask(task_id="lookup", seed_id="lookup", site_id="lookup", url=url)
+        fp = fingerprint_bytes(task, canonical, fingerprinter)
     except ValueError as exc:
-        raise TaskError(name, f"cannot be canonicalised ({exc})"[:300]) from None
-    task = ExecTask(task_id="lookup", seed_id="lookup", site_id="lookup", url=url)
-    return TaskQuery(url=url, canonical=canonical, fingerprint=fingerprint_bytes(task, canonical),
-                     site_id=_site(site))
+        raise TaskError(name, f"cannot be canonicalised or fingerprinted ({exc})"[:300]
+                        ) from None
+    return TaskQuery(url=url, canonical=canonical, fingerprint=fp, site_id=_site(site),
+                     fingerprinter=fingerprinter)
 
 
-def parse_query(value: Any, name: str = "URL|ID", site: str | None = None) -> TaskQuery:
+def parse_query(value: Any, name: str = "URL|ID", site: str | None = None,
+                fingerprinter: Fingerprinter | None = None) -> TaskQuery:
     """A URL (it has ``://``) or else a task id."""
     text = _text_arg(name, value)
     if "://" in text:
-        return query_for_url(text, name, site)
-    return query_for_id(text, name, site)
+        return query_for_url(text, name, site, fingerprinter)
+    return query_for_id(text, name, site, fingerprinter)
 
 
 def _site(site: str | None) -> str | None:

@@ -32,7 +32,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.deadletters import DeadLetter
-from meteorseed_scrapy.queue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.delayed import DelayedEntry
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
 from meteorseed_scrapy.queue.reads import Batch, Plan, call
@@ -191,7 +190,7 @@ def _fingerprint(state: TaskState, query: TaskQuery, site: str) -> bytes:
         task = place.get("task")
         if task and task.get("site_id") == site:
             try:
-                return fingerprint_bytes(ExecTask.from_dict(task))
+                return query.fingerprint_of(ExecTask.from_dict(task))
             except ValueError:
                 continue
     return b""
