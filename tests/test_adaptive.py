@@ -432,3 +432,34 @@ def test_property_an_ignore_reason_is_kept_exactly_or_refused_naming_the_field(
     else:
         assert got.limits.ignore_crawl_delay == reason
         assert reason.strip() and 3 <= len(reason) <= 200 and "\n" not in reason
+
+
+# -- the state, as meteorseed status / GET /status / the metrics read it ------------------------
+
+def test_status_lists_each_sites_target_rate_latency_in_flight_and_robots_cap(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    from meteorseed_scrapy.queue.status import read_status
+
+    async def main(client: Any) -> None:
+        gate = make_gate(client, namespace, adaptive_limits(target=2.0, start=5.0,
+                                                            crawl_delay=True))
+        await gate.cap_by_robots("a", "a.example", 2.0)
+        await gate.acquire("a", 1)
+        gate.observe("a", 0.1, 200)
+        await gate.flush_samples(force=True)
+
+    run(redis_url, main)
+    keys = KeyLayout(namespace)
+    sync_redis.zadd(keys.adaptive_sites, {"damaged": 1.0})
+    sync_redis.hset(f"{namespace}:{{damaged}}:adaptive", mapping={"delay": "nan",
+                                                                 "latency": "x"})
+    sync_redis.set(f"{namespace}:{{damaged}}:robots", "not a hash")
+    status = read_status(sync_redis, keys)
+    rows = {t.site_id: t for t in status.throttles}
+    a = rows["a"]
+    assert a.delay_s == 5.0 and a.robots_interval_s == 2.0 and a.in_flight == 1
+    assert a.target_rate == pytest.approx(0.2)  # the slower of 1/5 s and 1/2 s
+    assert rows["damaged"].delay_s is None and rows["damaged"].target_rate is None
+    (shown,) = [t for t in status.to_json()["throttles"] if t["site_id"] == "a"]
+    assert shown == {"site_id": "a", "target_rate": 0.2, "delay_s": 5.0, "latency_ms": None,
+                     "in_flight": 1, "robots_interval_s": 2.0}

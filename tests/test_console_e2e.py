@@ -90,8 +90,15 @@ async def _console_flow(base: str, sync_redis: redis.Redis, namespace: str) -> d
             await expect(page.locator("#flash")).to_contain_text("Requeued")
             await expect(page.locator("#dead-table")).to_contain_text("No dead letters")
 
+            # A site's fleet-wide adaptive state (its id from Redis: shown as text, not markup).
+            keys = KeyLayout(namespace)
+            sync_redis.zadd(keys.adaptive_sites, {"<img src=x>": 1})
+            sync_redis.hset(keys.site("<img src=x>", "adaptive"), mapping={"delay": "250",
+                                                                          "latency": "500"})
             await page.click("nav a[data-page=sites]")
             await expect(page.locator("#sites-table")).to_be_visible()
+            await expect(page.locator("#sites-adaptive")).to_contain_text("<img src=x>")
+            await expect(page.locator("#sites-adaptive")).to_contain_text("4.00")
             seen["img_tags"] = await page.locator("img").count()
             seen["token_in_storage"] = await page.evaluate(
                 "sessionStorage.getItem('meteorseed.token')")

@@ -218,7 +218,11 @@ def build_spec() -> dict[str, Any]:
                             throughput=_obj(added_per_s=_NUM_OR_NULL,
                                             finished_per_s=_NUM_OR_NULL, over_s=_NUM,
                                             added_total=_INT_OR_NULL,
-                                            finished_total=_INT_OR_NULL))),
+                                            finished_total=_INT_OR_NULL),
+                            throttles={"type": "array", "items": _obj(
+                                site_id=_STR, target_rate=_NUM_OR_NULL,
+                                delay_s=_NUM_OR_NULL, latency_ms=_NUM_OR_NULL,
+                                in_flight=_INT, robots_interval_s=_NUM_OR_NULL)})),
                  **auth})},
             "/sites": {"get": _op(
                 "Sites: breaker state, request rates, pauses, anomalies",

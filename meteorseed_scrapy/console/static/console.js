@@ -150,8 +150,17 @@ function showDelayed(delayed) {
 }
 
 async function showSites() {
-  const result = await api("GET", "/sites");
+  const [result, status] = await Promise.all([api("GET", "/sites"), api("GET", "/status")]);
   if (result.status !== 200) { flash(problemText(result)); return; }
+  // Fleet-wide adaptive limits and robots.txt caps, from the queue snapshot (docs/politeness.md).
+  const throttles = status.status === 200 ? (status.data.throttles || []) : [];
+  $("sites-adaptive").replaceChildren(table([
+    { key: "site_id", label: "Site" },
+    { label: "Target req / s", cls: "num", render: (r) => fmt(r.target_rate) },
+    { label: "Latency ms", cls: "num", render: (r) => fmt(r.latency_ms) },
+    { key: "in_flight", label: "In flight", cls: "num" },
+    { label: "robots.txt delay s", cls: "num", render: (r) => fmt(r.robots_interval_s) },
+  ], throttles, "No site has an adaptive limit or a robots.txt cap."));
   $("sites-table").replaceChildren(table([
     { key: "site_id", label: "Site" },
     { label: "Breaker", render: (r) => badge(r.breaker) },
