@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+from tests.e2e_helpers import enqueue, start_worker, stored_docs
 from tests.test_seed_expand import run_cli, seed_line, summary_of
 
 CUSTOM = "tests.test_fingerprinter.IgnoreSession"  # for the commands run as subprocesses
@@ -166,3 +170,58 @@ def test_seed_expand_refuses_a_fingerprinter_it_cannot_load(
     assert done.returncode != 0
     assert "REQUEST_FINGERPRINTER_CLASS" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# -- a worker: child requests are deduplicated by the project's fingerprinter ----------------------
+
+class _Links(BaseHTTPRequestHandler):
+    """``/`` links to three pages, two of them the same but for ``sid``."""
+
+    def do_GET(self) -> None:
+        if self.path == "/":
+            body = b'<a href="/a?sid=1">1</a><a href="/a?sid=2">2</a><a href="/b?sid=3">3</a>'
+        elif self.path.startswith(("/a?", "/b?")):
+            body = b"<title>leaf</title>"
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def links_site() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Links)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("fingerprinter", "children"), [(CUSTOM, {"/a?sid=1", "/b?sid=3"}),
+                                                         (None, {"/a?sid=1", "/a?sid=2",
+                                                                 "/b?sid=3"})])
+def test_a_worker_dedups_child_requests_with_the_projects_fingerprinter(
+    tmp_path: Path, redis_url: str, namespace: str, links_site: str, fingerprinter: str | None,
+    children: set[str],
+) -> None:
+    settings = {"REQUEST_FINGERPRINTER_CLASS": fingerprinter} if fingerprinter else {}
+    enqueue(redis_url, namespace, [f"{links_site}/"])
+    worker = start_worker(tmp_path, redis_url, namespace, spider_args={"follow": "1"},
+                          **settings)
+    assert worker.wait() == 0
+    assert set(stored_docs(tmp_path / "items.db")) == {"probe:/", *(f"probe:{c}" for c in children)}
+    stats = worker.stats()
+    assert stats["meteorseed/children/enqueued"] == len(children)
+    assert stats.get("meteorseed/children/duplicates", 0) == 3 - len(children)
+    expected = (f"REQUEST_FINGERPRINTER_CLASS {CUSTOM}" if fingerprinter
+                else "Dedup keys: canonical URLs")
+    assert expected in worker.log()

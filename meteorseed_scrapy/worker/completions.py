@@ -8,6 +8,7 @@ does not take stays queued for the next flush: nothing is lost while Redis is aw
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import statistics
 import time
@@ -17,7 +18,6 @@ from typing import Any
 
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.dedup import fingerprint
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
@@ -139,7 +139,10 @@ class Completions:
                     await asyncio.wait(self._completing, return_when=asyncio.FIRST_COMPLETED)
             while self.dead:
                 delivery, reason = self.dead[0]
-                fp = fingerprint(delivery.task) if delivery.task is not None else ""
+                fp = ""  # the writer's key (the project's fingerprinter when it sets one)
+                if delivery.task is not None:
+                    with contextlib.suppress(ValueError):  # no key: nothing to release
+                        fp = self.writer.fingerprint(delivery.task).hex()
                 dead_id = await self.consumer.dead_letter(delivery, reason, fp)
                 self.dead.pop(0)
                 task = delivery.task
