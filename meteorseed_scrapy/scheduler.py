@@ -31,6 +31,7 @@ from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
 from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.dedup import project_fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
 from meteorseed_scrapy.queue.retention import DeadLetterRetention, housekeeping
@@ -108,8 +109,11 @@ class StreamScheduler:
             if mw is not None:
                 mw.bind(gate, breaker)
         new_urls: Counter[str] = Counter()  # seed_id -> new child URLs, until reported
+        # Child requests are deduplicated by the project's REQUEST_FINGERPRINTER_CLASS if set.
+        writer = TaskWriter(self.redis, self.keys,
+                            fingerprinter=project_fingerprinter(self.crawler))
         self.pump = StreamPump(
-            self.crawler, spider, consumer, TaskWriter(self.redis, self.keys), self.config,
+            self.crawler, spider, consumer, writer, self.config,
             gate=gate, breaker=breaker, limits_for=self.limits_for, sizes=self.sizes,
             politeness=self.politeness, on_change=self._wake, on_new_urls=new_urls.update,
         )
