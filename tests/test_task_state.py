@@ -306,3 +306,23 @@ def test_on_a_redis_cluster(cluster: LocalCluster, ns: str) -> None:
             assert found.state in ("waiting", "pending") and found.dedup[0]["seen"]
     finally:
         client.close()
+
+
+def test_a_delayed_task_by_id_also_gets_its_dedup_record(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+    one = task(7)
+
+    async def scenario(client: Any) -> None:
+        await TaskWriter(client, keys).add([one])
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        [delivery] = await consumer.read(1, 0)
+        gate = SiteGate(client, keys, lambda _s: SiteLimits(rate=1.0, burst=1, concurrency=1),
+                        "w1", Backoff(1.0, 300.0))
+        assert await gate.defer(delivery.ref, one, 30.0, "", DeferReason.RETRY)
+
+    run(redis_url, scenario)
+    found = look(sync_redis, keys, one.task_id)
+    assert found.state == "delayed" and found.places[0]["why"] == "retry"
+    assert [(d["site_id"], d["seen"]) for d in found.dedup] == [("news", True)]

@@ -1,27 +1,15 @@
-"""Where is a task? Its whole state in one answer, read from where each state lives.
+"""Where is a task? Its whole state in one answer, read from where each state lives: the one
+reader behind ``meteorseed task``, ``GET /tasks`` and the console (docs/tasks.md).
 
-The one reader behind ``meteorseed task URL|ID``, ``GET /tasks/{id}``, ``GET /tasks?url=`` and
-the console's lookup box. A query is a task id, or a URL that is canonicalised and
-fingerprinted exactly as the writer does (:func:`~meteorseed_scrapy.queue.dedup.fingerprint_bytes`
-of a plain GET). Per shard (:mod:`meteorseed_scrapy.queue.keys` documents every key):
-
-- pending and waiting: workers XDEL an entry once they ack it, so the entries of a task stream
-  up to the group's ``last-delivered-id`` are the pending ones and the rest wait. Each stream is
-  read with two bounded XRANGEs: the oldest :data:`PENDING_SCAN` up to that id, and the next
-  :data:`WAITING_SCAN` after it (the head of the line, so a match's position is exact); a
-  match up to it gets XPENDING of its own id (consumer, idle time, deliveries).
-- delayed: ZSCAN of the delayed set, at most :data:`DELAYED_ROUNDS` calls of COUNT
-  :data:`DELAYED_COUNT`, filtered by Redis with MATCH on the task id (or the site).
-- dead: the newest :data:`DEAD_SCAN` dead letters of each dead-letter stream (XREVRANGE).
-- done and failed: GET of ``<ns>:done:<id>`` and ``<ns>:failed:<id>`` (a task id only: the
-  completion record is keyed by it).
-- deduplicated: ``lua/dedup_when.lua`` on the site's dedup root (the site comes from the
-  query, from a matched entry, or from the seed registry's and the pushed rules' first
-  :data:`SITE_CANDIDATES` sites).
-
-Every search reports how much it read and whether that was all there was, so "not found"
-never reads as "not there" when a scan was cut short. Comparisons are made after decoding
-(task id, or canonical URL fingerprint), never on the raw text alone.
+Bounded per lookup, per shard (:mod:`~meteorseed_scrapy.queue.keys` documents every key):
+workers XDEL an entry once acked, so a task stream's entries up to the group's
+``last-delivered-id`` are the pending ones (the oldest :data:`PENDING_SCAN`, then XPENDING of
+a match) and the next :data:`WAITING_SCAN` after it the head of the line; the delayed set by
+ZSCAN (:data:`DELAYED_ROUNDS` x :data:`DELAYED_COUNT`, MATCH on the task id or site); the newest
+:data:`DEAD_SCAN` dead letters; GET of the completion record and failure note; the dedup
+record by ``lua/dedup_when.lua``. Each search says what it read and whether that was all, so
+"not found" is never claimed past a scan cut short. Entries are compared once decoded (task
+id, or the writer's fingerprint), never on raw text.
 """
 
 from __future__ import annotations
@@ -54,6 +42,7 @@ DEAD_SCAN = 1000
 #: Sites whose dedup roots a URL query without a site consults (from the seed registry and
 #: the pushed rule files).
 SITE_CANDIDATES = 50
+
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
@@ -117,7 +106,7 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
     candidates: list[str] = []
     if want_sites:
         by_site, (_, pushed) = _ok(next(it)) or [], _ok(next(it)) or (0, {})
-        candidates = [_text(m).split("	", 1)[0] for m in by_site] + [_text(k) for k in pushed]
+        candidates = [_text(m).split("\t", 1)[0] for m in by_site] + [_text(k) for k in pushed]
     for dead, page, length in zip(deads, dead_pages, dead_lengths, strict=True):
         _dead(state, keys, dead, page)
         state.searched.append(Search(dead, f"XREVRANGE + - COUNT {DEAD_SCAN}", len(page),
@@ -160,6 +149,7 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
 
     delivered_places = [_pending(state, keys, s, entry_id, task)
                         for s, entry_id, task in pending_hits]
+    yield from _delayed(state, keys, shards, query)  # (before dedup: its tasks' sites count)
     third = [call("xpending_range", s, keys.group, entry_id, entry_id, 1)
              for s, entry_id, _ in pending_hits]
     sites = _sites_to_check(state, query, candidates)
@@ -171,8 +161,6 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
         _delivery(place, _ok(reply) or [])
     for site, reply in zip(sites, dedup, strict=True):
         _dedup(state, site, keys.seen(site), _ok(reply))
-
-    yield from _delayed(state, keys, shards, query)
     if query.url is not None:
         state.notes.append("a URL is found by its GET fingerprint; a task with another method "
                            "or a body, and its completion record, are found by task id")
