@@ -160,3 +160,19 @@ def test_a_worker_crawls_with_pushed_rules_and_picks_up_a_new_push(
     log = finish(proc, tmp_path)
     assert f"Loaded site example_news version 1 from redis:{namespace}:sites/example_news" in log
     assert "Reloaded site example_news: version 2 (was 1)" in log
+
+
+def test_a_push_of_the_same_rules_later_changes_nothing_on_the_workers(
+        redis_url: str, namespace: str, sync_redis: redis.Redis, rules: Path) -> None:
+    # The record carries pushed_at (to the second): a second push of unchanged files must not
+    # make every worker re-read and re-apply every site.
+    keys = KeyLayout(namespace)
+    registry = SiteRegistry(None, remote=RemoteRules.from_url(redis_url, keys)).load()
+    assert sites_cli(redis_url, namespace, "push", str(rules))[0] == 0
+    registry.apply(registry.poll())
+    for site_id, value in sync_redis.hgetall(keys.sites).items():
+        record = json.loads(value)
+        record["pushed_at"] = "2999-01-01T00:00:00Z"
+        sync_redis.hset(keys.sites, site_id, json.dumps(record))
+    sync_redis.incr(keys.sites_rev)
+    assert registry.poll() == []

@@ -56,6 +56,10 @@ def sha1(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
+def _stamp(text: str) -> tuple[int, int]:
+    return (int(sha1(text)[:15], 16), len(text))
+
+
 def collect(directory: Path) -> list[Pushed]:
     """Every rule file of ``directory``, validated; raises :class:`ConfigError` listing every
     bad file (and site_ids defined twice), so nothing is pushed unless all are good."""
@@ -156,17 +160,21 @@ class RemoteRules:
         results = []
         for site_id, value in raw.items():
             key = self.key_of(site_id)
-            stamp = (int(sha1(value)[:15], 16), len(value))
-            if stamps.get(key) == stamp:
-                continue
             try:
                 record = json.loads(value)
                 text, source = record["text"], str(record["source"])
                 if not isinstance(text, str):
                     raise TypeError("text is not a string")
             except (ValueError, KeyError, TypeError) as exc:
-                error = ConfigError(key, "", f"not a pushed rule record: {exc!r}")
-                results.append(FileResult(key, stamp, error=error))
+                stamp = _stamp(value)
+                if stamps.get(key) != stamp:
+                    error = ConfigError(key, "", f"not a pushed rule record: {exc!r}")
+                    results.append(FileResult(key, stamp, error=error))
+                continue
+            # The rule's text and file name, not the record: a push of the same rules a
+            # second later (a new pushed_at) changes nothing.
+            stamp = _stamp(f"{source}\0{text}")
+            if stamps.get(key) == stamp:
                 continue
             try:
                 config = parse_text(text, Path(source).suffix, f"{key} ({source})")
