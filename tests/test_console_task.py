@@ -71,6 +71,7 @@ async def _lookups(base: str, task: ExecTask) -> dict[str, Any]:
             await page.fill("#task-query", "ftp://nope.example/")
             await page.click("#task-form button[type=submit]")
             await expect(page.locator("#flash")).to_contain_text("query.url")
+            await expect(page.locator("#task-places")).to_be_empty()  # no stale answer
             seen["img_tags"] = await page.locator("img").count()
             await page.screenshot(path=os.environ.get("METEORSEED_SCREENSHOTS", "/tmp")
                                   + "/console-task.png")

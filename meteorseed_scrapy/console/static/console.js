@@ -248,6 +248,10 @@ async function findTask(event) {
     : `/tasks/${encodeURIComponent(q)}${siteQuery ? "?" + siteQuery : ""}`;
   const result = await guarded(() => api("GET", path));
   if (!result) return;
+  for (const id of ["task-summary", "task-places", "task-dedup", "task-searched"]) {
+    $(id).replaceChildren();  // (an answer never stays beside another query's error)
+  }
+  $("task-detail").hidden = true;
   if (result.status !== 200) {
     const errors = ((result.data && result.data.errors) || []).map((e) => `${e.field}: ${e.problem}`);
     flash(`${problemText(result)} ${errors.join("; ")}`);
@@ -268,7 +272,7 @@ async function findTask(event) {
       : row.window_s ? `Site ${row.site_id}: deduplicated, eligible again ${when(row.eligible_at)}.`
         : `Site ${row.site_id}: deduplicated, never re-crawled (no window).`)));
   const read = d.searched.reduce((n, s) => n + s.read, 0);
-  $("task-searched").textContent = `Searched ${d.searched.length} keys, ${read} entries` +
+  $("task-searched").textContent = `Searched ${d.searched.length} keys, ${read} entries read` +
     (d.exhaustive ? ", every one in full." : "; some only in part (see the JSON below).");
   $("task-detail").hidden = false;
   $("task-detail").textContent = JSON.stringify(d, null, 2);
