@@ -24,16 +24,17 @@ METRICS_EXTENSION = "meteorseed_scrapy.observability.metrics.MetricsExtension"
 # Installs the tracing filter (and JSON formatter) on the handler Scrapy re-creates after the
 # extensions are built, then disables itself.
 LOG_SETUP = "meteorseed_scrapy.observability.logging.LogSetupMiddleware"
-# Per-site hygiene (meteorseed_scrapy.middlewares): around Scrapy's RobotsTxtMiddleware
-# (100), UserAgentMiddleware (400) and HttpProxyMiddleware (750).
+# Per-site hygiene, named by the modules that define it (meteorseed_scrapy.middlewares names them
+# too, for projects that list middlewares by hand): around Scrapy's RobotsTxtMiddleware (100),
+# UserAgentMiddleware (400) and HttpProxyMiddleware (750).
 HYGIENE_MIDDLEWARES = {
-    "meteorseed_scrapy.middlewares.BlacklistMiddleware": 60,
-    "meteorseed_scrapy.middlewares.CookieWarmupMiddleware": 90,
+    "meteorseed_scrapy.politeness.blacklist.BlacklistMiddleware": 60,
+    "meteorseed_scrapy.politeness.cookie_warmup.CookieWarmupMiddleware": 90,
     # Scrapy's, with concurrent first requests to a host all checked (see its docstring).
     "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
-    "meteorseed_scrapy.middlewares.RobotsTxtMiddleware": 100,
-    "meteorseed_scrapy.middlewares.UserAgentPoolMiddleware": 390,
-    "meteorseed_scrapy.middlewares.ProxyPoolMiddleware": 740,
+    "meteorseed_scrapy.politeness.robotstxt.RobotsTxtMiddleware": 100,
+    "meteorseed_scrapy.politeness.user_agents.UserAgentPoolMiddleware": 390,
+    "meteorseed_scrapy.politeness.proxies.ProxyPoolMiddleware": 740,
 }
 # Scrapy's periodic stats log (off in Scrapy by default): a worker with METEORSEED_IDLE_CLOSE = 0
 # never closes, so its stats would never be dumped. Every LOGSTATS_INTERVAL (60 s) it logs these

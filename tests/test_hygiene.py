@@ -128,7 +128,8 @@ def test_addon_obeys_robots_by_default_and_a_project_may_switch_it_off() -> None
     settings = Settings({"DOWNLOADER_MIDDLEWARES": {}, "ITEM_PIPELINES": {}})
     MeteorSeedAddon().update_settings(settings)
     assert settings.getbool("ROBOTSTXT_OBEY") is True
-    assert "meteorseed_scrapy.middlewares.BlacklistMiddleware" in settings["DOWNLOADER_MIDDLEWARES"]
+    blacklist = "meteorseed_scrapy.politeness.blacklist.BlacklistMiddleware"
+    assert blacklist in settings["DOWNLOADER_MIDDLEWARES"]
     project = Settings({"DOWNLOADER_MIDDLEWARES": {}, "ITEM_PIPELINES": {}})
     project.set("ROBOTSTXT_OBEY", False, priority="project")
     MeteorSeedAddon().update_settings(project)
