@@ -172,7 +172,7 @@ def test_buckets_split_and_stay_compact(
     state = sync_redis.hgetall(gen)
     assert int(state["n"]) == n
     buckets = 2 ** int(state["b"]) + int(state["p"])
-    assert 40 * (buckets - 1) <= n <= 40 * buckets  # split as it grew: mean load 40
+    assert 48 * (buckets - 1) <= n <= 48 * buckets  # split as it grew: mean load 48
     sizes = [sync_redis.hlen(f"{gen}:{j}") for j in range(buckets)]
     assert sum(sizes) == n and max(sizes) < 128
     assert {sync_redis.object("encoding", f"{gen}:{j}") for j in range(buckets)} <= {

@@ -20,8 +20,9 @@
 -- whatever the size, where a scalable Bloom costs one GETRANGE per slice plus two commands to
 -- record each URL, and 1.3-5 bytes per URL (docs/dedup.md).
 
-local DD_LOAD = 40          -- mean entries per bucket before a split: even unsplit buckets
-                            -- (twice the mean) stay far below the 128-entry listpack limit
+local DD_LOAD = 48          -- mean entries per bucket before a split: a bucket peaks at ~2x
+                            -- the mean just before its split, 96, under the 128-entry listpack
+                            -- limit (3.3 sigma; docs/dedup.md: one that passes costs memory only)
 local DD_BASE_LEVEL = 4     -- a generation starts with 2^4 buckets
 local DD_MAX_LEVEL = 23     -- bucket index bits come from 24 fingerprint bits
 local DD_SLOTS = 8000       -- time resolution of an entry: its window / 8000
@@ -133,8 +134,11 @@ end
 -- new bucket (armed by the split, which creates it) and a bucket emptied by a release (which
 -- keeps it alive with DD_KEEP instead). So no bucket ever lacks its expiry.
 local function dd_insert(st, e, now)
-  local slot = 0
-  if st.w > 0 then slot = math.floor((now - st.g * st.w) / st.unit) end
+  local slot = st.slot  -- (a string: Redis would format a Lua number for every call)
+  if st.slot_at ~= now then
+    slot = (st.w > 0) and tostring(math.floor((now - st.g * st.w) / st.unit)) or '0'
+    st.slot, st.slot_at = slot, now
+  end
   local bucket = dd_bucket(st, e)
   if redis.call('HSETNX', bucket, e, slot) == 0 then return false end
   if st.expire and st.n < DD_ARM_ALL then dd_touched[bucket] = st.expire end

@@ -45,8 +45,17 @@ def fingerprint_bytes(task: ExecTask, canonical: str | None = None,
     if fingerprinter is not None:
         return _scrapy_fingerprint(task, fingerprinter)
     method = task.method.upper()
-    data = url if method == "GET" and not task.body else f"{method}\0{url}\0{task.body}"
-    return hashlib.sha256(data.encode("utf-8")).digest()[:16]
+    if method == "GET" and not task.body:
+        return url_fingerprint(url)
+    return hashlib.sha256(f"{method}\0{url}\0{task.body}".encode()).digest()[:16]
+
+
+def url_fingerprint(canonical: str) -> bytes:
+    """:func:`fingerprint_bytes` of a plain GET (no body) of the ``canonical`` URL."""
+    return _sha256(canonical.encode()).digest()[:16]
+
+
+_sha256 = hashlib.sha256
 
 
 def _scrapy_fingerprint(task: ExecTask, fingerprinter: Fingerprinter) -> bytes:

@@ -24,6 +24,7 @@ from meteorseed_scrapy.queue.dedup import (
     Fingerprinter,
     fingerprint_bytes,
     recrawl_window,
+    url_fingerprint,
 )
 from meteorseed_scrapy.queue.dedup_server import check_server_config
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -210,7 +211,11 @@ class TaskWriter:
             if type(value) is int:
                 self._last_window = (value, window)
         try:
-            fp = fingerprint_bytes(task, canonical, self.fingerprinter)
+            if (canonical is not None and self.fingerprinter is None and task.method == "GET"
+                    and not task.body):
+                fp = url_fingerprint(canonical)  # (the common case, without the checks)
+            else:
+                fp = fingerprint_bytes(task, canonical, self.fingerprinter)
         except ValueError as exc:
             problem = "cannot be fingerprinted" if self.fingerprinter else "cannot be canonicalised"
             raise TaskError("url", f"{problem}: {exc}") from None

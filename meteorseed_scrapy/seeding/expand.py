@@ -21,11 +21,7 @@ from meteorseed_scrapy.seeding.seed_lines import (
     SeedLineError,
     parse_seed_line,
 )
-from meteorseed_scrapy.seeding.seed_urls import (
-    UrlError,
-    cached_canonical_url,
-    expand,
-)
+from meteorseed_scrapy.seeding.seed_urls import UrlError, expand_canonical
 from meteorseed_scrapy.seeding.sitemap import SitemapError
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.seed_task import SeedTask
@@ -143,21 +139,24 @@ async def expand_stream(
         if on_batch is not None:
             on_batch(summary)
 
+    encode, append = writer.encode, batch.append
     try:
         for lineno, seed in parse_lines(lines, on_error, summary):
             try:
-                for position, item in enumerate(expand(seed, sitemaps)):
+                for position, item in enumerate(expand_canonical(seed, sitemaps)):
                     if isinstance(item, UrlError):
                         summary.bad_urls += 1
                         on_error(Rejection(lineno, item.reason, item.position))
                         continue
-                    reason = rejects(seed.site_id, item.url) if rejects is not None else None
-                    if reason is not None:
-                        summary.bad_urls += 1
-                        on_error(Rejection(lineno, f"url: {reason}", position))
-                        continue
+                    task, canonical = item
+                    if rejects is not None:
+                        reason = rejects(seed.site_id, task.url)
+                        if reason is not None:
+                            summary.bad_urls += 1
+                            on_error(Rejection(lineno, f"url: {reason}", position))
+                            continue
                     try:
-                        batch.append(writer.encode(item, dedup, cached_canonical_url(item.url)))
+                        append(encode(task, dedup, canonical))
                     except TaskError as exc:  # (expand checked these; a guard, not a path)
                         summary.bad_urls += 1
                         on_error(Rejection(lineno, str(exc)))

@@ -46,6 +46,20 @@ def expand(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
     raises :class:`SitemapError` while iterating; it is fetched under ``sitemaps(site_id)``
     (the setting and the site's rules), by default under the safe :class:`FetchPolicy`.
     """
+    seed, urls = _seed_urls(seed, sitemaps)
+    return (item if isinstance(item, UrlError) else item[0] for item in _expand_urls(seed, urls))
+
+
+def expand_canonical(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
+                     ) -> Iterator[tuple[ExecTask, str] | UrlError]:
+    """:func:`expand`, each task with its canonical URL (computed by the check: the
+    fingerprint needs no second canonicalisation nor cache lookup)."""
+    seed, urls = _seed_urls(seed, sitemaps)
+    return _expand_urls(seed, urls)
+
+
+def _seed_urls(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None
+               ) -> tuple[SeedTask, Iterable[Any]]:
     check_payload(seed)
     if RECRAWL_META_KEY not in seed.meta and RECRAWL_META_KEY in seed.payload:
         # The window travels with each task (tasks.meta) to enqueue.lua, which stores it as
@@ -61,10 +75,11 @@ def expand(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
         urls = expand_sitemap(seed.payload, sitemaps(seed.site_id) if sitemaps else None)
     else:
         urls = seed.payload["urls"]
-    return _expand_urls(seed, urls)
+    return seed, urls
 
 
-def _expand_urls(seed: SeedTask, urls: Iterable[Any]) -> Iterator[ExecTask | UrlError]:
+def _expand_urls(seed: SeedTask, urls: Iterable[Any]
+                 ) -> Iterator[tuple[ExecTask, str] | UrlError]:
     # Seed-level fields validated once, per URL only the URL (same errors as seed.exec_task).
     make_task = seed.exec_task_factory() or seed.exec_task
     for position, url in enumerate(urls):
@@ -81,14 +96,14 @@ def _expand_urls(seed: SeedTask, urls: Iterable[Any]) -> Iterator[ExecTask | Url
         try:
             task = make_task(url)  # validates the URL (any JSON value may come in)
             try:
-                cached_canonical_url(task.url)  # a bad port or IPv6 host fails here
+                canonical = cached_canonical_url(task.url)  # a bad port or IPv6 host fails
             except ValueError as exc:
                 raise TaskError("url", f"cannot be canonicalised ({exc})") from None
             task.to_message()  # too large (seed meta + URL), or not encodable
         except ValueError as exc:  # TaskError included
             yield UrlError(position, str(exc))
             continue
-        yield task
+        yield task, canonical
 
 
-__all__ = ["MAX_URL_BYTES", "UrlError", "cached_canonical_url", "expand"]
+__all__ = ["MAX_URL_BYTES", "UrlError", "cached_canonical_url", "expand", "expand_canonical"]
