@@ -463,3 +463,72 @@ def test_status_lists_each_sites_target_rate_latency_in_flight_and_robots_cap(
     (shown,) = [t for t in status.to_json()["throttles"] if t["site_id"] == "a"]
     assert shown == {"site_id": "a", "target_rate": 0.2, "delay_s": 5.0, "latency_ms": None,
                      "in_flight": 1, "robots_interval_s": 2.0}
+
+
+# -- the middlewares that feed it ---------------------------------------------------------------
+
+class FakeGate:
+    def __init__(self, fail: int = 0) -> None:
+        self.observed: list[tuple[str, float, int]] = []
+        self.capped: list[tuple[str, str, float | None]] = []
+        self.fail = fail
+
+    def observe(self, site: str, latency: float, status: int) -> None:
+        self.observed.append((site, latency, status))
+
+    async def cap_by_robots(self, site: str, host: str, interval: float | None) -> bool:
+        if self.fail:
+            self.fail -= 1
+            raise redis.exceptions.ResponseError("WRONGTYPE")
+        self.capped.append((site, host, interval))
+        return interval is not None
+
+
+def test_the_middleware_samples_task_responses_with_a_latency_only() -> None:
+    from scrapy import Request
+    from scrapy.http import HtmlResponse
+
+    from meteorseed_scrapy.politeness.adaptive import AdaptiveThrottleMiddleware
+    from meteorseed_scrapy.task.context import TASK_META_KEY
+    from meteorseed_scrapy.task.exec_task import ExecTask
+
+    task = ExecTask.create(seed_id="s", site_id="site", url="http://a.example/1")
+    mw, gate = AdaptiveThrottleMiddleware(), FakeGate()
+    mw.bind(gate, None)
+
+    def response(**meta: Any) -> None:
+        request = Request(task.url, meta=meta)
+        mw.process_response(request, HtmlResponse(task.url, status=503, request=request))
+
+    response(**{TASK_META_KEY: task, "download_latency": 0.2})
+    response(**{TASK_META_KEY: task})  # no latency: no sample
+    response(**{TASK_META_KEY: task, "download_latency": 0.2,
+                "autothrottle_dont_adjust_delay": True})
+    response(download_latency=0.2)  # no task: not a site's
+    assert gate.observed == [("site", 0.2, 503)]
+
+
+def test_robots_middleware_records_each_hosts_interval_once_and_retries_a_refused_one() -> None:
+    from scrapy import Request, Spider
+    from scrapy.utils.test import get_crawler
+
+    from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
+    from meteorseed_scrapy.sites.lookup import SITE_META_KEY
+
+    crawler = get_crawler(Spider, {"ROBOTSTXT_OBEY": True})
+    mw = RobotsTxtMiddleware(crawler)
+    gate = FakeGate(fail=1)
+    mw.bind(gate, None)
+
+    class Parser:
+        rp = Protego.parse("User-agent: *\nCrawl-delay: 0.5\n")
+
+    async def main() -> None:
+        for _ in range(3):
+            await mw._cap(Parser(), Request("http://a.example/x", meta={SITE_META_KEY: "s"}))
+        await mw._cap(None, Request("http://b.example/x", meta={SITE_META_KEY: "s"}))
+
+    asyncio.run(main())
+    # refused once (logged), recorded by the next request, then not asked again; a host whose
+    # robots.txt could not be read is recorded as read, with no cap
+    assert gate.capped == [("s", "a.example", 0.5), ("s", "b.example", None)]
