@@ -532,3 +532,26 @@ def test_robots_middleware_records_each_hosts_interval_once_and_retries_a_refuse
     # refused once (logged), recorded by the next request, then not asked again; a host whose
     # robots.txt could not be read is recorded as read, with no cap
     assert gate.capped == [("s", "a.example", 0.5), ("s", "b.example", None)]
+
+
+def test_meteorseed_status_prints_each_sites_adaptive_state_escaped(
+        sync_redis: redis.Redis, redis_url: str, namespace: str) -> None:
+    import io
+
+    from meteorseed_scrapy.cli import main
+
+    keys = KeyLayout(namespace)
+    hostile = "evil\x1b[2Jsite"  # a quota key from Redis must not reach the terminal raw
+    for site in ("news", hostile):
+        sync_redis.zadd(keys.adaptive_sites, {site: 1.0})
+        sync_redis.hset(keys.site(site, "adaptive"), mapping={"delay": "250", "latency": "500"})
+    sync_redis.hset(keys.site("news", "robots"), "news.test", "1000")
+    out = io.StringIO()
+    code = main(["status", "--redis-url", redis_url, "--namespace", namespace],
+                stdin=io.StringIO(), stdout=out, stderr=io.StringIO())
+    text = out.getvalue()
+    assert code == 0 and "\x1b" not in text and "evil\\x1b[2Jsite" in text
+    line = next(x for x in text.splitlines() if x.startswith("news"))
+    assert "1/s" in line and "500 ms" in line and "1 s" in line  # robots' 1 s wins over 4/s
+    row = next(x for x in text.splitlines() if "evil" in x)
+    assert "4/s" in row
