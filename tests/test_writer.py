@@ -15,7 +15,13 @@ from hypothesis import strategies as st
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.dedup import fingerprint, fingerprint_bytes
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import CHUNK_SIZE, AddResult, TaskWriter, pack_tasks
+from meteorseed_scrapy.queue.writer import (
+    CHUNK_SIZE,
+    AddResult,
+    Encoded,
+    TaskWriter,
+    pack_tasks,
+)
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.testing.polling import wait_until
@@ -237,6 +243,24 @@ def test_any_batch_packs_and_unpacks_task_for_task(
     assert (int(enqueued), int(dups)) == (sum(expected), len(expected) - sum(expected))
     texts = [fields["t"] for _, fields in sync_redis.xrange(keys.stream)]
     assert texts == [p for (_, _, _, p), e in zip(records, expected, strict=True) if e]
+
+
+@settings(max_examples=50, deadline=None)
+@given(fps=st.lists(st.binary(min_size=16, max_size=16), min_size=1, max_size=20),
+       window=st.sampled_from(["", "0", "3600"]),
+       texts=st.lists(st.text(st.characters(blacklist_characters="\n",
+                                            blacklist_categories=("Cs",))), min_size=20))
+def test_a_one_site_chunk_packs_as_the_general_path_would(
+    fps: list[bytes], window: str, texts: list[str]
+) -> None:
+    # The joins-only path of a one-site, one-window chunk sends exactly what pack_tasks does.
+    chunk = [Encoded("ns:seen:{s}", fp, window, f"[{text!r}]", "ns:tasks")
+             for fp, text in zip(fps, texts, strict=False)]
+    writer = TaskWriter(aioredis.Redis(), KeyLayout("ns"))
+    records = [(1, e.fingerprint, window if i == 0 else "", e.payload)
+               for i, e in enumerate(chunk)]
+    assert writer._script_args("ns:tasks", chunk) == (
+        ["ns:tasks", "ns:seen:{s}"], ["", *pack_tasks(records)])
 
 
 def test_pack_tasks_refuses_a_json_with_a_raw_newline() -> None:

@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import ResponseError
@@ -81,6 +82,9 @@ class AddResult:
 
 
 _NO_ROOT = bytes(8)  # root index 0 (no dedup) and an unused entry
+_FIRST_ROOT = (1).to_bytes(2, "big")
+_ROOT, _FINGERPRINT, _WINDOW, _PAYLOAD, _STREAM = (itemgetter(i) for i in range(5))
+_ENTRY = itemgetter(slice(0, 6))  # a fingerprint's dedup entry (see enqueue.lua)
 
 
 def pack_tasks(records: Iterable[tuple[int, bytes, str, str]]) -> list[str | bytes]:
@@ -231,6 +235,17 @@ class TaskWriter:
 
     def _script_args(self, stream: str, chunk: Sequence[Encoded]
                      ) -> tuple[list[str], list[str | bytes]]:
+        roots = set(map(_ROOT, chunk))
+        if len(roots) == 1 and None not in roots and len(set(map(_WINDOW, chunk))) == 1:
+            # One site and one window (a seed's URLs): packed by C-level joins alone, the
+            # window sent with the first task only.
+            window = chunk[0].window
+            jsons = "\n".join(map(_PAYLOAD, chunk)) + "\n"
+            if jsons.count("\n") != len(chunk):  # (JSON escapes newlines: a guard)
+                raise ValueError("a task JSON holds a raw newline")
+            meta = _FIRST_ROOT + _FIRST_ROOT.join(map(_ENTRY, map(_FINGERPRINT, chunk)))
+            return ([stream, *roots],
+                    [self._now(), jsons, meta, *(("1", window) if window else ())])
         positions: dict[str, int] = {}  # dedup root -> 1-based position after the stream key
         # A window equal to the one already sent for that root in this call goes as "": the
         # script then reuses the window it holds for the root (the same value) instead of
@@ -269,27 +284,42 @@ class TaskWriter:
             for warning in await check_server_config(self._redis):
                 logger.warning("%s", warning)
         script = self._scripts["enqueue"]
-        streams: dict[str, list[int]] = {}  # stream -> positions of its tasks in ``encoded``
-        for position, item in enumerate(encoded):
-            streams.setdefault(item.stream, []).append(position)
-        chunks = [positions[i : i + CHUNK_SIZE] for positions in streams.values()
-                  for i in range(0, len(positions), CHUNK_SIZE)]
-        calls = [self._script_args(encoded[chunk[0]].stream, [encoded[p] for p in chunk])
-                 for chunk in chunks]
+        groups: list[Sequence[Encoded]]  # the tasks of each stream, in order
+        order: list[int] | None = None  # their positions in ``encoded`` (None: the same)
+        if len(set(map(_STREAM, encoded))) == 1:  # one lane and band: a seed's URLs
+            groups = [encoded]
+        else:
+            streams: dict[str, list[int]] = {}
+            for position, item in enumerate(encoded):
+                streams.setdefault(item.stream, []).append(position)
+            groups = [[encoded[p] for p in positions] for positions in streams.values()]
+            order = [p for positions in streams.values() for p in positions]
+        chunks = [group[i : i + CHUNK_SIZE] for group in groups
+                  for i in range(0, len(group), CHUNK_SIZE)]
+        calls = [self._script_args(chunk[0].stream, chunk) for chunk in chunks]
         # A stream's dedup roots are in its shard's slot, so each call touches one slot.
         replies = await call_scripts(self._redis, script, calls)
-        fresh = [False] * len(encoded)
         enqueued = duplicates = 0
+        texts: list[str] = []
         for chunk, (added, dups, flags) in zip(chunks, replies, strict=True):
             enqueued += int(added)
             duplicates += int(dups)
-            flag_text = flags.decode() if isinstance(flags, bytes) else str(flags)
-            for position, flag in zip(chunk, flag_text, strict=True):
-                fresh[position] = flag == "1"
-        result = AddResult(enqueued, duplicates, tuple(fresh))
+            text = flags.decode() if isinstance(flags, bytes) else str(flags)
+            if len(text) != len(chunk):
+                raise ValueError(f"enqueue.lua answered {len(text)} flags for {len(chunk)} tasks")
+            texts.append(text)
+        flagged = map("1".__eq__, "".join(texts))
+        if order is None:
+            fresh = tuple(flagged)
+        else:
+            by_position = [False] * len(encoded)
+            for position, flag in zip(order, flagged, strict=True):
+                by_position[position] = flag
+            fresh = tuple(by_position)
+        result = AddResult(enqueued, duplicates, fresh)
         logger.debug(
             "enqueued %d tasks, %d duplicates, into %s", result.enqueued, result.duplicates,
-            ", ".join(streams),
+            ", ".join(dict.fromkeys(chunk[0].stream for chunk in chunks)),
         )
         return result
 
