@@ -22,6 +22,7 @@ from meteorseed_scrapy.queue.writer import (
     TaskWriter,
     pack_tasks,
 )
+from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.testing.polling import wait_until
@@ -261,6 +262,24 @@ def test_a_one_site_chunk_packs_as_the_general_path_would(
                for i, e in enumerate(chunk)]
     assert writer._script_args("ns:tasks", chunk) == (
         ["ns:tasks", "ns:seen:{s}"], ["", *pack_tasks(records)])
+
+
+@settings(max_examples=50, deadline=None)
+@given(path=st.text("abc%/?=&é", max_size=20), window=st.sampled_from([None, 0, 3600]),
+       method=st.sampled_from(["GET", "POST"]), body=st.sampled_from(["", "q=1"]),
+       lane=st.sampled_from([None, "scheduled", "realtime"]), dedup=st.booleans(),
+       priority=st.integers(-5, 5))
+def test_a_seed_encoder_encodes_as_encode_does(
+    path: str, window: int | None, method: str, body: str, lane: str | None, dedup: bool,
+    priority: int
+) -> None:
+    meta: dict[str, Any] = {} if window is None else {"recrawl_after": window}
+    writer = TaskWriter(aioredis.Redis(), KeyLayout("ns"), lane=lane)
+    first, each = (task(f"https://example.com/{i}/{path}", meta=meta, method=method,
+                        body=body, priority=priority) for i in range(2))
+    canonical = canonical_url(each.url)
+    encoded = writer.seed_encoder(first, dedup)(each, canonical, each.to_message()["t"])
+    assert encoded == writer.encode(each, dedup, canonical)
 
 
 def test_pack_tasks_refuses_a_json_with_a_raw_newline() -> None:

@@ -225,6 +225,26 @@ class TaskWriter:
             raise TaskError("url", f"{problem}: {exc}") from None
         return Encoded(root, fp, window, payload, stream)
 
+    def seed_encoder(self, task: ExecTask, dedup: bool = True
+                     ) -> Callable[[ExecTask, str, str], Encoded]:
+        """:meth:`encode` for the tasks of one seed, which share ``task``'s site, lane,
+        priority, meta, method and body: ``(task, canonical URL, message JSON) -> Encoded``,
+        with the JSON of ``task.to_message()`` (the expansion checked it). What is the same
+        for every task is worked out once, here. Raises :class:`TaskError` as :meth:`encode`.
+        """
+        if (not dedup or self.fingerprinter is not None or task.method != "GET" or task.body
+                or (self._lane is not None and task.lane != self._lane)):
+            return lambda each, canonical, _: self.encode(each, dedup, canonical)
+        root, stream = self._routes.get((task.site_id, task.lane, task.priority)) or (
+            self._route(task))
+        window = recrawl_window(task)
+        new = tuple.__new__
+
+        def encode_one(each: ExecTask, canonical: str, payload: str) -> Encoded:
+            return new(Encoded, (root, url_fingerprint(canonical), window, payload, stream))
+
+        return encode_one
+
     def _route(self, task: ExecTask) -> tuple[str, str]:
         if len(self._routes) >= 4096:  # (a worker may see many sites: bounded)
             self._routes.clear()

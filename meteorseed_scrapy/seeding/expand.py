@@ -21,9 +21,10 @@ from meteorseed_scrapy.seeding.seed_lines import (
     SeedLineError,
     parse_seed_line,
 )
-from meteorseed_scrapy.seeding.seed_urls import UrlError, expand_canonical
+from meteorseed_scrapy.seeding.seed_urls import UrlError, expand_checked
 from meteorseed_scrapy.seeding.sitemap import SitemapError
 from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
@@ -139,16 +140,18 @@ async def expand_stream(
         if on_batch is not None:
             on_batch(summary)
 
-    encode, append = writer.encode, batch.append
+    append = batch.append
     try:
         for lineno, seed in parse_lines(lines, on_error, summary):
+            # The tasks of one seed share its site, lane, priority and meta: one encoder each.
+            encode: Callable[[ExecTask, str, str], Encoded] | None = None
             try:
-                for position, item in enumerate(expand_canonical(seed, sitemaps)):
+                for position, item in enumerate(expand_checked(seed, sitemaps)):
                     if isinstance(item, UrlError):
                         summary.bad_urls += 1
                         on_error(Rejection(lineno, item.reason, item.position))
                         continue
-                    task, canonical = item
+                    task, canonical, payload = item
                     if rejects is not None:
                         reason = rejects(seed.site_id, task.url)
                         if reason is not None:
@@ -156,7 +159,9 @@ async def expand_stream(
                             on_error(Rejection(lineno, f"url: {reason}", position))
                             continue
                     try:
-                        append(encode(task, dedup, canonical))
+                        if encode is None:
+                            encode = writer.seed_encoder(task, dedup)
+                        append(encode(task, canonical, payload))
                     except TaskError as exc:  # (expand checked these; a guard, not a path)
                         summary.bad_urls += 1
                         on_error(Rejection(lineno, str(exc)))

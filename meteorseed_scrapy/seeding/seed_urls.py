@@ -50,10 +50,11 @@ def expand(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
     return (item if isinstance(item, UrlError) else item[0] for item in _expand_urls(seed, urls))
 
 
-def expand_canonical(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
-                     ) -> Iterator[tuple[ExecTask, str] | UrlError]:
-    """:func:`expand`, each task with its canonical URL (computed by the check: the
-    fingerprint needs no second canonicalisation nor cache lookup)."""
+def expand_checked(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
+                   ) -> Iterator[tuple[ExecTask, str, str] | UrlError]:
+    """:func:`expand`, each task with its canonical URL and its message JSON, which the checks
+    computed (:meth:`TaskWriter.seed_encoder
+    <meteorseed_scrapy.queue.writer.TaskWriter.seed_encoder>` takes them as they are)."""
     seed, urls = _seed_urls(seed, sitemaps)
     return _expand_urls(seed, urls)
 
@@ -79,7 +80,7 @@ def _seed_urls(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None
 
 
 def _expand_urls(seed: SeedTask, urls: Iterable[Any]
-                 ) -> Iterator[tuple[ExecTask, str] | UrlError]:
+                 ) -> Iterator[tuple[ExecTask, str, str] | UrlError]:
     # Seed-level fields validated once, per URL only the URL (same errors as seed.exec_task).
     make_task = seed.exec_task_factory() or seed.exec_task
     for position, url in enumerate(urls):
@@ -99,11 +100,11 @@ def _expand_urls(seed: SeedTask, urls: Iterable[Any]
                 canonical = cached_canonical_url(task.url)  # a bad port or IPv6 host fails
             except ValueError as exc:
                 raise TaskError("url", f"cannot be canonicalised ({exc})") from None
-            task.to_message()  # too large (seed meta + URL), or not encodable
+            payload = task.to_message()["t"]  # too large (seed meta + URL), or not encodable
         except ValueError as exc:  # TaskError included
             yield UrlError(position, str(exc))
             continue
-        yield task, canonical
+        yield task, canonical, payload
 
 
-__all__ = ["MAX_URL_BYTES", "UrlError", "cached_canonical_url", "expand", "expand_canonical"]
+__all__ = ["MAX_URL_BYTES", "UrlError", "cached_canonical_url", "expand", "expand_checked"]
