@@ -555,3 +555,35 @@ def test_meteorseed_status_prints_each_sites_adaptive_state_escaped(
     assert "1/s" in line and "500 ms" in line and "1 s" in line  # robots' 1 s wins over 4/s
     row = next(x for x in text.splitlines() if "evil" in x)
     assert "4/s" in row
+
+
+def test_the_adaptive_limit_and_robots_caps_work_on_a_cluster(cluster: Any, ns: str) -> None:
+    """Every script call stays in the site's slot; the status index is its own command."""
+    from meteorseed_scrapy.queue.connection import sync_client
+    from meteorseed_scrapy.queue.status import read_status
+    from tests.test_cluster import run as run_on
+    from tests.test_cluster import sites_on_distinct_nodes
+
+    sites = sites_on_distinct_nodes(cluster, 2)
+    limits = adaptive_limits(target=2.0, start=0.5, crawl_delay=True)
+
+    async def body(client: Any) -> dict[str, Any]:
+        gate = make_gate(client, ns, limits)
+        out = {}
+        for site in sites:
+            await gate.cap_by_robots(site, "h.example", 1.0)
+            granted = len((await gate.acquire(site, 5)).lease_ids)
+            gate.observe(site, 0.1, 200)
+            flushed = await gate.flush_samples(force=True)
+            out[site] = (granted, flushed[site].delay_s)
+        return out
+
+    result = run_on(cluster.url, body, decode_responses=True)
+    assert result == {site: (1, 0.5) for site in sites}
+    client = sync_client(cluster.url, decode_responses=True)
+    try:
+        rows = {t.site_id: t for t in read_status(client, KeyLayout(ns, cluster=True)).throttles}
+    finally:
+        client.close()
+    assert {s: (rows[s].robots_interval_s, rows[s].in_flight) for s in sites} == {
+        s: (1.0, 1) for s in sites}
