@@ -98,7 +98,10 @@ async def _console_flow(base: str, sync_redis: redis.Redis, namespace: str) -> d
             await page.click("nav a[data-page=sites]")
             await expect(page.locator("#sites-table")).to_be_visible()
             await expect(page.locator("#sites-adaptive")).to_contain_text("<img src=x>")
-            await expect(page.locator("#sites-adaptive")).to_contain_text("4.00")
+            # delay 250 ms: a target of 4 requests per second, in the table's second column
+            cells = page.locator("#sites-adaptive tbody tr").first.locator("td")
+            await expect(cells.nth(1)).to_have_text("4")
+            await expect(cells.nth(2)).to_have_text("500")
             seen["img_tags"] = await page.locator("img").count()
             seen["token_in_storage"] = await page.evaluate(
                 "sessionStorage.getItem('meteorseed.token')")
