@@ -3,7 +3,7 @@
     python benchmarks/dedup_memory.py [--urls 1000000 10000000] [--dup-ratio 0.1]
 
 For each size N, on a fresh throwaway redis-server (default config): N unique URLs of one
-site are enqueued through ``enqueue.lua`` (the real script: Bloom + exact layer + XADD) with
+site are enqueued through ``enqueue.lua`` (the real script: dedup layer + XADD) with
 tiny task payloads and a 30-day re-crawl window, then N * dup-ratio of them again. Counted:
 unique URLs the dedup layer wrongly called duplicates (a 48-bit fingerprint collision;
 expected ~N^2/2^49) and duplicates that got through (must be 0). Then the stream is deleted
@@ -32,7 +32,7 @@ from meteorseed_scrapy.queue.writer import pack_tasks
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 BATCH = 500
-#: A 30-day re-crawl window: the site then has both layers (Bloom + exact) and expiring keys.
+#: A 30-day re-crawl window: the site then has time slots in its entries and expiring keys.
 WINDOW = "2592000"
 
 
@@ -93,7 +93,7 @@ def main() -> None:
               f"{skipped}; duplicates enqueued: {dup_enqueued} (of {int(n * opts.dup_ratio):,} "
               f"re-sent); {info}", flush=True)
     print(f"dedup layer: {worst:.2f} bytes of Redis memory per URL (worst of "
-          f"{', '.join(f'{n:,}' for n in opts.urls)} URLs; goal <= 24)")
+          f"{', '.join(f'{n:,}' for n in opts.urls)} URLs; goal <= 16)")
 
 
 if __name__ == "__main__":

@@ -83,15 +83,18 @@ def _expand_urls(seed: SeedTask, urls: Iterable[Any]
                  ) -> Iterator[tuple[ExecTask, str, str] | UrlError]:
     # Seed-level fields validated once, per URL only the URL (same errors as seed.exec_task).
     make_task = seed.exec_task_factory() or seed.exec_task
+    errors, long_url = (TaskError, SitemapError), MAX_URL_BYTES // 4
     for position, url in enumerate(urls):
         # Everything that could fail later in TaskWriter.add is checked here, per URL, so one
         # bad URL is rejected alone instead of failing a whole batch.
-        if isinstance(url, (TaskError, SitemapError)):
+        if type(url) is str:  # (the common case first: one test per URL)
+            if len(url) > long_url and len(url.encode("utf-8", "replace")) > MAX_URL_BYTES:
+                yield UrlError(position, f"url: is longer than {MAX_URL_BYTES} bytes")
+                continue
+        elif isinstance(url, errors):
             yield UrlError(position, str(url))
             continue
-        if isinstance(url, str) and len(url) > MAX_URL_BYTES // 4 and (
-            len(url.encode("utf-8", "replace")) > MAX_URL_BYTES
-        ):
+        elif isinstance(url, str) and len(url.encode("utf-8", "replace")) > MAX_URL_BYTES:
             yield UrlError(position, f"url: is longer than {MAX_URL_BYTES} bytes")
             continue
         try:
