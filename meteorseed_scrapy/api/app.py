@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from meteorseed_scrapy import console
-from meteorseed_scrapy.api import dead, dispatch, monitor, seeds, tasks
+from meteorseed_scrapy.api import dead, dispatch, history, monitor, seeds, tasks
 from meteorseed_scrapy.api.auth import auth_middleware
 from meteorseed_scrapy.api.config import CONFIG, ApiConfig
 from meteorseed_scrapy.api.openapi import build_spec
@@ -33,7 +33,9 @@ def create_app(config: ApiConfig) -> web.Application:
     app[monitor.THROUGHPUT] = Throughput()
     app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri)
     app[monitor.KNOWN_SITES] = monitor.KnownSites()
+    app[history.HISTORY] = history.History()
     app.cleanup_ctx.append(_lifecycle)
+    app.cleanup_ctx.append(history.sampling)  # (after _lifecycle: it needs the state)
     app.on_shutdown.append(_stop_expansions)
     r = app.router
     r.add_get("/openapi.json", openapi)
@@ -43,6 +45,7 @@ def create_app(config: ApiConfig) -> web.Application:
     r.add_delete("/seeds/{seed_id}", seeds.delete_seed)
     r.add_get("/status", monitor.overview)
     r.add_get("/sites", monitor.sites)
+    r.add_get("/history", history.history)
     r.add_get("/tasks", tasks.task_by_url)
     r.add_get("/tasks/{task_id}", tasks.task_by_id)
     r.add_get("/dead-letters", dead.list_dead)

@@ -34,7 +34,11 @@ async def list_dead(request: web.Request) -> web.Response:
     def read() -> list[dict[str, Any]]:
         rows = []
         for letter in deadletters.iter_dead(state.sync_client, state.config.keys, site=site):
-            rows.append(letter.summary())
+            row = letter.summary()
+            # Durable retries it used (each a new delivery of a new entry), besides the
+            # deliveries of its last entry: the console shows both.
+            row["retries"] = letter.task.retry_count if letter.task else None
+            rows.append(row)
             if len(rows) == limit:
                 break
         return rows

@@ -97,7 +97,7 @@ async def sites(request: web.Request) -> web.Response:
     rows = []
     for i, site in enumerate(names):
         breaker, health, pause_ms, leases, tighten = replies[5 * i: 5 * i + 5]
-        n, errors, latency_ms = _window(health, now_s, window)
+        n, errors, latency_ms = health_window(health, now_s, window)
         config = state.rules.get(site)
         limits = config.limits if config is not None else None
         rows.append({
@@ -122,9 +122,9 @@ async def sites(request: web.Request) -> web.Response:
                               "anomalies_error": request.app[ANOMALIES].error})
 
 
-def _window(health: dict[str, str], now_s: int, window: float) -> tuple[int, int, int]:
-    """Requests, errors and summed latency of the breaker's fleet window (``lua/health.lua``
-    keeps ``<second>:n|e|l`` counters)."""
+def health_window(health: dict[str, str], now_s: int, window: float) -> tuple[int, int, int]:
+    """Requests, errors and summed latency of the last ``window`` seconds of a site's fleet
+    health window (``lua/health.lua`` keeps ``<second>:n|e|l`` counters)."""
     totals = {"n": 0, "e": 0, "l": 0}
     for name, value in health.items():
         second, _, kind = name.partition(":")

@@ -230,6 +230,23 @@ def build_spec() -> dict[str, Any]:
                     site_id=_STR, breaker={"enum": ["closed", "open", "ramp"]},
                     requests_per_s=_NUM, error_ratio=_NUM, in_flight=_INT,
                     paused_for_s=_NUM, anomalies=_INT)})), **auth})},
+            "/history": {"get": _op(
+                "The last hour, sampled by the server every interval_s (for the console's "
+                "charts), and the consumers seen that have left",
+                {**_ok("Samples, oldest first (a restarted server starts a new hour)", _obj(
+                    interval_s=_NUM, size=_INT, error={"type": ["string", "null"]},
+                    sites={"type": "array", "items": _STR, "description": "the busiest "
+                           "sites of the hour, busiest first"},
+                    samples={"type": "array", "items": _obj(
+                        at=_NUM, backlog=_INT, pending=_INT, delayed=_INT, dead=_INT,
+                        added_per_s=_NUM_OR_NULL, finished_per_s=_NUM_OR_NULL,
+                        requests_per_s=_NUM, error_ratio=_NUM_OR_NULL,
+                        latency_ms=_NUM_OR_NULL, sites={
+                            "type": "object", "additionalProperties": _NUM,
+                            "description": "requests per second of the busiest sites"})},
+                    consumers_gone={"type": "array", "items": _obj(
+                        name=_STR, last_seen_at=_NUM, pending=_INT)})),
+                 **auth})},
             "/tasks": {"get": _op(
                 "Where is the task of a URL (canonicalised and fingerprinted as the writer "
                 "does; its dedup record says when it may be crawled again)",

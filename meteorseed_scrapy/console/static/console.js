@@ -6,6 +6,8 @@ const TOKEN_KEY = "meteorseed.token";
 const REFRESH_MS = 2000;
 const pages = ["overview", "sites", "dead", "task", "submit"];
 let timer = null;
+// The navigation shows once the server has accepted the token (not merely once one is typed).
+let accepted = false;
 
 const $ = (id) => document.getElementById(id);
 
@@ -62,7 +64,12 @@ async function api(method, path, body) {
   });
   let data = null;
   try { data = await response.json(); } catch (_) { data = null; }
-  if (response.status === 401) throw new Unauthorized((data && data.detail) || "unauthorized");
+  if (response.status === 401) {
+    accepted = false;
+    showNav();
+    throw new Unauthorized((data && data.detail) || "unauthorized");
+  }
+  if (!accepted) { accepted = true; showNav(); }
   return { status: response.status, data };
 }
 
@@ -74,8 +81,8 @@ function problemText(result) {
 // --- pages ---------------------------------------------------------------------------------
 
 async function showOverview() {
-  const [status, seeds] = await Promise.all([api("GET", "/status"),
-    api("GET", "/seeds?limit=20")]);
+  const [status, seeds, history] = await Promise.all([api("GET", "/status"),
+    api("GET", "/seeds?limit=20"), api("GET", "/history")]);
   if (status.status !== 200) { flash(problemText(status)); return; }
   const s = status.data;
   const t = s.throughput || {};
@@ -86,9 +93,13 @@ async function showOverview() {
     ["seeds", "Seeds", s.seeds], ["added", "Added / s", t.added_per_s],
     ["finished", "Finished / s", t.finished_per_s],
   ];
+  const why = rateNote(t);
   $("overview-cards").replaceChildren(...cards.map(([id, label, value]) => el("div",
     { class: "card", id: `card-${id}` }, el("div", { class: "label" }, label),
-    el("div", { class: "value", "data-testid": id }, fmt(value)))));
+    el("div", { class: "value", "data-testid": id }, fmt(value)),
+    (id === "added" || id === "finished") && why
+      ? el("div", { class: "note", "data-testid": `${id}-note` }, why) : null)));
+  showCharts(history.status === 200 ? history.data : null);
   const lanes = Object.entries(s.lanes || {}).map(([lane, v]) => ({ lane, ...v }));
   $("overview-lanes").replaceChildren(lanes.length ? table([
     { key: "lane", label: "Lane" },
@@ -100,7 +111,15 @@ async function showOverview() {
     { key: "name", label: "Consumer" },
     { key: "pending", label: "Pending", cls: "num" },
     { label: "Idle", cls: "num", render: (c) => `${(c.idle_ms / 1000).toFixed(1)} s` },
-  ], s.consumers || [], "No consumer has read the stream yet."));
+  ], s.consumers || [], "No worker is reading the streams now."));
+  const gone = history.status === 200 ? history.data.consumers_gone : [];
+  $("overview-consumers-gone").replaceChildren(gone.length ? el("p", { class: "hint" },
+    "Seen by this server, gone since (a worker removes its consumer when it stops):") : "",
+  gone.length ? table([
+    { key: "name", label: "Consumer" },
+    { label: "Last seen", render: (c) => `${when(c.last_seen_at)} (${agoText(c.last_seen_at)})` },
+    { key: "pending", label: "Pending then", cls: "num" },
+  ], gone, "") : "");
   const seedRows = seeds.status === 200 ? seeds.data.seeds : [];
   $("overview-seeds").replaceChildren(table([
     { label: "Seed", render: (r) => r.seed.seed_id },
@@ -108,19 +127,64 @@ async function showOverview() {
     { label: "Type", render: (r) => r.seed.task_type },
     { label: "Status", render: (r) => badge(r.status) },
     { label: "Expansion", render: (r) => (r.expansion ? badge(r.expansion.state) : "–") },
-    { label: "Tasks enqueued", cls: "num seed-enqueued", render: (r) => fmt(
+    { label: "Enqueued", cls: "num seed-enqueued", render: (r) => fmt(
       r.expansion ? r.expansion.enqueued : r.last_enqueued) },
-    { label: "Duplicates", cls: "num", render: (r) => fmt(
+    { label: "Dupli\u00adcates", cls: "num", render: (r) => fmt(
       r.expansion ? r.expansion.duplicates : r.last_duplicates) },
     { label: "Rejected", cls: "num", render: (r) => fmt(
       r.expansion ? r.expansion.rejected : r.last_rejected) },
     { label: "Runs", cls: "num", render: (r) => fmt(r.runs) },
-    { label: "Next run", render: (r) => (r.next_due ? new Date(r.next_due * 1000)
-      .toISOString().replace(".000", "") : "–") },
+    { label: "Next run", render: (r) => (r.next_due ? el("span", { title: when(r.next_due) },
+      due(r.next_due - Date.now() / 1000)) : "–") },
     { label: "Last error", cls: "url", render: (r) => fmt(r.last_error) },
   ], seedRows, "No seed registered."));
   const warnings = (s.redis && s.redis.warnings) || [];
   $("overview-warnings").replaceChildren(...warnings.map((w) => el("li", {}, w)));
+}
+
+// Why "Added / s" has no number: the rate is the growth between two snapshots of the counter.
+function rateNote(t) {
+  if (t.added_total === null || t.added_total === undefined) {
+    return "counter unreadable (see warnings)";
+  }
+  if (t.added_per_s === null || t.added_per_s === undefined) return "needs two samples";
+  return `over ${fmt(t.over_s)} s`;
+}
+
+function agoText(epoch) {
+  const s = Math.max(0, Date.now() / 1000 - epoch);
+  return s < 120 ? `${s.toFixed(0)} s ago` : `${(s / 60).toFixed(0)} min ago`;
+}
+
+// The last hour, sampled by the server (GET /history), as small SVG charts (charts.js).
+function showCharts(h) {
+  if (!h) { $("overview-charts-note").textContent = "History unavailable."; return; }
+  const samples = h.samples;
+  const times = samples.map((p) => p.at);
+  const col = (key) => samples.map((p) => (p[key] === undefined ? null : p[key]));
+  const opts = { interval: h.interval_s };
+  const since = samples.length ? new Date(samples[0].at * 1000).toISOString().slice(11, 19) : "";
+  $("overview-charts-note").textContent = (samples.length
+    ? `${samples.length} samples, one every ${h.interval_s} s since ${since} UTC ` +
+      `(kept: the last ${h.size}).` : `No sample yet (one every ${h.interval_s} s).`) +
+    (h.error ? ` Last sample failed: ${h.error}` : "");
+  const sites = h.sites.map((site) => ({ name: site,
+    values: samples.map((p) => (site in p.sites ? p.sites[site] : 0)) }));
+  $("overview-charts").replaceChildren(
+    MeteorCharts.line("chart-queue", "Queue", times, [
+      { name: "backlog", values: col("backlog") }, { name: "pending", values: col("pending") },
+      { name: "delayed", values: col("delayed") }], opts),
+    MeteorCharts.line("chart-throughput", "Tasks / s", times, [
+      { name: "added", values: col("added_per_s") },
+      { name: "finished", values: col("finished_per_s") }], opts),
+    MeteorCharts.line("chart-sites", "Requests / s by site", times, sites.length ? sites
+      : [{ name: "all sites", values: col("requests_per_s") }], opts),
+    MeteorCharts.line("chart-errors", "Error share", times,
+      [{ name: "errors", values: col("error_ratio"), colour: "#b42318" }],
+      { ...opts, unit: "%" }),
+    MeteorCharts.line("chart-latency", "Mean latency", times,
+      [{ name: "latency", values: col("latency_ms"), colour: "#ae3ec9" }],
+      { ...opts, unit: "ms" }));
 }
 
 function due(seconds) {
@@ -190,7 +254,8 @@ async function showDead() {
     { key: "site_id", label: "Site" },
     { key: "url", label: "URL", cls: "url" },
     { key: "reason", label: "Reason", cls: "url" },
-    { key: "deliveries", label: "Deliveries", cls: "num" },
+    { key: "retries", label: "Retries", cls: "num" },
+    { key: "deliveries", label: "Deliveries (last try)", cls: "num" },
     { key: "at", label: "At" },
     { label: "", render: (r) => el("span", {},
       el("button", { type: "button", class: "secondary", onclick: () => inspect(r.id) }, "Inspect"),
@@ -344,11 +409,13 @@ function currentPage() {
   return pages.includes(name) ? name : "overview";
 }
 
+function showNav() { $("nav").hidden = !(token() && accepted); }
+
 function route() {
   clearInterval(timer);
   const authed = Boolean(token());
   $("login").hidden = authed;
-  $("nav").hidden = !authed;
+  showNav();
   const page = currentPage();
   for (const name of pages) $(`page-${name}`).hidden = !authed || name !== page;
   for (const link of document.querySelectorAll("nav a")) {
@@ -356,6 +423,7 @@ function route() {
   }
   if (!authed) { $("token").focus(); return; }
   const render = renderers[page];
+  if (!accepted && !render) guarded(() => api("GET", "/seeds?limit=1"));  // checks the token
   if (render) {
     guarded(render);
     timer = setInterval(() => guarded(render), REFRESH_MS);
@@ -366,12 +434,14 @@ document.addEventListener("DOMContentLoaded", () => {
   $("login-form").addEventListener("submit", (event) => {
     event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+    accepted = false;
     $("token").value = "";
     flash("");
     route();
   });
   $("logout").addEventListener("click", () => {
     sessionStorage.removeItem(TOKEN_KEY);
+    accepted = false;
     route();
   });
   $("seed-form").addEventListener("submit", submitSeed);
