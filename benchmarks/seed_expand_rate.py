@@ -56,22 +56,22 @@ def seed_lines(n: int, window: int) -> Iterator[str]:
 
 
 class Cpu:
-    """CPU seconds of this process and of the Redis server, around one side of a round."""
+    """CPU seconds of this process and of the Redis server over the timed part of one side."""
 
     def __init__(self, url: str) -> None:
-        self.client = redis.Redis.from_url(url)
+        self.url = url
 
     def _now(self) -> tuple[float, float]:
         info = self.client.info("cpu")
         return time.process_time(), float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
-    def __enter__(self) -> Cpu:
-        self.start = self._now()
-        return self
+    def start(self) -> None:
+        self.client = redis.Redis.from_url(self.url)
+        self.begin = self._now()
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         end = self._now()
-        self.python, self.redis = end[0] - self.start[0], end[1] - self.start[1]
+        self.python, self.redis = end[0] - self.begin[0], end[1] - self.begin[1]
         self.client.close()
 
     def per_url(self, n: int) -> str:
@@ -79,12 +79,13 @@ class Cpu:
                 f"{self.redis / n * 1e6:.1f} us Redis")
 
 
-def raw_xadd(url: str, n: int) -> float:
+def raw_xadd(url: str, n: int, cpu: Cpu) -> float:
     client = redis.Redis.from_url(url)
     stream = "raw:tasks"
     messages = [ExecTask.create(seed_id="bench", site_id="news",
                                 url=f"https://news.example.com/article/{i}?ref=list").to_message()
                 for i in range(min(n, 10_000))]
+    cpu.start()
     t0 = time.perf_counter()
     pipe = client.pipeline(transaction=False)
     for i in range(n):
@@ -93,19 +94,22 @@ def raw_xadd(url: str, n: int) -> float:
             pipe.execute()
     pipe.execute()
     elapsed = time.perf_counter() - t0
+    cpu.stop()
     assert client.xlen(stream) == n
     client.delete(stream)
     client.close()
     return n / elapsed
 
 
-async def seed_expand(url: str, n: int, window: int) -> tuple[float, int, int]:
+async def seed_expand(url: str, n: int, window: int, cpu: Cpu) -> tuple[float, int, int]:
     client = aioredis.Redis.from_url(url)
     writer = TaskWriter(client, KeyLayout("bench"))
     lines = list(seed_lines(n, window))  # read from memory: the file system is not measured
+    cpu.start()
     t0 = time.perf_counter()
     summary = await expand_stream(lines, writer, on_error=print, max_backlog=10 * n)
     elapsed = time.perf_counter() - t0
+    cpu.stop()
     await client.aclose()
     return n / elapsed, summary.enqueued, summary.duplicates
 
@@ -122,13 +126,13 @@ def main() -> None:
     for rnd in range(opts.rounds):
         # A fresh server per round: every round dedups the same URLs from scratch.
         with RedisServer() as server:
+            raw_cpu, seed_cpu = Cpu(server.url), Cpu(server.url)
             for side in ("seed", "raw") if rnd % 2 else ("raw", "seed"):
                 if side == "raw":
-                    with Cpu(server.url) as raw_cpu:
-                        raw = raw_xadd(server.url, opts.urls)
+                    raw = raw_xadd(server.url, opts.urls, raw_cpu)
                 else:
-                    with Cpu(server.url) as seed_cpu:
-                        seeded = asyncio.run(seed_expand(server.url, opts.urls, opts.window))
+                    seeded = asyncio.run(seed_expand(server.url, opts.urls, opts.window,
+                                                     seed_cpu))
         rate, enqueued, duplicates = seeded
         ratios.append(rate / raw)
         # The larger of a side's two CPU costs bounds its rate on two cores (they overlap).
