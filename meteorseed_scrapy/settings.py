@@ -34,8 +34,9 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_NAMESPACE": "meteorseed",
     # Seconds with nothing left to do before the spider closes; 0 = run forever.
     "METEORSEED_IDLE_CLOSE": 0,
-    # Seconds after which another worker may reclaim a dead worker's task.
-    "METEORSEED_CLAIM_IDLE": 30,
+    # Seconds after which another worker may reclaim a dead worker's task (a live worker
+    # keeps its tasks alive from a thread, so a slow download or a blocking callback is safe).
+    "METEORSEED_CLAIM_IDLE": 10,
     "METEORSEED_MAX_DELIVERIES": 5,
     # Seconds of continuous trouble at a site (throttled, or breaker open) after which its
     # waiting tasks are dead-lettered; a batch crawl (IDLE_CLOSE > 0) waits at most the

@@ -190,18 +190,29 @@ class StreamConsumer:
 
     async def touch(self, refs: Sequence[Ref]) -> list[Ref]:
         """Reset the idle time of our pending entries; returns those that are no longer ours."""
-        calls, shards = [], []
+        calls = self.touch_calls(refs)
+        if not calls:
+            return []
+        return self.touch_lost(calls, await call_scripts(self.redis, self._touch, calls))
+
+    def touch_calls(self, refs: Sequence[Ref]) -> list[tuple[Sequence[str], list[Any]]]:
+        """The ``(keys, args)`` of the touch script per shard, for ``refs``: also run from a
+        keep-alive thread, on a blocking client of its own (reads only the key layout)."""
+        calls: list[tuple[Sequence[str], list[Any]]] = []
         for k, pairs in self._by_shard(refs).items():
             args: list[Any] = [self.keys.group, self.consumer]
             for index, msg_id in pairs:
                 args += [index, msg_id]
             calls.append((self.shards[k].streams, args))
-            shards.append(self.shards[k])
-        if not calls:
-            return []
-        replies = await call_scripts(self.redis, self._touch, calls)
-        return [(shard.streams[int(index) - 1], str(msg_id))
-                for shard, lost in zip(shards, replies, strict=True) for index, msg_id in lost]
+        return calls
+
+    @staticmethod
+    def touch_lost(calls: Sequence[tuple[Sequence[str], Any]], replies: Sequence[Any]
+                   ) -> list[Ref]:
+        """The refs the touch script's ``replies`` (one per call) report as no longer ours."""
+        return [(str(streams[int(index) - 1]), _text(msg_id))
+                for (streams, _), lost in zip(calls, replies, strict=True)
+                for index, msg_id in lost]
 
     async def hand_back(self, deliveries: Sequence[Delivery], idle_s: float) -> int:
         counts = {d.ref: max(0, d.deliveries - 1) for d in deliveries}

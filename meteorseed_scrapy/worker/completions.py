@@ -114,6 +114,12 @@ class Completions:
         return bool(self.outbox or self.records or self.acks or self.dead or self.failures
                     or self.deferrals)
 
+    def refs_in_hand(self) -> list[Ref]:
+        """Messages of settled tasks queued for an ack, a dead letter or a deferral: still
+        pending on this worker, so kept alive until written."""
+        return ([ref for ref, _ in self.acks] + [d.ref for d, _ in self.dead]
+                + [d[0].ref for d in self.deferrals])
+
     def busy(self) -> bool:
         """Anything queued, being written, or on the wire."""
         return self.pending() or self._flushing or bool(self._completing)

@@ -1,6 +1,6 @@
 """How tasks come in: the read loop (XREADGROUP into the worker's buffer, sized by free
-capacity) and the maintain loop (keep-alive of our tasks, reclaim of dead workers' tasks,
-promotion of due deferred tasks, the namespace-quiet check)."""
+capacity) and the maintain loop (the keep-alive thread's snapshot of our tasks, reclaim of
+dead workers' tasks, promotion of due deferred tasks, the namespace-quiet check)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
+from meteorseed_scrapy.worker.keepalive import KeepAlive
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,8 @@ class Holder(Protocol):
 
     def book(self, delivery: Delivery, urgent: bool) -> None: ...
 
-    def held_refs(self) -> list[Ref]: ...
+    def held_refs(self) -> list[Ref]:
+        """Refs of every task held and not yet acked, dead-lettered or deferred."""
 
     def lost(self, ref: Ref) -> None: ...
 
@@ -45,7 +47,8 @@ class Holder(Protocol):
 
 class Intake:
     def __init__(self, consumer: StreamConsumer, gate: SiteGate, completions: Completions,
-                 config: WorkerConfig, stats: Any, holder: Holder, read_batch: int) -> None:
+                 config: WorkerConfig, stats: Any, holder: Holder, read_batch: int,
+                 keepalive: KeepAlive) -> None:
         self.consumer = consumer
         self.gate = gate
         self.completions = completions
@@ -53,10 +56,14 @@ class Intake:
         self.stats = stats
         self.holder = holder
         self.read_batch = read_batch
+        self.keepalive = keepalive  # touches held tasks from its own thread
         self.room = asyncio.Event()  # capacity came free: the read loop may fetch more
         self.quiet_since: float | None = None  # since when nothing is left in the namespace
-        # When the maintain loop next refreshes leases, reclaims, promotes due tasks (monotonic).
-        self._next_touch = self._next_reclaim = self._next_promote = 0.0
+        # When the maintain loop next reclaims, promotes due tasks (monotonic).
+        self._next_reclaim = self._next_promote = 0.0
+        # The last reclaim took all it asked for: more may wait, and the read loop takes them
+        # (as capacity comes free) before it reads new tasks.
+        self.backlog = False
 
     # -- read --------------------------------------------------------------------------------
     async def read_once(self) -> None:
@@ -69,6 +76,8 @@ class Intake:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.room.wait(), 0.5 if want <= 0 else 0.05)
             return
+        if self.backlog and await self.take_over(want):
+            return  # a dead worker's tasks first: they have waited CLAIM_IDLE already
         deliveries = await self.consumer.read(want, READ_BLOCK_MS)
         if self.holder.stopping:
             await self.consumer.hand_back(deliveries, idle_s=self.config.claim_idle + 3600)
@@ -105,35 +114,50 @@ class Intake:
             else:
                 # A realtime task goes ahead of its site's scheduled and retry tasks.
                 self.holder.book(d, urgent=self.consumer.lane_of(d) == "realtime")
+        # Kept alive from now on, even if the reactor blocks before the next maintain tick.
+        self.keepalive.hand(self.holder.held_refs())
         self.holder.changed()
+
+    async def take_over(self, want: int) -> int:
+        """Reclaim up to ``want`` tasks idle for CLAIM_IDLE (dead workers', failed ones)."""
+        claim_idle = self.config.claim_idle
+        count = min(want, 100)
+        reclaimed = await self.consumer.reclaim(claim_idle, count)
+        self.backlog = len(reclaimed) >= count
+        if reclaimed:
+            self.stats.inc_value("meteorseed/reclaimed", len(reclaimed))
+            logger.info("Reclaimed %d task(s) idle for over %.1fs", len(reclaimed), claim_idle)
+            for d in reclaimed:
+                if d.task is not None:
+                    logger.debug("Reclaimed task %s (message %s, delivery %d)",
+                                 d.task.task_id, d.msg_id, d.deliveries,
+                                 extra={"task_id": d.task.task_id, "seed_id": d.task.seed_id})
+            await self.accept(reclaimed)
+        return len(reclaimed)
 
     # -- maintain ----------------------------------------------------------------------------
     async def maintain_once(self) -> None:
         claim_idle = self.config.claim_idle
-        tick = max(0.05, min(1.0, claim_idle / 4))
+        # Half a second at most: a dead worker's tasks move on within CLAIM_IDLE + 0.5 s.
+        tick = max(0.05, min(0.5, claim_idle / 4))
         now = time.monotonic()
-        if now >= self._next_touch:
-            self._next_touch = now + claim_idle / 3
-            for ref in await self.consumer.touch(self.holder.held_refs()):
-                logger.warning("Task message %s of %s was taken over by another worker",
-                               ref[1], ref[0])
-                self.holder.lost(ref)
+        held = self.holder.held_refs()
+        self.keepalive.hand(held)
+        lost = self.keepalive.take_lost()
+        if lost:
+            # (A ref acked since the thread's snapshot is reported too: not held any more.)
+            still = set(held)
+            for ref in lost:
+                if ref in still:
+                    logger.warning("Task message %s of %s was taken over by another worker",
+                                   ref[1], ref[0])
+                    self.holder.lost(ref)
         worth, buffered = self.holder.wanted()
         want = worth - buffered
-        if want > 0 and now >= self._next_reclaim:
-            reclaimed = await self.consumer.reclaim(claim_idle, min(want, 100))
-            if reclaimed:
-                self.stats.inc_value("meteorseed/reclaimed", len(reclaimed))
-                logger.info("Reclaimed %d task(s) idle for over %.1fs", len(reclaimed), claim_idle)
-                for d in reclaimed:
-                    if d.task is not None:
-                        logger.debug("Reclaimed task %s (message %s, delivery %d)",
-                                     d.task.task_id, d.msg_id, d.deliveries,
-                                     extra={"task_id": d.task.task_id, "seed_id": d.task.seed_id})
-                await self.accept(reclaimed)
-            else:
-                # Poll often enough that a dead worker's tasks move on soon after CLAIM_IDLE.
-                self._next_reclaim = now + max(0.1, min(1.0, claim_idle / 4))
+        # (Polled often enough that a dead worker's tasks move on soon after CLAIM_IDLE.)
+        if want > 0 and now >= self._next_reclaim and not self.backlog \
+                and not await self.take_over(want):
+            self._next_reclaim = now + tick
         if now >= self._next_promote:
             next_due = await self.gate.promote()
             self._next_promote = now + (min(next_due, 1.0) if next_due >= 0 else 1.0)

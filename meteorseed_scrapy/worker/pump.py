@@ -37,6 +37,7 @@ from meteorseed_scrapy.worker.breaker_states import BreakerStates
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.dispatcher import Dispatcher
 from meteorseed_scrapy.worker.intake import READ_BLOCK_MS, Intake
+from meteorseed_scrapy.worker.keepalive import KeepAlive
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
 from meteorseed_scrapy.worker.loops import REDIS_DOWN, Loops
 from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, handled, judge, trouble_wait
@@ -78,8 +79,9 @@ class StreamPump:
                 on_change=on_change, park=self._park, stats=self._stats,
             )
         self._loops = Loops(consumer, self._stats)
+        self._keepalive = KeepAlive(consumer, config.redis_url, config.claim_idle)
         self._intake = Intake(consumer, gate, self._completions, config, self._stats, self,
-                              sizes.read_batch)
+                              sizes.read_batch, self._keepalive)
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
         # Runs a given-up task's errback in the scraper (ScrapeTracker.give_up); False: none.
         self._give_up: Callable[[ExecTask, str], bool] | None = None
@@ -87,6 +89,7 @@ class StreamPump:
     # -- life --------------------------------------------------------------------------------
     def start(self) -> None:
         loops = self._loops
+        self._keepalive.start()
         loops.start(self._intake.read_once, "read")
         loops.start(self._intake.maintain_once, "reclaim")
         loops.start(self._completions.flush_once, "ack", self._completions.needed,
@@ -104,6 +107,8 @@ class StreamPump:
         # The read and maintain loops end their step (a blocking read) before the rest stops.
         await asyncio.wait(self._loops.tasks[:2], timeout=READ_BLOCK_MS / 1000 + 2)
         await self._loops.cancel()
+        # Before the hand-back: a touch after it would undo the idle time it sets.
+        await asyncio.to_thread(self._keepalive.stop)
         if self._desk is not None:
             self._desk.give_back_all()
         end = time.monotonic() + deadline_s
@@ -269,7 +274,7 @@ class StreamPump:
             self._want_permits()
 
     def held_refs(self) -> list[Ref]:
-        return self._ledger.refs()
+        return self._ledger.refs() + self._completions.refs_in_hand()
 
     def lost(self, ref: Ref) -> None:
         self._ledger.forget_msg(ref)

@@ -1,0 +1,117 @@
+"""Keep-alive of a live worker's tasks, from a daemon thread with its own blocking Redis client.
+
+A task pending on a consumer is reclaimed by another worker once it has been idle for
+``METEORSEED_CLAIM_IDLE``. The keep-alive must therefore go on while the reactor cannot run: a
+callback that blocks it for 30 s must not lose its task, however short CLAIM_IDLE is. So the
+touches are not made on the event loop: the loop hands this thread a snapshot of the refs it
+holds (at every maintain tick and whenever tasks are booked) and takes back those reported as no
+longer ours. A snapshot not renewed for :data:`STALE_S` means a reactor stuck for good: the
+thread stops touching and the tasks go to other workers, as if this one had died.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from meteorseed_scrapy.queue.connection import sync_client
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.delivery import Ref
+from meteorseed_scrapy.queue.scripts import register
+from meteorseed_scrapy.queue.shards import is_cluster
+
+logger = logging.getLogger(__name__)
+
+#: A reactor that has not handed a snapshot for this long is stuck: stop keeping its tasks.
+STALE_S = 300.0
+
+
+def touch_interval(claim_idle: float) -> float:
+    """Five touches per CLAIM_IDLE: a touch may be late by most of CLAIM_IDLE (a slow Redis, a
+    thread starved of the GIL) before a live worker's task could be reclaimed."""
+    return max(0.02, claim_idle / 5)
+
+
+class KeepAlive:
+    """Touches the refs of the latest snapshot every :func:`touch_interval` of CLAIM_IDLE."""
+
+    def __init__(self, consumer: StreamConsumer, redis_url: str, claim_idle: float) -> None:
+        self._consumer = consumer
+        self._url = redis_url
+        self.interval = touch_interval(claim_idle)
+        # Replaced whole (never mutated) by the loop: the thread reads one consistent tuple.
+        self._refs: tuple[Ref, ...] = ()
+        self._handed_at = time.monotonic()
+        self._lost: list[Ref] = []
+        self._lost_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.touches = self.failures = 0  # rounds made, rounds Redis did not answer
+
+    def hand(self, refs: Sequence[Ref]) -> None:
+        """The refs to keep alive from now on (called on the event loop)."""
+        self._refs = tuple(refs)
+        self._handed_at = time.monotonic()
+
+    def take_lost(self) -> list[Ref]:
+        """Refs reported as no longer pending on this consumer since the last call."""
+        with self._lost_lock:
+            lost, self._lost = self._lost, []
+        return lost
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="meteorseed-keepalive",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop touching (before tasks are handed back: a touch would undo their idle time)."""
+        self._stop.set()
+        self._refs = ()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        client = sync_client(self._url, decode_responses=True, socket_timeout=10,
+                             socket_connect_timeout=5)
+        script = register(client, "touch")
+        cluster = is_cluster(client)
+        failing = False
+        try:
+            while not self._stop.wait(self.interval):
+                refs = self._refs
+                if not refs or time.monotonic() - self._handed_at > STALE_S:
+                    continue
+                try:
+                    lost = self._touch(client, script, cluster, refs)
+                except (RedisError, OSError) as exc:
+                    # The loops log the outage; the next round tries again.
+                    if not failing:
+                        logger.debug("Keep-alive of %d task(s) failed: %s", len(refs), exc)
+                    failing = True
+                    self.failures += 1
+                    continue
+                failing = False
+                self.touches += 1
+                if lost:
+                    with self._lost_lock:
+                        self._lost.extend(lost)
+        finally:
+            client.close()
+
+    def _touch(self, client: Any, script: Any, cluster: bool, refs: Sequence[Ref]) -> list[Ref]:
+        calls = self._consumer.touch_calls(refs)
+        if cluster:  # (a cluster pipeline refuses EVALSHA; each call stays in one slot)
+            replies = [script(keys=keys, args=args) for keys, args in calls]
+        else:
+            with client.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    script(keys=keys, args=args, client=pipe)
+                replies = pipe.execute()
+        return self._consumer.touch_lost(calls, replies)
