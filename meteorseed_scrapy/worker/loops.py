@@ -28,15 +28,27 @@ REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 class Outage:
     """Shared view of Redis availability: one warning per outage, exponential backoff."""
 
+    #: A failure this soon (s) after Redis came back is the outage's tail (a command sent
+    #: before it ended, failing now): the same outage, not a new one to log.
+    TAIL_S = 5.0
+
     def __init__(self) -> None:
         self.since: float | None = None
         self.failures = 0
+        self._back: tuple[float, float] | None = None  # (when it came back, outage start)
+        self._tail = False
 
     def failed(self, exc: BaseException, where: str) -> float:
         self.failures += 1
         delay = min(30.0, 0.25 * 2 ** min(self.failures, 8)) * random.uniform(0.8, 1.2)
         if self.since is None:
-            self.since = time.monotonic()
+            now = time.monotonic()
+            if self._back is not None and now - self._back[0] < self.TAIL_S:
+                self.since, self._tail = self._back[1], True
+                logger.debug("Redis failed again right after coming back, during %s: %s",
+                             where, exc)
+                return delay
+            self.since, self._tail = now, False
             logger.warning(
                 "Redis unavailable during %s (%s): worker paused, nothing is lost; retrying",
                 where, exc,
@@ -47,9 +59,10 @@ class Outage:
 
     def ok(self) -> None:
         if self.since is not None:
-            logger.warning(
+            (logger.debug if self._tail else logger.warning)(
                 "Redis is back after %.1fs: worker resumed", time.monotonic() - self.since
             )
+            self._back = (time.monotonic(), self.since)
         self.since = None
         self.failures = 0
 
@@ -85,6 +98,10 @@ class Loops:
                 if not self._ready:
                     await self._setup()
                 await step()
+                if self.outage.since is not None:
+                    # A step can succeed without Redis (nothing to send): only Redis answering
+                    # ends an outage, else a partition logs "back"/"unavailable" over and over.
+                    await self.consumer.redis.ping()
                 self.outage.ok()
             except REDIS_DOWN as exc:
                 self.stats.inc_value("meteorseed/redis/errors")
