@@ -60,7 +60,9 @@ class Command(ScrapyCommand):
             f"nothing was rejected, {EXIT_REJECTED} when something was, {EXIT_FAILED} when Redis "
             "or the input failed. While more than METEORSEED_MAX_BACKLOG tasks wait in the "
             "stream, the command pauses until workers catch up. Settings: METEORSEED_REDIS_URL, "
-            "METEORSEED_NAMESPACE, METEORSEED_MAX_BACKLOG (use -s NAME=VALUE). With --watch it "
+            "METEORSEED_NAMESPACE, METEORSEED_MAX_BACKLOG (use -s NAME=VALUE). Each seed is "
+            "registered in the seed registry with this run's counts (not with --no-register). "
+            "With --watch it "
             "keeps running as a seeder: seeds are registered in the seed registry and expanded "
             "again whenever their schedule makes them due (METEORSEED_SCHEDULE_MIN_INTERVAL, "
             "METEORSEED_SCHEDULE_MAX_INTERVAL, METEORSEED_SITES_DIR; see docs/seeding.md)."
@@ -83,6 +85,11 @@ class Command(ScrapyCommand):
         group.add_argument(
             "--dry-run", action="store_true",
             help="expand, validate and count the URLs; enqueue nothing (Redis is not used)",
+        )
+        group.add_argument(
+            "--no-register", action="store_true",
+            help="do not register the seeds in the seed registry (by default each is, with "
+            "this run's counts, so that GET /seeds and the console list it)",
         )
         group.add_argument(
             "--watch", action="store_true",
@@ -276,8 +283,10 @@ class Command(ScrapyCommand):
         from meteorseed_scrapy.queue.connection import async_client
         from meteorseed_scrapy.queue.writer import TaskWriter
         from meteorseed_scrapy.seeding.expand import expand_stream
+        from meteorseed_scrapy.seeding.expanded import CountingWriter, ExpandedSeeds
         from meteorseed_scrapy.seeding.fetch import policies
         from meteorseed_scrapy.seeding.progress import Progress
+        from meteorseed_scrapy.seeding.registry import SeedRegistry
         from meteorseed_scrapy.seeding.seed_lines import read_lines
         from meteorseed_scrapy.settings import text_setting
         from meteorseed_scrapy.sites.lookup import SiteConfigs
@@ -288,16 +297,28 @@ class Command(ScrapyCommand):
         assert self.settings is not None
         rules = SiteConfigs(text_setting(self.settings, "METEORSEED_SITES_DIR"))
         sitemaps = policies(rules.get, self._private_addresses())
+        # Seeds are registered as the dispatch API registers them (seeding/expanded.py).
+        seeds = (None if opts.dry_run or opts.no_register
+                 else ExpandedSeeds(SeedRegistry(client, keys)))
+        lines = read_lines(source) if seeds is None else seeds.tap(read_lines(source))
+        writer = (TaskWriter(client, keys, lane=opts.lane, fingerprinter=self._fingerprinter())
+                  if seeds is None else CountingWriter(client, keys, seeds=seeds, lane=opts.lane,
+                                                       fingerprinter=self._fingerprinter()))
+
+        def on_error(rejection: Rejection) -> None:
+            if seeds is not None:
+                seeds.rejected(rejection)
+            _report_rejection(rejection)
+
         try:
             if not opts.dry_run:
                 await client.ping()  # fail before reading any input when Redis is not there
             await rules.refresh()
             await expand_stream(
-                read_lines(source),
-                TaskWriter(client, keys, lane=opts.lane,
-                           fingerprinter=self._fingerprinter()),
+                lines,
+                writer,
                 batch_size=opts.batch_size,
-                on_error=_report_rejection,
+                on_error=on_error,
                 max_backlog=max_backlog,
                 dedup=not opts.no_dedup,
                 on_wait=lambda backlog: _say(
@@ -310,6 +331,10 @@ class Command(ScrapyCommand):
                 rejects=rules.rejects,
                 sitemaps=sitemaps,
             )
+            if seeds is not None:
+                await seeds.finish()
+                for refused in seeds.unregistered:
+                    _say(f"not registered: {refused}")
         finally:
             progress.done()
             await client.aclose()
