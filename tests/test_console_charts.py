@@ -27,7 +27,7 @@ from tests.test_api import Client
 
 CHROMIUM = "/usr/bin/chromium"
 TOKEN = "charts-token"
-SITES = ("shop", "news")
+SITES = ("shop", "news", "x<img src=x onerror=alert(1)>")  # a site id is text, never markup
 
 
 def _status(at: float, added: int | None, consumers: tuple[str, ...] = ()) -> QueueStatus:
@@ -198,10 +198,12 @@ async def _browse(base: str, shots: Path) -> dict[str, Any]:
                 __import__("re").compile(r"^(needs two samples|over [\d.]+ s)$"))
             await expect(note).to_contain_text("over")  # the second refresh has a rate
 
-            for chart, series in (("queue", 3), ("throughput", 2), ("sites", 2),
+            for chart, series in (("queue", 3), ("throughput", 2), ("sites", 3),
                                   ("errors", 1), ("latency", 1)):
                 await expect(page.locator(f"#chart-{chart} path.series")).to_have_count(series)
             await expect(page.locator("#chart-sites .legend")).to_contain_text("shop")
+            await expect(page.locator("#chart-sites .legend")).to_contain_text(SITES[2])
+            seen["img_tags"] = await page.locator("img").count()
             await expect(page.locator("#overview-delayed")).to_contain_text("news")
             await expect(page.locator("#overview-delayed")).to_contain_text("retry 1")
             await expect(page.locator("#overview-consumers-gone")).to_contain_text("worker-a")
@@ -248,6 +250,7 @@ def test_console_charts_in_chromium(server: ServerThread, sync_redis: redis.Redi
     for shot in seen["shots"]:
         print(f"screenshot: {shot}")
     assert [e for e in seen["console_errors"] if "401" not in e] == []
+    assert seen["img_tags"] == 0
     assert all(d.startswith("M") and "L" in d for d in seen["paths"]), seen["paths"]
     assert seen["overflow_800"] <= 0
     assert seen["seeds_hidden_800"] <= 0
