@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,7 @@ async def _browse(base: str, shots: Path) -> dict[str, Any]:
             await expect(page.locator("#nav")).to_be_visible()
             note = page.locator("[data-testid=added-note]")
             await expect(note).to_have_text(
-                __import__("re").compile(r"^(needs two samples|over [\d.]+ s)$"))
+                re.compile(r"^(needs two samples|over [\d.]+ s)$"))
             await expect(note).to_contain_text("over")  # the second refresh has a rate
 
             for chart, series in (("queue", 3), ("throughput", 2), ("sites", 3),
