@@ -164,8 +164,9 @@ local function dd_generations(root, w, now)
 end
 
 -- True when entry e was new (and is now recorded), false when the site has seen it in its
--- window.
+-- window. (A whole 16-byte fingerprint is taken too: requeue.lua passes one.)
 local function dd_add(root, w, e, now)
+  if #e > 6 then e = string.sub(e, 1, 6) end
   local gens = dd_generations(root, w, now)
   local prev = gens[2]
   if prev and prev.n > 0 and dd_live(prev, e, now) then return false end
