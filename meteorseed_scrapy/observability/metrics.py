@@ -188,6 +188,7 @@ class MetricsExtension:
         self.sampler: QueueSampler | None = None
         self._task: asyncio.Task[None] | None = None
         self._server: Any = None
+        self._stopping = False
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> MetricsExtension:
@@ -227,6 +228,7 @@ class MetricsExtension:
 
     async def spider_closed(self, spider: Any) -> None:
         if self._task is not None:
+            self._stopping = True
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -275,4 +277,6 @@ class MetricsExtension:
                         self.per_site["target_rate"].labels(site.site_id).set(site.target_rate)
                     if site.latency_s is not None:
                         self.per_site["latency"].labels(site.site_id).set(site.latency_s)
+            if self._stopping:  # redis-py can turn the cancel of a sample into an error
+                return
             await asyncio.sleep(self.interval)
