@@ -63,7 +63,8 @@ class Run:
 
 
 def run_one(contender: str, rnd: int, pages: int, urls_file: Path, urls: list[str],
-            redis_url: str, workdir: Path, timeout: float, wrapper: list[str]) -> Run:
+            redis_url: str, workdir: Path, timeout: float, wrapper: list[str],
+            overrides: dict[str, str]) -> Run:
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     rundir = workdir / f"r{rnd}-{contender}"
@@ -90,6 +91,7 @@ def run_one(contender: str, rnd: int, pages: int, urls_file: Path, urls: list[st
                 "METEORSEED_STORE_URI": f"sqlite:///{rundir / 'items.db'}",
                 "METEORSEED_CONSUMER": "bench-w1",
                 "METEORSEED_IDLE_CLOSE": 1,
+                **overrides,
             },
             wrapper=prof,
         )
@@ -144,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", default=",".join(CONTENDERS),
                         help="comma-separated contenders (stock must be among them for ratios)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Scrapy setting for the meteorseed runs (repeatable)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs, feeds and SQLite files here")
     parser.add_argument("--py-spy", dest="py_spy", action="store_true",
                         help="profile every run with `py-spy record` (raw stacks in the run "
@@ -153,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(contenders) - set(CONTENDERS)
     if unknown or not contenders:
         parser.error(f"--only: pick among {', '.join(CONTENDERS)}")
+    overrides = dict(kv.split("=", 1) for kv in args.extra)
     wrapper: list[str] = []
     if args.py_spy:
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
             order = contenders[shift:] + contenders[:shift]
             for contender in order:
                 run = run_one(contender, rnd, args.pages, urls_file, urls, server.url,
-                              workdir, args.timeout, wrapper)
+                              workdir, args.timeout, wrapper, overrides)
                 runs.append(run)
                 extra = ""
                 if contender == "meteorseed":

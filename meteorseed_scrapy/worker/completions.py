@@ -106,6 +106,8 @@ class Completions:
         else:
             self.records.append((task, entry.record()))
             self.acks.extend((d.ref, entry.response_at) for d in entry.deliveries)
+            if self._send_now():
+                return  # (nothing left for the flush loop: no need to wake it)
         self.needed.set()
 
     # -- state ---------------------------------------------------------------------------------
@@ -131,16 +133,7 @@ class Completions:
         try:
             await self._flush_children()
             if self.records or self.acks:
-                # The records of these tasks were queued with (or before) their acks.
-                records = self.records[:BATCH]
-                batch = self.acks[:BATCH] if len(records) == len(self.records) else []
-                del self.records[: len(records)]
-                del self.acks[: len(batch)]
-                # Sent without waiting for the pipeline already on the wire: on a busy reactor
-                # a round trip is long, and an ack queued meanwhile would wait for it first.
-                done = asyncio.ensure_future(self._complete(records, batch))
-                self._completing.add(done)
-                done.add_done_callback(self._completing.discard)
+                self._start_complete()
                 if len(self._completing) >= MAX_COMPLETING:
                     await asyncio.wait(self._completing, return_when=asyncio.FIRST_COMPLETED)
             while self.dead:
@@ -179,6 +172,29 @@ class Completions:
             self._flushing = False
         if self.pending():
             self.needed.set()
+
+    def _start_complete(self) -> None:
+        # The records of these tasks were queued with (or before) their acks.
+        records = self.records[:BATCH]
+        batch = self.acks[:BATCH] if len(records) == len(self.records) else []
+        del self.records[: len(records)]
+        del self.acks[: len(batch)]
+        # Sent without waiting for the pipeline already on the wire: on a busy reactor a round
+        # trip is long, and an ack queued meanwhile would wait for it first.
+        done = asyncio.ensure_future(self._complete(records, batch))
+        self._completing.add(done)
+        done.add_done_callback(self._completing.discard)
+
+    def _send_now(self) -> bool:
+        """Start the completion pipeline of what is queued now, from the settling task itself:
+        waking the flush loop costs a few turns of a busy reactor (milliseconds each) before
+        the pipeline is sent. Left to the flush loop while it runs, after a failure (it backs
+        off), or with MAX_COMPLETING pipelines on the wire (acks then gather into one)."""
+        if (self._flushing or self._complete_error is not None or self.outbox
+                or len(self._completing) >= MAX_COMPLETING):
+            return False
+        self._start_complete()
+        return not self.pending()
 
     async def drain(self) -> None:
         """Wait for the completion pipelines in flight; raise the first failure."""
