@@ -53,3 +53,13 @@ def test_the_command_costs_a_small_share_of_scrapys_own_import() -> None:
         scrapy_us, command_us, _ = _import_profile()
         shares.append(command_us / scrapy_us)
     assert min(shares) < 0.1, shares
+
+
+def test_listing_the_rule_spider_does_not_load_the_browser() -> None:
+    # `scrapy list` in a project with the rule spider imports sites.spider and, through it,
+    # sites.render: scrapy-playwright and Playwright (~160 ms) load only with the handler.
+    code = ("import sys, meteorseed_scrapy.sites.spider, meteorseed_scrapy.sites.render; "
+            "print(sorted(m for m in ('scrapy_playwright', 'playwright') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stderr

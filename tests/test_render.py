@@ -103,7 +103,7 @@ from scrapy import signals
 from scrapy.utils.reactor import install_reactor
 install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
 from scrapy.utils.test import get_crawler
-from meteorseed_scrapy.sites.render import BrowserHandler
+from meteorseed_scrapy.sites.browser import BrowserHandler
 from meteorseed_scrapy.sites.spider import RuleSpider
 
 crawler = get_crawler(RuleSpider, {"METEORSEED_CHROMIUM_PATH": "/opt/chromium/chrome"})

@@ -20,13 +20,12 @@
 
 from __future__ import annotations
 
-import asyncio
+import importlib.util
 import logging
 import os
-import weakref
 from typing import Any
 
-from scrapy import Request, Spider, signals
+from scrapy import Request, Spider
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
@@ -34,17 +33,15 @@ from meteorseed_scrapy.settings import text_setting
 from meteorseed_scrapy.sites.lookup import site_configs
 from meteorseed_scrapy.task.context import task_of
 
-try:
-    from scrapy_playwright import handler as _pw
-    from scrapy_playwright.page import PageMethod
-except ImportError:  # the `playwright` extra is not installed: rendering sites fail clearly
-    _pw = None
-    PageMethod = None
+# Whether the `playwright` extra is installed, without importing it: scrapy-playwright (and
+# Playwright) load only when a worker really renders, not in every `scrapy` command that lists
+# the spiders (`scrapy list` imports this module through the rule spider).
+PLAYWRIGHT_INSTALLED = importlib.util.find_spec("scrapy_playwright") is not None
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
-HANDLER = "meteorseed_scrapy.sites.render.BrowserHandler"
+HANDLER = "meteorseed_scrapy.sites.browser.BrowserHandler"
 MIDDLEWARE = "meteorseed_scrapy.sites.render.RenderMiddleware"
 #: after the proxy pool (740) and Scrapy's HttpProxyMiddleware (750): only meta is set here
 MIDDLEWARE_ORDER = 760
@@ -92,7 +89,7 @@ def configure(settings: BaseSettings) -> bool:
     middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
     middlewares.setdefault(MIDDLEWARE, MIDDLEWARE_ORDER)
     settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
-    if _pw is None or settings.get("TWISTED_REACTOR") != ASYNCIO_REACTOR:
+    if not PLAYWRIGHT_INSTALLED or settings.get("TWISTED_REACTOR") != ASYNCIO_REACTOR:
         return False
     handlers = settings.getdict("DOWNLOAD_HANDLERS")
     for scheme in ("http", "https"):
@@ -106,46 +103,6 @@ def configure(settings: BaseSettings) -> bool:
     return True
 
 
-_OWNERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-if _pw is not None:
-
-    class BrowserHandler(_pw.ScrapyPlaywrightDownloadHandler):
-        """scrapy-playwright's handler; Playwright starts at the first rendered request."""
-
-        def __init__(self, crawler: Any) -> None:
-            super().__init__(crawler)
-            started = (self._maybe_launch_in_thread if _pw._SCRAPY_ASYNC_API
-                       else self._engine_started)
-            crawler.signals.disconnect(started, signals.engine_started)
-            # Scrapy builds one handler per scheme: https renders through the http one's
-            # browser, so the page and context caps hold per worker, with one browser.
-            self.owner: BrowserHandler = _OWNERS.setdefault(crawler, self)
-            if not remote_browser(crawler.settings):
-                options = self.config.launch_options
-                options["executable_path"] = chromium_path(crawler.settings)
-                options.setdefault("headless", True)
-            self._start_lock = asyncio.Lock()
-            self.started = False
-
-        async def _download_request(self, request: Request, spider: Spider | None = None) -> Any:
-            if self.owner is not self:
-                return await self.owner._download_request(request, spider)
-            if not self.started:
-                async with self._start_lock:
-                    if not self.started:
-                        await self._launch()
-                        self.started = True
-            return await super()._download_request(request, spider)
-
-else:  # pragma: no cover - exercised only without the extra
-
-    class BrowserHandler:  # type: ignore[no-redef]
-        def __init__(self, crawler: Any) -> None:
-            raise RenderUnavailable("scrapy-playwright is not installed: pip install"
-                                    " 'meteorseed-scrapy[playwright]'")
-
-
 class RenderMiddleware:
     """Sends the tasks of ``render: browser`` sites through the browser."""
 
@@ -156,7 +113,7 @@ class RenderMiddleware:
         settings = crawler.settings
         self.chromium = None if remote_browser(settings) else chromium_path(settings)
         handlers = settings.getdict("DOWNLOAD_HANDLERS")
-        self.handler_ready = _pw is not None and all(
+        self.handler_ready = PLAYWRIGHT_INSTALLED and all(
             _is_browser_handler(handlers.get(s)) for s in ("http", "https"))
         self.default_timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180)
         self._reported: set[str] = set()
@@ -180,6 +137,8 @@ class RenderMiddleware:
                 logger.error("Site %s renders with a browser, but %s: its tasks fail (dead"
                              " letters) until this worker can render", task.site_id, problem)
             raise RenderUnavailable(f"site {task.site_id} needs a browser: {problem}")
+        from scrapy_playwright.page import PageMethod  # installed: _unavailable() said so
+
         timeout_ms = (config.limits.timeout or self.default_timeout) * 1000
         request.meta.update({
             "playwright": True,
@@ -192,7 +151,7 @@ class RenderMiddleware:
         self._inc(f"pages/{task.site_id}")
 
     def _unavailable(self) -> str | None:
-        if _pw is None:
+        if not PLAYWRIGHT_INSTALLED:
             return "scrapy-playwright is not installed (the `playwright` extra)"
         if not self.handler_ready:
             return (f"DOWNLOAD_HANDLERS http/https are not {HANDLER} or scrapy-playwright's"
@@ -205,13 +164,15 @@ class RenderMiddleware:
 
 
 def _is_browser_handler(path: Any) -> bool:
-    if _pw is None or path is None:
+    if not PLAYWRIGHT_INSTALLED or path is None:
         return False
+    from scrapy_playwright.handler import ScrapyPlaywrightDownloadHandler
+
     try:
         cls = load_object(path) if isinstance(path, str) else path
     except (ImportError, NameError, ValueError):
         return False
-    return isinstance(cls, type) and issubclass(cls, _pw.ScrapyPlaywrightDownloadHandler)
+    return isinstance(cls, type) and issubclass(cls, ScrapyPlaywrightDownloadHandler)
 
 
-__all__ = ["BrowserHandler", "RenderMiddleware", "RenderUnavailable", "configure"]
+__all__ = ["RenderMiddleware", "RenderUnavailable", "configure"]
