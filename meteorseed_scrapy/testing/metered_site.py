@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from itertools import pairwise
 from typing import Any
 from urllib.request import urlopen
 
@@ -24,7 +25,8 @@ from meteorseed_scrapy.testing.sites import DemoSite, Reply
 
 class MeteredSite(DemoSite):
     """The demo site, also measuring what it serves: ``GET /meter`` says how many requests were
-    in flight at most, when the first and last began, and the most begun in one second."""
+    in flight at most, when the first and last began, the most begun in one second and the
+    longest pause between two."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -50,7 +52,9 @@ class MeteredSite(DemoSite):
             starts = sorted(self.starts)
             out = {"requests": len(starts), "max_in_flight": self.max_in_flight,
                    "first": starts[0] if starts else None, "last": starts[-1] if starts else None,
-                   "max_per_second": _max_in_window(starts, 1.0)}
+                   "max_per_second": _max_in_window(starts, 1.0),
+                   # the longest the site went without a new request, between first and last
+                   "max_gap": max((b - a for a, b in pairwise(starts)), default=0.0)}
             if reset:
                 self.starts.clear()
                 self.max_in_flight = self.in_flight
