@@ -213,7 +213,7 @@ def test_dedup_scripts_keep_every_key_in_the_site_slot_on_a_cluster(
     async def body(client: Any) -> dict[str, Any]:
         writer = TaskWriter(client, keys, clock=clock)
         out: dict[str, Any] = {"first": await add(writer, tasks(urls, DAY))}
-        clock.now = T0 + DAY + 50  # the next generation: the previous one answers via Bloom
+        clock.now = T0 + DAY + 50  # the next generation: the previous one answers
         out["again"] = await add(writer, tasks(urls))
         out["new"] = await writer.add(tasks([f"https://example.com/{site}/new/{i}"
                                              for i in range(10)]))
@@ -231,5 +231,5 @@ def test_dedup_scripts_keep_every_key_in_the_site_slot_on_a_cluster(
     assert (out["seen"], out["released"], out["seen_after"]) == (True, True, False)
     assert out["backlog"] == 1510
     found = [k for k in namespace_keys(cluster.url, ns) if k != keys.shard_count]
-    assert len(found) > 20, found  # generations, Bloom slices and split buckets were made
+    assert len(found) > 20, found  # generations and split buckets were made
     assert {key_slot(k.encode()) for k in found} == {key_slot(keys.seen(site).encode())}

@@ -38,11 +38,10 @@ key                                 type    holds
                                             window in seconds (0 = never). Its generations
                                             ``<root>:<w>:<g>`` (g = now // w, 0 when w = 0;
                                             expire at (g + 2) * w + 60 s) hold: the generation
-                                            (hash: n, b, p, s, f), ``<gen>:f<i>`` Bloom slices
-                                            (strings, blocked Bloom, 10 bits/URL, doubling)
-                                            and ``<gen>:<j>`` exact buckets (small listpack
-                                            hashes: 6-byte fingerprint prefix -> time slot,
-                                            linear hashing, ~40 entries). See
+                                            (hash: n, b, p) and ``<gen>:<j>`` exact buckets
+                                            (small listpack hashes: 6-byte fingerprint prefix
+                                            -> time slot, linear hashing, ~48 entries; no
+                                            Bloom filter: docs/dedup.md says why). See
                                             ``lua/dedup_lib.lua`` and ``docs/dedup.md``.
 ``<ns>:done:<task_id>``             string  completion record (JSON: outcome, items, digest,
                                             status, at), written once a task's items are
