@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +248,19 @@ def test_a_60s_download_and_a_30s_blocking_callback_with_the_default_claim_idle(
         tmp_path: Path, redis_url: str, namespace: str) -> None:
     """The real figures, with the default METEORSEED_CLAIM_IDLE (about 70 s)."""
     _slow_worker_keeps_its_tasks(tmp_path, redis_url, namespace, None, 60_000, 30_000, each=1)
+
+
+# -- cost stays flat (the soak found this) ------------------------------------------------------
+
+def test_a_healthy_sites_breaker_window_stays_bounded() -> None:
+    """Every download is recorded in its site's local window; on a site that never fails the
+    window was never pruned (only failures read it), so a worker grew by one entry per task."""
+    from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
+
+    b = Breaker(redis.Redis(), KeyLayout("ns"), BreakerConfig(window=0.05), None)
+    for _ in range(100):
+        b.record("site", False, 0.01, False, "t")
+    wait_for(lambda: time.monotonic() - b._local["site"][-1][0] > 0.05, 5, 0.01)
+    b.record("site", False, 0.01, False, "t")
+    assert len(b._local["site"]) == 1  # the 100 older than the window went
+    assert not b.local_abnormal("site")

@@ -107,7 +107,13 @@ class Breaker:
         """One download's outcome; ``good``: the site answered normally (not an error, not a
         429/403), which ends its trouble."""
         now = time.monotonic()
-        self._local.setdefault(site, deque()).append((now, error, latency_s, task_id))
+        window = self._local.setdefault(site, deque())
+        window.append((now, error, latency_s, task_id))
+        # Pruned here too: local_abnormal() only runs on failures, and a healthy site's window
+        # otherwise grew by one entry per download for the life of the worker.
+        horizon = now - self.config.window
+        while window[0][0] < horizon:
+            window.popleft()
         agg = self._pending.setdefault(site, [0, 0, 0, "", 0, 0])
         agg[0] += 1
         agg[1] += int(error)
