@@ -115,3 +115,41 @@ def test_a_failure_long_after_redis_came_back_is_a_new_outage(
     assert sum("Redis unavailable" in m for m in lines) == 2, lines
     assert [m for m in lines if "back" in m] == ["Redis is back after 10.0s: worker resumed",
                                                   "Redis is back after 3.0s: worker resumed"]
+
+
+def test_a_loop_in_back_off_wakes_when_another_loop_finds_redis_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen on the fleet: after a partition healed, the read loop was back at once but the acks
+    waited out their own back-off (up to 30 s) before going out."""
+    consumer = _Consumer()
+    consumer.redis.up = True
+    loops = Loops(consumer, _Stats())  # type: ignore[arg-type]
+    # A back-off far longer than the test may take: only being woken lets the ack loop retry.
+    monkeypatch.setattr("meteorseed_scrapy.worker.loops.random.uniform", lambda a, b: 3600.0)
+    calls = {"read": 0, "ack": 0}
+
+    async def read() -> None:
+        calls["read"] += 1
+        await consumer.redis.ping()
+        await asyncio.sleep(0.01)
+
+    async def ack() -> None:
+        calls["ack"] += 1
+        await consumer.redis.ping()
+        await asyncio.sleep(0.01)
+
+    async def run() -> None:
+        await loops._setup()
+        consumer.redis.up = False
+        loops.start(ack, "ack")
+        while calls["ack"] < 1:
+            await asyncio.sleep(0.001)
+        consumer.redis.up = True  # the ack loop sleeps its hour-long back-off...
+        loops.start(read, "read")  # ...until the read loop finds Redis answering
+        while calls["ack"] < 2:
+            await asyncio.sleep(0.001)
+        loops.stopping = True
+        await loops.cancel()
+
+    asyncio.run(asyncio.wait_for(run(), 30))
+    assert calls["ack"] >= 2

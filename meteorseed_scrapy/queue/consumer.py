@@ -63,6 +63,7 @@ class StreamConsumer:
         self._dead = scripts.register(redis, "dead")
         self._touch = scripts.register(redis, "touch")
         self._handback = scripts.register(redis, "handback")
+        self._ack = scripts.register(redis, "ack")
         self._reclaim = scripts.register(redis, "reclaim")
         self._release = scripts.register(redis, "dedup_release")
         self._reclaim_cursors = [["0-0"] * len(shard.streams) for shard in self.shards]
@@ -236,29 +237,37 @@ class StreamConsumer:
         await self.complete(records, (), ttl)
 
     async def ack(self, refs: Sequence[Ref]) -> int:
-        """XACK then XDEL (so XLEN = waiting + pending); returns how many were still pending."""
+        """XACK then XDEL (so XLEN = waiting + pending) of those of ``refs`` still pending on
+        this consumer; returns how many."""
         return await self.complete((), refs, 0)
 
     async def complete(self, records: Sequence[tuple[ExecTask, str]], refs: Sequence[Ref],
                        ttl: int) -> int:
-        """Completion records first, then XACK and XDEL of ``refs``: one round trip.
+        """Completion records first, then XACK and XDEL of those of ``refs`` still pending on
+        this consumer (ack.lua): one round trip; returns how many were acked.
 
-        Commands of a pipeline run in order, so no entry is acked before the records sent
-        with it are written, and no entry is deleted before it is acked. A task's record is
-        in its shard's slot, with its stream: on a cluster, where a pipeline is split per
-        node, the order still holds on the node of each shard.
+        An entry another worker reclaimed meanwhile (this one was cut off for longer than
+        CLAIM_IDLE) is left to its new owner. Commands of a pipeline run in order, so no
+        entry is acked before the records sent with it are written. A task's record is in its
+        shard's slot, with its stream. A cluster pipeline refuses scripts: there the records
+        go first, then the scripts, one per stream.
         """
         streams = by_stream(refs)
+        if not records and not streams:
+            return 0
+        calls = [([stream], [self.keys.group, self.consumer, *msg_ids])
+                 for stream, msg_ids in streams.items()]
         async with self.redis.pipeline(transaction=False) as pipe:
             for task, record in records:
                 pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
-            for stream, msg_ids in streams.items():
-                pipe.xack(stream, self.keys.group, *msg_ids)
-                pipe.xdel(stream, *msg_ids)
-            if not len(pipe):
-                return 0
-            replies = await pipe.execute()
-        return sum(int(n) for n in replies[len(records)::2])
+            if not self._cluster:
+                for keys, args in calls:
+                    await self._ack(keys=keys, args=args, client=pipe)
+            replies = await pipe.execute() if len(pipe) else []
+        if self._cluster:
+            replies = [*replies, *(await call_scripts(self.redis, self._ack, calls) if calls
+                                   else [])]
+        return sum(int(n) for n in replies[len(records):])
 
     async def _mget(self, tasks: Sequence[ExecTask], key: Any) -> list[str | None]:
         """``key(shard, task_id)`` of every task: one MGET per shard (one slot each)."""

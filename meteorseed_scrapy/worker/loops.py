@@ -37,11 +37,13 @@ class Outage:
         self.failures = 0
         self._back: tuple[float, float] | None = None  # (when it came back, outage start)
         self._tail = False
+        self.back = asyncio.Event()  # set when Redis answers again: wakes the loops' back-off
 
     def failed(self, exc: BaseException, where: str) -> float:
         self.failures += 1
         delay = min(30.0, 0.25 * 2 ** min(self.failures, 8)) * random.uniform(0.8, 1.2)
         if self.since is None:
+            self.back.clear()
             now = time.monotonic()
             if self._back is not None and now - self._back[0] < self.TAIL_S:
                 self.since, self._tail = self._back[1], True
@@ -63,6 +65,7 @@ class Outage:
                 "Redis is back after %.1fs: worker resumed", time.monotonic() - self.since
             )
             self._back = (time.monotonic(), self.since)
+            self.back.set()
         self.since = None
         self.failures = 0
 
@@ -105,7 +108,11 @@ class Loops:
                 self.outage.ok()
             except REDIS_DOWN as exc:
                 self.stats.inc_value("meteorseed/redis/errors")
-                await asyncio.sleep(self.outage.failed(exc, where))
+                delay = self.outage.failed(exc, where)
+                # Woken when another loop finds Redis back: else this loop's own back-off (up
+                # to 30 s) keeps it, the acks say, waiting long after the outage ended.
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.outage.back.wait(), delay)
                 continue
             except ResponseError as exc:
                 if "NOGROUP" not in str(exc):
