@@ -14,6 +14,8 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
@@ -57,3 +59,37 @@ def test_late_acks_skip_entries_another_worker_reclaimed(
     assert out["others_ack"] == 2
     assert sync_redis.xpending(keys.stream, GROUP)["pending"] == 0
     assert sync_redis.xlen(keys.stream) == 0
+
+
+def test_a_late_deferral_leaves_a_reclaimed_task_to_its_new_owner(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    # The same partition, but the cut-off worker's queued action is a deferral (a 5xx to
+    # retry later): defer.lua must not ack the entry from under the worker that reclaimed it
+    # and queue a second copy of the task in the delayed set.
+    keys = KeyLayout(namespace)
+    task = ExecTask.create(seed_id="s1", site_id="news", url="https://example.com/p/late")
+
+    async def main() -> tuple[bool, bool, int]:
+        client = Redis.from_url(redis_url, decode_responses=True)
+        try:
+            await TaskWriter(client, keys).add([task])
+            late = StreamConsumer(client, keys, "cut-off")
+            other = StreamConsumer(client, keys, "other")
+            await late.ensure_group()
+            (held,) = await late.read(1, 100)
+            taken: list[Any] = []
+            while not taken:  # until the entry has been idle past the 10 ms min idle
+                taken = await other.reclaim(0.01, 1)
+            backoff = Backoff(1.0, 300.0)
+            gate = SiteGate(client, keys, lambda _site: SiteLimits(), "cut-off", backoff)
+            late_deferred = await gate.defer(held.ref, task, 5.0, owner="cut-off")
+            own = SiteGate(client, keys, lambda _site: SiteLimits(), "other", backoff)
+            owner_deferred = await own.defer(taken[0].ref, task, 5.0, owner="other")
+            return late_deferred, owner_deferred, int(await client.zcard(keys.delayed))
+        finally:
+            await client.aclose()
+
+    late_deferred, owner_deferred, delayed = asyncio.run(main())
+    assert not late_deferred, "the late worker's deferral is refused"
+    assert owner_deferred and delayed == 1, "the owner's own deferral goes through, once"
+    assert sync_redis.xpending(keys.stream, GROUP)["pending"] == 0

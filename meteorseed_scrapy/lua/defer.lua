@@ -12,7 +12,11 @@
 -- ARGV[6]  why it waits: a code 1..15 (queue/delayed.py), recorded as the score's fraction:
 --          due - 1 + code / 16, which promote.lua (comparing with whole ms) moves at the same
 --          ms as the whole due time; absent or 0 = none (a whole score)
--- Returns 1 if the entry was still pending here (0: another worker acked it; nothing deferred).
+-- ARGV[7]  the consumer deferring it: the entry must still be pending on it ('' = not checked).
+--          A worker cut off from Redis for longer than CLAIM_IDLE may defer late a task another
+--          worker reclaimed meanwhile: that task is its new owner's, never pulled from under it.
+-- Returns 1 if the entry was still pending here (0: acked or reclaimed by another worker;
+-- nothing deferred).
 local due = math.floor(tonumber(ARGV[3]))
 if ARGV[5] == '1' then
   local t = redis.call('TIME')
@@ -25,6 +29,10 @@ end
 if code == nil or code < 0 or code > 15 or code ~= math.floor(code) then
   return redis.error_reply('ERR defer.lua: reason code must be an integer from 0 to 15, got '
     .. tostring(ARGV[6]))
+end
+if ARGV[7] and ARGV[7] ~= ''
+    and #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[7]) == 0 then
+  return 0
 end
 if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then
   return 0

@@ -245,15 +245,16 @@ class SiteGate:
         return max(0.0, ms / 1000)
 
     async def defer(self, ref: tuple[str, str], task: ExecTask, delay_s: float,
-                    lane: str = "", why: DeferReason = DeferReason.OTHER) -> bool:
+                    lane: str = "", why: DeferReason = DeferReason.OTHER, owner: str = "") -> bool:
         """Ack the message ``ref`` (stream, id) and put ``task`` in the delayed set, due in
         ``delay_s`` (Redis time), for the task stream of ``lane`` ("" = the task's own);
-        ``why`` is recorded with it (``meteorseed status`` counts them by reason)."""
+        ``why`` is recorded with it (``meteorseed status`` counts them by reason). With
+        ``owner``, only while the entry is still pending on that consumer; False when not."""
         route = f"{lane or task.lane}:{band_of(task.priority)}"
         done = await self._defer(
             keys=[ref[0], self.keys.shard_of_stream(ref[0]).delayed],
             args=[self.keys.group, ref[1], int(delay_s * 1000), f"{route}|{task.to_message()['t']}",
-                  "1", reason_code(why)],
+                  "1", reason_code(why), owner],
         )
         return bool(done)
 

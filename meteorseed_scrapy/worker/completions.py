@@ -161,9 +161,12 @@ class Completions:
                                     "seed_id": task and task.seed_id})
             while self.deferrals:
                 delivery, task, delay, lane, why = self.deferrals[0]
-                await self.gate.defer(delivery.ref, task, delay, lane, why)
+                deferred = await self.gate.defer(delivery.ref, task, delay, lane, why,
+                                                 owner=self.consumer.consumer)
                 self.deferrals.pop(0)
-                self.stats.inc_value("meteorseed/deferred")
+                # Not deferred: another worker reclaimed it meanwhile, and it is that one's now.
+                self.stats.inc_value("meteorseed/deferred" if deferred
+                                     else "meteorseed/deferred/refused")
             if self.failures:
                 batch_f = self.failures[:BATCH]
                 await self.consumer.note_failures(batch_f, self.config.done_ttl)
