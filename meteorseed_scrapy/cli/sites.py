@@ -16,7 +16,6 @@ import argparse
 from pathlib import Path
 from typing import IO, Any
 
-from meteorseed_scrapy.cli import site_try
 from meteorseed_scrapy.cli.common import (
     EXIT_INCOMPLETE,
     EXIT_OK,
@@ -25,6 +24,8 @@ from meteorseed_scrapy.cli.common import (
     add_target_options,
     table,
 )
+from meteorseed_scrapy.cli.site_try import load_rules, offline_context
+from meteorseed_scrapy.cli.site_try import register as register_try
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.remote import RemoteRules, collect
 from meteorseed_scrapy.sites.schema import rule_schema
@@ -51,7 +52,7 @@ def register(sub: Any) -> None:
     p.add_argument("paths", nargs="+", type=Path, metavar="DIR|FILE")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run_offline=run_check)
-    site_try.register(actions)
+    register_try(actions)
     p = actions.add_parser("schema", help="the JSON Schema of the rule-file format")
     p.set_defaults(run_offline=run_schema)
 
@@ -97,8 +98,8 @@ def run_rm(args: argparse.Namespace, ctx: Context) -> int:
 
 
 def run_check(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]) -> int:
-    ctx = site_try.offline_context(args, out, err, stdin)
-    loaded = site_try.load_rules(args.paths)
+    ctx = offline_context(args, out, err, stdin)
+    loaded = load_rules(args.paths)
     if ctx.json:
         ctx.emit_json({"valid": {c.site_id: c.source for c in loaded.configs.values()},
                        "errors": [{"source": e.source, "path": e.path, "problem": e.problem}
@@ -113,5 +114,5 @@ def run_check(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[st
 
 
 def run_schema(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]) -> int:
-    site_try.offline_context(args, out, err, stdin).emit_json(rule_schema())
+    offline_context(args, out, err, stdin).emit_json(rule_schema())
     return EXIT_OK
