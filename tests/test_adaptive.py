@@ -7,12 +7,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from protego import Protego
@@ -29,19 +27,11 @@ from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.sites.model import Limits
 from meteorseed_scrapy.sites.reader import ConfigError as RuleError
 from meteorseed_scrapy.sites.schema import parse_site, rule_schema
+from meteorseed_scrapy.testing.clients import run_with_client as run
 
 T = TypeVar("T")
 
 
-def run(redis_url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            return await fn(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def adapt(client: redis.Redis, key: str, samples: list[tuple[float, bool]], *,

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from hypothesis import given
 from hypothesis import strategies as st
 from scrapy import Request
@@ -27,21 +25,13 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.polling import wait_until
 
 T = TypeVar("T")
 OPEN = SiteLimits(rate=1000.0, burst=1000, concurrency=100)
 
 
-def run(redis_url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            return await fn(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def make_gate(client: Any, ns: str, base: float = 1.0, name: str = "c1") -> SiteGate:

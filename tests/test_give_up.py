@@ -3,35 +3,24 @@ batch crawl: at most 60 s) its waiting tasks are given up on (real redis-server)
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import DEFAULTS, ConfigError
+from meteorseed_scrapy.testing.clients import run_with_client as run
 
 T = TypeVar("T")
 SOON = BreakerConfig(give_up=0.0)  # any trouble at all is enough
 NEVER = BreakerConfig(give_up=10**9)
 
 
-def run(redis_url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            return await fn(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def breaker(client: Any, ns: str, config: BreakerConfig = SOON) -> Breaker:

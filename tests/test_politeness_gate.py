@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, parse_retry_after
@@ -17,20 +15,12 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.polling import wait_until
 
 T = TypeVar("T")
 
 
-def run(redis_url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            return await fn(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def make_gate(client: Any, ns: str, limits: SiteLimits, base: float = 1.0) -> SiteGate:

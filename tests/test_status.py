@@ -4,16 +4,13 @@ reason encoding (queue/delayed.py, lua/defer.lua) with hostile entries."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from hypothesis import given
 from hypothesis import strategies as st
 from redis.exceptions import ResponseError
@@ -43,6 +40,7 @@ from meteorseed_scrapy.queue.status import (
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import enqueue, start_worker
@@ -50,15 +48,6 @@ from tests.e2e_helpers import enqueue, start_worker
 T = TypeVar("T")
 
 
-def run(redis_url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            return await fn(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def task(site: str, n: int, lane: str = "scheduled", priority: int = 0) -> ExecTask:

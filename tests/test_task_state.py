@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,20 +32,12 @@ from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.cluster import LocalCluster
 
 T = TypeVar("T")
 
 
-def run(redis_url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            return await fn(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def task(n: int, site: str = "news", **kwargs: Any) -> ExecTask:
