@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -14,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.clients import run_with_client
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = Path(__file__).resolve().parent / "e2e_project"
@@ -82,21 +80,20 @@ def start_worker(tmp_path: Path, redis_url: str, namespace: str, *, name: str = 
     return Worker(name, proc, log_path, stats_path)
 
 
+def add_tasks(redis_url: str, namespace: str, tasks: list[ExecTask], *, dedup: bool = True
+              ) -> list[ExecTask]:
+    """Put ``tasks`` on the namespace's streams, as seed-expand would."""
+    keys = KeyLayout(namespace)
+    run_with_client(redis_url, lambda client: TaskWriter(client, keys).add(tasks, dedup=dedup))
+    return tasks
+
+
 def enqueue(redis_url: str, namespace: str, urls: Iterable[str], *, site_id: str = "probe",
             seed_id: str = "s1", dedup: bool = True, callback: str | None = None
             ) -> list[ExecTask]:
     tasks = [ExecTask.create(seed_id=seed_id, site_id=site_id, url=u, callback=callback)
              for u in urls]
-
-    async def run() -> None:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            await TaskWriter(client, KeyLayout(namespace)).add(tasks, dedup=dedup)
-        finally:
-            await client.aclose()
-
-    asyncio.run(run())
-    return tasks
+    return add_tasks(redis_url, namespace, tasks, dedup=dedup)
 
 
 def stored_docs(store: Path) -> dict[str, dict[str, Any]]:

@@ -3,7 +3,6 @@ durable retry or pause; an errback that returns items handled the failure (the t
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -12,14 +11,12 @@ from typing import Any
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
-from tests.e2e_helpers import PROJECT, REPO, Worker, stored_docs
+from tests.e2e_helpers import PROJECT, REPO, Worker, add_tasks, stored_docs
 
 pytestmark = pytest.mark.e2e
 
@@ -46,16 +43,8 @@ def start_errback_worker(tmp_path: Path, redis_url: str, namespace: str,
 def enqueue_with_errback(redis_url: str, namespace: str, urls: list[str],
                          **fields: Any) -> None:
     fields.setdefault("errback", "on_error")
-    tasks = [ExecTask.create(seed_id="s1", site_id="probe", url=u, **fields) for u in urls]
-
-    async def run() -> None:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            await TaskWriter(client, KeyLayout(namespace)).add(tasks)
-        finally:
-            await client.aclose()
-
-    asyncio.run(run())
+    add_tasks(redis_url, namespace,
+              [ExecTask.create(seed_id="s1", site_id="probe", url=u, **fields) for u in urls])
 
 
 def test_the_errback_runs_once_at_the_final_failure_and_may_handle_it(

@@ -3,34 +3,23 @@ backlog and retry-lane tasks are being worked through."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
-from tests.e2e_helpers import start_worker, stored_docs
+from tests.e2e_helpers import add_tasks, start_worker, stored_docs
 
 pytestmark = pytest.mark.e2e
 
 
 def add(redis_url: str, namespace: str, urls: list[str], lane: str, site: str = "probe") -> None:
-    tasks = [ExecTask.create(seed_id=lane, site_id=site, url=u, lane=lane) for u in urls]
-
-    async def run() -> None:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            await TaskWriter(client, KeyLayout(namespace)).add(tasks)
-        finally:
-            await client.aclose()
-
-    asyncio.run(run())
+    add_tasks(redis_url, namespace,
+              [ExecTask.create(seed_id=lane, site_id=site, url=u, lane=lane) for u in urls])
 
 
 def test_realtime_tasks_overtake_a_scheduled_backlog_and_every_lane_drains(
