@@ -3,7 +3,6 @@ its position and reason, left in place, counted; the migration goes on with the 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import pickle
 import struct
@@ -13,23 +12,17 @@ from typing import Any
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.migrate.convert import Origin
 from meteorseed_scrapy.migrate.scrapy_redis import (
     MAX_REASON,
-    MigrationSummary,
-    Rejection,
-    ScrapyRedisSource,
-    migrate,
 )
 from meteorseed_scrapy.migrate.unpickle import MAX_DEPTH, MAX_OPCODES, MAX_PAYLOAD_BYTES, MAX_VALUES
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.redis_server import RedisServer
+from tests.test_migrate import run, source_for
 
 URL = "https://shop.example/p"
 
@@ -75,24 +68,8 @@ NASTY: dict[str, tuple[bytes, str]] = {
 }
 
 
-def run(redis_url: str, namespace: str, source: ScrapyRedisSource, **kwargs: Any
-        ) -> tuple[MigrationSummary, list[Rejection]]:
-    rejections: list[Rejection] = []
-
-    async def main() -> MigrationSummary:
-        client = aioredis.Redis.from_url(redis_url)
-        try:
-            writer = TaskWriter(client, KeyLayout(namespace))
-            return await migrate(client, writer, source, Origin(namespace, "migrated"),
-                                 on_reject=rejections.append, **kwargs)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main()), rejections
 
 
-def source_for(namespace: str) -> ScrapyRedisSource:
-    return ScrapyRedisSource(namespace, f"{namespace}:requests", f"{namespace}:start_urls")
 
 
 def stream_urls(client: redis.Redis, namespace: str) -> list[str]:
