@@ -3,15 +3,12 @@ once, every other site keeps its permits (real Redis, one site's keys corrupted)
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
 import redis
-import redis.asyncio as aioredis
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
@@ -20,21 +17,13 @@ from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import PermitDesk
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.testing.clients import run_with_client as run
 
 T = TypeVar("T")
 OPEN = SiteLimits(rate=1000.0, burst=1000, concurrency=100)
 LOGGER = "meteorseed_scrapy.politeness.site_errors"
 
 
-def run(redis_url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
-        try:
-            return await fn(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def new_stats() -> MemoryStatsCollector:
