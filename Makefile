@@ -2,12 +2,13 @@
 # make test: lint (ruff, mypy) and the whole test suite.
 # make dist: the wheel of the package, in dist/ (to install into your own project).
 # make test-floors: the core suite with every direct dependency at the floor setup.cfg names.
+# make test-pythons: test-floors on each Python 3.10-3.13 this machine has.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test test-floors dist demo clean
+.PHONY: venv lint test test-floors test-pythons dist demo clean
 
 venv: $(STAMP)
 
@@ -65,6 +66,11 @@ test-floors: $(FLOORS_STAMP)
 	@$(FLOORS_BIN)/python -m pip list --disable-pip-version-check 2>/dev/null \
 		| grep -iE '^(scrapy|redis|hiredis|pymongo|itemadapter|aiohttp|pyyaml|price-parser|jmespath|twisted) '
 	$(FLOORS_BIN)/pytest -q -p no:cacheprovider $(FLOORS_TESTS)
+
+# test-floors again on every Python version the classifiers name (3.10 to 3.13), each in its
+# own .venv-floors-3.X; a version this machine has no interpreter for is skipped and named.
+test-pythons:
+	.ci/pythons.sh
 
 # A wheel to install into another project (README, "Install"): pip install dist/<wheel>.
 # (PY's pip builds it in an isolated environment: no venv needed)

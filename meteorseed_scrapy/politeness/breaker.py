@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
@@ -137,7 +137,7 @@ class Breaker:
         trouble = self.trouble_for(site)
         if site not in self._trouble or trouble < self.config.give_up:
             return ""
-        since = datetime.now(UTC) - timedelta(seconds=trouble)
+        since = datetime.now(timezone.utc) - timedelta(seconds=trouble)
         return (f"site down since {since.isoformat(timespec='seconds')} (gave up after "
                 f"{self.config.give_up:.0f}s of continuous trouble)")
 

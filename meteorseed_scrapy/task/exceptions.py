@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import Enum
 
 from scrapy.exceptions import IgnoreRequest
 
 
-class DeferReason(StrEnum):
-    """Why a task waits in the delayed set (recorded with it: ``meteorseed status`` shows it)."""
+class DeferReason(str, Enum):
+    """Why a task waits in the delayed set (recorded with it: ``meteorseed status`` shows it).
+
+    A str whose str() and format() are its value, as ``enum.StrEnum`` (3.11+) gives; spelt out
+    here because Python 3.10 is supported."""
+
+    __str__ = str.__str__
 
     RETRY = "retry"  # a 5xx or a timeout: its retry waits out the backoff
     PAUSED = "paused"  # its site is paused after a 429/403, or far behind its rate quota
