@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
 from meteorseed_scrapy.queue.connection import is_cluster_url
+from meteorseed_scrapy.queue.dedup import Fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES
 from meteorseed_scrapy.settings import DEFAULTS
@@ -35,6 +36,10 @@ class ApiConfig:
     max_expansions: int = 16
     #: ``METEORSEED_STREAM_SHARDS`` of the namespace (``meteorseed serve`` reads the recorded one).
     shards: int = 1
+    #: The project's ``REQUEST_FINGERPRINTER_CLASS`` (``meteorseed serve`` run inside a Scrapy
+    #: project that sets its own): the dedup keys of dispatch, ``GET /tasks?url=`` and requeue,
+    #: as the project's workers compute them. None: canonical URLs.
+    fingerprinter: Fingerprinter | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         _ = self.keys  # raises ValueError naming METEORSEED_NAMESPACE or the shard count

@@ -72,7 +72,8 @@ async def requeue_dead(request: web.Request) -> web.Response:
     def run() -> deadletters.RequeueResult:
         found, missing = deadletters.fetch(state.sync_client, keys, [letter_id])
         result = deadletters.RequeueResult(missing=missing)
-        return deadletters.requeue(state.sync_client, keys, found, result)
+        return deadletters.requeue(state.sync_client, keys, found, result,
+                                   fingerprinter=state.config.fingerprinter)
 
     result = await asyncio.to_thread(run)
     if result.missing:

@@ -111,7 +111,7 @@ class ApiState:
             config=config,
             client=client,
             sync_client=sync_client,
-            writer=TaskWriter(client, keys),
+            writer=TaskWriter(client, keys, fingerprinter=config.fingerprinter),
             registry=SeedRegistry(client, keys),
             # Rules pushed to the namespace always count; --sites-dir adds local files.
             rules=SiteConfigs(config.sites_dir, RemoteRules(sync_client, keys)),

@@ -44,7 +44,8 @@ async def task_by_url(request: web.Request) -> web.Response:
     if url is None:
         raise InvalidInput([FieldError("query.url", "is required (or use /tasks/{task_id})")])
     try:
-        query = query_for_url(url, "url", _site(request))
+        query = query_for_url(url, "url", _site(request),
+                              fingerprinter=request.app[STATE].config.fingerprinter)
     except TaskError as exc:
         raise InvalidInput([_field(exc, "query.url")]) from None
     return await _answer(request, query)

@@ -24,6 +24,7 @@ import redis
 from redis.exceptions import RedisError
 
 from meteorseed_scrapy.queue.connection import is_cluster_url, sync_client
+from meteorseed_scrapy.queue.dedup import Fingerprinter, settings_fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import stored_shards
 from meteorseed_scrapy.scrapy_redis_settings import redact
@@ -52,18 +53,47 @@ class CliError(Exception):
         self.code = code
 
 
-def _project_settings() -> Any | None:
-    """The Scrapy project's settings when run inside one (a scrapy.cfg up the tree), else None."""
+def _load_project_settings() -> Any | None:
+    """The Scrapy project's settings when run inside one (a scrapy.cfg up the tree), else None;
+    raises what a broken project raises."""
     from scrapy.utils.conf import closest_scrapy_cfg
 
     if not closest_scrapy_cfg():
         return None
     from scrapy.utils.project import get_project_settings
 
+    return get_project_settings()
+
+
+def _project_settings() -> Any | None:
+    """:func:`_load_project_settings`, None for a broken project too."""
     try:
-        return get_project_settings()
+        return _load_project_settings()
     except Exception:  # a broken project must not keep an operator from looking at Redis
         return None
+
+
+def project_fingerprinter(ctx: Context) -> Fingerprinter | None:
+    """Inside a Scrapy project that sets its own ``REQUEST_FINGERPRINTER_CLASS``, that
+    fingerprinter: a command that writes or looks up dedup records keys them as the project's
+    workers do (queue/dedup.py). None (canonical URLs) outside a project, for Scrapy's default,
+    and, with a warning saying so, for a project whose settings or class cannot be loaded."""
+    try:
+        settings = _load_project_settings()
+        return None if settings is None else settings_fingerprinter(settings)
+    except Exception as exc:  # a broken project must not keep an operator from acting
+        ctx.warn(f"cannot build the project's REQUEST_FINGERPRINTER_CLASS "
+                 f"({str(exc)[:200]}); dedup keys: canonical URL")
+        return None
+
+
+def dedup_keys(fingerprinter: Fingerprinter | None) -> str:
+    """Which dedup keys a command uses, for its startup line."""
+    if fingerprinter is None:
+        return "canonical URL"
+    from scrapy.utils.python import global_object_name
+
+    return f"REQUEST_FINGERPRINTER_CLASS {global_object_name(type(fingerprinter))}"
 
 
 def resolve_target(redis_url: str | None, namespace: str | None) -> tuple[str, str]:

@@ -12,7 +12,9 @@ from meteorseed_scrapy.cli.common import (
     CliError,
     Context,
     add_target_options,
+    dedup_keys,
     printable,
+    project_fingerprinter,
     table,
 )
 from meteorseed_scrapy.queue import deadletters
@@ -118,24 +120,28 @@ def run_show(args: argparse.Namespace, ctx: Context) -> int:
 
 def run_requeue(args: argparse.Namespace, ctx: Context) -> int:
     ids = _selection(args)
+    if args.site and not args.all:
+        raise CliError("--site goes with --all")
     result = deadletters.RequeueResult()
+    # Each requeued URL is recorded in its site's dedup set: keyed as the project's workers key
+    # it, else a seed would enqueue it again.
+    fingerprinter = project_fingerprinter(ctx)
     if args.all:
         upto = deadletters.last_id(ctx.client, ctx.keys)
         batch: list[deadletters.DeadLetter] = []
         for letter in deadletters.iter_dead(ctx.client, ctx.keys, upto=upto, site=args.site):
             batch.append(letter)
             if len(batch) == deadletters.BATCH:
-                deadletters.requeue(ctx.client, ctx.keys, batch, result)
+                deadletters.requeue(ctx.client, ctx.keys, batch, result,
+                                    fingerprinter=fingerprinter)
                 batch = []
-        deadletters.requeue(ctx.client, ctx.keys, batch, result)
+        deadletters.requeue(ctx.client, ctx.keys, batch, result, fingerprinter=fingerprinter)
     else:
-        if args.site:
-            raise CliError("--site goes with --all")
         found, result.missing = deadletters.fetch(ctx.client, ctx.keys, ids)
-        deadletters.requeue(ctx.client, ctx.keys, found, result)
+        deadletters.requeue(ctx.client, ctx.keys, found, result, fingerprinter=fingerprinter)
     if ctx.json:
         ctx.emit_json({"requeued": result.requeued, "kept": result.kept,
-                       "missing": result.missing})
+                       "missing": result.missing, "dedup_keys": dedup_keys(fingerprinter)})
     else:
         for kept in result.kept:
             ctx.warn(f"cannot requeue {kept['id']}: {printable(str(kept['error']))}; kept in "
@@ -143,7 +149,8 @@ def run_requeue(args: argparse.Namespace, ctx: Context) -> int:
         for missing in result.missing:
             ctx.warn(f"no dead letter {missing}")
         ctx.say(f"requeued {len(result.requeued)} tasks onto their lanes' task streams"
-                f"; kept {len(result.kept)}; not found {len(result.missing)}")
+                f"; kept {len(result.kept)}; not found {len(result.missing)}"
+                f"; dedup keys: {dedup_keys(fingerprinter)}")
     return EXIT_INCOMPLETE if result.kept or result.missing else EXIT_OK
 
 

@@ -20,6 +20,8 @@ from meteorseed_scrapy.cli.common import (
     Context,
     _project_settings,
     add_target_options,
+    dedup_keys,
+    project_fingerprinter,
     resolve_target,
     table,
 )
@@ -84,7 +86,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         bounds = runner.bounds_from(lambda name: _setting(name, overrides.get(name)))
         backlog = _setting("METEORSEED_MAX_BACKLOG", args.max_backlog)
         config = SeederConfig(lease_s=args.lease, max_backlog=to_integer(
-            backlog, "METEORSEED_MAX_BACKLOG", minimum=0))
+            backlog, "METEORSEED_MAX_BACKLOG", minimum=0),
+            # keyed as the project's workers key their dedup records (queue/dedup.py)
+            fingerprinter=project_fingerprinter(ctx))
         private = flag_setting(lambda name: _setting(name, None), PRIVATE_SETTING)
     except ValueError as exc:
         raise CliError(str(exc)) from None
@@ -94,6 +98,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         print(f"meteorseed seeder: {line}", file=ctx.err, flush=True)
 
     runner.log_to(ctx.err)
+    say(f"dedup keys: {dedup_keys(config.fingerprinter)}")
     sites = SiteConfigs(_setting("METEORSEED_SITES_DIR", args.sites_dir))
     return asyncio.run(runner.watch(
         url, ctx.keys, seed_file=args.file, config=config, sites=sites, bounds=bounds, say=say,

@@ -19,6 +19,8 @@ from meteorseed_scrapy.cli.common import (
     CliError,
     Context,
     add_target_options,
+    dedup_keys,
+    project_fingerprinter,
     resolve_target,
 )
 from meteorseed_scrapy.settings import (
@@ -31,6 +33,8 @@ from meteorseed_scrapy.settings import (
 
 if TYPE_CHECKING:
     from aiohttp import web
+
+    from meteorseed_scrapy.queue.dedup import Fingerprinter
 
 TOKEN_ENV = "METEORSEED_API_TOKEN"
 
@@ -55,7 +59,8 @@ def register(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
+def config_from(args: argparse.Namespace, shards: int = 1,
+                fingerprinter: Fingerprinter | None = None) -> Any:
     from meteorseed_scrapy.api.config import ApiConfig
     from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
 
@@ -82,6 +87,7 @@ def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
             ) if args.max_backlog is None else args.max_backlog,
             shards=shards,
             fetch_private_addresses=flag_setting(os.environ, PRIVATE_SETTING),
+            fingerprinter=fingerprinter,
         )
     except ValueError as exc:
         raise CliError(f"serve: {exc}") from None
@@ -90,7 +96,8 @@ def config_from(args: argparse.Namespace, shards: int = 1) -> Any:
 def run(args: argparse.Namespace, ctx: Context) -> int:
     from meteorseed_scrapy.api.app import create_app
 
-    config = config_from(args, ctx.keys.shards)  # (the count the namespace recorded)
+    # (the shard count the namespace recorded; the dedup keys of the project run in, if any)
+    config = config_from(args, ctx.keys.shards, project_fingerprinter(ctx))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [%(name)s] %(levelname)s: "
                         "%(message)s")
     if ctx.json:  # --json: log lines as JSON objects, as workers with METEORSEED_LOG_JSON
@@ -100,7 +107,8 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     if config.token is None:
         ctx.warn("serving WITHOUT authentication (--insecure-no-auth)")
     ctx.warn(f"dispatch API on http://{args.host}:{args.port}/ (console /console/, "
-             f"OpenAPI /openapi.json), Redis {ctx.url}, namespace {config.namespace}")
+             f"OpenAPI /openapi.json), Redis {ctx.url}, namespace {config.namespace}, "
+             f"dedup keys: {dedup_keys(config.fingerprinter)}")
     try:
         asyncio.run(_serve(create_app(config), args.host, args.port))
     except OSError as exc:  # the port is taken, the address is not ours

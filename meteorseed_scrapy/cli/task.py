@@ -15,8 +15,8 @@ from meteorseed_scrapy.cli.common import (
     Context,
     add_target_options,
     printable,
+    project_fingerprinter,
 )
-from meteorseed_scrapy.queue.dedup import Fingerprinter, settings_fingerprinter
 from meteorseed_scrapy.queue.reads import run_sync
 from meteorseed_scrapy.queue.task_query import TaskState, parse_query
 from meteorseed_scrapy.queue.task_state import task_state_plan
@@ -36,25 +36,8 @@ def register(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _project_fingerprinter(ctx: Context) -> Fingerprinter | None:
-    """Inside a Scrapy project, its REQUEST_FINGERPRINTER_CLASS when it sets its own: a URL is
-    then fingerprinted as that project's writers do (queue/dedup.py)."""
-    from scrapy.utils.conf import closest_scrapy_cfg
-
-    if not closest_scrapy_cfg():
-        return None
-    from scrapy.utils.project import get_project_settings
-
-    try:
-        return settings_fingerprinter(get_project_settings())
-    except Exception as exc:  # a broken project must not keep an operator from looking
-        ctx.warn(f"cannot build the project's REQUEST_FINGERPRINTER_CLASS ({exc}); URLs are "
-                 "fingerprinted by their canonical form")
-        return None
-
-
 def run(args: argparse.Namespace, ctx: Context) -> int:
-    fingerprinter = _project_fingerprinter(ctx) if "://" in args.target else None
+    fingerprinter = project_fingerprinter(ctx) if "://" in args.target else None
     try:
         query = parse_query(args.target, site=args.site, fingerprinter=fingerprinter)
     except TaskError as exc:

@@ -19,6 +19,7 @@ from meteorseed_scrapy.migrate.scrapy_redis import (
     migrate,
 )
 from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.dedup import settings_fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.validation import TaskError
@@ -75,6 +76,13 @@ def run_migration(settings: Any, redis_url: str, keys: KeyLayout, opts: argparse
     source = ScrapyRedisSource.from_settings(settings, spider)
     origin = Origin(site_id=opts.site_id or spider, seed_id=opts.seed_id or DEFAULT_SEED_ID)
     summary: list[MigrationSummary] = []
+    try:  # the migrated URLs are keyed as the project's workers key their dedup records
+        fingerprinter = settings_fingerprinter(settings)
+    except Exception as exc:  # the project's class: not importable, or failing to build
+        _say(f"REQUEST_FINGERPRINTER_CLASS: {str(exc)[:200]}")
+        return EXIT_FAILED
+    if fingerprinter is not None:
+        _say(f"dedup keys from REQUEST_FINGERPRINTER_CLASS {type(fingerprinter).__name__}")
 
     def on_reject(rejection: Rejection) -> None:
         print(rejection, file=sys.stderr, flush=True)
@@ -87,7 +95,7 @@ def run_migration(settings: Any, redis_url: str, keys: KeyLayout, opts: argparse
         try:
             await client.ping()
             summary.append(await migrate(
-                client, TaskWriter(client, keys), source, origin,
+                client, TaskWriter(client, keys, fingerprinter=fingerprinter), source, origin,
                 move=opts.move, dry_run=opts.dry_run, batch_size=opts.batch_size,
                 on_reject=on_reject, max_backlog=max_backlog,
                 on_wait=lambda n: _say(f"{n} tasks waiting (more than {max_backlog}); "

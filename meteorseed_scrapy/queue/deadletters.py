@@ -20,7 +20,7 @@ from typing import Any, cast
 import redis
 
 from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.dedup import fingerprint
+from meteorseed_scrapy.queue.dedup import Fingerprinter, fingerprint_bytes
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.validation import TaskError
@@ -180,8 +180,11 @@ class RequeueResult:
 
 
 def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
-            result: RequeueResult | None = None) -> RequeueResult:
-    """Requeue ``letters`` (one atomic script call per :data:`BATCH`)."""
+            result: RequeueResult | None = None, *,
+            fingerprinter: Fingerprinter | None = None) -> RequeueResult:
+    """Requeue ``letters`` (one atomic script call per :data:`BATCH`). ``fingerprinter``: the
+    project's (``cli.common.project_fingerprinter``), so that the URL recorded in its site's
+    dedup set is the key the project's workers and seeders look up; None: canonical URLs."""
     result = result or RequeueResult()
     script = scripts.register(client, "requeue")
     valid: list[tuple[DeadLetter, ExecTask]] = []
@@ -208,8 +211,9 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
                                 shard.done(task.task_id), shard.failed(task.task_id),
                                 shard.seen(task.site_id)]
                 try:  # (a site of another shard: its dedup root is elsewhere, left alone)
-                    fp = fingerprint(task) if keys.for_site(task.site_id) == shard else ""
-                except ValueError:  # unreachable for a task that decoded; keep dedup untouched
+                    fp = (fingerprint_bytes(task, fingerprinter=fingerprinter).hex()
+                          if keys.for_site(task.site_id) == shard else "")
+                except ValueError:  # the project's fingerprinter failed: keep dedup untouched
                     fp = ""
                 args += [letter.entry_id or letter.id, letter.fields["t"], fp]
             done = dict(script(keys=script_keys, args=args))
