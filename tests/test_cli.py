@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from meteorseed_scrapy.cli import main
-from meteorseed_scrapy.queue.dedup import fingerprint
+from meteorseed_scrapy.queue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.redis_server import free_port
@@ -45,7 +45,7 @@ def add_tasks(r: redis.Redis, keys: KeyLayout, n: int, site: str = "news") -> li
              for i in range(n)]
     for task in tasks:
         r.xadd(keys.stream, task.to_message())
-        r.sadd(keys.seen(site), fingerprint(task))
+        r.sadd(keys.seen(site), fingerprint_bytes(task).hex())
     return tasks
 
 
@@ -152,7 +152,7 @@ def test_requeue_bypasses_dedup_and_clears_notes(
     keys = KeyLayout(namespace)
     task = ExecTask.create(seed_id="s1", site_id="news", url="https://news.test/a")
     # Its URL is still marked as seen (as when a seed re-added it): requeue must not care.
-    sync_redis.sadd(keys.seen("news"), fingerprint(task))
+    sync_redis.sadd(keys.seen("news"), fingerprint_bytes(task).hex())
     sync_redis.set(keys.done(task.task_id), "{}")
     sync_redis.set(keys.failed(task.task_id), "boom")
     dead_id = add_dead(sync_redis, keys, task.to_message()["t"])
@@ -169,7 +169,7 @@ def test_requeue_bypasses_dedup_and_clears_notes(
     assert ExecTask.from_message(entries[0][1]) == task
     assert sync_redis.exists(keys.done(task.task_id), keys.failed(task.task_id)) == 0
     assert [e[0] for e in sync_redis.xrange(keys.dead)] == [bad_id]
-    assert sync_redis.sismember(keys.seen("news"), fingerprint(task))
+    assert sync_redis.sismember(keys.seen("news"), fingerprint_bytes(task).hex())
 
     code, _, err = run(redis_url, namespace, "dead", "requeue", bad_id)
     assert code == 1 and "cannot requeue" in err and "kept" in err

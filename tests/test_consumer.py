@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.dedup import fingerprint
+from meteorseed_scrapy.queue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.delivery import Delivery
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
@@ -565,7 +565,8 @@ def test_dead_letter_moves_task_acks_it_and_releases_its_url(
         await a.ensure_group()
         got = {d.task.task_id: d for d in await a.read(10, 100) if d.task is not None}
         before = time.time()
-        dead_id = await a.dead_letter(got[t1.task_id], "HTTP 500, 5 times", fingerprint(t1))
+        dead_id = await a.dead_letter(got[t1.task_id], "HTTP 500, 5 times",
+                                      fingerprint_bytes(t1).hex())
         return {"seen_before": seen_before, "delivery": got[t1.task_id], "dead_id": dead_id,
                 "before": before, "after": time.time(),
                 "seen_after": [await writer.is_seen(t1), await writer.is_seen(t2)]}
@@ -654,7 +655,7 @@ def test_dead_letter_is_refused_once_another_consumer_reclaimed_the_entry(
         await a.ensure_group()
         [held] = await a.read(10, 100)
         taken = await b.reclaim(0, 10)  # A looked dead to B
-        refused = await a.dead_letter(held, "HTTP 500, 5 times", fingerprint(task))
+        refused = await a.dead_letter(held, "HTTP 500, 5 times", fingerprint_bytes(task).hex())
         return refused, taken, await writer.is_seen(task)
 
     refused, taken, still_seen = arun(redis_url, body)

@@ -18,7 +18,7 @@ from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue import task_state
 from meteorseed_scrapy.queue.connection import async_client, sync_client
 from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.dedup import fingerprint
+from meteorseed_scrapy.queue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.reads import run_async, run_sync
 from meteorseed_scrapy.queue.task_query import (
@@ -124,7 +124,7 @@ def test_done_record_and_dead_letter_reason(redis_url: str, namespace: str,
         await consumer.complete([(ok, record)], [deliveries[ok.task_id].ref], 3600)
         await consumer.note_failures([(bad, "callback raised KeyError")], 3600)
         await consumer.dead_letter(deliveries[bad.task_id], "HTTP 500 after 2 retries",
-                                   fingerprint(bad))
+                                   fingerprint_bytes(bad).hex())
 
     run(redis_url, scenario)
     done = look(sync_redis, keys, ok.task_id)

@@ -109,11 +109,6 @@ def settings_fingerprinter(settings: Any) -> Fingerprinter | None:
     return project_fingerprinter(Crawler(Spider, settings))
 
 
-def fingerprint(task: ExecTask) -> str:
-    """:func:`fingerprint_bytes` as 32 hex digits (the form ``dead.lua`` takes)."""
-    return fingerprint_bytes(task).hex()
-
-
 def check_recrawl_after(value: Any, name: str = RECRAWL_META_KEY) -> int:
     """``value`` as a window in whole seconds (0 = never re-crawl), else :class:`TaskError`."""
     if not isinstance(value, int) or isinstance(value, bool):
