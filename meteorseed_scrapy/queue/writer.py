@@ -232,8 +232,7 @@ class TaskWriter:
         with the JSON of ``task.to_message()`` (the expansion checked it). What is the same
         for every task is worked out once, here. Raises :class:`TaskError` as :meth:`encode`.
         """
-        if (not dedup or self.fingerprinter is not None or task.method != "GET" or task.body
-                or (self._lane is not None and task.lane != self._lane)):
+        if self.seed_encoder_reads_tasks(task, dedup):
             return lambda each, canonical, _: self.encode(each, dedup, canonical)
         root, stream = self._routes.get((task.site_id, task.lane, task.priority)) or (
             self._route(task))
@@ -244,6 +243,14 @@ class TaskWriter:
             return new(Encoded, (root, url_fingerprint(canonical), window, payload, stream))
 
         return encode_one
+
+    def seed_encoder_reads_tasks(self, task: ExecTask, dedup: bool = True) -> bool:
+        """Whether :meth:`seed_encoder`'s callable for ``task``'s seed reads each task it is
+        given (True) or only the canonical URL and JSON (False): then the seed's template task
+        may stand for each, as ``seed-expand`` passes it, sparing an object per URL. (An
+        override of :meth:`seed_encoder` may read only seed-level fields of ``each``.)"""
+        return (not dedup or self.fingerprinter is not None or task.method != "GET"
+                or bool(task.body) or (self._lane is not None and task.lane != self._lane))
 
     def _route(self, task: ExecTask) -> tuple[str, str]:
         if len(self._routes) >= 4096:  # (a worker may see many sites: bounded)

@@ -142,20 +142,24 @@ async def expand_stream(
         if on_batch is not None:
             on_batch(summary)
 
+    def as_template(template: ExecTask) -> bool:
+        return not writer.seed_encoder_reads_tasks(template, dedup)
+
     append = batch.append
     try:
         for lineno, seed in parse_lines(lines, on_error, summary):
             # The tasks of one seed share its site, lane, priority and meta: one encoder each.
             encode: Callable[[ExecTask, str, str], Encoded] | None = None
             try:
-                for position, item in enumerate(expand_checked(seed, sitemaps)):
+                # (task: the seed's template for most URLs, when the encoder reads no more)
+                for position, item in enumerate(expand_checked(seed, sitemaps, as_template)):
                     if isinstance(item, UrlError):
                         summary.bad_urls += 1
                         on_error(Rejection(lineno, item.reason, item.position))
                         continue
-                    task, canonical, payload = item
+                    task, canonical, payload, url = item
                     if rejects is not None:
-                        reason = rejects(seed.site_id, task.url)
+                        reason = rejects(seed.site_id, url)
                         if reason is not None:
                             summary.bad_urls += 1
                             on_error(Rejection(lineno, f"url: {reason}", position))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -12,9 +13,10 @@ from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.seeding.sitemap import SitemapError, expand_sitemap
 from meteorseed_scrapy.seeding.templates import expand_keywords, expand_template
-from meteorseed_scrapy.task.canonical import canonical_url
-from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.canonical import AS_IS_MAX_LEN, AS_IS_URL, canonical_url
+from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
+from meteorseed_scrapy.task.ids import task_ids
+from meteorseed_scrapy.task.seed_task import JSON_OPEN, ExecJson, SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
 #: canonical_url of the URLs just expanded: the check here and the fingerprint in
@@ -23,6 +25,13 @@ cached_canonical_url = functools.lru_cache(maxsize=4096)(canonical_url)
 
 #: Longest accepted URL, in UTF-8 bytes.
 MAX_URL_BYTES = 2048
+_LONG_URL = MAX_URL_BYTES // 4  # (a str of at most this many characters is short enough)
+_ERRORS = (TaskError, SitemapError)
+#: Room for the task id, URL and created_at around a seed's JSON pieces (the fast path needs
+#: no size check per URL when they fit in MAX_MESSAGE_BYTES).
+_AS_IS_ROOM = 32 + MAX_URL_BYTES + 64
+#: Task ids made in one go by the fast path.
+_IDS_AT_ONCE = 64
 
 
 @dataclass(frozen=True)
@@ -50,13 +59,26 @@ def expand(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
     return (item if isinstance(item, UrlError) else item[0] for item in _expand_urls(seed, urls))
 
 
-def expand_checked(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
-                   ) -> Iterator[tuple[ExecTask, str, str] | UrlError]:
-    """:func:`expand`, each task with its canonical URL and its message JSON, which the checks
+def expand_checked(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None,
+                   as_template: Callable[[ExecTask], bool] | None = None
+                   ) -> Iterator[tuple[ExecTask, str, str, str] | UrlError]:
+    """:func:`expand` as ``(task, canonical URL, message JSON, URL)``, with what the checks
     computed (:meth:`TaskWriter.seed_encoder
-    <meteorseed_scrapy.queue.writer.TaskWriter.seed_encoder>` takes them as they are)."""
+    <meteorseed_scrapy.queue.writer.TaskWriter.seed_encoder>` takes them as they are).
+
+    When ``as_template(template)`` is true for the seed's template task (a caller whose
+    encoder reads only the seed-level fields of a task), URLs already in canonical form come
+    with that one template instead of a task of their own, which spares building an object per
+    URL; the JSON, canonical URL and errors stay those of the tasks they stand for.
+    """
     seed, urls = _seed_urls(seed, sitemaps)
-    return _expand_urls(seed, urls)
+    parts = seed.exec_json() if as_template is not None else None
+    if parts is not None and as_template is not None and as_template(parts.template) and (
+            len(parts.head.encode()) + len(parts.tail.encode()) + _AS_IS_ROOM
+            <= MAX_MESSAGE_BYTES):
+        return _expand_as_is(seed, urls, parts)
+    return ((item if isinstance(item, UrlError) else (*item, item[0].url))
+            for item in _expand_urls(seed, urls))
 
 
 def _seed_urls(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None
@@ -83,31 +105,70 @@ def _expand_urls(seed: SeedTask, urls: Iterable[Any]
                  ) -> Iterator[tuple[ExecTask, str, str] | UrlError]:
     # Seed-level fields validated once, per URL only the URL (same errors as seed.exec_task).
     make_task = seed.exec_task_factory() or seed.exec_task
-    errors, long_url = (TaskError, SitemapError), MAX_URL_BYTES // 4
     for position, url in enumerate(urls):
-        # Everything that could fail later in TaskWriter.add is checked here, per URL, so one
-        # bad URL is rejected alone instead of failing a whole batch.
-        if type(url) is str:  # (the common case first: one test per URL)
-            if len(url) > long_url and len(url.encode("utf-8", "replace")) > MAX_URL_BYTES:
-                yield UrlError(position, f"url: is longer than {MAX_URL_BYTES} bytes")
-                continue
-        elif isinstance(url, errors):
-            yield UrlError(position, str(url))
-            continue
-        elif isinstance(url, str) and len(url.encode("utf-8", "replace")) > MAX_URL_BYTES:
-            yield UrlError(position, f"url: is longer than {MAX_URL_BYTES} bytes")
-            continue
+        yield _expand_one(make_task, position, url)
+
+
+def _expand_one(make_task: Callable[[Any], ExecTask], position: int, url: Any
+                ) -> tuple[ExecTask, str, str] | UrlError:
+    # Everything that could fail later in TaskWriter.add is checked here, per URL, so one
+    # bad URL is rejected alone instead of failing a whole batch.
+    if type(url) is str:  # (the common case first: one test per URL)
+        if len(url) > _LONG_URL and len(url.encode("utf-8", "replace")) > MAX_URL_BYTES:
+            return UrlError(position, f"url: is longer than {MAX_URL_BYTES} bytes")
+    elif isinstance(url, _ERRORS):
+        return UrlError(position, str(url))
+    elif isinstance(url, str) and len(url.encode("utf-8", "replace")) > MAX_URL_BYTES:
+        return UrlError(position, f"url: is longer than {MAX_URL_BYTES} bytes")
+    try:
+        task = make_task(url)  # validates the URL (any JSON value may come in)
         try:
-            task = make_task(url)  # validates the URL (any JSON value may come in)
-            try:
-                canonical = cached_canonical_url(task.url)  # a bad port or IPv6 host fails
-            except ValueError as exc:
-                raise TaskError("url", f"cannot be canonicalised ({exc})") from None
-            payload = task.to_message()["t"]  # too large (seed meta + URL), or not encodable
-        except ValueError as exc:  # TaskError included
-            yield UrlError(position, str(exc))
+            canonical = cached_canonical_url(task.url)  # a bad port or IPv6 host fails
+        except ValueError as exc:
+            raise TaskError("url", f"cannot be canonicalised ({exc})") from None
+        payload = task.to_message()["t"]  # too large (seed meta + URL), or not encodable
+    except ValueError as exc:  # TaskError included
+        return UrlError(position, str(exc))
+    return task, canonical, payload
+
+
+def _expand_as_is(seed: SeedTask, urls: Iterable[Any], parts: ExecJson
+                  ) -> Iterator[tuple[ExecTask, str, str, str] | UrlError]:
+    """expand_checked's fast path: a URL that AS_IS_URL fullmatches is a valid http(s) URL
+    (what check_url checks) whose JSON string is itself in quotes, so its task JSON is made
+    from the seed's pieces without an ExecTask; its canonical form is usually itself. Any
+    other URL (or value) goes the general way, one at a time, with the same errors."""
+    template = parts.template
+    make_task = seed.exec_task_factory() or seed.exec_task
+    fullmatch, head = AS_IS_URL.fullmatch, f'{parts.head}"'
+    now, closing, valid_until = time.time, "", 0.0
+    ids, at, end = "", 0, 0
+    for position, url in enumerate(urls):
+        if type(url) is not str or len(url) > MAX_URL_BYTES or fullmatch(url) is None:
+            item = _expand_one(make_task, position, url)
+            yield item if isinstance(item, UrlError) else (*item, item[0].url)
             continue
-        yield task, canonical, payload
+        if len(url) <= AS_IS_MAX_LEN and "&" not in url and "/." not in url and (
+                "--" not in url):
+            canonical = url
+        else:
+            try:
+                canonical = cached_canonical_url(url)
+            except ValueError:  # (never seen: the general way words the error)
+                item = _expand_one(make_task, position, url)
+                yield item if isinstance(item, UrlError) else (*item, item[0].url)
+                continue
+        # created_at is round(time(), 3) as for each task, the rounding redone only when
+        # the time has moved past the value it rounded to.
+        t = now()
+        if t >= valid_until:
+            created_at = round(t, 3)
+            closing, valid_until = f'"{parts.closing(created_at)}', created_at + 0.0005
+        if at == end:
+            ids, at, end = task_ids(_IDS_AT_ONCE), 0, 32 * _IDS_AT_ONCE
+        task_id = ids[at:at + 32]
+        at += 32
+        yield template, canonical, f"{JSON_OPEN}{task_id}{head}{url}{closing}", url
 
 
 __all__ = ["MAX_URL_BYTES", "UrlError", "cached_canonical_url", "expand", "expand_checked"]

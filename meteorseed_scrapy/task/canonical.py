@@ -22,6 +22,15 @@ _CANONICAL_AS_IS = re.compile(
 )
 _DOT_SEGMENT = re.compile(r"/\.\.?(?:/|$)")
 
+#: For a loop over many URLs that inlines the test (seed expansion): a URL of at most
+#: AS_IS_MAX_LEN characters that AS_IS_URL fullmatches and that holds none of "&", "/." and
+#: "--" is canonical as it is (its host is then at most 253 characters without "--", its path
+#: has no dot segment, its query one pair at most). Whatever AS_IS_URL fullmatches is also an
+#: http(s) URL with a host and no whitespace, of ASCII characters that a JSON string holds
+#: unescaped.
+AS_IS_URL = _CANONICAL_AS_IS
+AS_IS_MAX_LEN = 253 + len("https://")
+
 
 def _is_canonical(url: str) -> bool:
     match = _CANONICAL_AS_IS.fullmatch(url)
@@ -50,4 +59,4 @@ def url_hash(url: str) -> str:
     return hashlib.sha256(canonical_url(url).encode("utf-8")).hexdigest()
 
 
-__all__ = ["canonical_url", "url_hash"]
+__all__ = ["AS_IS_MAX_LEN", "AS_IS_URL", "canonical_url", "url_hash"]

@@ -46,4 +46,19 @@ def fast_task_id() -> str:
     return raw.hex()
 
 
-__all__ = ["fast_task_id", "new_task_id"]
+# Byte maps setting a UUID's version (4) and variant (RFC 4122) bits, for bytes.translate.
+_VERSION_4 = bytes((b & 0x0F) | 0x40 for b in range(256))
+_VARIANT = bytes((b & 0x3F) | 0x80 for b in range(256))
+
+
+def task_ids(count: int) -> str:
+    """``count`` ids as :func:`new_task_id` makes them, joined (32 hex digits each): random
+    bytes from one system call and their UUID bits set by C-level translates, no Python step
+    per id (seed expansion makes millions)."""
+    raw = bytearray(os.urandom(16 * count))
+    raw[6::16] = raw[6::16].translate(_VERSION_4)
+    raw[8::16] = raw[8::16].translate(_VARIANT)
+    return raw.hex()
+
+
+__all__ = ["fast_task_id", "new_task_id", "task_ids"]

@@ -25,6 +25,23 @@ TASK_TYPES = frozenset({"url_list", "url_template", "sitemap", "keywords"})
 
 _json_str: Callable[[str], str] = json.encoder.encode_basestring
 
+#: How the message JSON of an exec task made from a seed starts; the task id follows.
+JSON_OPEN = '{"task_id":"'
+
+
+@dataclass(frozen=True)
+class ExecJson:
+    """A seed's exec tasks as a template task and the pieces of their message JSON, which is
+    ``JSON_OPEN + task_id + head + <URL as a JSON string> + closing(created_at)``: the same
+    text as :meth:`ExecTask.to_message` encodes (tests/test_seed_fast_path.py compares)."""
+
+    template: ExecTask  # the URL http://template.invalid/, the seed-level fields checked
+    head: str
+    tail: str  # the seed-level fields after the URL (leading comma), or ""
+
+    def closing(self, created_at: float) -> str:
+        return f'{self.tail},"created_at":{created_at!r}}}'
+
 
 @dataclass(frozen=True)
 class SeedTask:
@@ -73,6 +90,23 @@ class SeedTask:
             raise TaskError(unknown[0], "is not a seed field")
         return cls(**data)
 
+    def exec_json(self) -> ExecJson | None:
+        """This seed's exec tasks with everything but the URL, task id and creation time
+        validated once (see :class:`ExecJson`), or None when those seed-level fields do not
+        validate (then use :meth:`exec_task`, whose errors name the problem)."""
+        try:
+            template = self.exec_task("http://template.invalid/")
+        except ValueError:
+            return None
+        rest = {k: v for k, v in template.to_dict().items()
+                if k not in ("task_id", "seed_id", "site_id", "url", "created_at")}
+        middle = json.dumps(rest, separators=(",", ":"), ensure_ascii=False)[1:-1]
+        return ExecJson(
+            template,
+            f'","seed_id":{_json_str(self.seed_id)},"site_id":{_json_str(self.site_id)},"url":',
+            f",{middle}" if middle else "",
+        )
+
     def exec_task_factory(self) -> Callable[[Any], ExecTask] | None:
         """A faster :meth:`exec_task` for many URLs of this seed, or None when the seed-level
         fields of its exec tasks do not validate (then use :meth:`exec_task`, whose errors name
@@ -83,18 +117,11 @@ class SeedTask:
         task's message JSON is built from pieces encoded once and is identical to what
         :meth:`ExecTask.to_message` would encode.
         """
-        try:
-            template = self.exec_task("http://template.invalid/")
-        except ValueError:
+        parts = self.exec_json()
+        if parts is None:
             return None
-        fields = template.__dict__
-        rest = {k: v for k, v in template.to_dict().items()
-                if k not in ("task_id", "seed_id", "site_id", "url", "created_at")}
-        middle = json.dumps(rest, separators=(",", ":"), ensure_ascii=False)[1:-1]
-        head = (
-            f',"seed_id":{_json_str(self.seed_id)},"site_id":{_json_str(self.site_id)},"url":'
-        )
-        tail = f",{middle}" if middle else ""
+        fields = parts.template.__dict__
+        head, tail = parts.head, parts.tail
         new_object = object.__new__
         now = time.time
 
@@ -112,8 +139,7 @@ class SeedTask:
             values["cb_kwargs"] = dict(fields["cb_kwargs"])
             values["created_at"] = created_at
             values["_json"] = (
-                f'{{"task_id":"{task_id}"{head}{_json_str(url)}{tail},'
-                f'"created_at":{created_at!r}}}'
+                f'{JSON_OPEN}{task_id}{head}{_json_str(url)}{tail},"created_at":{created_at!r}}}'
             )
             return task
 
@@ -136,4 +162,4 @@ class SeedTask:
         )
 
 
-__all__ = ["TASK_TYPES", "SeedTask"]
+__all__ = ["JSON_OPEN", "TASK_TYPES", "ExecJson", "SeedTask"]
