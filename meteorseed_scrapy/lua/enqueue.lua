@@ -85,24 +85,25 @@ for k = 4, #ARGV, 2 do
 end
 
 local now = dd_now(ARGV[1])
-local windows = {}  -- root index -> window for this call (read once per root)
+local adders = {}  -- root index -> dd_adder for this call's window (read once per root)
 local enqueued, duplicates = 0, 0
 local flags = {}
+local call, keys = redis.call, KEYS
 for i = 1, n do
   local r = roots[i]
   local is_new = true
   if r > 0 then
-    local root = KEYS[r + 1]
-    local w = windows[r]
+    local add = adders[r]
     local given = windows_in[i]
-    if w == nil or given then
-      w = dd_window(root, given)
-      windows[r] = w
+    if add == nil or given then
+      local root = keys[r + 1]
+      add = dd_adder(root, dd_window(root, given), now)
+      adders[r] = add
     end
-    is_new = dd_add(root, w, entries[i], now)
+    is_new = add(entries[i])
   end
   if is_new then
-    redis.call('XADD', stream, '*', 'v', '1', 't', texts[i])
+    call('XADD', stream, '*', 'v', '1', 't', texts[i])
     enqueued = enqueued + 1
     flags[i] = '1'
   else
