@@ -11,6 +11,7 @@ import time
 import uuid
 from typing import Any
 
+import pytest
 import redis
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
@@ -239,3 +240,20 @@ def test_expand_stream_puts_the_same_tasks_either_way(
         task["stream"] = task["stream"].replace(namespace + "g", namespace)
     assert fast == general and len(fast) > 2 * 23
     sync_redis.delete(*sync_redis.scan_iter(f"{namespace}g:*"))
+
+
+def test_a_raw_newline_in_a_task_json_is_refused_before_sending() -> None:
+    # The one-site packing's guard: enqueue.lua splits the JSONs at newlines.
+    w = writer()
+    seed = make_seed([f"https://a.example/{i}" for i in range(3)], SEEDS[0])
+    items = [item for item in expand_checked(seed, as_template=lambda template: True)
+             if not isinstance(item, UrlError)]
+    encode = w.seed_encoder(items[0][0])
+    chunk = [encode(task, canonical, payload) for task, canonical, payload, _ in items]
+    keys, args = w._script_args(chunk[0].stream, chunk)
+    assert keys == ["t:tasks", "t:seen:{news}"]
+    assert args[1] == "".join(f"{item.payload}\n" for item in chunk)
+    assert args[2] == b"".join(b"\x00\x01" + item.fingerprint[:6] for item in chunk)
+    chunk[1] = chunk[1]._replace(payload='{"a":\n1}')
+    with pytest.raises(ValueError, match="raw newline"):
+        w._script_args(chunk[0].stream, chunk)

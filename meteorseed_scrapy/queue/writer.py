@@ -87,6 +87,21 @@ _ROOT, _FINGERPRINT, _WINDOW, _PAYLOAD, _STREAM = (itemgetter(i) for i in range(
 _ENTRY = itemgetter(slice(0, 6))  # a fingerprint's dedup entry (see enqueue.lua)
 
 
+def _one_root_meta(chunk: Sequence[Encoded]) -> bytes:
+    """enqueue.lua's 8-byte records of tasks that all have root 1: the 16-byte fingerprints
+    joined once and their first 6 bytes laid out by strided slices (C loops, where a slice
+    and a join per task took twice as long on the path between two script calls)."""
+    count = len(chunk)
+    fps = b"".join(map(_FINGERPRINT, chunk))
+    if len(fps) != 16 * count:  # (fingerprints are always 16 bytes: a guard)
+        return _FIRST_ROOT + _FIRST_ROOT.join(map(_ENTRY, map(_FINGERPRINT, chunk)))
+    records = bytearray(8 * count)
+    records[1::8] = _FIRST_ROOT[1:] * count
+    for k in range(6):
+        records[2 + k::8] = fps[k::16]
+    return bytes(records)
+
+
 def pack_tasks(records: Iterable[tuple[int, bytes, str, str]]) -> list[str | bytes]:
     """``enqueue.lua``'s arguments after ``now`` from ``(root index, fingerprint, window, task
     JSON)`` per task (root index 0: no dedup; window "": the site's); see the script.
@@ -267,12 +282,15 @@ class TaskWriter:
             # One site and one window (a seed's URLs): packed by C-level joins alone, the
             # window sent with the first task only.
             window = chunk[0].window
-            jsons = "\n".join(map(_PAYLOAD, chunk)) + "\n"
-            if jsons.count("\n") != len(chunk):  # (JSON escapes newlines: a guard)
+            payloads = [*map(_PAYLOAD, chunk)]
+            # (JSON escapes newlines: a guard; `in` is a memchr, five times a count's speed)
+            if "\n" in "".join(payloads):
                 raise ValueError("a task JSON holds a raw newline")
-            meta = _FIRST_ROOT + _FIRST_ROOT.join(map(_ENTRY, map(_FINGERPRINT, chunk)))
+            payloads.append("")
+            jsons = "\n".join(payloads)
             return ([stream, *roots],
-                    [self._now(), jsons, meta, *(("1", window) if window else ())])
+                    [self._now(), jsons, _one_root_meta(chunk),
+                     *(("1", window) if window else ())])
         positions: dict[str, int] = {}  # dedup root -> 1-based position after the stream key
         # A window equal to the one already sent for that root in this call goes as "": the
         # script then reuses the window it holds for the root (the same value) instead of
