@@ -132,31 +132,6 @@ local function dd_split(st)
   end
 end
 
--- Record entry e in the current generation st unless it is already there; true when new.
--- HSETNX is the lookup and the insert in one command.
---
--- Bucket expiry without an EXPIREAT per URL: a bucket key is created without one only by
--- the HSETNX of its first entry. That is a generation's first buckets (armed at every insert
--- of its first DD_ARM_ALL entries, by which time every first bucket has entries), a split's
--- new bucket (armed by the split, which creates it) and a bucket emptied by a release (which
--- keeps it alive with DD_KEEP instead). So no bucket ever lacks its expiry.
-local function dd_insert(st, e, now)
-  local slot = st.slot  -- (a string: Redis would format a Lua number for every call)
-  if st.slot_at ~= now then
-    slot = (st.w > 0) and tostring(math.floor((now - st.g * st.w) / st.unit)) or '0'
-    st.slot, st.slot_at = slot, now
-  end
-  local bucket = dd_bucket(st, e)
-  if dd_call('HSETNX', bucket, e, slot) == 0 then return false end
-  local n = st.n
-  if n < DD_ARM_ALL and st.expire then dd_touched[bucket] = st.expire end
-  n = n + 1
-  st.n = n
-  st.dirty = true
-  if n > DD_LOAD * (st.m + st.p) and st.b < DD_MAX_LEVEL then dd_split(st) end
-  return true
-end
-
 -- The generations to consult at time now: the current one and (with a window) the previous.
 -- The same list is returned while root, window and generation stay the same (every URL of a
 -- batch, usually): callers must not modify it.
@@ -172,28 +147,48 @@ local function dd_generations(root, w, now)
   return gens
 end
 
--- True when entry e was new (and is now recorded), false when the site has seen it in its
--- window. (A whole 16-byte fingerprint is taken too: requeue.lua passes one.)
-local function dd_add(root, w, e, now)
-  if #e > 6 then e = string.sub(e, 1, 6) end
-  local gens = dd_generations(root, w, now)
-  local prev = gens[2]
-  if prev and prev.n > 0 and dd_live(prev, e, now) then return false end
-  return dd_insert(gens[1], e, now)
-end
-
--- dd_add for one root and window at time now as a function of the entry (6 bytes): the
--- generations to consult are looked up once for all the URLs of a call, not once per URL.
+-- Entry e (6 bytes) for one root and window at time now: a function(e) that is true when e
+-- was new (and is now recorded), false when the site has seen it in its window. What is the
+-- same for every URL of a call (the generations, the time slot) is worked out once, here.
+-- In the current generation, HSETNX is the lookup and the insert in one command.
+--
+-- Bucket expiry without an EXPIREAT per URL: a bucket key is created without one only by
+-- the HSETNX of its first entry. That is a generation's first buckets (armed at every insert
+-- of its first DD_ARM_ALL entries, by which time every first bucket has entries), a split's
+-- new bucket (armed by the split, which creates it) and a bucket emptied by a release (which
+-- keeps it alive with DD_KEEP instead). So no bucket ever lacks its expiry.
 local function dd_adder(root, w, now)
   local gens = dd_generations(root, w, now)
-  local cur, prev = gens[1], gens[2]
-  if prev and prev.n > 0 then
-    return function(e)
-      if dd_live(prev, e, now) then return false end
-      return dd_insert(cur, e, now)
-    end
+  local st, prev = gens[1], gens[2]
+  if prev and prev.n == 0 then prev = nil end
+  -- (a string: Redis would format a Lua number for every HSETNX)
+  local slot = (st.w > 0) and tostring(math.floor((now - st.g * st.w) / st.unit)) or '0'
+  local name, expire = st.name, st.expire
+  local byte, format, call = dd_byte, dd_format, dd_call
+  return function(e)
+    if prev and dd_live(prev, e, now) then return false end
+    local b1, b2, b3 = byte(e, 1, 3)  -- (dd_bucket, inlined: a call less per URL)
+    local h = b1 * 65536 + b2 * 256 + b3
+    local m = st.m
+    local idx = h % m
+    if idx < st.p then idx = h % (m + m) end
+    local bucket = format(name, idx)
+    if call('HSETNX', bucket, e, slot) == 0 then return false end
+    local n = st.n
+    if n < DD_ARM_ALL and expire then dd_touched[bucket] = expire end
+    n = n + 1
+    st.n = n
+    st.dirty = true
+    if n > DD_LOAD * (m + st.p) and st.b < DD_MAX_LEVEL then dd_split(st) end
+    return true
   end
-  return function(e) return dd_insert(cur, e, now) end
+end
+
+-- dd_adder's test for one entry. (A whole 16-byte fingerprint is taken too: requeue.lua
+-- passes one.)
+local function dd_add(root, w, e, now)
+  if #e > 6 then e = string.sub(e, 1, 6) end
+  return dd_adder(root, w, now)(e)
 end
 
 -- (dd_seen and dd_release take the whole 16-byte fingerprint)
@@ -217,7 +212,7 @@ local function dd_release(root, fp, now)
         st.dirty = true
         removed = removed + 1
         if st.expire and redis.call('EXISTS', bucket) == 0 then
-          -- That emptied the bucket: keep it (see dd_insert), or its next first entry would
+          -- That emptied the bucket: keep it (see dd_adder), or its next first entry would
           -- create it without an expiry.
           redis.call('HSET', bucket, DD_KEEP, '')
           dd_touched[bucket] = st.expire

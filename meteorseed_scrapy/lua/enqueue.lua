@@ -48,10 +48,10 @@ end
 
 -- Unpack and check everything before the first write, so a bad call fails as a whole.
 local jsons, meta = ARGV[2] or '', ARGV[3] or ''
-local roots, entries, texts = {}, {}, {}
+local texts = {}
 local byte, sub, find = string.byte, string.sub, string.find
-local pos, n = 1, 0
-while pos <= #jsons do
+local pos, n, size = 1, 0, #jsons
+while pos <= size do
   local stop = find(jsons, '\n', pos, true)
   if not stop then
     return redis.error_reply('ERR enqueue.lua: task ' .. (n + 1) .. ' has no newline')
@@ -64,20 +64,17 @@ if #meta ~= 8 * n then
   return redis.error_reply('ERR enqueue.lua: ' .. #meta .. ' bytes of roots and entries for '
     .. n .. ' tasks')
 end
-for i = 1, n do
-  local at = 8 * i - 7
+local nkeys = #KEYS
+for at = 1, 8 * n, 8 do  -- (the roots and entries are read again where they are used)
   local r1, r2 = byte(meta, at, at + 1)
-  local r = r1 * 256 + r2
-  if r + 1 > #KEYS then
-    return redis.error_reply('ERR enqueue.lua: bad root index ' .. r)
+  if r1 * 256 + r2 + 1 > nkeys then
+    return redis.error_reply('ERR enqueue.lua: bad root index ' .. (r1 * 256 + r2))
   end
-  roots[i] = r
-  if r > 0 then entries[i] = sub(meta, at + 2, at + 7) end
 end
 local windows_in = {}
 for k = 4, #ARGV, 2 do
   local i, w = tonumber(ARGV[k]), ARGV[k + 1]
-  if not i or not roots[i] or not w or not string.match(w, '^%d+$') then
+  if not i or i < 1 or i > n or i % 1 ~= 0 or not w or not string.match(w, '^%d+$') then
     return redis.error_reply('ERR enqueue.lua: bad window ' .. tostring(ARGV[k]) .. ' '
       .. tostring(w))
   end
@@ -90,7 +87,9 @@ local enqueued, duplicates = 0, 0
 local flags = {}
 local call, keys = redis.call, KEYS
 for i = 1, n do
-  local r = roots[i]
+  local at = 8 * i - 7
+  local r1, r2 = byte(meta, at, at + 1)
+  local r = r1 * 256 + r2
   local is_new = true
   if r > 0 then
     local add = adders[r]
@@ -100,7 +99,7 @@ for i = 1, n do
       add = dd_adder(root, dd_window(root, given), now)
       adders[r] = add
     end
-    is_new = add(entries[i])
+    is_new = add(sub(meta, at + 2, at + 7))
   end
   if is_new then
     call('XADD', stream, '*', 'v', '1', 't', texts[i])
