@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from w3lib.url import canonicalize_url
 
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
-from meteorseed_scrapy.seeding.expand import expand_stream
+from meteorseed_scrapy.queue.writer import SEND_AFTER, NotSent, TaskWriter
+from meteorseed_scrapy.seeding.expand import ExpandSummary, expand_stream
 from meteorseed_scrapy.seeding.seed_urls import (
     MAX_URL_BYTES,
     UrlError,
@@ -257,3 +257,73 @@ def test_a_raw_newline_in_a_task_json_is_refused_before_sending() -> None:
     chunk[1] = chunk[1]._replace(payload='{"a":\n1}')
     with pytest.raises(ValueError, match="raw newline"):
         w._script_args(chunk[0].stream, chunk)
+
+
+# -- overlapped batches: packed while the one before runs, sent in order, never after a failure --
+
+class FailingWriter(TaskWriter):
+    """Fails its ``fail_at``-th add_encoded call (1-based) before sending anything."""
+
+    def __init__(self, *args: Any, fail_at: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fail_at, self.calls = fail_at, 0
+
+    async def add_encoded(self, encoded: Any) -> Any:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            await asyncio.sleep(0.05)  # (the next batch is packed and waiting by then)
+            raise RuntimeError("boom")
+        return await super().add_encoded(encoded)
+
+
+def test_batches_reach_the_stream_in_order_and_none_after_a_failure(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    urls = [f"https://a.example/{i}" for i in range(40)]
+    lines = [json.dumps({**SEEDS[0], "payload": {"urls": urls}})]
+
+    async def main(fail_at: int) -> tuple[str, int]:
+        client = aioredis.Redis.from_url(redis_url)
+        writer = FailingWriter(client, KeyLayout(namespace), fail_at=fail_at)
+        summary = ExpandSummary()
+        try:
+            await expand_stream(lines, writer, batch_size=5, on_error=print, summary=summary)
+            return "", summary.enqueued
+        except RuntimeError as exc:
+            return str(exc), summary.enqueued
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main(fail_at=0)) == ("", 40)
+    assert [task["url"] for task in stream_tasks(sync_redis, namespace)] == urls
+    sync_redis.delete(*sync_redis.scan_iter(f"{namespace}:*"))
+    # The 4th batch fails: the three before it are in, the 5th (packed meanwhile) is not sent.
+    error, enqueued = asyncio.run(main(fail_at=4))
+    assert (error, enqueued) == ("boom", 15)
+    assert [task["url"] for task in stream_tasks(sync_redis, namespace)] == urls[:15]
+
+
+def test_a_call_after_one_that_failed_sends_nothing(
+    redis_url: str, namespace: str, sync_redis: redis.Redis
+) -> None:
+    w = writer()
+    seed = make_seed(["https://a.example/1"], SEEDS[0])
+    [(task, canonical, payload, _)] = expand_checked(seed, as_template=lambda template: True)
+    item = w.seed_encoder(task)(task, canonical, payload)
+
+    async def main() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        real = TaskWriter(client, KeyLayout(namespace))
+        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        failed.set_exception(RuntimeError("the call before"))
+        failed.exception()
+        token = SEND_AFTER.set(failed)
+        try:
+            with pytest.raises(NotSent):
+                await real.add_encoded([item])
+        finally:
+            SEND_AFTER.reset(token)
+            await client.aclose()
+
+    asyncio.run(main())
+    assert stream_tasks(sync_redis, namespace) == []

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -37,7 +38,8 @@ from meteorseed_scrapy.task.validation import TaskError
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "StreamCount", "TaskWriter", "pack_tasks"]
+__all__ = ["CHUNK_SIZE", "SEND_AFTER", "AddResult", "Encoded", "NotSent", "StreamCount",
+           "TaskWriter", "pack_tasks"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,18 @@ logger = logging.getLogger(__name__)
 CHUNK_SIZE = 500
 #: Seconds between two ``on_wait`` reports while :meth:`TaskWriter.wait_for_room` waits.
 WAIT_REPORT_INTERVAL = 10.0
+
+#: Set around the start of an :meth:`TaskWriter.add_encoded` task by a caller that overlaps
+#: its calls (``seed-expand``): the call before, which must have finished before this one's
+#: scripts are sent; this one packs its arguments meanwhile, so Redis does not idle while they
+#: are packed. Calls still reach Redis one at a time and in order, and none is sent after the
+#: one before it failed. (A context variable: it reaches the writer through any subclass.)
+SEND_AFTER: ContextVar[asyncio.Future[Any] | None] = ContextVar("SEND_AFTER", default=None)
+
+
+class NotSent(Exception):
+    """An :meth:`TaskWriter.add_encoded` call under :data:`SEND_AFTER` whose call before failed
+    or was cancelled: nothing of it was sent."""
 
 # enqueue.lua writes the "v" field itself (the task JSON is its only payload); a new message
 # version in tasks.py must come with a script update, so fail loudly at import, not in Redis.
@@ -342,6 +356,11 @@ class TaskWriter:
         chunks = [group[i : i + CHUNK_SIZE] for group in groups
                   for i in range(0, len(group), CHUNK_SIZE)]
         calls = [self._script_args(chunk[0].stream, chunk) for chunk in chunks]
+        previous = SEND_AFTER.get()
+        if previous is not None:
+            await asyncio.wait([previous])
+            if previous.cancelled() or previous.exception() is not None:
+                raise NotSent("the add_encoded call before this one failed")
         # A stream's dedup roots are in its shard's slot, so each call touches one slot.
         replies = await call_scripts(self._redis, script, calls)
         enqueued = duplicates = 0

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from meteorseed_scrapy.queue.writer import SEND_AFTER
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.seed_lines import (
     SeedLineError,
@@ -103,8 +104,8 @@ async def expand_stream(
     blacklist: see :meth:`~meteorseed_scrapy.sites.lookup.SiteConfigs.rejects`), or None.
     ``sitemaps(site_id)`` is how a site's sitemaps are fetched (default: the safe policy).
 
-    While Redis runs one batch's script, the next batch is built: one batch in flight at a
-    time, so Python's work and Redis's overlap instead of adding up.
+    While Redis runs one batch's script, the next batch is built and packed: one batch in
+    flight at a time, in order, so Python's work and Redis's overlap instead of adding up.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -130,12 +131,27 @@ async def expand_stream(
             return
         summary.expanded += len(batch)
         if not dry_run:
-            await settle()
             if room < len(batch):
+                await settle()  # (so that the look at the backlog counts the batch before)
                 backlog = await writer.wait_for_room(max_backlog, on_wait or _ignore_wait)
                 room = max_backlog - backlog
             room -= len(batch)
-            in_flight = asyncio.ensure_future(writer.add_encoded(list(batch)))
+            # This batch packs its script arguments while the one before runs, and is sent
+            # when that one is done (SEND_AFTER): Redis does not idle while they are packed.
+            token = SEND_AFTER.set(in_flight)
+            try:
+                task = asyncio.ensure_future(writer.add_encoded(list(batch)))
+            finally:
+                SEND_AFTER.reset(token)
+            try:
+                await settle()
+            except BaseException:
+                task.cancel()  # (not sent: it waits for the one that failed)
+                await asyncio.wait([task])
+                if not task.cancelled():
+                    task.exception()  # (retrieved: NotSent)
+                raise
+            in_flight = task
             for _ in range(_YIELDS_AFTER_SEND):  # let it go out before building the next batch
                 await asyncio.sleep(0)
         batch.clear()
