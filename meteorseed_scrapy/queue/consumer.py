@@ -25,6 +25,7 @@ from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shar
 from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
 from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
 from meteorseed_scrapy.queue.reads import run_async
+from meteorseed_scrapy.queue.scripts import ScriptPipeline
 from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count, is_cluster
 from meteorseed_scrapy.queue.status import quiet_plan
 from meteorseed_scrapy.task.exec_task import ExecTask
@@ -260,10 +261,11 @@ class StreamConsumer:
         async with self.redis.pipeline(transaction=False) as pipe:
             for task, record in records:
                 pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
+            batch = ScriptPipeline(pipe)
             if not self._cluster:
                 for keys, args in calls:
-                    await self._ack(keys=keys, args=args, client=pipe)
-            replies = await pipe.execute() if len(pipe) else []
+                    batch.call(self._ack, keys, args)
+            replies = await batch.execute() if len(pipe) else []
         if self._cluster:
             replies = [*replies, *(await call_scripts(self.redis, self._ack, calls) if calls
                                    else [])]

@@ -6,9 +6,12 @@ SCRIPT LOAD on NOSCRIPT, so a Redis restart costs one extra round trip, not an e
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 _INCLUDE = "--#include "
 
@@ -28,6 +31,50 @@ def script_source(name: str) -> str:
 def register(redis: Any, name: str) -> Any:
     """A callable ``script(keys=[...], args=[...])`` bound to ``redis`` (sync or asyncio client)."""
     return redis.register_script(script_source(name))
+
+
+class ScriptPipeline:
+    """Script calls (and any other commands) in one redis-py pipeline, sent in one round trip.
+
+    redis-py's own way, ``script(keys, args, client=pipe)``, makes ``execute()`` ask SCRIPT
+    EXISTS first: a second round trip before every pipeline, which on a busy worker's event
+    loop doubled the response-to-ack time of every task. Here a call is a bare EVALSHA; a
+    script the server lacks (NOSCRIPT: after a restart or SCRIPT FLUSH) is loaded by calling it
+    again on its own, after the pipeline, so the calls still run in order.
+    """
+
+    def __init__(self, pipe: Any) -> None:
+        self.pipe = pipe
+        self._calls: dict[int, tuple[Any, Sequence[Any], Sequence[Any]]] = {}
+
+    def call(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> None:
+        self._calls[len(self.pipe)] = (script, keys, args)
+        self.pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def _rerun(self, replies: list[Any]) -> list[tuple[int, Any]]:
+        """The script calls to run again (NOSCRIPT); raises the first other error, as
+        ``execute()`` does."""
+        again = []
+        for i, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError) and i in self._calls:
+                again.append((i, self._calls[i]))
+            elif isinstance(reply, Exception):
+                raise reply
+        return again
+
+    async def execute(self) -> list[Any]:
+        """The replies, in order (an asyncio pipeline)."""
+        replies = list(await self.pipe.execute(raise_on_error=False))
+        for i, (script, keys, args) in self._rerun(replies):
+            replies[i] = await script(keys=keys, args=args)
+        return replies
+
+    def execute_sync(self) -> list[Any]:
+        """:meth:`execute` of a blocking pipeline."""
+        replies = list(self.pipe.execute(raise_on_error=False))
+        for i, (script, keys, args) in self._rerun(replies):
+            replies[i] = script(keys=keys, args=args)
+        return replies
 
 
 class Scripts:

@@ -18,6 +18,7 @@ import redis.asyncio
 import redis.cluster
 
 from meteorseed_scrapy.queue.keys import SHARDS_SETTING, KeyLayout
+from meteorseed_scrapy.queue.scripts import ScriptPipeline
 
 
 class ShardMismatch(ValueError):
@@ -74,6 +75,7 @@ async def call_scripts(client: Any, script: Any,
     if is_cluster(client):
         return list(await asyncio.gather(*(script(keys=k, args=a) for k, a in calls)))
     async with client.pipeline(transaction=False) as pipe:
+        batch = ScriptPipeline(pipe)
         for keys, args in calls:
-            await script(keys=keys, args=args, client=pipe)
-        return list(await pipe.execute())
+            batch.call(script, keys, args)
+        return await batch.execute()

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from meteorseed_scrapy.queue.connection import sync_client
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Ref
-from meteorseed_scrapy.queue.scripts import register
+from meteorseed_scrapy.queue.scripts import ScriptPipeline, register
 from meteorseed_scrapy.queue.shards import is_cluster
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,8 @@ class KeepAlive:
             replies = [script(keys=keys, args=args) for keys, args in calls]
         else:
             with client.pipeline(transaction=False) as pipe:
+                batch = ScriptPipeline(pipe)
                 for keys, args in calls:
-                    script(keys=keys, args=args, client=pipe)
-                replies = pipe.execute()
+                    batch.call(script, keys, args)
+                replies = batch.execute_sync()
         return self._consumer.touch_lost(calls, replies)
