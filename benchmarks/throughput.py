@@ -57,6 +57,8 @@ class Run:
     cpu_seconds: float
     items: int
     stats: dict[str, Any]
+    #: response_received -> item_scraped of each page, ms (Scrapy's own signals: every contender)
+    item_latency_ms: list[float]
 
     def pages_per_s(self, pages: int) -> float:
         return pages / self.seconds
@@ -135,7 +137,7 @@ def run_one(contender: str, rnd: int, pages: int, urls_file: Path, urls: list[st
         contender, rnd,
         seconds=timing["last_item"] - timing["first_response"],
         cpu_seconds=timing["cpu_last_item"] - timing["cpu_first_response"],
-        items=stored, stats=stats,
+        items=stored, stats=stats, item_latency_ms=timing.get("item_latency_ms", []),
     )
 
 
@@ -180,11 +182,13 @@ def main(argv: list[str] | None = None) -> None:
                 run = run_one(contender, rnd, args.pages, urls_file, urls, server.url,
                               workdir, args.timeout, wrapper, overrides)
                 runs.append(run)
-                extra = ""
+                lat = sorted(run.item_latency_ms) or [float("nan")]
+                extra = (f"  response->item p50 {lat[len(lat) // 2]:.1f} ms, "
+                         f"p95 {lat[int(len(lat) * 0.95)]:.1f} ms")
                 if contender == "meteorseed":
                     p50 = run.stats.get("meteorseed/ack_latency_ms/p50")
                     p95 = run.stats.get("meteorseed/ack_latency_ms/p95")
-                    extra = f"  ack latency p50 {p50} ms, p95 {p95} ms"
+                    extra += f"; response->ack p50 {p50} ms, p95 {p95} ms"
                 print(f"round {rnd} {LABEL[contender]:<12} {run.seconds:7.2f} s "
                       f"{run.pages_per_s(args.pages):7.1f} pages/s  "
                       f"cpu {run.cpu_seconds:6.2f} s "
@@ -210,6 +214,16 @@ def main(argv: list[str] | None = None) -> None:
                   f" CPU per page {median(cpu):.2f}x stock")
             name = "full path" if contender == "meteorseed" else LABEL[contender]
             summary.append(f"{name} / stock: {median(ratios):.2f}x")
+    for contender in contenders:
+        cuts = [sorted(by[contender, r].item_latency_ms) or [float("nan")] for r in rounds]
+        p50s = [c[len(c) // 2] for c in cuts]
+        p95s = [c[int(len(c) * 0.95)] for c in cuts]
+        print(f"{LABEL[contender]:<12} response -> item_scraped p50 per round: "
+              + ", ".join(f"{v:.1f}" for v in p50s) + " ms; p95: "
+              + ", ".join(f"{v:.1f}" for v in p95s) + " ms")
+        if contender == "stock":
+            summary.append(f"stock Scrapy response -> item p50 {median(p50s):.0f} ms "
+                           f"(p95 {median(p95s):.0f} ms)")
     if "meteorseed" in contenders:
         p50 = [float(by["meteorseed", r].stats.get("meteorseed/ack_latency_ms/p50", "nan"))
                for r in rounds]

@@ -1,4 +1,6 @@
-"""Records when the first response arrived and when the last item was committed.
+"""Records when the first response arrived and when the last item was committed, and how long
+each response took to become its item (response_received -> item_scraped, the same span for every
+contender: the queueing of Scrapy's own engine at that load, which no scheduler removes).
 
 ``item_scraped`` is sent after every pipeline stage finished; with MeteorSeed's UpsertPipeline
 that means after the store commit. Written as JSON to the ``BENCH_TIMING_FILE`` setting when
@@ -27,6 +29,8 @@ class Timing:
         self.response_times: list[float] = []  # monotonic, for a timeline of the run
         self.item_times: list[float] = []
         self.items = 0
+        self._received: dict[int, float] = {}  # id(response) -> when it was received
+        self.item_latency_ms: list[float] = []
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> Timing:
@@ -44,9 +48,13 @@ class Timing:
         self.last_response = now
         self.response_times.append(now)
         self.responses += 1
+        self._received[id(response)] = now
 
     def item_scraped(self, item: Any, response: Any, spider: Any) -> None:
         self.last_item = time.monotonic()
+        received = self._received.pop(id(response), None)
+        if received is not None:
+            self.item_latency_ms.append((self.last_item - received) * 1000)
         self.cpu_last_item = time.process_time()
         self.item_times.append(self.last_item)
         self.items += 1
@@ -66,6 +74,7 @@ class Timing:
             "stats": self.crawler.stats.get_stats(),
             "response_times": [round(t, 4) for t in self.response_times],
             "item_times": [round(t, 4) for t in self.item_times],
+            "item_latency_ms": [round(t, 2) for t in self.item_latency_ms],
         }
         with open(self.path, "w") as fh:
             json.dump(data, fh, default=str)
