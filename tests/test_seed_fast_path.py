@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from w3lib.url import canonicalize_url
 
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import SEND_AFTER, NotSent, TaskWriter
+from meteorseed_scrapy.queue.writer import SCRIPT_ORDER, NotSent, ScriptOrder, TaskWriter
 from meteorseed_scrapy.seeding.expand import ExpandSummary, expand_stream
 from meteorseed_scrapy.seeding.seed_urls import (
     MAX_URL_BYTES,
@@ -262,29 +262,33 @@ def test_a_raw_newline_in_a_task_json_is_refused_before_sending() -> None:
 # -- overlapped batches: packed while the one before runs, sent in order, never after a failure --
 
 class FailingWriter(TaskWriter):
-    """Fails its ``fail_at``-th add_encoded call (1-based) before sending anything."""
+    """Fails its ``fail_at``-th add_encoded call (1-based) before sending anything, and flushes
+    Redis's script cache before its ``flush_at``-th."""
 
-    def __init__(self, *args: Any, fail_at: int, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, fail_at: int = 0, flush_at: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fail_at, self.calls = fail_at, 0
+        self.fail_at, self.flush_at, self.calls = fail_at, flush_at, 0
 
     async def add_encoded(self, encoded: Any) -> Any:
         self.calls += 1
         if self.calls == self.fail_at:
             await asyncio.sleep(0.05)  # (the next batch is packed and waiting by then)
             raise RuntimeError("boom")
+        if self.calls == self.flush_at:
+            await self._redis.script_flush()
         return await super().add_encoded(encoded)
 
 
+@pytest.mark.parametrize("single", [False, True], ids=["pipelined", "single-connection"])
 def test_batches_reach_the_stream_in_order_and_none_after_a_failure(
-    redis_url: str, namespace: str, sync_redis: redis.Redis
+    redis_url: str, namespace: str, sync_redis: redis.Redis, single: bool
 ) -> None:
     urls = [f"https://a.example/{i}" for i in range(40)]
     lines = [json.dumps({**SEEDS[0], "payload": {"urls": urls}})]
 
-    async def main(fail_at: int) -> tuple[str, int]:
-        client = aioredis.Redis.from_url(redis_url)
-        writer = FailingWriter(client, KeyLayout(namespace), fail_at=fail_at)
+    async def main(**options: int) -> tuple[str, int]:
+        client = aioredis.Redis.from_url(redis_url, single_connection_client=single)
+        writer = FailingWriter(client, KeyLayout(namespace), **options)
         summary = ExpandSummary()
         try:
             await expand_stream(lines, writer, batch_size=5, on_error=print, summary=summary)
@@ -294,7 +298,11 @@ def test_batches_reach_the_stream_in_order_and_none_after_a_failure(
         finally:
             await client.aclose()
 
-    assert asyncio.run(main(fail_at=0)) == ("", 40)
+    assert asyncio.run(main()) == ("", 40)
+    assert [task["url"] for task in stream_tasks(sync_redis, namespace)] == urls
+    sync_redis.delete(*sync_redis.scan_iter(f"{namespace}:*"))
+    # The script cache flushed mid-run (a Redis restart): loaded again, nothing lost or reordered.
+    assert asyncio.run(main(flush_at=3)) == ("", 40)
     assert [task["url"] for task in stream_tasks(sync_redis, namespace)] == urls
     sync_redis.delete(*sync_redis.scan_iter(f"{namespace}:*"))
     # The 4th batch fails: the three before it are in, the 5th (packed meanwhile) is not sent.
@@ -314,15 +322,14 @@ def test_a_call_after_one_that_failed_sends_nothing(
     async def main() -> None:
         client = aioredis.Redis.from_url(redis_url)
         real = TaskWriter(client, KeyLayout(namespace))
-        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        failed.set_exception(RuntimeError("the call before"))
-        failed.exception()
-        token = SEND_AFTER.set(failed)
+        failed = ScriptOrder()
+        failed.finish(sent=False)
+        token = SCRIPT_ORDER.set(ScriptOrder(failed))
         try:
             with pytest.raises(NotSent):
                 await real.add_encoded([item])
         finally:
-            SEND_AFTER.reset(token)
+            SCRIPT_ORDER.reset(token)
             await client.aclose()
 
     asyncio.run(main())

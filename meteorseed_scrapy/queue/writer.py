@@ -18,7 +18,9 @@ from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.dedup import (
@@ -30,7 +32,7 @@ from meteorseed_scrapy.queue.dedup import (
 )
 from meteorseed_scrapy.queue.dedup_server import check_server_config
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count
+from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count, is_cluster
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.validation import TaskError
@@ -38,8 +40,8 @@ from meteorseed_scrapy.task.validation import TaskError
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["CHUNK_SIZE", "SEND_AFTER", "AddResult", "Encoded", "NotSent", "StreamCount",
-           "TaskWriter", "pack_tasks"]
+__all__ = ["CHUNK_SIZE", "SCRIPT_ORDER", "AddResult", "Encoded", "NotSent", "ScriptOrder",
+           "StreamCount", "TaskWriter", "pack_tasks"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,17 +51,65 @@ CHUNK_SIZE = 500
 #: Seconds between two ``on_wait`` reports while :meth:`TaskWriter.wait_for_room` waits.
 WAIT_REPORT_INTERVAL = 10.0
 
-#: Set around the start of an :meth:`TaskWriter.add_encoded` task by a caller that overlaps
-#: its calls (``seed-expand``): the call before, which must have finished before this one's
-#: scripts are sent; this one packs its arguments meanwhile, so Redis does not idle while they
-#: are packed. Calls still reach Redis one at a time and in order, and none is sent after the
-#: one before it failed. (A context variable: it reaches the writer through any subclass.)
-SEND_AFTER: ContextVar[asyncio.Future[Any] | None] = ContextVar("SEND_AFTER", default=None)
+class ScriptOrder:
+    """One :meth:`TaskWriter.add_encoded` call in a caller's sequence of them (``seed-expand``'s
+    batches), made under :data:`SCRIPT_ORDER` with the call before it as ``after``.
+
+    Its scripts are written to Redis right behind those of the call before, on the same
+    connection, without waiting for their replies: Redis runs them back to back and in order
+    (it does not idle for a round trip and the packing of the next batch between two
+    batches), and the replies are read in order. A call is not sent when the one before it
+    could not be sent. (On a cluster, or a single-connection client, a call waits for the one
+    before it to be done instead.)
+    """
+
+    def __init__(self, after: ScriptOrder | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        self.after = after
+        self.sent: asyncio.Future[None] = loop.create_future()  # its scripts written
+        self.done: asyncio.Future[None] = loop.create_future()  # their replies read
+        self.lane: _Lane = after.lane if after is not None else _Lane()
+
+    def finish(self, sent: bool) -> None:
+        for future, ok in ((self.sent, sent), (self.done, True)):
+            if not future.done():
+                if ok:
+                    future.set_result(None)
+                else:
+                    future.set_exception(NotSent("not sent"))
+                    future.exception()  # (retrieved: the caller sees its own error)
+
+    async def wait_sent(self) -> None:
+        """Until the call before has written its scripts; :class:`NotSent` if it did not."""
+        if self.after is not None:
+            await asyncio.wait([self.after.sent])
+            if self.after.sent.exception() is not None:
+                raise NotSent("the add_encoded call before this one was not sent")
+
+    async def wait_done(self) -> None:
+        if self.after is not None:
+            await asyncio.wait([self.after.done])
+
+
+@dataclass
+class _Lane:
+    """The connection of a sequence of :class:`ScriptOrder` calls while any is unanswered."""
+
+    conn: Any = None
+    users: int = 0
+    broken: bool = False  # a connection failed: one call at a time from then on
+
+
+#: Set around the start of an :meth:`TaskWriter.add_encoded` task by a caller that keeps two
+#: of them going (see :class:`ScriptOrder`). A context variable: it reaches the writer through
+#: any subclass's ``add_encoded``.
+SCRIPT_ORDER: ContextVar[ScriptOrder | None] = ContextVar("SCRIPT_ORDER", default=None)
 
 
 class NotSent(Exception):
-    """An :meth:`TaskWriter.add_encoded` call under :data:`SEND_AFTER` whose call before failed
-    or was cancelled: nothing of it was sent."""
+    """An :meth:`TaskWriter.add_encoded` call under :data:`SCRIPT_ORDER` whose call before was
+    not sent (it failed first): nothing of it was sent either."""
+
 
 # enqueue.lua writes the "v" field itself (the task JSON is its only payload); a new message
 # version in tasks.py must come with a script update, so fail loudly at import, not in Redis.
@@ -334,8 +384,20 @@ class TaskWriter:
 
     async def add_encoded(self, encoded: Sequence[Encoded]) -> AddResult:
         """Enqueue tasks already encoded by :meth:`encode`, in script calls of
-        :data:`CHUNK_SIZE` per stream, all sent in one round trip (concurrently on a cluster)."""
+        :data:`CHUNK_SIZE` per stream, all sent in one round trip (concurrently on a cluster);
+        under :data:`SCRIPT_ORDER`, behind the call before (see :class:`ScriptOrder`)."""
+        sequence = SCRIPT_ORDER.get()
+        try:
+            return await self._add_encoded(encoded, sequence)
+        finally:
+            if sequence is not None:
+                sequence.finish(sent=False)  # (a failure before sending; else done already)
+
+    async def _add_encoded(self, encoded: Sequence[Encoded], sequence: ScriptOrder | None
+                           ) -> AddResult:
         if not encoded:
+            if sequence is not None:
+                sequence.finish(sent=True)  # (nothing to send: the next call goes on)
             return AddResult()
         if not self._config_checked:
             self._config_checked = True
@@ -356,13 +418,18 @@ class TaskWriter:
         chunks = [group[i : i + CHUNK_SIZE] for group in groups
                   for i in range(0, len(group), CHUNK_SIZE)]
         calls = [self._script_args(chunk[0].stream, chunk) for chunk in chunks]
-        previous = SEND_AFTER.get()
-        if previous is not None:
-            await asyncio.wait([previous])
-            if previous.cancelled() or previous.exception() is not None:
-                raise NotSent("the add_encoded call before this one failed")
         # A stream's dedup roots are in its shard's slot, so each call touches one slot.
-        replies = await call_scripts(self._redis, script, calls)
+        if sequence is None:
+            replies = await call_scripts(self._redis, script, calls)
+        elif is_cluster(self._redis) or self._redis.single_connection_client:
+            await sequence.wait_sent()
+            await sequence.wait_done()
+            try:
+                replies = await call_scripts(self._redis, script, calls)
+            finally:
+                sequence.finish(sent=True)
+        else:
+            replies = await self._call_in_order(sequence, script, calls)
         enqueued = duplicates = 0
         texts: list[str] = []
         for chunk, (added, dups, flags) in zip(chunks, replies, strict=True):
@@ -386,6 +453,70 @@ class TaskWriter:
             ", ".join(dict.fromkeys(chunk[0].stream for chunk in chunks)),
         )
         return result
+
+    async def _call_in_order(self, order: ScriptOrder, script: Any,
+                             calls: list[tuple[list[str], list[str | bytes]]]) -> list[Any]:
+        """``calls`` of ``script`` written right behind those of ``order.after`` on its
+        connection, the replies read after its (see :class:`ScriptOrder`)."""
+        lane, pool, sent = order.lane, self._redis.connection_pool, False
+        try:
+            await order.wait_sent()
+            if lane.broken:  # (one at a time from here on, as without an order)
+                await order.wait_done()
+                sent = True
+                return list(await call_scripts(self._redis, script, calls))
+            if lane.conn is None:
+                lane.conn = await pool.get_connection()
+            conn = lane.conn
+            lane.users += 1
+            try:
+                for keys, args in calls:
+                    # EVAL, not EVALSHA: a script cache flushed mid-run cannot answer NOSCRIPT
+                    # to one call while the call queued behind it, run after a reload, gets
+                    # in first. (Redis hashes the 16 KB source: ~1 % of a call.) No health
+                    # check: its PING reply would be read in place of a script's.
+                    await conn.send_packed_command(
+                        conn.pack_command("EVAL", script.script, len(keys), *keys, *args),
+                        check_health=False)
+                sent = True
+                order.sent.set_result(None)
+                await order.wait_done()
+                replies: list[Any] = []
+                for _ in calls:
+                    try:
+                        replies.append(await conn.read_response())
+                    except ResponseError as exc:  # (read: the connection stays in step)
+                        replies.append(exc)
+            except (RedisConnectionError, RedisTimeoutError):
+                # As redis-py retries a call whose connection failed (enqueue.lua's dedup
+                # makes a second run of a batch harmless), but one call at a time, in order.
+                lane.broken = True
+                await self._drop(lane, conn)
+                if not sent:
+                    sent = True
+                    order.sent.set_result(None)
+                await order.wait_done()
+                return list(await call_scripts(self._redis, script, calls))
+            except BaseException:
+                await self._drop(lane, conn)  # (replies left unread: no one else may use it)
+                raise
+            finally:
+                lane.users -= 1
+                if lane.users == 0 and lane.conn is not None:
+                    held, lane.conn = lane.conn, None
+                    await pool.release(held)
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    raise reply
+            return replies
+        finally:
+            order.finish(sent)
+
+    @staticmethod
+    async def _drop(lane: _Lane, conn: Any) -> None:
+        if lane.conn is conn:
+            lane.conn = None
+        await conn.disconnect()
 
     def fingerprint(self, task: ExecTask) -> bytes:
         """``task``'s dedup key as this writer computes it."""

@@ -14,9 +14,9 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy.queue.writer import SEND_AFTER
+from meteorseed_scrapy.queue.writer import SCRIPT_ORDER, ScriptOrder
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.seed_lines import (
     SeedLineError,
@@ -34,12 +34,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: URLs built between two yields to the event loop while a batch is in flight.
+#: URLs built between two yields to the event loop while a batch is in flight (other tasks of
+#: the loop go on; a batch's scripts are written before its flush returns).
 _YIELD_EVERY = 100
-#: Event-loop steps given to a batch just handed to Redis: redis-py 8 has sent an EVALSHA by
-#: the 4th (measured); a slower first batch (config checks, script load) goes on during the
-#: yields every _YIELD_EVERY URLs.
-_YIELDS_AFTER_SEND = 5
 
 
 @dataclass(frozen=True)
@@ -104,14 +101,16 @@ async def expand_stream(
     blacklist: see :meth:`~meteorseed_scrapy.sites.lookup.SiteConfigs.rejects`), or None.
     ``sitemaps(site_id)`` is how a site's sitemaps are fetched (default: the safe policy).
 
-    While Redis runs one batch's script, the next batch is built and packed: one batch in
-    flight at a time, in order, so Python's work and Redis's overlap instead of adding up.
+    While Redis runs one batch's script, the next batch is built, and sent behind it (in
+    order, on the same connection) before its reply is in: Python's work and Redis's overlap
+    instead of adding up, and Redis does not idle between two batches.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     summary = summary if summary is not None else ExpandSummary()
     batch: list[Encoded] = []
     in_flight: asyncio.Task[AddResult] | None = None
+    order: ScriptOrder | None = None  # of the batch in flight
     # Tasks that may still be sent before the backlog must be looked at again: workers only
     # ever shrink it, so after a look showing room for N, N more cannot pass the limit. (One
     # look per batch was a round trip with Redis idle, for every 500 URLs.)
@@ -126,7 +125,7 @@ async def expand_stream(
             summary.duplicates += result.duplicates
 
     async def flush() -> None:
-        nonlocal in_flight, room
+        nonlocal in_flight, room, order
         if not batch:
             return
         summary.expanded += len(batch)
@@ -136,24 +135,32 @@ async def expand_stream(
                 backlog = await writer.wait_for_room(max_backlog, on_wait or _ignore_wait)
                 room = max_backlog - backlog
             room -= len(batch)
-            # This batch packs its script arguments while the one before runs, and is sent
-            # when that one is done (SEND_AFTER): Redis does not idle while they are packed.
-            token = SEND_AFTER.set(in_flight)
+            # Two batches going at once: this one is written to Redis behind the one before,
+            # on its connection, before that one's reply is in (ScriptOrder), so Redis goes
+            # from one to the next without waiting for a round trip and this one's packing.
+            order = ScriptOrder(order)
+            token = SCRIPT_ORDER.set(order)
             try:
                 task = asyncio.ensure_future(writer.add_encoded(list(batch)))
             finally:
-                SEND_AFTER.reset(token)
+                SCRIPT_ORDER.reset(token)
+            # (a writer whose add_encoded fails or returns before TaskWriter's: the next batch
+            # must not wait for this one for ever)
+            task.add_done_callback(_finisher(order))
+            # (it goes out now, behind the one before)
+            sent: list[asyncio.Future[Any]] = [order.sent, task]
+            await asyncio.wait(sent, return_when=asyncio.FIRST_COMPLETED)
             try:
                 await settle()
             except BaseException:
-                task.cancel()  # (not sent: it waits for the one that failed)
+                # The one before failed (or this run is cancelled): this one was written
+                # already, or is not sent at all; its reply is awaited, never left behind.
                 await asyncio.wait([task])
-                if not task.cancelled():
-                    task.exception()  # (retrieved: NotSent)
+                if not task.cancelled() and task.exception() is None:
+                    summary.enqueued += task.result().enqueued
+                    summary.duplicates += task.result().duplicates
                 raise
             in_flight = task
-            for _ in range(_YIELDS_AFTER_SEND):  # let it go out before building the next batch
-                await asyncio.sleep(0)
         batch.clear()
         if on_batch is not None:
             on_batch(summary)
@@ -191,8 +198,6 @@ async def expand_stream(
                     if len(batch) >= batch_size:
                         await flush()
                     elif in_flight is not None and len(batch) % _YIELD_EVERY == 0:
-                        # Let the batch in flight go on (redis-py needs several event-loop
-                        # steps to send it): sent early, Redis runs it while this one builds.
                         await asyncio.sleep(0)
             except SitemapError as exc:
                 summary.bad_lines += 1
@@ -223,6 +228,13 @@ def parse_lines(lines: Iterable[str | bytes], on_error: Callable[[Rejection], No
 
 def _ignore_wait(backlog: int) -> None:
     pass
+
+
+def _finisher(order: ScriptOrder) -> Callable[[asyncio.Future[AddResult]], None]:
+    def finish(task: asyncio.Future[AddResult]) -> None:
+        order.finish(sent=not task.cancelled() and task.exception() is None)
+
+    return finish
 
 
 __all__ = ["ExpandSummary", "Rejection", "expand_stream", "parse_lines"]
