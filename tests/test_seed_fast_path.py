@@ -334,3 +334,50 @@ def test_a_call_after_one_that_failed_sends_nothing(
 
     asyncio.run(main())
     assert stream_tasks(sync_redis, namespace) == []
+
+
+# -- repeats within one call are left out client-side, with the script's very answer ----------
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(0, 12), min_size=1, max_size=40), st.sets(st.integers(0, 12)),
+       st.booleans())
+def test_repeats_left_out_of_a_call_get_the_answer_the_script_gives(
+    redis_url: str, namespace: str, ids: list[int], seen: set[int], two_sites: bool
+) -> None:
+    import meteorseed_scrapy.queue.writer as writer_module
+
+    def encoded(w: TaskWriter, numbers: Any) -> list[Any]:
+        out = []
+        for n in numbers:
+            site = "news" if not two_sites or n % 2 else "other"
+            seed = make_seed([f"https://a.example/{n}"], {**SEEDS[2], "site_id": site})
+            [(task, canonical, payload, _)] = expand_checked(seed,
+                                                             as_template=lambda template: True)
+            out.append(w.seed_encoder(task)(task, canonical, payload))
+        return out
+
+    async def run(ns: str, leave_out: bool) -> tuple[Any, list[str]]:
+        client = aioredis.Redis.from_url(redis_url)
+        original = writer_module._without_repeats
+        if not leave_out:
+            writer_module._without_repeats = lambda chunk: (chunk, None)  # type: ignore[assignment]
+        try:
+            w = TaskWriter(client, KeyLayout(ns))
+            await w.add_encoded(encoded(w, sorted(seen)))
+            result = await w.add_encoded(encoded(w, ids))
+            entries = []
+            for stream in KeyLayout(ns).streams:
+                entries += [json.loads(fields[b"t"])["url"]
+                            for _, fields in await client.xrange(stream)]
+            return result, entries
+        finally:
+            writer_module._without_repeats = original
+            for key in [k async for k in client.scan_iter(f"{ns}:*")]:
+                await client.delete(key)
+            await client.aclose()
+
+    got = asyncio.run(run(namespace + "a", leave_out=True))
+    want = asyncio.run(run(namespace + "b", leave_out=False))
+    assert (got[0], got[0].fresh) == (want[0], want[0].fresh)
+    assert got[1] == want[1]

@@ -166,6 +166,26 @@ def _one_root_meta(chunk: Sequence[Encoded]) -> bytes:
     return bytes(records)
 
 
+def _without_repeats(chunk: Sequence[Encoded]) -> tuple[Sequence[Encoded], list[int] | None]:
+    """``chunk`` less each task whose fingerprint an earlier task of it has, and the positions
+    of the tasks kept (None: all). In one call with one root and one window (one generation),
+    enqueue.lua flags such a repeat a duplicate whatever the state of Redis: it need not be
+    sent, parsed and looked up there (seed lists repeat URLs; Redis is the busier side)."""
+    fingerprints = [*map(_FINGERPRINT, chunk)]
+    if len(set(fingerprints)) == len(fingerprints):
+        return chunk, None
+    roots = set(map(_ROOT, chunk))
+    if len(roots) != 1 or None in roots or len(set(map(_WINDOW, chunk))) != 1:
+        return chunk, None
+    seen: set[bytes] = set()
+    kept: list[int] = []
+    for position, fingerprint in enumerate(fingerprints):
+        if fingerprint not in seen:
+            seen.add(fingerprint)
+            kept.append(position)
+    return [chunk[i] for i in kept], kept
+
+
 def pack_tasks(records: Iterable[tuple[int, bytes, str, str]]) -> list[str | bytes]:
     """``enqueue.lua``'s arguments after ``now`` from ``(root index, fingerprint, window, task
     JSON)`` per task (root index 0: no dedup; window "": the site's); see the script.
@@ -417,7 +437,8 @@ class TaskWriter:
             order = [p for positions in streams.values() for p in positions]
         chunks = [group[i : i + CHUNK_SIZE] for group in groups
                   for i in range(0, len(group), CHUNK_SIZE)]
-        calls = [self._script_args(chunk[0].stream, chunk) for chunk in chunks]
+        sending = [_without_repeats(chunk) for chunk in chunks]
+        calls = [self._script_args(sent[0].stream, sent) for sent, _ in sending]
         # A stream's dedup roots are in its shard's slot, so each call touches one slot.
         if sequence is None:
             replies = await call_scripts(self._redis, script, calls)
@@ -432,12 +453,19 @@ class TaskWriter:
             replies = await self._call_in_order(sequence, script, calls)
         enqueued = duplicates = 0
         texts: list[str] = []
-        for chunk, (added, dups, flags) in zip(chunks, replies, strict=True):
+        for chunk, (sent, kept), (added, dups, flags) in zip(chunks, sending, replies,
+                                                              strict=True):
             enqueued += int(added)
             duplicates += int(dups)
             text = flags.decode() if isinstance(flags, bytes) else str(flags)
-            if len(text) != len(chunk):
-                raise ValueError(f"enqueue.lua answered {len(text)} flags for {len(chunk)} tasks")
+            if len(text) != len(sent):
+                raise ValueError(f"enqueue.lua answered {len(text)} flags for {len(sent)} tasks")
+            if kept is not None:  # the repeats left out: duplicates, as the script would say
+                every = ["0"] * len(chunk)
+                for position, mark in zip(kept, text, strict=True):
+                    every[position] = mark
+                duplicates += len(chunk) - len(sent)
+                text = "".join(every)
             texts.append(text)
         flagged = map("1".__eq__, "".join(texts))
         if order is None:
