@@ -33,10 +33,16 @@ STATS_PREFIX = "meteorseed/store/"
 
 @dataclass(eq=False)
 class _Batch:
-    future: asyncio.Future[list[BaseException | None]]
     docs: list[dict[str, Any]] = field(default_factory=list)
+    #: One future per document, in order: its error, or None once committed. Each submitter
+    #: awaits its own, so cancelling one never cancels its batch-mates' write (and needs no
+    #: asyncio.shield, which cost every item one more turn of the event loop).
+    waiters: list[asyncio.Future[BaseException | None]] = field(default_factory=list)
     #: Loop time after which a failing batch gives up; set at its first failure.
     deadline: float | None = None
+    #: The batch's first write, started in the store thread the moment it was sealed (the
+    #: commit loop's first step comes a turn of the event loop later).
+    write: asyncio.Future[None] | None = None
 
 
 class GroupCommitter:
@@ -85,18 +91,17 @@ class GroupCommitter:
         batch = self._open_batch
         idle = self._committer is None or self._committer.done()
         if batch is None:
-            batch = self._open_batch = _Batch(loop.create_future())
+            batch = self._open_batch = _Batch()
             if idle and self.config.batch_wait > 0:
                 self._timer = loop.call_later(self.config.batch_wait, self._seal)
-        index = len(batch.docs)
+        waiter: asyncio.Future[BaseException | None] = loop.create_future()
         batch.docs.append(doc)
+        batch.waiters.append(waiter)
         # Group commit: an idle store writes at once; while a write is running, items gather
         # and the commit loop writes them together as soon as it is done.
         if len(batch.docs) >= self.config.batch_size or (idle and self._timer is None):
             self._seal()
-        # shield: one cancelled item must not cancel the write its batch-mates wait for.
-        outcome = await asyncio.shield(batch.future)
-        return outcome[index]
+        return await waiter
 
     def _seal(self) -> None:
         if self._timer is not None:
@@ -107,7 +112,10 @@ class GroupCommitter:
             return
         self._sealed.append(batch)
         if self._committer is None or self._committer.done():
-            self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+            loop = asyncio.get_running_loop()
+            store, executor = self._ensure_open()
+            batch.write = loop.run_in_executor(executor, store.upsert_many, batch.docs)
+            self._committer = loop.create_task(self._commit_loop())
 
     async def _in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
         _, executor = self._ensure_open()
@@ -124,8 +132,12 @@ class GroupCommitter:
                     continue
                 store, _ = self._ensure_open()
                 batch = self._sealed[0]
+                write, batch.write = batch.write, None
                 try:
-                    await self._in_thread(store.upsert_many, batch.docs)
+                    if write is None:
+                        await self._in_thread(store.upsert_many, batch.docs)
+                    else:
+                        await write
                 except StoreUnavailable as exc:
                     attempt += 1
                     await self._after_outage(exc, attempt, loop.time())
@@ -152,6 +164,9 @@ class GroupCommitter:
             # wait forever for a batch that will not be written.
             unsettled = list(self._sealed)
             self._sealed.clear()
+            for batch in unsettled:
+                if batch.write is not None:  # (its outcome is nobody's now: not logged)
+                    batch.write.add_done_callback(_quiet)
             self._settle(unsettled, StoreUnavailable("the store stage was stopped"))
 
     async def _after_outage(self, exc: StoreUnavailable, attempt: int, now: float) -> None:
@@ -205,19 +220,28 @@ class GroupCommitter:
                 outcome.append(None)
                 self._inc("committed")
         self._inc("batches")
-        if not batch.future.done():
-            batch.future.set_result(outcome)
+        self._resolve(batch, outcome)
 
     def _settle(self, batches: list[_Batch], error: BaseException | None) -> None:
         for batch in batches:
-            if not batch.future.done():
-                batch.future.set_result([error] * len(batch.docs))
-                if error is not None:
-                    self._inc("failed", len(batch.docs))
+            self._resolve(batch, [error] * len(batch.docs))
+            if error is not None:
+                self._inc("failed", len(batch.docs))
+
+    @staticmethod
+    def _resolve(batch: _Batch, outcome: list[BaseException | None]) -> None:
+        for waiter, error in zip(batch.waiters, outcome, strict=True):
+            if not waiter.done():  # (a cancelled submitter)
+                waiter.set_result(error)
 
     def _inc(self, name: str, count: int = 1) -> None:
         if self.stats is not None:
             self.stats.inc_value(STATS_PREFIX + name, count)
+
+
+def _quiet(write: asyncio.Future[None]) -> None:
+    if not write.cancelled():
+        write.exception()
 
 
 __all__ = ["BACKOFF_CAP", "BACKOFF_FIRST", "STATS_PREFIX", "GroupCommitter"]
