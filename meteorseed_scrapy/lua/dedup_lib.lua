@@ -165,10 +165,13 @@ local function dd_adder(root, w, now)
   local slot = (st.w > 0) and tostring(math.floor((now - st.g * st.w) / st.unit)) or '0'
   local name, expire = st.name, st.expire
   local byte, format, call = dd_byte, dd_format, dd_call
-  return function(e)
+  -- h: e's bytes 1-3 as a number, when the caller has read them (enqueue.lua: with the root)
+  return function(e, h)
     if prev and dd_live(prev, e, now) then return false end
-    local b1, b2, b3 = byte(e, 1, 3)  -- (dd_bucket, inlined: a call less per URL)
-    local h = b1 * 65536 + b2 * 256 + b3
+    if not h then  -- (dd_bucket, inlined: a call less per URL)
+      local b1, b2, b3 = byte(e, 1, 3)
+      h = b1 * 65536 + b2 * 256 + b3
+    end
     local m = st.m
     local idx = h % m
     if idx < st.p then idx = h % (m + m) end

@@ -88,7 +88,7 @@ local flags = {}
 local call, keys = redis.call, KEYS
 for i = 1, n do
   local at = 8 * i - 7
-  local r1, r2 = byte(meta, at, at + 1)
+  local r1, r2, b1, b2, b3 = byte(meta, at, at + 4)  -- the root, the entry's bucket bytes
   local r = r1 * 256 + r2
   local is_new = true
   if r > 0 then
@@ -99,7 +99,7 @@ for i = 1, n do
       add = dd_adder(root, dd_window(root, given), now)
       adders[r] = add
     end
-    is_new = add(sub(meta, at + 2, at + 7))
+    is_new = add(sub(meta, at + 2, at + 7), b1 * 65536 + b2 * 256 + b3)
   end
   if is_new then
     call('XADD', stream, '*', 'v', '1', 't', texts[i])
