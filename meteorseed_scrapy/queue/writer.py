@@ -71,6 +71,7 @@ class ScriptOrder:
         self.lane: _Lane = after.lane if after is not None else _Lane()
 
     def finish(self, sent: bool) -> None:
+        """Mark this call done (``sent``: whether its scripts were written)."""
         for future, ok in ((self.sent, sent), (self.done, True)):
             if not future.done():
                 if ok:
@@ -78,6 +79,7 @@ class ScriptOrder:
                 else:
                     future.set_exception(NotSent("not sent"))
                     future.exception()  # (retrieved: the caller sees its own error)
+        self.after = None  # (done: so a long run does not keep a chain of every call)
 
     async def wait_sent(self) -> None:
         """Until the call before has written its scripts; :class:`NotSent` if it did not."""
