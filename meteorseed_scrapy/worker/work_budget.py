@@ -13,8 +13,10 @@ from meteorseed_scrapy.worker.ledger import TaskLedger
 @dataclass(frozen=True)
 class WorkSizes:
     """For ``capacity`` concurrent downloads (``CONCURRENT_REQUESTS``): tasks read ahead (half
-    the capacity), reads batched (a quarter), and scrapes in progress before new work waits
-    (``METEORSEED_MAX_SETTLING``, by default the capacity; at least two)."""
+    the capacity), reads batched (a quarter), and requests started and not yet scraped
+    (downloading, or their response in the scraper and the store) before new work waits
+    (``METEORSEED_MAX_SETTLING``, by default twice the capacity, so that a full downloader's
+    responses may all wait for the scraper; at least two)."""
 
     capacity: int
     max_settling: int
@@ -33,7 +35,7 @@ class WorkSizes:
         settling = setting(settings, "METEORSEED_MAX_SETTLING")  # None: the capacity
         if settling is not None:
             settling = to_integer(settling, "METEORSEED_MAX_SETTLING", minimum=1)
-        return cls(capacity, max(2, capacity if settling is None else settling))
+        return cls(capacity, max(2, 2 * capacity if settling is None else settling))
 
 
 class WorkBudget:
@@ -51,10 +53,12 @@ class WorkBudget:
         return sum(1 for e in self.ledger.entries() if e.response_at and e.verdict is None)
 
     def may_dispatch(self) -> bool:
-        """Whether new work may go out: responses already waiting for the scraper and the store
-        are enough to keep both busy; more would only wait in line, adding to every task's
-        response-to-ack time."""
-        return self.settling() < self.sizes.max_settling
+        """Whether new work may go out: the requests downloading and the responses waiting for
+        the scraper and the store are enough to keep both busy; more would only wait in line,
+        adding to every task's response-to-ack time. (Downloads count: on a fast site each is a
+        response in the scraper a moment later, so counting only those already there let a
+        full downloader's worth through at every scrape that finished.)"""
+        return self.settling() + self.downloading() < self.sizes.max_settling
 
     def want(self) -> int:
         """Tasks worth holding now (read and not finished)."""

@@ -25,6 +25,11 @@ class ProbeSpider(scrapy.Spider):
         if "badchild" in parsed.query:
             yield scrapy.Request(response.urljoin("/news/article/999"), meta={"obj": object()})
             return
+        many = dict(part.partition("=")[::2] for part in parsed.query.split("&")).get("many")
+        if many:  # a listing page: many items from one response
+            for i in range(int(many)):
+                yield {"unique_key": f"{path}#{i}", "status": response.status}
+            return
         yield {
             "unique_key": path,
             "title": response.css("title::text").get(),
