@@ -37,13 +37,13 @@ class Downloads:
 def budget(capacity: int = 8, max_settling: int | None = None) -> tuple[WorkBudget, TaskLedger,
                                                                            Downloads]:
     ledger, downloads = TaskLedger(), Downloads()
-    sizes = WorkSizes(capacity, max_settling or 2 * capacity)
+    sizes = WorkSizes(capacity, max_settling or capacity)
     return WorkBudget(ledger, sizes, downloads), ledger, downloads
 
 
 def test_sizes_follow_the_capacity() -> None:
     sizes = sizes_from(CONCURRENT_REQUESTS=16)
-    assert (sizes.prefetch, sizes.read_batch, sizes.max_settling) == (8, 4, 32)
+    assert (sizes.prefetch, sizes.read_batch, sizes.max_settling) == (8, 4, 16)
     tiny = sizes_from(CONCURRENT_REQUESTS=1)
     assert (tiny.prefetch, tiny.read_batch, tiny.max_settling) == (1, 1, 2)
 
@@ -101,9 +101,9 @@ def test_permits_cover_free_capacity_and_a_quarter_ahead() -> None:
     assert work.permits(held=5) == 0
 
 
-def test_max_settling_defaults_to_twice_the_download_capacity() -> None:
-    assert sizes_from(CONCURRENT_REQUESTS=24).max_settling == 48
-    assert sizes_from(CONCURRENT_REQUESTS=24, METEORSEED_MAX_SETTLING="").max_settling == 48
+def test_max_settling_defaults_to_the_download_capacity() -> None:
+    assert sizes_from(CONCURRENT_REQUESTS=24).max_settling == 24
+    assert sizes_from(CONCURRENT_REQUESTS=24, METEORSEED_MAX_SETTLING="").max_settling == 24
     assert sizes_from(CONCURRENT_REQUESTS=24, METEORSEED_MAX_SETTLING="5").max_settling == 5
     assert sizes_from(METEORSEED_MAX_SETTLING=1).max_settling == 2  # at least two
 
@@ -123,5 +123,5 @@ def test_any_max_settling_text_is_a_count_or_an_error_naming_it(text: str) -> No
         assert exc.name == "METEORSEED_MAX_SETTLING"
     else:
         assert sizes.max_settling >= 2
-        assert sizes.max_settling == (16 if not text else max(2, int(float(text.strip()))))
+        assert sizes.max_settling == (8 if not text else max(2, int(float(text.strip()))))
 

@@ -15,8 +15,8 @@ class WorkSizes:
     """For ``capacity`` concurrent downloads (``CONCURRENT_REQUESTS``): tasks read ahead (half
     the capacity), reads batched (a quarter), and requests started and not yet scraped
     (downloading, or their response in the scraper and the store) before new work waits
-    (``METEORSEED_MAX_SETTLING``, by default twice the capacity, so that a full downloader's
-    responses may all wait for the scraper; at least two)."""
+    (``METEORSEED_MAX_SETTLING``, by default the capacity: no more work in progress than
+    Scrapy would download at once; at least two)."""
 
     capacity: int
     max_settling: int
@@ -35,7 +35,7 @@ class WorkSizes:
         settling = setting(settings, "METEORSEED_MAX_SETTLING")  # None: the capacity
         if settling is not None:
             settling = to_integer(settling, "METEORSEED_MAX_SETTLING", minimum=1)
-        return cls(capacity, max(2, 2 * capacity if settling is None else settling))
+        return cls(capacity, max(2, capacity if settling is None else settling))
 
 
 class WorkBudget:
