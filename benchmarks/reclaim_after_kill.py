@@ -57,6 +57,9 @@ class Result:
     done_at_kill: int
     idle_at_kill_ms: tuple[int, int]  # min/max idle time of the victim's entries at the kill
     reclaim_s: float
+    #: until every one of them was done (acked, so deleted from the stream) on the survivor: a
+    #: site at its concurrency cap makes them wait for the dead worker's leases to expire too
+    done_s: float
     stored: int
     lost: int
     problems: list[str]
@@ -131,6 +134,11 @@ def run_round(rnd: int, args: argparse.Namespace, server: RedisServer, site: Ben
                 raise RuntimeError("w2 exited while w1's tasks were pending")
             time.sleep(POLL)
         reclaim_s = time.monotonic() - killed_at
+        while any(client.xrange(keys.stream, m, m) for m in held_ids):
+            if time.monotonic() - killed_at > 2 * limit:
+                raise RuntimeError(f"w1's tasks not done {2 * limit:.0f}s after the kill")
+            time.sleep(POLL)
+        done_s = time.monotonic() - killed_at
         still: Any = client.xpending_range(keys.stream, keys.group, "-", "+", 100_000)
         owners = {e["message_id"]: e["consumer"] for e in still}
         problems = [f"{m} still on {owners[m]}" for m in held_ids if owners.get(m, "w2") != "w2"]
@@ -163,7 +171,7 @@ def run_round(rnd: int, args: argparse.Namespace, server: RedisServer, site: Ben
     client.close()
     hits = site.hits()["paths"]
     refetched = sum(1 for p in paths if hits.get(p, 0) - hits_before.get(p, 0) > 1)
-    return Result(rnd, len(held_ids), done_at_kill, (min(idle), max(idle)), reclaim_s,
+    return Result(rnd, len(held_ids), done_at_kill, (min(idle), max(idle)), reclaim_s, done_s,
                   len(set(got) & expected), len(missing), problems, refetched, survivor_stats)
 
 
@@ -198,7 +206,8 @@ def main(argv: list[str] | None = None) -> None:
             r = run_round(rnd, args, server, site, workdir)
             results.append(r)
             s = r.survivor_stats
-            print(f"round {rnd}: reclaimed {r.held} tasks {r.reclaim_s:.1f}s after SIGKILL; "
+            print(f"round {rnd}: reclaimed {r.held} tasks {r.reclaim_s:.1f}s after SIGKILL, "
+                  f"all done {r.done_s:.1f}s after it; "
                   f"stored {r.stored}/{args.pages}, lost {r.lost}; refetched pages "
                   f"{r.refetched}; w2 reclaimed {s.get('meteorseed/reclaimed', 0)}, acked "
                   f"without refetch {s.get('meteorseed/acked_without_refetch', 0)}; "
@@ -209,6 +218,9 @@ def main(argv: list[str] | None = None) -> None:
     lost = sum(r.lost for r in results)
     problems = sum(len(r.problems) for r in results)
     print()
+    done = [r.done_s for r in results]
+    print(f"done on the survivor: {', '.join(f'{t:.1f}' for t in done)} s after SIGKILL "
+          f"(median {median(done):.1f})")
     print(f"reclaim times: {', '.join(f'{t:.1f}' for t in times)} s (max {max(times):.1f}); "
           f"tasks held by the killed worker: {', '.join(str(r.held) for r in results)}")
     print(f"reclaimed {round(median([r.held for r in results]))} tasks "

@@ -25,7 +25,7 @@ from twisted.internet.defer import Deferred
 from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
 from meteorseed_scrapy.politeness.adaptive import AdaptiveThrottleMiddleware
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
-from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.politeness.gate import SiteGate, lease_ttl
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
 from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
@@ -100,7 +100,8 @@ class StreamScheduler:
             logger.warning("Cannot check the namespace's shard count yet: %s", exc)
         consumer = StreamConsumer(self.redis, self.keys, self.config.consumer, self.lane_weights)
         gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer, self.backoff,
-                        self.breaker_config.probe_interval)
+                        self.breaker_config.probe_interval,
+                        lease_ttl_s=lease_ttl(self.config.claim_idle))
         breaker = Breaker(self.redis, self.keys, self.breaker_config, self.stats,
                           lambda site: self.limits_for(site).quota(site))
         for mw_class in (BackoffMiddleware, CircuitBreakerMiddleware, AdaptiveThrottleMiddleware,

@@ -27,7 +27,9 @@ from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.lanes import band_of
 
-LEASE_TTL_S = 30.0  # renewed every ~LEASE_TTL_S / 3 while a request is in flight
+LEASE_TTL_S = 30.0  # the longest lease; renewed every third of its life while in flight
+#: The shortest: renewals ride the permit loop, which runs about once a second.
+LEASE_MIN_S = 5.0
 #: A task deferred for its site's pause is due back in its stream this long before the pause
 #: ends: the delayed set is promoted about once a second, and the gate holds the task back until
 #: the pause is over all the same, so the site resumes when its pause ends, not up to 1 s later.
@@ -62,12 +64,24 @@ def granted_at(lease: object) -> int | None:
     return int(ms) or None
 
 
+def lease_ttl(claim_idle_s: float) -> float:
+    """A concurrency lease's life for workers whose tasks are reclaimed after ``claim_idle_s``.
+
+    A dead worker's tasks go to the others after CLAIM_IDLE; its leases must not hold the
+    site's concurrency slots much longer, or those tasks wait for them (at 30 s with the 10 s
+    default, the reclaimed tasks of a site at its cap waited 20 s more)."""
+    return max(LEASE_MIN_S, min(LEASE_TTL_S, claim_idle_s))
+
+
 class SiteGate:
-    """Fleet-wide permits per site: ``acquire`` charges tokens and takes concurrency leases."""
+    """Fleet-wide permits per site: ``acquire`` charges tokens and takes concurrency leases
+    that live ``lease_ttl_s`` unless renewed."""
 
     def __init__(self, redis: Any, keys: KeyLayout, limits_for: Callable[[str], SiteLimits],
-                 consumer: str, backoff: Backoff, probe_interval_s: float = 60.0) -> None:
+                 consumer: str, backoff: Backoff, probe_interval_s: float = 60.0, *,
+                 lease_ttl_s: float = LEASE_TTL_S) -> None:
         self.probe_interval_s = probe_interval_s
+        self.lease_ttl_s = lease_ttl_s
         self.redis = redis
         self.keys = keys
         self.limits_for = limits_for
@@ -102,8 +116,8 @@ class SiteGate:
             keys=[*self._quota_keys(site, "bucket", "pause", "leases", "tighten"),
                   *(self.keys.site_own(site, limits.quota(site), w) for w in ("breaker", "probe")),
                   *self._quota_keys(site, "adaptive", "robots")],
-            args=[limits.rate, limits.burst, limits.concurrency, int(LEASE_TTL_S * 1000), wanted,
-                  f"{self._prefix}:{next(self._calls)}", int(self.probe_interval_s * 1000),
+            args=[limits.rate, limits.burst, limits.concurrency, int(self.lease_ttl_s * 1000),
+                  wanted, f"{self._prefix}:{next(self._calls)}", int(self.probe_interval_s * 1000),
                   int(limits.adaptive), round(throttle.start_delay * 1000, 3),
                   throttle.concurrency, max(1, math.floor(throttle.target)),
                   int(limits.crawl_delay)],
@@ -130,7 +144,7 @@ class SiteGate:
             if leases:
                 try:
                     await self._renew(keys=self._quota_keys(site, "leases"),
-                                      args=[int(LEASE_TTL_S * 1000), *leases])
+                                      args=[int(self.lease_ttl_s * 1000), *leases])
                 except SITE_ERRORS as exc:
                     failed[site] = exc
         return failed

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from meteorseed_scrapy.politeness.gate import LEASE_TTL_S, SiteGate, group_by_site
+from meteorseed_scrapy.politeness.gate import SiteGate, group_by_site
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 
 
@@ -168,7 +168,7 @@ class PermitDesk:
                 self.faults.failed(site, exc)
         now = time.monotonic()
         if now >= self._next_renew and (self.in_flight or self.available):
-            self._next_renew = now + LEASE_TTL_S / 3
+            self._next_renew = now + self.gate.lease_ttl_s / 3
             held = [(s, lease) for lease, s in self.in_flight.items()]
             held += [(s, lease) for s, leases in self.available.items() for lease in leases]
             for site, exc in (await self.gate.renew(group_by_site(held))).items():
