@@ -25,8 +25,9 @@ from meteorseed_scrapy.queue.connection import (
     parse_cluster_url,
     sync_client,
 )
+from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE, AddResult
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import CHUNK_SIZE, AddResult, TaskWriter
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.cluster import SLOTS, LocalCluster
 

@@ -12,8 +12,9 @@ import redis.asyncio as aioredis
 
 from meteorseed_scrapy.queue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.dedup_server import check_server_config
+from meteorseed_scrapy.queue.enqueue_calls import AddResult
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import AddResult, TaskWriter
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 T = TypeVar("T")

@@ -31,9 +31,10 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.enqueue_calls import AddResult
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
-from meteorseed_scrapy.queue.writer import AddResult, TaskWriter
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY, task_of
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred

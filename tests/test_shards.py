@@ -17,9 +17,10 @@ from meteorseed_scrapy.cli import main as cli_main
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE
 from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
 from meteorseed_scrapy.queue.shards import ShardMismatch
-from meteorseed_scrapy.queue.writer import CHUNK_SIZE, TaskWriter
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import start_worker, stored_docs

@@ -23,7 +23,8 @@ from itertools import islice
 from typing import Any
 
 from meteorseed_scrapy.api.problems import FieldError
-from meteorseed_scrapy.queue.writer import CHUNK_SIZE, Encoded, TaskWriter
+from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE, Encoded
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.fetch import FetchPolicy, policies
 from meteorseed_scrapy.seeding.seed_urls import UrlError, cached_canonical_url, expand
 from meteorseed_scrapy.seeding.sitemap import SitemapError

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy.queue.writer import SCRIPT_ORDER, ScriptOrder
+from meteorseed_scrapy.queue.batch_pipeline import SCRIPT_ORDER, ScriptOrder
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.seed_lines import (
     SeedLineError,
@@ -30,7 +30,8 @@ from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.queue.writer import AddResult, Encoded, TaskWriter
+    from meteorseed_scrapy.queue.enqueue_calls import AddResult, Encoded
+    from meteorseed_scrapy.queue.writer import TaskWriter
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from meteorseed_scrapy.queue.enqueue_calls import AddResult, Encoded
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import AddResult, Encoded, TaskWriter
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.expand import Rejection
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
