@@ -19,7 +19,9 @@ from redis.exceptions import ResponseError
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
@@ -228,13 +230,13 @@ def test_record_completions_writes_records_with_ttl(
         consumer = StreamConsumer(client, keys, "worker-a")
         await consumer.record_completions([(t1, record), (t2, "{}")], 60)
         await consumer.record_completions([], 60)
-        return await consumer.completion_records([t1, t2, t3])
+        return await TaskRecords(client, keys).completion_records([t1, t2, t3])
 
     assert arun(redis_url, body) == [record, "{}", None]
     assert sync_redis.get(keys.done(t1.task_id)) == record
     assert 0 < sync_redis.ttl(keys.done(t1.task_id)) <= 60
     assert 0 < sync_redis.ttl(keys.done(t2.task_id)) <= 60
-    assert arun(redis_url, lambda c: StreamConsumer(c, keys, "w").completion_records([])) == []
+    assert arun(redis_url, lambda c: TaskRecords(c, keys).completion_records([])) == []
 
 
 def test_ack_acks_and_deletes_entries(
@@ -692,7 +694,7 @@ def test_note_failures_and_failure_notes_round_trip(
     t1, t2, t3 = (make_task(n) for n in range(3))
 
     async def body(client: Redis) -> tuple[dict[str, str], dict[str, str]]:
-        a = StreamConsumer(client, keys, "worker-a")
+        a = TaskRecords(client, keys)
         await a.note_failures([(t1, "callback raised KeyError"), (t2, "x" * 5000)], 120)
         await a.note_failures([], 120)
         return await a.failure_notes([t1, t2, t3]), await a.failure_notes([])
@@ -708,15 +710,16 @@ def test_namespace_quiet(redis_url: str, keys: KeyLayout, sync_redis: redis.Redi
 
     async def body(client: Redis) -> list[bool]:
         a = StreamConsumer(client, keys, "worker-a")
-        states = [await a.namespace_quiet()]  # no stream at all
+        group = ConsumerGroup(client, keys, "worker-a")
+        states = [await group.namespace_quiet()]  # no stream at all
         await a.ensure_group()
-        states.append(await a.namespace_quiet())  # empty stream
+        states.append(await group.namespace_quiet())  # empty stream
         msg_id = add(sync_redis, keys, task.to_message())
-        states.append(await a.namespace_quiet())  # waiting
+        states.append(await group.namespace_quiet())  # waiting
         await a.read(10, 100)
-        states.append(await a.namespace_quiet())  # pending
+        states.append(await group.namespace_quiet())  # pending
         await a.ack([(keys.stream, msg_id)])
-        states.append(await a.namespace_quiet())  # acked and deleted
+        states.append(await group.namespace_quiet())  # acked and deleted
         return states
 
     assert arun(redis_url, body) == [True, True, False, False, True]
@@ -731,7 +734,7 @@ def test_check_durability_warnings(
     assert original_save == ""
 
     def check() -> list[str]:
-        return arun(redis_url, lambda c: StreamConsumer(c, keys, "w").check_durability())
+        return arun(redis_url, lambda c: ConsumerGroup(c, keys, "w").check_durability())
 
     try:
         sync_redis.config_set("maxmemory-policy", "noeviction")
@@ -776,9 +779,11 @@ def test_consumers_holding_nothing_leave_and_long_gone_ones_are_pruned(
         me = StreamConsumer(client, keys, "me")
         await me.ensure_group()
         await me.read(10, 0)  # "me" exists now, holding nothing
-        kept = await me.prune(60)  # nobody was gone that long
-        pruned = await me.prune(0.05)  # "gone" only: "holder" holds an entry, "me" is live
-        return kept, pruned, await me.leave(), await StreamConsumer(client, keys, "holder").leave()
+        group = ConsumerGroup(client, keys, "me")
+        kept = await group.prune(60)  # nobody was gone that long
+        pruned = await group.prune(0.05)  # "gone" only: "holder" holds an entry, "me" is live
+        holder = ConsumerGroup(client, keys, "holder")
+        return kept, pruned, await group.leave(), await holder.leave()
 
     kept, pruned, me_left, holder_left = arun(redis_url, body)
     assert (kept, pruned) == ([], ["gone"])

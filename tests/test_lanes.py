@@ -18,6 +18,7 @@ from meteorseed_scrapy.politeness.permits import SiteQueues
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneShares, LaneWeights
 from meteorseed_scrapy.queue.writer import TaskWriter
@@ -300,9 +301,10 @@ def test_reclaim_touch_hand_back_ack_and_dead_letters_work_in_every_lane(
         out["lost"] = await a.touch([d.ref for d in got])
         out["acked"] = await b.ack([d.ref for d in reclaimed])
         out["dead"] = await a.dead_letter(got[2], "gave up")
-        out["quiet_before"] = await a.namespace_quiet()
+        group = ConsumerGroup(client, keys, "a")
+        out["quiet_before"] = await group.namespace_quiet()
         out["acked_last"] = await a.ack([got[3].ref])
-        out["quiet"] = await a.namespace_quiet()
+        out["quiet"] = await group.namespace_quiet()
         return out
 
     out = arun(redis_url, body)

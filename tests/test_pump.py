@@ -34,6 +34,7 @@ from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.enqueue_calls import AddResult
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
+from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY, task_of
@@ -181,7 +182,7 @@ def test_a_scraped_task_is_acked_with_its_completion_record(
         rig.pump.finished(request, ok(request))
         await wait_until(lambda: rig.stats.get_value("meteorseed/acked") == 1)
         assert await rig.stream_length() == 0 and await rig.pending() == 0
-        [record] = await rig.consumer.completion_records([task])
+        [record] = await TaskRecords(rig.client, rig.keys).completion_records([task])
         assert record is not None and '"outcome":"done"' in record and '"items":1' in record
         assert [(s["task"].task_id, s["outcome"]) for s in rig.settled] == [
             (task.task_id, Outcome.DONE)]
@@ -207,10 +208,10 @@ def test_the_parent_is_acked_only_once_its_children_are_durable(
         await writer.entered.wait()
         # The child is on its way to Redis: its parent may not be acked, nor even settled.
         assert rig.settled == [] and await rig.pending() == 1
-        assert await rig.consumer.completion_records([parent]) == [None]
+        assert await TaskRecords(rig.client, rig.keys).completion_records([parent]) == [None]
         writer.release.set()
         await wait_until(lambda: rig.stats.get_value("meteorseed/acked") == 1)
-        [record] = await rig.consumer.completion_records([parent])
+        [record] = await TaskRecords(rig.client, rig.keys).completion_records([parent])
         assert record is not None and '"outcome":"done"' in record
         children = [ExecTask.from_message(f) for s in rig.keys.streams
                     for _, f in await rig.client.xrange(s)]
@@ -234,7 +235,7 @@ def test_a_failed_scrape_stays_pending_with_its_failure_noted(
         assert scrape is not None
         scrape.fail("item not committed: StoreWriteError: down")
         rig.pump.finished(request, ok(request))
-        notes = await wait_until(lambda: rig.consumer.failure_notes([task]))
+        notes = await wait_until(lambda: TaskRecords(rig.client, rig.keys).failure_notes([task]))
         assert "StoreWriteError" in notes[task.task_id]
         assert await rig.pending() == 1 and not rig.stats.get_value("meteorseed/acked")
         assert rig.settled[0]["outcome"] is Outcome.FAILED

@@ -19,9 +19,8 @@ from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.lanes import LaneWeights
+from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scheduler import StreamScheduler
 from meteorseed_scrapy.settings import ConfigError
@@ -113,8 +112,8 @@ def test_the_scrape_is_current_while_the_scraper_runs_and_the_task_acks_after_it
             assert dfd is done and scrape is not None and scrape.task.task_id == parent.task_id
             assert current_scrape() is None  # only what the scraper runs sees it
             done.callback(None)
-            consumer = StreamConsumer(client, keys, "w2", LaneWeights.from_settings({}))
-            [record] = await wait_until(lambda: _recorded(consumer, parent))
+            records = TaskRecords(client, keys)
+            [record] = await wait_until(lambda: _recorded(records, parent))
             assert '"outcome":"done"' in record
             stats = scheduler.stats
             assert stats.get_value("meteorseed/children/enqueued") == 1
@@ -125,8 +124,8 @@ def test_the_scrape_is_current_while_the_scraper_runs_and_the_task_acks_after_it
     asyncio.run(main())
 
 
-async def _recorded(consumer: StreamConsumer, task: ExecTask) -> list[str] | None:
-    records = await consumer.completion_records([task])
+async def _recorded(kept: TaskRecords, task: ExecTask) -> list[str] | None:
+    records = await kept.completion_records([task])
     return records if all(records) else None  # type: ignore[return-value]
 
 
@@ -160,8 +159,7 @@ def test_an_item_error_during_the_scrape_keeps_its_task_unacked(
                 failure=Failure(RuntimeError("store down")))
             engine.scraper.enqueue_scrape(ok(request), request)
             engine.scrapes[0][1].callback(None)
-            consumer = StreamConsumer(client, keys, "w2", LaneWeights.from_settings({}))
-            notes = await wait_until(lambda: consumer.failure_notes([task]))
+            notes = await wait_until(lambda: TaskRecords(client, keys).failure_notes([task]))
             assert "item not committed: RuntimeError: store down" in notes[task.task_id]
             assert not scheduler.stats.get_value("meteorseed/acked")
 

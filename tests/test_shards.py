@@ -18,8 +18,10 @@ from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE
+from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
 from meteorseed_scrapy.queue.shards import ShardMismatch
+from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
@@ -116,10 +118,11 @@ def test_writer_and_consumer_across_shards(
         out["released"] = not await writer.is_seen(dead.task)
         done = [(d.task, '{"outcome": "done"}') for d in rest[:50] if d.task]
         out["acked"] = await consumer.complete(done, [d.ref for d in rest], 60)
-        out["records"] = await consumer.completion_records([t for t, _ in done])
-        await consumer.note_failures([(t, "why") for t, _ in done[:3]], 60)
-        out["notes"] = await consumer.failure_notes([t for t, _ in done[:3]])
-        out["quiet"] = await consumer.namespace_quiet()
+        records = TaskRecords(client, keys)
+        out["records"] = await records.completion_records([t for t, _ in done])
+        await records.note_failures([(t, "why") for t, _ in done[:3]], 60)
+        out["notes"] = await records.failure_notes([t for t, _ in done[:3]])
+        out["quiet"] = await ConsumerGroup(client, keys, "w1").namespace_quiet()
         return out
 
     out = arun(redis_url, body)

@@ -27,6 +27,7 @@ from meteorseed_scrapy.queue.task_query import (
     query_for_id,
     query_for_url,
 )
+from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.task_state import task_state_plan
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exceptions import DeferReason
@@ -122,7 +123,7 @@ def test_done_record_and_dead_letter_reason(redis_url: str, namespace: str,
         record = json.dumps({"outcome": "ok", "items": 3, "digest": "abc", "status": 200,
                              "at": 1.0})
         await consumer.complete([(ok, record)], [deliveries[ok.task_id].ref], 3600)
-        await consumer.note_failures([(bad, "callback raised KeyError")], 3600)
+        await TaskRecords(client, keys).note_failures([(bad, "callback raised KeyError")], 3600)
         await consumer.dead_letter(deliveries[bad.task_id], "HTTP 500 after 2 retries",
                                    fingerprint_bytes(bad).hex())
 

@@ -11,23 +11,20 @@ to it later goes to that stream. Nothing here knows about Scrapy.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from redis.client import NEVER_DECODE
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shares
-from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
-from meteorseed_scrapy.queue.reads import run_async
 from meteorseed_scrapy.queue.scripts import ScriptPipeline
 from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count, is_cluster
-from meteorseed_scrapy.queue.status import quiet_plan
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
@@ -271,45 +268,6 @@ class StreamConsumer:
                                    else [])]
         return sum(int(n) for n in replies[len(records):])
 
-    async def _mget(self, tasks: Sequence[ExecTask], key: Any) -> list[str | None]:
-        """``key(shard, task_id)`` of every task: one MGET per shard (one slot each)."""
-        groups: dict[int, list[int]] = {}
-        for i, task in enumerate(tasks):
-            groups.setdefault(shard_of(task.site_id, self.keys.shards), []).append(i)
-        out: list[str | None] = [None] * len(tasks)
-        names = [[key(self.shards[k], tasks[i].task_id) for i in positions]
-                 for k, positions in groups.items()]
-        if self._cluster:  # a cluster pipeline refuses MGET: concurrent calls, one per slot
-            replies = await asyncio.gather(*(self.redis.mget(group) for group in names))
-        else:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for group in names:
-                    pipe.mget(group)
-                replies = await pipe.execute()
-        for positions, values in zip(groups.values(), replies, strict=True):
-            for i, value in zip(positions, values, strict=True):
-                out[i] = value
-        return out
-
-    async def completion_records(self, tasks: Sequence[ExecTask]) -> list[str | None]:
-        if not tasks:
-            return []
-        return await self._mget(tasks, lambda shard, t: shard.done(t))
-
-    async def note_failures(self, failures: Sequence[tuple[ExecTask, str]], ttl: int) -> None:
-        """Remember why tasks failed, so the dead letter of a task that keeps failing says why."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for task, reason in failures:
-                pipe.set(self.keys.for_site(task.site_id).failed(task.task_id), reason[:2000],
-                         ex=ttl)
-            await pipe.execute()
-
-    async def failure_notes(self, tasks: Sequence[ExecTask]) -> dict[str, str]:
-        if not tasks:
-            return {}
-        notes = await self._mget(tasks, lambda shard, t: shard.failed(t))
-        return {t.task_id: n for t, n in zip(tasks, notes, strict=True) if n}
-
     async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
         """Move ``delivery`` to its shard's dead letters and release its URL (one script when
         its site's dedup root is in that shard, as it is unless the task was put in another
@@ -342,74 +300,6 @@ class StreamConsumer:
             await self._release(keys=[self.keys.seen(task.site_id)],
                                 args=["", bytes.fromhex(release)])
         return str(dead_id)
-
-    async def leave(self) -> int:
-        """Remove this consumer from the group of every stream where it holds nothing pending
-        (a graceful stop after its hand-back): otherwise every worker process ever started
-        stays listed. A stream where it still holds entries keeps it, or they could never be
-        reclaimed. Returns how many streams it left."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in self.streams:
-                pipe.xpending_range(stream, self.keys.group, "-", "+", 1,
-                                    consumername=self.consumer)
-            held = await pipe.execute(raise_on_error=False)
-        empty = [s for s, reply in zip(self.streams, held, strict=True)
-                 if isinstance(reply, list) and not reply]
-        if not empty:
-            return 0
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in empty:
-                pipe.xgroup_delconsumer(stream, self.keys.group, self.consumer)
-            await pipe.execute(raise_on_error=False)
-        return len(empty)
-
-    async def prune(self, min_idle_s: float) -> list[str]:
-        """Remove consumers that hold nothing and were not seen for ``min_idle_s`` (workers that
-        crashed, or stopped after handing tasks back that others took over). A live worker
-        reads every fraction of a second, so it is never idle that long; one that holds
-        entries is kept whatever its idle time, or they could not be reclaimed."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in self.streams:
-                pipe.xinfo_consumers(stream, self.keys.group)
-            listed = await pipe.execute(raise_on_error=False)
-        gone: list[tuple[str, str]] = []
-        for stream, consumers in zip(self.streams, listed, strict=True):
-            if isinstance(consumers, list):
-                gone += [(stream, str(c["name"])) for c in consumers
-                         if int(c["pending"]) == 0 and int(c["idle"]) >= min_idle_s * 1000
-                         and str(c["name"]) != self.consumer]
-        if gone:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for stream, name in gone:
-                    pipe.xgroup_delconsumer(stream, self.keys.group, name)
-                await pipe.execute(raise_on_error=False)
-        return sorted({name for _, name in gone})
-
-    async def namespace_quiet(self) -> bool:
-        """True when no task waits in any stream, is pending on any consumer or is deferred
-        in a delayed set (read as :mod:`meteorseed_scrapy.queue.status` reads the queue)."""
-        return await run_async(self.redis, quiet_plan(self.keys))
-
-    async def check_durability(self) -> list[str]:
-        """Warnings about Redis settings that can lose tasks (empty when all is well)."""
-        warnings: list[str] = []
-        try:
-            policy = (await self.redis.config_get("maxmemory-policy")).get("maxmemory-policy")
-            aof = (await self.redis.config_get("appendonly")).get("appendonly")
-            save = (await self.redis.config_get("save")).get("save")
-        except ResponseError as exc:  # CONFIG disabled on managed Redis
-            return [f"cannot check Redis persistence settings ({exc})"]
-        if policy and policy != "noeviction":
-            warnings.append(
-                f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict "
-                "task streams; set it to 'noeviction'"
-            )
-        if aof != "yes" and not save:
-            warnings.append(
-                "Redis persistence is off (appendonly no, no RDB save points): a Redis restart "
-                "loses every task; enable appendonly"
-            )
-        return warnings
 
 
 def _text(value: bytes | str) -> str:

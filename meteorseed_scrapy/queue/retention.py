@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting
 
@@ -67,7 +67,7 @@ class DeadLetterRetention:
             logger.info("Trimmed %d dead letters past their retention (%s)", removed, self)
 
 
-async def housekeeping(retention: DeadLetterRetention, consumer: StreamConsumer,
+async def housekeeping(retention: DeadLetterRetention, group: ConsumerGroup,
                        prune_idle_s: float, stats: Any) -> None:
     """A worker's chores about once a minute until cancelled: dead-letter retention, and the
     removal of consumers that hold nothing and were gone for ``prune_idle_s`` (0: kept).
@@ -76,9 +76,9 @@ async def housekeeping(retention: DeadLetterRetention, consumer: StreamConsumer,
     await asyncio.sleep(random.uniform(1.0, TRIM_EVERY_S))
     while True:
         try:
-            await retention.trim_logged(consumer.redis, consumer.keys, stats)
+            await retention.trim_logged(group.redis, group.keys, stats)
             if prune_idle_s > 0:
-                pruned = await consumer.prune(prune_idle_s)
+                pruned = await group.prune(prune_idle_s)
                 if pruned:
                     stats.inc_value("meteorseed/consumers/pruned", len(pruned))
                     logger.info("Removed %d consumer(s) holding nothing, gone for over %.0f s:"

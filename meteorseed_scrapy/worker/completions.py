@@ -19,6 +19,7 @@ from typing import Any
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.exceptions import DeferReason
@@ -40,6 +41,7 @@ class Completions:
                  on_child_durable: Callable[[str], None],
                  on_new_urls: Callable[[Iterable[str]], None]) -> None:
         self.consumer = consumer
+        self.task_records = TaskRecords(consumer.redis, consumer.keys)
         self.writer = writer
         self.gate = gate
         self.config = config
@@ -169,7 +171,7 @@ class Completions:
                                      else "meteorseed/deferred/refused")
             if self.failures:
                 batch_f = self.failures[:BATCH]
-                await self.consumer.note_failures(batch_f, self.config.done_ttl)
+                await self.task_records.note_failures(batch_f, self.config.done_ttl)
                 del self.failures[: len(batch_f)]
         finally:
             self._flushing = False

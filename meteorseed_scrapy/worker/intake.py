@@ -15,6 +15,8 @@ from typing import Any, Protocol
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.group import ConsumerGroup
+from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.keepalive import KeepAlive
@@ -50,6 +52,8 @@ class Intake:
                  config: WorkerConfig, stats: Any, holder: Holder, read_batch: int,
                  keepalive: KeepAlive) -> None:
         self.consumer = consumer
+        self.task_records = TaskRecords(consumer.redis, consumer.keys)
+        self.group = ConsumerGroup(consumer.redis, consumer.keys, consumer.consumer)
         self.gate = gate
         self.completions = completions
         self.config = config
@@ -90,11 +94,11 @@ class Intake:
 
     async def accept(self, deliveries: Sequence[Delivery]) -> None:
         redelivered = [d for d in deliveries if d.task is not None and d.deliveries > 1]
-        records = await self.consumer.completion_records(
+        records = await self.task_records.completion_records(
             [d.task for d in redelivered if d.task is not None]
         )
         done = {d.ref for d, r in zip(redelivered, records, strict=True) if r}
-        reasons = await self.consumer.failure_notes(
+        reasons = await self.task_records.failure_notes(
             [d.task for d in redelivered if d.task is not None
              and d.deliveries > self.config.max_deliveries]
         )
@@ -162,7 +166,7 @@ class Intake:
             next_due = await self.gate.promote()
             self._next_promote = now + (min(next_due, 1.0) if next_due >= 0 else 1.0)
         if self.config.idle_close:
-            quiet = self.holder.locally_quiet() and await self.consumer.namespace_quiet()
+            quiet = self.holder.locally_quiet() and await self.group.namespace_quiet()
             if not quiet:
                 self.quiet_since = None
             elif self.quiet_since is None:

@@ -1,0 +1,98 @@
+"""The consumer group seen as a whole: who is listed in it, and whether the namespace is quiet
+and safely kept.
+
+A worker leaves the group when it stops, and prunes the consumers that crashed; it asks
+whether any task is left anywhere before it calls a run finished, and warns at start of Redis
+settings that can lose tasks. Every method is one round trip (or one per check) on a
+``redis.asyncio`` client created with ``decode_responses=True``. Nothing here knows about Scrapy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.reads import run_async
+from meteorseed_scrapy.queue.status import quiet_plan
+
+__all__ = ["ConsumerGroup"]
+
+
+class ConsumerGroup:
+    """The group of every task stream of ``keys``, as seen by the consumer named ``consumer``."""
+
+    def __init__(self, redis: Any, keys: KeyLayout, consumer: str) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.consumer = consumer
+        self.streams = keys.streams
+
+    async def leave(self) -> int:
+        """Remove this consumer from the group of every stream where it holds nothing pending
+        (a graceful stop after its hand-back): otherwise every worker process ever started
+        stays listed. A stream where it still holds entries keeps it, or they could never be
+        reclaimed. Returns how many streams it left."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xpending_range(stream, self.keys.group, "-", "+", 1,
+                                    consumername=self.consumer)
+            held = await pipe.execute(raise_on_error=False)
+        empty = [s for s, reply in zip(self.streams, held, strict=True)
+                 if isinstance(reply, list) and not reply]
+        if not empty:
+            return 0
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in empty:
+                pipe.xgroup_delconsumer(stream, self.keys.group, self.consumer)
+            await pipe.execute(raise_on_error=False)
+        return len(empty)
+
+    async def prune(self, min_idle_s: float) -> list[str]:
+        """Remove consumers that hold nothing and were not seen for ``min_idle_s`` (workers that
+        crashed, or stopped after handing tasks back that others took over). A live worker
+        reads every fraction of a second, so it is never idle that long; one that holds
+        entries is kept whatever its idle time, or they could not be reclaimed."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xinfo_consumers(stream, self.keys.group)
+            listed = await pipe.execute(raise_on_error=False)
+        gone: list[tuple[str, str]] = []
+        for stream, consumers in zip(self.streams, listed, strict=True):
+            if isinstance(consumers, list):
+                gone += [(stream, str(c["name"])) for c in consumers
+                         if int(c["pending"]) == 0 and int(c["idle"]) >= min_idle_s * 1000
+                         and str(c["name"]) != self.consumer]
+        if gone:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for stream, name in gone:
+                    pipe.xgroup_delconsumer(stream, self.keys.group, name)
+                await pipe.execute(raise_on_error=False)
+        return sorted({name for _, name in gone})
+
+    async def namespace_quiet(self) -> bool:
+        """True when no task waits in any stream, is pending on any consumer or is deferred
+        in a delayed set (read as :mod:`meteorseed_scrapy.queue.status` reads the queue)."""
+        return await run_async(self.redis, quiet_plan(self.keys))
+
+    async def check_durability(self) -> list[str]:
+        """Warnings about Redis settings that can lose tasks (empty when all is well)."""
+        warnings: list[str] = []
+        try:
+            policy = (await self.redis.config_get("maxmemory-policy")).get("maxmemory-policy")
+            aof = (await self.redis.config_get("appendonly")).get("appendonly")
+            save = (await self.redis.config_get("save")).get("save")
+        except ResponseError as exc:  # CONFIG disabled on managed Redis
+            return [f"cannot check Redis persistence settings ({exc})"]
+        if policy and policy != "noeviction":
+            warnings.append(
+                f"Redis maxmemory-policy is {policy!r}: under memory pressure Redis may evict "
+                "task streams; set it to 'noeviction'"
+            )
+        if aof != "yes" and not save:
+            warnings.append(
+                "Redis persistence is off (appendonly no, no RDB save points): a Redis restart "
+                "loses every task; enable appendonly"
+            )
+        return warnings
