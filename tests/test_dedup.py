@@ -116,7 +116,7 @@ def test_previous_generation_is_looked_up_exactly_without_a_bloom_filter(
     root = KeyLayout(namespace).seen("s")
     g = T0 // DAY
     assert sync_redis.hgetall(f"{root}:{DAY}:{g - 1}") == {}  # (no generation before)
-    assert set(sync_redis.hgetall(f"{root}:{DAY}:{g}")) == {"n", "b", "p"}
+    assert set(sync_redis.hgetall(f"{root}:{DAY}:{g}")) == {"n", "b", "p", "q"}
     assert not list(sync_redis.scan_iter(f"{root}:*:f*"))  # no Bloom slices any more
 
 

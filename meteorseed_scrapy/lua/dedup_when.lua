@@ -16,14 +16,13 @@ if #fp ~= 16 or redis.call('TYPE', root)['ok'] ~= 'hash' then return {now} end
 -- (the stored window, read without dd_window: this script never writes)
 local w = tonumber(redis.call('HGET', root, 'w') or '0') or 0
 local e = string.sub(fp, 1, 6)  -- the entry: the fingerprint's first 6 bytes (dedup_lib.lua)
-local unit = (w > 0) and math.ceil(w / DD_SLOTS) or 1  -- seconds per time slot
 for _, st in ipairs(dd_generations(root, w, now)) do
   local slot = st.n > 0 and tonumber(redis.call('HGET', dd_bucket(st, e), e))
   if slot then
     if w == 0 then return {now, 0, 0, 0} end
     -- As dedup_lib's liveness test: rounded up, never released before the window has passed.
-    local eligible = st.g * w + (slot + 1) * unit + w
-    if now < eligible then return {now, w, st.g * w + slot * unit, eligible} end
+    local eligible = st.g * w + (slot + 1) * st.unit + w
+    if now < eligible then return {now, w, st.g * w + slot * st.unit, eligible} end
   end
 end
 return {now}
