@@ -100,7 +100,7 @@ async def call_in_order(redis: Any, order: ScriptOrder, script: Any,
 
 
 @cache
-def _connection_args(pool_type: type) -> tuple[str, ...]:
+def _connection_args(pool_type: Any) -> tuple[str, ...]:
     """What ``get_connection`` of this pool class takes: redis-py below 5.3 (the floor is
     5.0.1) requires a command name, from 5.3 passing one is deprecated."""
     param = inspect.signature(pool_type.get_connection).parameters.get("command_name")
