@@ -9,7 +9,6 @@ import asyncio
 import inspect
 from contextvars import ContextVar
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -99,11 +98,10 @@ async def call_in_order(redis: Any, order: ScriptOrder, script: Any,
     return await _pipelined(redis, order, script, calls)
 
 
-@cache
-def _connection_args(pool_type: Any) -> tuple[str, ...]:
-    """What ``get_connection`` of this pool class takes: redis-py below 5.3 (the floor is
-    5.0.1) requires a command name, from 5.3 passing one is deprecated."""
-    param = inspect.signature(pool_type.get_connection).parameters.get("command_name")
+def _connection_args(pool: Any) -> tuple[str, ...]:
+    """What ``pool.get_connection`` takes: redis-py below 5.3 (the floor is 5.0.1) requires a
+    command name, from 5.3 passing one is deprecated. (Asked once per sequence's connection.)"""
+    param = inspect.signature(pool.get_connection).parameters.get("command_name")
     return ("EVAL",) if param is not None and param.default is inspect.Parameter.empty else ()
 
 
@@ -119,7 +117,7 @@ async def _pipelined(redis: Any, order: ScriptOrder, script: Any,
             sent = True
             return list(await call_scripts(redis, script, calls))
         if lane.conn is None:
-            lane.conn = await pool.get_connection(*_connection_args(type(pool)))
+            lane.conn = await pool.get_connection(*_connection_args(pool))
         conn = lane.conn
         lane.users += 1
         try:
