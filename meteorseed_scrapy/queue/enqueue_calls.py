@@ -63,6 +63,12 @@ _ROOT, _FINGERPRINT, _WINDOW, _PAYLOAD, _STREAM = (itemgetter(i) for i in range(
 _ENTRY = itemgetter(slice(0, 6))  # a fingerprint's dedup entry (see enqueue.lua)
 
 
+def _one_root_one_window(chunk: Sequence[Encoded]) -> bool:
+    """Every task of ``chunk`` deduplicated under one root with one window (a seed's URLs)."""
+    roots = set(map(_ROOT, chunk))
+    return len(roots) == 1 and None not in roots and len(set(map(_WINDOW, chunk))) == 1
+
+
 def _one_root_meta(chunk: Sequence[Encoded]) -> bytes:
     """enqueue.lua's 8-byte records of tasks that all have root 1: the 16-byte fingerprints
     joined once and their first 6 bytes laid out by strided slices (C loops, where a slice
@@ -86,8 +92,7 @@ def _without_repeats(chunk: Sequence[Encoded]) -> tuple[Sequence[Encoded], list[
     fingerprints = [*map(_FINGERPRINT, chunk)]
     if len(set(fingerprints)) == len(fingerprints):
         return chunk, None
-    roots = set(map(_ROOT, chunk))
-    if len(roots) != 1 or None in roots or len(set(map(_WINDOW, chunk))) != 1:
+    if not _one_root_one_window(chunk):
         return chunk, None
     seen: set[bytes] = set()
     kept: list[int] = []
@@ -131,8 +136,7 @@ def script_args(stream: str, chunk: Sequence[Encoded], now: str
                 ) -> tuple[list[str], list[str | bytes]]:
     """The keys and arguments of one enqueue.lua call of ``chunk`` (all of ``stream``);
     ``now``: the clock argument ("" = the server's TIME)."""
-    roots = set(map(_ROOT, chunk))
-    if len(roots) == 1 and None not in roots and len(set(map(_WINDOW, chunk))) == 1:
+    if _one_root_one_window(chunk):
         # One site and one window (a seed's URLs): packed by C-level joins alone, the
         # window sent with the first task only.
         window = chunk[0].window
@@ -142,7 +146,7 @@ def script_args(stream: str, chunk: Sequence[Encoded], now: str
             raise ValueError("a task JSON holds a raw newline")
         payloads.append("")
         jsons = "\n".join(payloads)
-        return ([stream, *roots],
+        return ([stream, str(chunk[0].root)],  # (the one root: not None, see above)
                 [now, jsons, _one_root_meta(chunk), *(("1", window) if window else ())])
     positions: dict[str, int] = {}  # dedup root -> 1-based position after the stream key
     # A window equal to the one already sent for that root in this call goes as "": the

@@ -77,8 +77,7 @@ def expand_checked(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None
             len(parts.head.encode()) + len(parts.tail.encode()) + _AS_IS_ROOM
             <= MAX_MESSAGE_BYTES):
         return _expand_as_is(seed, urls, parts)
-    return ((item if isinstance(item, UrlError) else (*item, item[0].url))
-            for item in _expand_urls(seed, urls))
+    return (_with_url(item) for item in _expand_urls(seed, urls))
 
 
 def _seed_urls(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None
@@ -107,6 +106,12 @@ def _expand_urls(seed: SeedTask, urls: Iterable[Any]
     make_task = seed.exec_task_factory() or seed.exec_task
     for position, url in enumerate(urls):
         yield _expand_one(make_task, position, url)
+
+
+def _with_url(item: tuple[ExecTask, str, str] | UrlError
+              ) -> tuple[ExecTask, str, str, str] | UrlError:
+    """An item of the general way as :func:`expand_checked` gives it (its URL last)."""
+    return item if isinstance(item, UrlError) else (*item, item[0].url)
 
 
 def _expand_one(make_task: Callable[[Any], ExecTask], position: int, url: Any
@@ -145,8 +150,7 @@ def _expand_as_is(seed: SeedTask, urls: Iterable[Any], parts: ExecJson
     ids, at, end = "", 0, 0
     for position, url in enumerate(urls):
         if type(url) is not str or len(url) > MAX_URL_BYTES or fullmatch(url) is None:
-            item = _expand_one(make_task, position, url)
-            yield item if isinstance(item, UrlError) else (*item, item[0].url)
+            yield _with_url(_expand_one(make_task, position, url))
             continue
         if len(url) <= AS_IS_MAX_LEN and "&" not in url and "/." not in url and (
                 "--" not in url):
@@ -155,8 +159,7 @@ def _expand_as_is(seed: SeedTask, urls: Iterable[Any], parts: ExecJson
             try:
                 canonical = cached_canonical_url(url)
             except ValueError:  # (never seen: the general way words the error)
-                item = _expand_one(make_task, position, url)
-                yield item if isinstance(item, UrlError) else (*item, item[0].url)
+                yield _with_url(_expand_one(make_task, position, url))
                 continue
         # created_at is round(time(), 3) as for each task, the rounding redone only when
         # the time has moved past the value it rounded to.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import scrapy
 
@@ -25,7 +25,7 @@ class ProbeSpider(scrapy.Spider):
         if "badchild" in parsed.query:
             yield scrapy.Request(response.urljoin("/news/article/999"), meta={"obj": object()})
             return
-        many = dict(part.partition("=")[::2] for part in parsed.query.split("&")).get("many")
+        many = parse_qs(parsed.query).get("many", [""])[0]
         if many:  # a listing page: many items from one response
             for i in range(int(many)):
                 yield {"unique_key": f"{path}#{i}", "status": response.status}
