@@ -15,7 +15,7 @@ from w3lib.url import canonicalize_url
 # this with w3lib over many varied URLs.
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _UNRESERVED = r"[A-Za-z0-9._~-]"
-_CANONICAL_AS_IS = re.compile(
+AS_IS_URL = re.compile(
     rf"https?://((?:{_LABEL}\.)*[a-z](?:[a-z0-9-]{{0,61}}[a-z0-9])?)"
     rf"(/[A-Za-z0-9._~/-]*)"
     rf"(?:\?({_UNRESERVED}+={_UNRESERVED}*(?:&{_UNRESERVED}+={_UNRESERVED}*)*))?"
@@ -28,12 +28,11 @@ _DOT_SEGMENT = re.compile(r"/\.\.?(?:/|$)")
 #: has no dot segment, its query one pair at most). Whatever AS_IS_URL fullmatches is also an
 #: http(s) URL with a host and no whitespace, of ASCII characters that a JSON string holds
 #: unescaped.
-AS_IS_URL = _CANONICAL_AS_IS
 AS_IS_MAX_LEN = 253 + len("https://")
 
 
 def _is_canonical(url: str) -> bool:
-    match = _CANONICAL_AS_IS.fullmatch(url)
+    match = AS_IS_URL.fullmatch(url)
     if match is None:
         return False
     host, path, query = match.groups()
