@@ -69,6 +69,11 @@ class ExpandSummary:
     def rejected(self) -> int:
         return self.bad_lines + self.bad_urls
 
+    def count(self, result: AddResult) -> None:
+        """Add what one batch's enqueue did."""
+        self.enqueued += result.enqueued
+        self.duplicates += result.duplicates
+
     def __str__(self) -> str:
         return (
             f"read {self.lines} lines, enqueued {self.enqueued}, "
@@ -121,9 +126,7 @@ async def expand_stream(
         nonlocal in_flight
         if in_flight is not None:
             task, in_flight = in_flight, None
-            result = await task
-            summary.enqueued += result.enqueued
-            summary.duplicates += result.duplicates
+            summary.count(await task)
 
     async def flush() -> None:
         nonlocal in_flight, room, order
@@ -158,8 +161,7 @@ async def expand_stream(
                 # already, or is not sent at all; its reply is awaited, never left behind.
                 await asyncio.wait([task])
                 if not task.cancelled() and task.exception() is None:
-                    summary.enqueued += task.result().enqueued
-                    summary.duplicates += task.result().duplicates
+                    summary.count(task.result())
                 raise
             in_flight = task
         batch.clear()
