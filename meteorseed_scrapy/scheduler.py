@@ -32,7 +32,6 @@ from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.dedup import project_fingerprinter
-from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
 from meteorseed_scrapy.queue.retention import DeadLetterRetention, housekeeping
@@ -132,7 +131,7 @@ class StreamScheduler:
         self._yields = YieldReporter(SeedRegistry(self.redis, self.keys), new_urls)
         self._chores = [
             asyncio.ensure_future(housekeeping(
-                self.retention, ConsumerGroup(self.redis, self.keys, self.config.consumer),
+                self.retention, consumer.membership(),
                 self.prune_idle, self.stats)),
             asyncio.ensure_future(self._yields.run()),
         ]

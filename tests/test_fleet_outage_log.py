@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.worker.loops import Loops
 
@@ -45,6 +46,9 @@ class _Consumer:
         self.redis = _Redis()
         self.keys = KeyLayout("outage")
         self.consumer = "w1"
+
+    def membership(self) -> ConsumerGroup:
+        return ConsumerGroup(self.redis, self.keys, self.consumer)
 
     async def ensure_group(self) -> None:
         if not self.redis.up:

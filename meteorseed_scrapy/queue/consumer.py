@@ -21,6 +21,7 @@ from redis.exceptions import NoScriptError
 
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shares
+from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
 from meteorseed_scrapy.queue.scripts import ScriptPipeline
@@ -98,6 +99,11 @@ class StreamConsumer:
         """The lane whose stream ``delivery`` came from (not the task's own: a retry of a
         realtime task waits in the retry lane)."""
         return self.keys.stream_lanes[delivery.stream][0]
+
+    def membership(self) -> ConsumerGroup:
+        """This consumer's membership of the group (leave, prune, quiet and durability checks:
+        :class:`~meteorseed_scrapy.queue.group.ConsumerGroup`), under the same name."""
+        return ConsumerGroup(self.redis, self.keys, self.consumer)
 
     async def ensure_group(self) -> None:
         """Create the consumer group of every task stream (from its start) unless it exists,

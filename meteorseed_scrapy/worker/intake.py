@@ -15,7 +15,6 @@ from typing import Any, Protocol
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
@@ -53,7 +52,7 @@ class Intake:
                  keepalive: KeepAlive) -> None:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)
-        self.group = ConsumerGroup(consumer.redis, consumer.keys, consumer.consumer)
+        self.group = consumer.membership()
         self.gate = gate
         self.completions = completions
         self.config = config

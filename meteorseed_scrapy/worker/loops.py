@@ -19,7 +19,6 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.group import ConsumerGroup
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +142,6 @@ class Loops:
         await self.consumer.ensure_group()
         if not self._checked:
             self._checked = True  # once, although several loops may be setting up at once
-            group = ConsumerGroup(self.consumer.redis, self.consumer.keys, self.consumer.consumer)
-            for warning in await group.check_durability():
+            for warning in await self.consumer.membership().check_durability():
                 logger.warning("%s", warning)
         self._ready = True

@@ -27,7 +27,6 @@ from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, Scrape, task_of
@@ -132,8 +131,7 @@ class StreamPump:
         else:
             self._completions.report_unwritten()
         try:
-            c = self._consumer
-            await ConsumerGroup(c.redis, c.keys, c.consumer).leave()
+            await self._consumer.membership().leave()
         except Exception as exc:  # (Redis away: the consumer stays listed)
             logger.debug("Could not leave the consumer group: %s", exc)
         self._completions.record_ack_latency()
