@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from meteorseed_scrapy.settings import DEFAULTS, to_flag
+from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.validators import to_flag
 
 logger = logging.getLogger(__name__)
 

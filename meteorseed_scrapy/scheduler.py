@@ -40,9 +40,10 @@ from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.yields import YieldReporter
-from meteorseed_scrapy.settings import ConfigError, WorkerConfig, duration_setting, flag_setting
+from meteorseed_scrapy.settings import WorkerConfig, duration_setting, flag_setting
 from meteorseed_scrapy.sites.lookup import site_configs
 from meteorseed_scrapy.task.context import current_scrape, task_of
+from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.loops import REDIS_DOWN
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.scrapes import ScrapeTracker

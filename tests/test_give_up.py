@@ -13,8 +13,9 @@ from scrapy.statscollectors import MemoryStatsCollector
 
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.settings import DEFAULTS, ConfigError
+from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.testing.clients import run_with_client as run
+from meteorseed_scrapy.validators import ConfigError
 
 T = TypeVar("T")
 SOON = BreakerConfig(give_up=0.0)  # any trouble at all is enough

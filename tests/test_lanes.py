@@ -23,12 +23,12 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneShares, LaneWeights
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.records import seed_to_dict
-from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, LANES, band_of
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.testing.polling import wait_until
+from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.requests import request_to_task
 from tests.test_consumer import arun
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.observability.metrics import MetricsExtension, port_range
-from meteorseed_scrapy.settings import ConfigError
+from meteorseed_scrapy.validators import ConfigError
 
 
 @pytest.mark.parametrize(("raw", "expected"), [

@@ -21,9 +21,9 @@ from meteorseed_scrapy.observability.logging import JsonFormatter, TaskContextFi
 from meteorseed_scrapy.observability.metrics import MetricsExtension, StatsCollector
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.status import QueueSampler
-from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.outcomes import Outcome
 from meteorseed_scrapy.worker.signals import breaker_state_changed, task_settled
 

@@ -12,7 +12,7 @@ from scrapy.settings import Settings
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.retention import DeadLetterRetention
-from meteorseed_scrapy.settings import ConfigError
+from meteorseed_scrapy.validators import ConfigError
 
 
 def fill(sync_redis: redis.Redis, keys: KeyLayout, old: int, recent: int) -> None:

@@ -21,8 +21,8 @@ from meteorseed_scrapy.seeding.adapt import (
 from meteorseed_scrapy.seeding.cron import CronExpr
 from meteorseed_scrapy.seeding.schedule import Cron, Every, parse_interval, parse_schedule
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
-from meteorseed_scrapy.settings import format_duration
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.validators import format_duration
 
 UTC = dt.timezone.utc
 
@@ -47,7 +47,7 @@ def nxt(expr: str, *start: int, tz: str | None = None) -> dt.datetime:
 @pytest.mark.parametrize(("value", "seconds"), [
     ("every 30m", 1800), ("EVERY 2h", 7200), ("every 45s", 45), ("every 1d", 86400),
     ("every 1.5h", 5400), ({"every": "10m"}, 600), ({"every": 90}, 90), ({"every": 2.5}, 2.5),
-    # the one duration grammar (settings.parse_duration): weeks, parts, plain seconds as text
+    # the one duration grammar (validators.parse_duration): weeks, parts, plain seconds as text
     ("every 2w", 1_209_600), ("every 1h30m", 5400), ({"every": "90"}, 90),
     ({"every": "1d 12h"}, 129_600),
 ])

@@ -23,10 +23,10 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scheduler import StreamScheduler
-from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.context import Scrape, current_scrape, task_of
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_until
+from meteorseed_scrapy.validators import ConfigError
 
 
 class ShopSpider(Spider):

@@ -18,12 +18,12 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.permits import SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.scheduler import StreamScheduler
-from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.sites.model import Limits
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 from meteorseed_scrapy.testing.polling import wait_for
+from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.dispatcher import Dispatcher
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
 from tests.test_politeness_gate import make_gate, run

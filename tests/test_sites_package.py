@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from meteorseed_scrapy.settings import ConfigError as SettingError
 from meteorseed_scrapy.sites.loader import SiteRegistry, rules_dir
 from meteorseed_scrapy.sites.lookup import SiteConfigs
+from meteorseed_scrapy.validators import ConfigError as SettingError
 
 REPO = Path(__file__).resolve().parents[1]
 RULE = {"site_id": "pkgsite", "version": 1, "allowed_domains": ["a.test"],

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from scrapy.settings import Settings
 
 from meteorseed_scrapy.queue.delivery import Delivery
-from meteorseed_scrapy.settings import ConfigError
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
 from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes

@@ -31,11 +31,11 @@ from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import (
     DEFAULT_REDIS_URL,
     DEFAULTS,
-    ConfigError,
     redis_url_from,
     stream_shards,
     text_setting,
 )
+from meteorseed_scrapy.validators import ConfigError
 
 EXIT_OK = 0
 #: Something asked for was not done (an unknown id, a dead letter that cannot be requeued, an

@@ -18,7 +18,7 @@ from meteorseed_scrapy.cli.common import (
     table,
 )
 from meteorseed_scrapy.queue import deadletters
-from meteorseed_scrapy.settings import ConfigError, format_duration, parse_duration
+from meteorseed_scrapy.validators import ConfigError, format_duration, parse_duration
 
 
 def register(sub: Any) -> None:

@@ -32,8 +32,9 @@ from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
 from meteorseed_scrapy.seeding.records import SeedRecord
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seeder import SeederConfig
-from meteorseed_scrapy.settings import DEFAULTS, flag_setting, format_duration, setting, to_integer
+from meteorseed_scrapy.settings import DEFAULTS, flag_setting, setting
 from meteorseed_scrapy.sites.lookup import SiteConfigs
+from meteorseed_scrapy.validators import format_duration, to_integer
 
 #: Most seeds ``--list`` shows.
 LIST_LIMIT = 1000

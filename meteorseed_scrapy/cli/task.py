@@ -20,8 +20,8 @@ from meteorseed_scrapy.cli.common import (
 from meteorseed_scrapy.queue.reads import run_sync
 from meteorseed_scrapy.queue.task_query import TaskState, parse_query
 from meteorseed_scrapy.queue.task_state import task_state_plan
-from meteorseed_scrapy.settings import format_duration
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.validators import format_duration
 
 
 def register(sub: Any) -> None:

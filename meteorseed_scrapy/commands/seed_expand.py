@@ -128,7 +128,8 @@ class Command(ScrapyCommand):
         from meteorseed_scrapy.queue.shards import ShardMismatch
         from meteorseed_scrapy.scrapy_redis_settings import redact
         from meteorseed_scrapy.seeding.expand import ExpandSummary
-        from meteorseed_scrapy.settings import ConfigError, redis_url_from
+        from meteorseed_scrapy.settings import redis_url_from
+        from meteorseed_scrapy.validators import ConfigError
 
         assert self.settings is not None
         # Scrapy parses with parse_known_args: a mistyped option lands in args.
@@ -190,7 +191,8 @@ class Command(ScrapyCommand):
         from meteorseed_scrapy.migrate import command as migration
         from meteorseed_scrapy.queue.keys import KeyLayout
         from meteorseed_scrapy.scrapy_redis_settings import redact
-        from meteorseed_scrapy.settings import ConfigError, redis_url_from
+        from meteorseed_scrapy.settings import redis_url_from
+        from meteorseed_scrapy.validators import ConfigError
 
         assert self.settings is not None
         try:
@@ -247,7 +249,8 @@ class Command(ScrapyCommand):
 
     def _private_addresses(self) -> bool:
         from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
-        from meteorseed_scrapy.settings import ConfigError, flag_setting
+        from meteorseed_scrapy.settings import flag_setting
+        from meteorseed_scrapy.validators import ConfigError
 
         assert self.settings is not None
         try:
@@ -268,7 +271,8 @@ class Command(ScrapyCommand):
         return fingerprinter
 
     def _max_backlog(self) -> int:
-        from meteorseed_scrapy.settings import ConfigError, integer_setting
+        from meteorseed_scrapy.settings import integer_setting
+        from meteorseed_scrapy.validators import ConfigError
 
         assert self.settings is not None
         try:

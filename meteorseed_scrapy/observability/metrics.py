@@ -32,15 +32,9 @@ from scrapy.exceptions import NotConfigured
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.status import QueueSampler
-from meteorseed_scrapy.settings import (
-    ConfigError,
-    duration_setting,
-    redis_url_from,
-    setting,
-    text_setting,
-    to_integer,
-)
+from meteorseed_scrapy.settings import duration_setting, redis_url_from, setting, text_setting
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.validators import ConfigError, to_integer
 from meteorseed_scrapy.worker.outcomes import COMMITTED, Outcome
 from meteorseed_scrapy.worker.signals import breaker_state_changed, task_settled
 

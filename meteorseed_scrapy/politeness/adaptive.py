@@ -22,8 +22,8 @@ from typing import Any
 from scrapy import Request, Spider
 from scrapy.http import Response
 
-from meteorseed_scrapy.settings import ConfigError, to_number
 from meteorseed_scrapy.task.context import task_of
+from meteorseed_scrapy.validators import ConfigError, to_number
 
 #: Seconds between two flushes of a worker's samples, and between two updates of a site's
 #: delay in Redis (whichever worker's flush comes first after it).

@@ -9,13 +9,12 @@ from typing import Any
 from meteorseed_scrapy.politeness.adaptive import AdaptiveTarget
 from meteorseed_scrapy.settings import (
     DEFAULTS,
-    ConfigError,
     duration_setting,
     flag_setting,
     integer_setting,
     number_setting,
-    to_number,
 )
+from meteorseed_scrapy.validators import ConfigError, to_number
 
 
 @dataclass(frozen=True)

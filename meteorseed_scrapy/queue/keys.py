@@ -136,13 +136,13 @@ from meteorseed_scrapy.queue.connection import is_cluster_url
 from meteorseed_scrapy.settings import (
     DEFAULTS,
     MAX_SHARDS,
-    ConfigError,
     WorkerConfig,
     redis_url_from,
     stream_shards,
     text_setting,
 )
 from meteorseed_scrapy.task.lanes import BANDS, DEFAULT_LANE, LANES, band_of
+from meteorseed_scrapy.validators import ConfigError
 
 GROUP = "workers"
 SHARDS_SETTING = "METEORSEED_STREAM_SHARDS"

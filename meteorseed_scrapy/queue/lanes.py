@@ -8,8 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy.settings import DEFAULTS, ConfigError, setting
+from meteorseed_scrapy.settings import DEFAULTS, setting
 from meteorseed_scrapy.task.lanes import LANES
+from meteorseed_scrapy.validators import ConfigError
 
 SETTING = "METEORSEED_LANE_WEIGHTS"
 DEFAULT_WEIGHTS: str = DEFAULTS[SETTING]

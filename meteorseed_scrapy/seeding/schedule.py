@@ -3,7 +3,7 @@
 Accepted forms (see docs/seeding.md):
 
 * ``"every 30m"`` or ``{"every": "30m"}``: an interval (a duration of
-  :func:`meteorseed_scrapy.settings.parse_duration`: ``45s``, ``30m``, ``2h``, ``1d``, ``2w``,
+  :func:`meteorseed_scrapy.validators.parse_duration`: ``45s``, ``30m``, ``2h``, ``1d``, ``2w``,
   ``1h30m`` or a number of seconds), the *starting* interval of an adaptive schedule. The
   object form also takes ``min`` and ``max`` (bounds of the adaptation), ``target`` (new URLs
   per run the adaptation aims at) and ``adaptive`` (``false``: always exactly ``every``).
@@ -25,8 +25,8 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from meteorseed_scrapy.seeding.cron import CronExpr
-from meteorseed_scrapy.settings import ConfigError, format_duration, parse_duration
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.validators import ConfigError, format_duration, parse_duration
 
 FIELD = "schedule"
 #: Shortest accepted interval (and bound), seconds.
@@ -42,7 +42,7 @@ _CRON_KEYS = frozenset({"cron", "tz"})
 
 def parse_interval(value: Any, field: str) -> float:
     """Seconds of a schedule interval or bound: the one duration grammar
-    (:func:`meteorseed_scrapy.settings.parse_duration`), from 1 s to 366 days;
+    (:func:`meteorseed_scrapy.validators.parse_duration`), from 1 s to 366 days;
     :class:`TaskError` naming ``field`` otherwise."""
     try:
         seconds = parse_duration(value, field)

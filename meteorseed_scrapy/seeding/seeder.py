@@ -32,7 +32,8 @@ from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.records import SeedRecord, seed_to_dict
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.threaded import expand_on_thread
-from meteorseed_scrapy.settings import DEFAULTS, format_duration
+from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.validators import format_duration
 
 if TYPE_CHECKING:
     import redis.asyncio

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.settings import ConfigError as SettingError
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Source, Stamp, load_file
+from meteorseed_scrapy.validators import ConfigError as SettingError
 
 if TYPE_CHECKING:  # (importlib.resources.abc is Python 3.11+; only annotations use it)
     from importlib.resources.abc import Traversable

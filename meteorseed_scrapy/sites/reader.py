@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from meteorseed_scrapy import settings
+from meteorseed_scrapy import validators
 from meteorseed_scrapy.sites.spec import Key
 
 
@@ -95,9 +95,9 @@ class Reader:
             return default
         try:
             if integer:
-                return settings.to_integer(value, self.at(key), minimum=minimum)
-            return settings.to_number(value, self.at(key), minimum=minimum)
-        except settings.ConfigError as exc:
+                return validators.to_integer(value, self.at(key), minimum=minimum)
+            return validators.to_number(value, self.at(key), minimum=minimum)
+        except validators.ConfigError as exc:
             raise self.error(key, exc.problem) from None
 
     def flag(self, key: str, default: bool) -> bool:
@@ -110,13 +110,13 @@ class Reader:
 
     def duration(self, key: str, default: float | None) -> float | None:
         """Seconds, from a number or ``"30d"``, ``"12h"``, ``"90m"``, ``"45s"``, ``"2w"``
-        (:func:`meteorseed_scrapy.settings.parse_duration`)."""
+        (:func:`meteorseed_scrapy.validators.parse_duration`)."""
         value = self.raw(key)
         if value is None:
             return default
         try:
-            return settings.parse_duration(value, self.at(key))
-        except settings.ConfigError as exc:
+            return validators.parse_duration(value, self.at(key))
+        except validators.ConfigError as exc:
             raise self.error(key, exc.problem) from None
 
     def str_list(self, key: str) -> tuple[str, ...]:

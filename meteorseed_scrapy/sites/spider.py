@@ -24,13 +24,7 @@ from scrapy.http import Response
 from twisted.internet import task, threads
 
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.settings import (
-    ConfigError,
-    duration_setting,
-    flag_setting,
-    redis_url_from,
-    text_setting,
-)
+from meteorseed_scrapy.settings import duration_setting, flag_setting, redis_url_from, text_setting
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, find, select_values
 from meteorseed_scrapy.sites.links import follow
@@ -41,6 +35,7 @@ from meteorseed_scrapy.sites.quality import AnomalyTracker, check
 from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import task_of
+from meteorseed_scrapy.validators import ConfigError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

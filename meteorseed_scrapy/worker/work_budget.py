@@ -6,7 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy.settings import setting, to_integer
+from meteorseed_scrapy.settings import setting
+from meteorseed_scrapy.validators import to_integer
 from meteorseed_scrapy.worker.ledger import TaskLedger
 
 
