@@ -1,6 +1,7 @@
 """Sites as rule configs: one YAML/JSON file per site, one generic spider (``scrapy crawl sites``).
 
-- :mod:`.schema` / :mod:`.reader`: the validated config objects and their errors
+- :mod:`.schema` / :mod:`.reader`: the validated config objects and their errors (fields and
+  selectors: :mod:`.field_rules`)
 - :mod:`.format` / :mod:`.spec`: every key of the format, declared once (validator and JSON Schema)
 - :mod:`.processors`, :mod:`.extract`: selecting and normalising field values (numbers and
   prices strictly, :mod:`.numbers`; natural-language dates, :mod:`.dates`)

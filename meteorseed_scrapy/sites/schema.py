@@ -2,77 +2,28 @@
 :mod:`.model`.
 
 See docs/sites.md for the format; its keys are declared in :mod:`.format`, which
-:func:`rule_schema` prints as JSON Schema. :func:`parse_site` either returns a complete
-:class:`SiteConfig` or raises :class:`~meteorseed_scrapy.sites.reader.ConfigError` naming the
-file, the field path and the problem; nothing half-valid ever reaches the spider.
+:func:`rule_schema` prints as JSON Schema. Fields and selectors are read by :mod:`.field_rules`;
+this module reads the rest (lists, limits, rendering, dedup) and checks the whole.
+:func:`parse_site` either returns a complete :class:`SiteConfig` or raises
+:class:`~meteorseed_scrapy.sites.reader.ConfigError` naming the file, the field path and the
+problem; nothing half-valid ever reaches the spider.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timezone
 from typing import Any
 
-import jmespath
-from parsel import Selector as Parsel
-
 from meteorseed_scrapy.sites import format as rule_keys
-from meteorseed_scrapy.sites.model import (
-    DEFAULT_NOT_BEFORE,
-    Constraint,
-    Dedup,
-    FieldRule,
-    Follow,
-    Limits,
-    Rendering,
-    Selector,
-    SiteConfig,
-)
-from meteorseed_scrapy.sites.processors import compile_processor
-from meteorseed_scrapy.sites.reader import ConfigError, Reader
+from meteorseed_scrapy.sites.field_rules import check_selector, field_rule, section_selector
+from meteorseed_scrapy.sites.model import Dedup, Follow, Limits, Rendering, SiteConfig
+from meteorseed_scrapy.sites.reader import Reader
 from meteorseed_scrapy.sites.spec import json_schema
 
 _SITE_ID = re.compile(rule_keys.SITE_ID)
-_FIELD_NAME = re.compile(rule_keys.FIELD_NAME)
 _QUOTA_KEY = re.compile(rule_keys.QUOTA_KEY)
 _IGNORE_REASON = re.compile(rule_keys.IGNORE_REASON)
-_SOURCES = ("css", "xpath", "path", "jmespath")
-#: Processors whose output is a date (date constraints apply by default).
-_DATE_PROCESSORS = frozenset({"date", "date_natural"})
-
-
-def _read_selector(sub: Reader, fmt: str) -> Selector:
-    """The selector keys of ``sub`` (a field or a link rule); other keys are left to the caller."""
-    css, xpath, path, query = (sub.string(key) for key in _SOURCES)
-    from_url = sub.flag("from_url", False)
-    if [css, xpath, path, query, from_url or None].count(None) != 4:
-        raise ConfigError(sub.source, sub.path, "needs exactly one of css, xpath, path,"
-                          " jmespath, from_url")
-    for key, value in (("path", path), ("jmespath", query)):
-        if value is not None and fmt != "json":
-            raise sub.error(key, "only for format: json sites")
-    if (css or xpath) and fmt == "json":
-        raise sub.error("css" if css else "xpath", "not for format: json sites (use path or"
-                        " jmespath)")
-    regex = sub.string("regex")
-    if css or xpath:
-        _check_css(sub, "css" if css else "xpath", css or xpath or "", xpath=bool(xpath))
-    if query is not None:
-        try:  # compiled now, so a bad expression fails at load time
-            jmespath.compile(query)
-        except jmespath.exceptions.JMESPathError as exc:
-            raise sub.error("jmespath", f"invalid JMESPath: {exc}"[:300]) from None
-    return Selector(css, xpath, path, from_url, sub.string("attr"),
-                    sub.pattern("regex", regex) if regex else None, jmespath=query)
-
-
-def _check_css(reader: Reader, key: str, query: str, xpath: bool = False) -> None:
-    try:  # compiled now, so a bad selector fails at load time, not on the first page
-        probe = Parsel(text="<html></html>")
-        probe.xpath(query) if xpath else probe.css(query)
-    except Exception as exc:
-        raise reader.error(key, f"invalid selector: {exc}") from None
 
 
 def _render_reader(top: Reader) -> Reader:
@@ -82,65 +33,9 @@ def _render_reader(top: Reader) -> Reader:
     return top.section("rendering" if top.has("rendering") else "render")
 
 
-def _selector(reader: Reader, key: str, fmt: str) -> Selector | None:
-    raw = reader.raw(key)
-    if raw is None:
-        return None
-    if isinstance(raw, str):  # shorthand: a CSS selector, or a dotted path for JSON sites
-        raw = {"path": raw} if fmt == "json" else {"css": raw}
-    sub = reader.reader(key, raw)
-    selector = _read_selector(sub, fmt)
-    sub.done()
-    return selector
-
-
-def _constraint(reader: Reader, is_date: bool) -> Constraint:
-    not_before = DEFAULT_NOT_BEFORE if is_date else None
-    raw = reader.raw("not_before")
-    if raw is not None:
-        try:
-            text = raw.isoformat() if hasattr(raw, "isoformat") else str(raw)
-            not_before = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
-        except ValueError:
-            problem = f"expected a date like 1990-01-01, got {raw!r}"
-            raise reader.error("not_before", problem) from None
-    min_length = reader.number("min_length", None, integer=True)
-    max_length = reader.number("max_length", None, integer=True)
-    return Constraint(
-        min_length=None if min_length is None else int(min_length),
-        max_length=None if max_length is None else int(max_length),
-        minimum=reader.number("min", None, minimum=float("-inf")),
-        maximum=reader.number("max", None, minimum=float("-inf")),
-        not_before=not_before,
-        not_future=reader.flag("not_future", is_date),
-    )
-
-
-def _field(name: str, raw: Any, reader: Reader, fmt: str, required: bool) -> FieldRule:
-    if not _FIELD_NAME.match(name) or name in rule_keys.RESERVED:
-        raise reader.error(name, "invalid or reserved field name")
-    if isinstance(raw, str):
-        raw = {"path": raw} if fmt == "json" else {"css": raw}
-    sub = reader.reader(name, raw)
-    select = _read_selector(sub, fmt)
-    specs = sub.raw("processors", [])
-    if not isinstance(specs, list):
-        raise sub.error("processors", "expected a list")
-    processors = tuple(compile_processor(spec, sub, i) for i, spec in enumerate(specs))
-    is_date = any(pname in _DATE_PROCESSORS for pname, _ in processors)
-    text = sub.flag("text", False)
-    if text and (select.attr or fmt == "json"):
-        raise sub.error("text", "takes the text of HTML elements: not with attr or JSON")
-    rule = FieldRule(name=name, select=select, text=text, join=sub.string("join"),
-                     many=sub.flag("many", False), processors=processors,
-                     required=sub.flag("required", required),
-                     constraint=_constraint(sub, is_date))
-    sub.done()
-    return rule
-
-
 def parse_site(data: Any, source: str) -> SiteConfig:
-    """A validated :class:`SiteConfig` from one parsed file, or :class:`ConfigError`."""
+    """A validated :class:`SiteConfig` from one parsed file, or
+    :class:`~meteorseed_scrapy.sites.reader.ConfigError`."""
     top = Reader(data, source, spec=FORMAT)
     site_id = top.string("site_id", required=True)
     assert site_id is not None
@@ -151,7 +46,7 @@ def parse_site(data: Any, source: str) -> SiteConfig:
     required_names = set(top.str_list("required"))
     fields_reader = top.child("fields", required=True)
     assert fields_reader is not None
-    fields = tuple(_field(str(name), raw, fields_reader, fmt, str(name) in required_names)
+    fields = tuple(field_rule(str(name), raw, fields_reader, fmt, str(name) in required_names)
                    for name, raw in fields_reader.data.items())
     fields_reader._used.update(str(name) for name in fields_reader.data)
     names = {rule.name for rule in fields}
@@ -161,7 +56,7 @@ def parse_site(data: Any, source: str) -> SiteConfig:
     if unique_key != "url" and unique_key not in names:
         raise top.error("unique_key", f"must be 'url' or a field name, got {unique_key!r}")
     listing = top.section("list")
-    list_items = _selector(listing, "items", fmt)
+    list_items = section_selector(listing, "items", fmt)
     if list_items is not None and unique_key == "url":
         raise top.error("unique_key", "sites with list.items yield several items per page:"
                         " name a field as unique_key")
@@ -175,7 +70,7 @@ def parse_site(data: Any, source: str) -> SiteConfig:
             raise rendering.error("wait_for", "is required when mode is browser")
         if fmt == "json":
             raise rendering.error("mode", "browser rendering is for format: html sites")
-        _check_css(rendering, "wait_for", wait_for)
+        check_selector(rendering, "wait_for", wait_for)
     dedup_cfg = Dedup(mode=dedup.string("mode", "off") or "off",
                       title=dedup.string("title", "title") or "title",
                       content=dedup.string("content", "content") or "content",
@@ -191,10 +86,10 @@ def parse_site(data: Any, source: str) -> SiteConfig:
         site_id=site_id, version=str(version), source=source, format=fmt,
         allowed_domains=tuple(d.lower() for d in top.str_list("allowed_domains")),
         start=top.string("start", "list") or "list",
-        list_links=_selector(listing, "links", fmt), list_items=list_items,
-        pagination=_selector(listing, "pagination", fmt),
+        list_links=section_selector(listing, "links", fmt), list_items=list_items,
+        pagination=section_selector(listing, "pagination", fmt),
         max_pages=int(listing.number("max_pages", 1000, minimum=1, integer=True) or 1000),
-        detail_links=_selector(detail, "links", fmt),
+        detail_links=section_selector(detail, "links", fmt),
         max_depth=int(detail.number("max_depth", 1, minimum=1, integer=True) or 1),
         follow=_follow(follow),
         remove=detail.str_list("remove"), fields=fields, unique_key=unique_key,
