@@ -1,4 +1,5 @@
-"""Writing exec tasks into the task streams: fleet-wide dedup, enqueue, backlog, backpressure.
+"""Writing exec tasks into the task streams: fleet-wide dedup and enqueue; the backlog and the
+backpressure writers wait on are counted by :mod:`~meteorseed_scrapy.queue.backlog`.
 
 Dedup and enqueue happen in one Lua script (``lua/enqueue.lua`` with the two-layer dedup of
 ``lua/dedup_lib.lua``), so concurrent writers (several ``seed-expand`` runs, workers yielding
@@ -9,16 +10,13 @@ acked it (and then XDELs it), which is also what makes :meth:`TaskWriter.backlog
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
-
-from redis.exceptions import ResponseError
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.backlog import StreamCount, stream_counts, wait_for_room
 from meteorseed_scrapy.queue.batch_pipeline import SCRIPT_ORDER, ScriptOrder, call_in_order
 from meteorseed_scrapy.queue.dedup import (
     RECRAWL_META_KEY,
@@ -43,51 +41,9 @@ from meteorseed_scrapy.task.validation import TaskError
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["StreamCount", "TaskWriter"]
+__all__ = ["TaskWriter"]
 
 logger = logging.getLogger(__name__)
-
-#: Seconds between two ``on_wait`` reports while :meth:`TaskWriter.wait_for_room` waits.
-WAIT_REPORT_INTERVAL = 10.0
-
-
-@dataclass(frozen=True)
-class StreamCount:
-    """Tasks of one stream (or a sum of streams): waiting to be delivered, and pending."""
-
-    waiting: int = 0
-    pending: int = 0
-
-    def __add__(self, other: StreamCount) -> StreamCount:
-        return StreamCount(self.waiting + other.waiting, self.pending + other.pending)
-
-    @classmethod
-    def of(cls, length: Any, pending: Any) -> StreamCount:
-        """From the replies of XLEN and XPENDING (summary form) of one stream."""
-        if isinstance(length, Exception):
-            raise length
-        if isinstance(pending, ResponseError) and str(pending).startswith("NOGROUP"):
-            # No consumer group yet (no worker ever started): every entry is waiting.
-            pending_count = 0
-        elif isinstance(pending, Exception):
-            raise pending
-        elif isinstance(pending, (list, tuple)):  # raw reply: a cluster MULTI skips parsing
-            pending_count = int(pending[0])
-        else:
-            pending_count = int(pending["pending"])
-        return cls(max(0, int(length) - pending_count), pending_count)
-
-
-async def shard_stream_counts(redis: Any, streams: Sequence[str], group: str
-                              ) -> dict[str, StreamCount]:
-    """XLEN and XPENDING of ``streams`` (of one shard: one slot) in one MULTI."""
-    async with redis.pipeline(transaction=True) as pipe:
-        for stream in streams:
-            pipe.xlen(stream)
-            pipe.xpending(stream, group)
-        replies = await pipe.execute(raise_on_error=False)
-    return {stream: StreamCount.of(length, pending)
-            for stream, length, pending in zip(streams, replies[::2], replies[1::2], strict=True)}
 
 
 class TaskWriter:
@@ -272,37 +228,14 @@ class TaskWriter:
         return sum((await self.stream_counts()).values(), StreamCount()).waiting
 
     async def stream_counts(self) -> dict[str, StreamCount]:
-        """Waiting and pending tasks per task stream, read in one MULTI per shard so the
-        counts of a stream agree.
-
-        Workers XDEL an entry right after XACKing it, so XLEN counts waiting plus pending
-        entries, and XPENDING's summary gives the pending ones. This works on Redis 6.2, whose
-        XINFO GROUPS has no ``lag``.
-        """
-        out: dict[str, StreamCount] = {}
-        for shard in self._keys.shard_keys:
-            out.update(await shard_stream_counts(self._redis, shard.streams, self._keys.group))
-        return out
+        """Waiting and pending tasks per task stream
+        (:func:`~meteorseed_scrapy.queue.backlog.stream_counts`)."""
+        return await stream_counts(self._redis, self._keys)
 
     async def wait_for_room(
         self, max_backlog: int, on_wait: Callable[[int], None], poll: float = 1.0
     ) -> int:
-        """Return the backlog once it is at most ``max_backlog``; until then sleep ``poll``
-        seconds between checks and call ``on_wait(backlog)`` every
-        :data:`WAIT_REPORT_INTERVAL` seconds.
-
-        Backpressure only: nothing is ever trimmed to make room.
-        """
-        if max_backlog < 0:
-            raise ValueError(f"max_backlog must be >= 0, got {max_backlog}")
-        last_report: float | None = None
-        while True:
-            backlog = await self.backlog()
-            if backlog <= max_backlog:
-                return backlog
-            now = time.monotonic()
-            if last_report is None or now - last_report >= WAIT_REPORT_INTERVAL:
-                last_report = now
-                logger.info("backlog %d > %d: waiting for workers", backlog, max_backlog)
-                on_wait(backlog)
-            await asyncio.sleep(poll)
+        """Return :meth:`backlog` once it is at most ``max_backlog``, waiting for workers until
+        then (:func:`~meteorseed_scrapy.queue.backlog.wait_for_room`). Backpressure only:
+        nothing is ever trimmed to make room."""
+        return await wait_for_room(self.backlog, max_backlog, on_wait, poll)
