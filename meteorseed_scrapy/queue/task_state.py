@@ -9,7 +9,8 @@ ZSCAN (:data:`DELAYED_ROUNDS` x :data:`DELAYED_COUNT`, MATCH on the task id or s
 :data:`DEAD_SCAN` dead letters; GET of the completion record and failure note; the dedup
 record by ``lua/dedup_when.lua``. Each search says what it read and whether that was all, so
 "not found" is never claimed past a scan cut short. Entries are compared once decoded (task
-id, or the writer's fingerprint), never on raw text.
+id, or the writer's fingerprint), never on raw text; each reply becomes a place of the answer
+in :mod:`.task_places`.
 """
 
 from __future__ import annotations
@@ -19,12 +20,21 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.queue.deadletters import DeadLetter
-from meteorseed_scrapy.queue.delayed import DelayedEntry
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
 from meteorseed_scrapy.queue.reads import Batch, Plan, call
 from meteorseed_scrapy.queue.scan import glob_escape
 from meteorseed_scrapy.queue.scripts import script_source
+from meteorseed_scrapy.queue.task_places import (
+    decode_task,
+    record_dead,
+    record_dedup,
+    record_delayed,
+    record_delivery,
+    record_done,
+    record_pending,
+    record_waiting,
+    text_of,
+)
 from meteorseed_scrapy.queue.task_query import Search, TaskQuery, TaskState
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError, check_id
@@ -44,10 +54,6 @@ DEAD_SCAN = 1000
 SITE_CANDIDATES = 50
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _ok(reply: Any) -> Any:
     """A reply, or None for a missing stream/group; other errors raise."""
     if isinstance(reply, ResponseError) and ("NOGROUP" in str(reply)
@@ -58,18 +64,11 @@ def _ok(reply: Any) -> Any:
     return reply
 
 
-def _decode(fields: Any) -> ExecTask | None:
-    try:
-        return ExecTask.from_message(fields)
-    except TaskError:
-        return None
-
-
 def _last_delivered(groups: Any, group: str) -> str | None:
     for row in _ok(groups) or []:
-        row = {_text(k): v for k, v in row.items()}
-        if _text(row.get("name")) == group:
-            return _text(row.get("last-delivered-id") or "0-0")
+        row = {text_of(k): v for k, v in row.items()}
+        if text_of(row.get("name")) == group:
+            return text_of(row.get("last-delivered-id") or "0-0")
     return None
 
 
@@ -99,16 +98,17 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
     dead_lengths = [int(_ok(next(it)) or 0) for _ in deads]
     if query.task_id is not None:
         for shard in shards:
-            _done(state, shard, _ok(next(it)))
+            record_done(state, shard, _ok(next(it)))
             note = _ok(next(it))
             if note:
-                state.last_failure = _text(note)
+                state.last_failure = text_of(note)
     candidates: list[str] = []
     if want_sites:
         by_site, (_, pushed) = _ok(next(it)) or [], _ok(next(it)) or (0, {})
-        candidates = [_text(m).split("\t", 1)[0] for m in by_site] + [_text(k) for k in pushed]
+        candidates = [text_of(m).split("\t", 1)[0] for m in by_site]
+        candidates += [text_of(k) for k in pushed]
     for dead, page, length in zip(deads, dead_pages, dead_lengths, strict=True):
-        _dead(state, keys, dead, page)
+        record_dead(state, keys, dead, page)
         state.searched.append(Search(dead, f"XREVRANGE + - COUNT {DEAD_SCAN}", len(page),
                                      len(page) >= length))
 
@@ -131,23 +131,20 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
             delivered = _ok(next(pages_it)) or []
             read += len(delivered)
             for entry_id, fields in delivered:
-                task = _decode(fields)
+                task = decode_task(fields)
                 if task is not None and query.matches(task):
-                    pending_hits.append((s, _text(entry_id), task))
+                    pending_hits.append((s, text_of(entry_id), task))
         waiting = _ok(next(pages_it)) or []
         read += len(waiting)
         for ahead, (entry_id, fields) in enumerate(waiting):
-            task = _decode(fields)
+            task = decode_task(fields)
             if task is not None and query.matches(task):
-                state.places.append({"state": "waiting", "stream": s, "lane": lane,
-                                     "band": band, "entry_id": _text(entry_id),
-                                     "ahead": ahead, "enqueued_at": _id_time(entry_id),
-                                     "task": task.to_dict()})
+                record_waiting(state, s, (lane, band), text_of(entry_id), ahead, task)
         how = (f"XRANGE - {last} COUNT {PENDING_SCAN}, XRANGE ({last} + COUNT {WAITING_SCAN}"
                if last is not None else f"XRANGE - + COUNT {WAITING_SCAN}")
         state.searched.append(Search(s, how, read, read >= length))
 
-    delivered_places = [_pending(state, keys, s, entry_id, task)
+    delivered_places = [record_pending(state, keys, s, entry_id, task)
                         for s, entry_id, task in pending_hits]
     yield from _delayed(state, keys, shards, query)  # (before dedup: its tasks' sites count)
     third = [call("xpending_range", s, keys.group, entry_id, entry_id, 1)
@@ -158,17 +155,13 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
                     _fingerprint(state, query, site)) for site in sites]
     delivered, dedup = yield [Batch(third), Batch(scripts, direct=True)]
     for place, reply in zip(delivered_places, delivered, strict=True):
-        _delivery(place, _ok(reply) or [])
+        record_delivery(place, _ok(reply) or [])
     for site, reply in zip(sites, dedup, strict=True):
-        _dedup(state, site, keys.seen(site), _ok(reply))
+        record_dedup(state, site, keys.seen(site), _ok(reply))
     if query.url is not None:
         state.notes.append("a URL is found by its GET fingerprint; a task with another method "
                            "or a body, and its completion record, are found by task id")
     return state
-
-
-def _id_time(entry_id: Any) -> float:
-    return int(_text(entry_id).split("-", 1)[0]) / 1000
 
 
 def _fingerprint(state: TaskState, query: TaskQuery, site: str) -> bytes:
@@ -206,62 +199,6 @@ def _sites_to_check(state: TaskState, query: TaskQuery, candidates: list[str]) -
     return out
 
 
-def _done(state: TaskState, shard: ShardKeys, reply: Any) -> None:
-    if reply is None:
-        return
-    text = _text(reply)
-    try:
-        record = json.loads(text)
-    except ValueError:
-        record = {"raw": text[:2000]}
-    if not isinstance(record, dict):
-        record = {"raw": text[:2000]}
-    state.places.append({"state": "done", "key": shard.done(state.query.task_id or ""),
-                         "record": record})
-
-
-def _dead(state: TaskState, keys: KeyLayout, dead: str, page: list[Any]) -> None:
-    k = keys.deads.index(dead)
-    for entry_id, fields in page:
-        letter = DeadLetter.decode(_text(entry_id), {_text(a): _text(b) for a, b in
-                                                     fields.items()}, keys, k)
-        if letter.task is not None and state.query.matches(letter.task):
-            place = {"state": "dead", "stream": dead, **letter.summary()}
-            place["task"] = letter.task.to_dict()
-            state.places.append(place)
-
-
-def _pending(state: TaskState, keys: KeyLayout, stream: str, entry_id: str, task: ExecTask
-             ) -> dict[str, Any]:
-    lane, band = keys.stream_lanes[stream]
-    place: dict[str, Any] = {"state": "pending", "stream": stream, "lane": lane, "band": band,
-                             "entry_id": entry_id, "enqueued_at": _id_time(entry_id),
-                             "task": task.to_dict()}
-    state.places.append(place)
-    return place
-
-
-def _delivery(place: dict[str, Any], reply: list[Any]) -> None:
-    """XPENDING of a delivered entry: on which consumer, idle how long, delivered how often."""
-    if reply:
-        row = reply[0]
-        place.update(consumer=_text(row["consumer"]),
-                     idle_s=round(int(row["time_since_delivered"]) / 1000, 3),
-                     deliveries=int(row["times_delivered"]))
-    else:  # acked between the two reads: its XDEL follows at once
-        place.update(state="done", note="acked while being looked up")
-
-
-def _dedup(state: TaskState, site: str, key: str, reply: Any) -> None:
-    values = [int(v) for v in reply or [0]]
-    row: dict[str, Any] = {"site_id": site, "key": key, "seen": len(values) > 1}
-    if len(values) > 1:
-        _, window, since, eligible = values[:4]
-        row.update(window_s=window, seen_from=since if window else None,
-                   eligible_at=eligible if window else None)
-    state.dedup.append(row)
-
-
 def _delayed(state: TaskState, keys: KeyLayout, shards: list[ShardKeys], query: TaskQuery
              ) -> Plan[None]:
     """ZSCAN of each shard's delayed set, :data:`DELAYED_ROUNDS` calls at most."""
@@ -286,26 +223,12 @@ def _delayed(state: TaskState, keys: KeyLayout, shards: list[ShardKeys], query: 
             cursors[key] = int(cursor) or None
             read[key] += len(entries)
             for member, score in entries:
-                _delayed_entry(state, key, _text(member), float(score))
+                record_delayed(state, key, text_of(member), float(score))
     for (key, cursor), size in zip(cursors.items(), sizes, strict=True):
         how = f"ZSCAN MATCH {match} COUNT {DELAYED_COUNT}" if match else \
             f"ZSCAN COUNT {DELAYED_COUNT}"
         state.searched.append(Search(key, f"{how}, at most {DELAYED_ROUNDS} calls", read[key],
                                      cursor is None or not int(_ok(size) or 0)))
-
-
-def _delayed_entry(state: TaskState, key: str, member: str, score: float) -> None:
-    route, bar, message = member.partition("|")
-    if not bar or member.startswith("{"):
-        route, message = "scheduled:normal", member
-    task = _decode({"v": "1", "t": message})
-    if task is None or not state.query.matches(task):
-        return
-    entry = DelayedEntry.parse(member, score)
-    lane, _, band = route.partition(":")
-    state.places.append({"state": "delayed", "key": key, "why": entry.why,
-                         "due_at": entry.due_at, "to_lane": lane, "to_band": band,
-                         "task": task.to_dict()})
 
 
 __all__ = ["DEAD_SCAN", "DELAYED_COUNT", "DELAYED_ROUNDS", "PENDING_SCAN", "SITE_CANDIDATES",

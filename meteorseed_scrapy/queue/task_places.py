@@ -1,0 +1,112 @@
+"""How the Redis replies about a task become the places of its
+:class:`~meteorseed_scrapy.queue.task_query.TaskState`: one verb per place (waiting, pending,
+delayed, dead, done) and for its delivery and dedup records. No I/O: :mod:`.task_state` plans
+the reads and hands each reply here. A message that does not decode is no match, never an
+error: the lookup reports what it can read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from meteorseed_scrapy.queue.deadletters import DeadLetter
+from meteorseed_scrapy.queue.delayed import DelayedEntry
+from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
+from meteorseed_scrapy.queue.task_query import TaskState
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.validation import TaskError
+
+
+def text_of(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def decode_task(fields: Any) -> ExecTask | None:
+    try:
+        return ExecTask.from_message(fields)
+    except TaskError:
+        return None
+
+
+def _id_time(entry_id: Any) -> float:
+    return int(text_of(entry_id).split("-", 1)[0]) / 1000
+
+
+def record_waiting(state: TaskState, stream: str, route: tuple[str, str], entry_id: str,
+                   ahead: int, task: ExecTask) -> None:
+    """A task waiting in ``stream`` (of lane and band ``route``) behind ``ahead`` others."""
+    lane, band = route
+    state.places.append({"state": "waiting", "stream": stream, "lane": lane, "band": band,
+                         "entry_id": entry_id, "ahead": ahead,
+                         "enqueued_at": _id_time(entry_id), "task": task.to_dict()})
+
+
+def record_done(state: TaskState, shard: ShardKeys, reply: Any) -> None:
+    if reply is None:
+        return
+    text = text_of(reply)
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = {"raw": text[:2000]}
+    if not isinstance(record, dict):
+        record = {"raw": text[:2000]}
+    state.places.append({"state": "done", "key": shard.done(state.query.task_id or ""),
+                         "record": record})
+
+
+def record_dead(state: TaskState, keys: KeyLayout, dead: str, page: list[Any]) -> None:
+    k = keys.deads.index(dead)
+    for entry_id, fields in page:
+        letter = DeadLetter.decode(text_of(entry_id), {text_of(a): text_of(b) for a, b in
+                                                     fields.items()}, keys, k)
+        if letter.task is not None and state.query.matches(letter.task):
+            place = {"state": "dead", "stream": dead, **letter.summary()}
+            place["task"] = letter.task.to_dict()
+            state.places.append(place)
+
+
+def record_pending(state: TaskState, keys: KeyLayout, stream: str, entry_id: str, task: ExecTask
+             ) -> dict[str, Any]:
+    lane, band = keys.stream_lanes[stream]
+    place: dict[str, Any] = {"state": "pending", "stream": stream, "lane": lane, "band": band,
+                             "entry_id": entry_id, "enqueued_at": _id_time(entry_id),
+                             "task": task.to_dict()}
+    state.places.append(place)
+    return place
+
+
+def record_delivery(place: dict[str, Any], reply: list[Any]) -> None:
+    """XPENDING of a delivered entry: on which consumer, idle how long, delivered how often."""
+    if reply:
+        row = reply[0]
+        place.update(consumer=text_of(row["consumer"]),
+                     idle_s=round(int(row["time_since_delivered"]) / 1000, 3),
+                     deliveries=int(row["times_delivered"]))
+    else:  # acked between the two reads: its XDEL follows at once
+        place.update(state="done", note="acked while being looked up")
+
+
+def record_dedup(state: TaskState, site: str, key: str, reply: Any) -> None:
+    values = [int(v) for v in reply or [0]]
+    row: dict[str, Any] = {"site_id": site, "key": key, "seen": len(values) > 1}
+    if len(values) > 1:
+        _, window, since, eligible = values[:4]
+        row.update(window_s=window, seen_from=since if window else None,
+                   eligible_at=eligible if window else None)
+    state.dedup.append(row)
+
+
+def record_delayed(state: TaskState, key: str, member: str, score: float) -> None:
+    route, bar, message = member.partition("|")
+    if not bar or member.startswith("{"):
+        route, message = "scheduled:normal", member
+    task = decode_task({"v": "1", "t": message})
+    if task is None or not state.query.matches(task):
+        return
+    entry = DelayedEntry.parse(member, score)
+    lane, _, band = route.partition(":")
+    state.places.append({"state": "delayed", "key": key, "why": entry.why,
+                         "due_at": entry.due_at, "to_lane": lane, "to_band": band,
+                         "task": task.to_dict()})
