@@ -2,7 +2,7 @@
 
 Every method is one round trip (a command, a pipeline or one Lua script) on a ``redis.asyncio``
 client created with ``decode_responses=True``; but the entries that :meth:`StreamConsumer.read`
-and :meth:`StreamConsumer.reclaim` deliver come back as bytes (``NEVER_DECODE``), so that the
+and the reclaims deliver come back as bytes (``NEVER_DECODE``), so that the
 strict decoding of :class:`Delivery` sees them as stored: the client's own decoding would raise
 on a byte that is not UTF-8 and fail the whole read, or with another ``encoding_errors`` replace
 it silently. Every delivery names the stream (lane and band) it came from, and everything done
@@ -17,15 +17,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.client import NEVER_DECODE
-from redis.exceptions import NoScriptError
 
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shares
 from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
-from meteorseed_scrapy.queue.scripts import ScriptPipeline
-from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count, is_cluster
+from meteorseed_scrapy.queue.scripts import ScriptPipeline, call_as_bytes
+from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
@@ -64,6 +63,7 @@ class StreamConsumer:
         self._handback = scripts.register(redis, "handback")
         self._ack = scripts.register(redis, "ack")
         self._reclaim = scripts.register(redis, "reclaim")
+        self._takeover = scripts.register(redis, "takeover")
         self._release = scripts.register(redis, "dedup_release")
         self._reclaim_cursors = [["0-0"] * len(shard.streams) for shard in self.shards]
         self._names = {stream.encode(): stream for stream in self.streams}
@@ -72,16 +72,6 @@ class StreamConsumer:
         n = len(self.shards)
         start, self._turn = self._turn, (self._turn + 1) % n
         return [(start + i) % n for i in range(n)]
-
-    async def _as_bytes(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run ``script`` (a registered one) with its reply left as bytes."""
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        try:
-            return await self.redis.execute_command(*command, **_AS_BYTES)
-        except NoScriptError:  # a restarted Redis: load it once, as Script.__call__ does
-            script.sha = await self.redis.script_load(script.script)
-            return await self.redis.execute_command("EVALSHA", script.sha, *command[2:],
-                                                    **_AS_BYTES)
 
     def _name(self, stream: bytes | str) -> str:
         if isinstance(stream, str):
@@ -106,16 +96,8 @@ class StreamConsumer:
         return ConsumerGroup(self.redis, self.keys, self.consumer)
 
     async def ensure_group(self) -> None:
-        """Create the consumer group of every task stream (from its start) unless it exists,
-        and record the shard count (or refuse a different one: :class:`ShardMismatch`)."""
-        await check_shard_count(self.redis, self.keys)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in self.streams:
-                pipe.xgroup_create(stream, self.keys.group, id="0", mkstream=True)
-            replies = await pipe.execute(raise_on_error=False)
-        for reply in replies:
-            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
-                raise reply
+        """:meth:`ConsumerGroup.ensure` (every task stream's group, the shard count)."""
+        await self.membership().ensure()
 
     async def read(self, count: int, block_ms: int) -> list[Delivery]:
         """Up to ``count`` new entries, shared between the lanes by weight (one script call
@@ -125,8 +107,8 @@ class StreamConsumer:
         lanes = len(shares)
         reply: list[tuple[str, list[Any]]] = []
         for k in self._rotation():
-            got = await self._as_bytes(
-                self._read, self.shards[k].streams,
+            got = await call_as_bytes(
+                self.redis, self._read, self.shards[k].streams,
                 [self.keys.group, self.consumer, len(BANDS), *self.shares.weights, *shares],
             )
             taken = [0] * lanes
@@ -171,7 +153,7 @@ class StreamConsumer:
         for stream, msg_id in got:
             args += [keys.index(stream) + 1, msg_id]
         out: dict[str, list[Any]] = {}
-        for index, msg_id, flat in await self._as_bytes(self._entries, keys, args):
+        for index, msg_id, flat in await call_as_bytes(self.redis, self._entries, keys, args):
             out.setdefault(keys[int(index) - 1], []).append((msg_id, flat))
         return list(out.items())
 
@@ -182,23 +164,35 @@ class StreamConsumer:
             if len(out) >= count:
                 break
             shard = self.shards[k]
-            cursors, entries = await self._as_bytes(
-                self._reclaim, shard.streams,
+            cursors, entries = await call_as_bytes(
+                self.redis, self._reclaim, shard.streams,
                 [self.keys.group, self.consumer, int(min_idle_s * 1000), count - len(out),
-                 *self._reclaim_cursors[k]],
-            )
+                 *self._reclaim_cursors[k]])
             self._reclaim_cursors[k] = [_text(c) for c in cursors]
-            out += [Delivery.decode(shard.streams[int(index) - 1], _text(msg_id), _pairs(flat),
-                                    int(deliveries))
-                    for index, msg_id, flat, deliveries in entries]
+            out += _claimed(shard.streams, entries)
         return out
+
+    async def reclaim_from(self, dead: Sequence[bytes | str], count: int
+                           ) -> tuple[list[Delivery], set[bytes]]:
+        """Up to ``count`` entries pending on ``dead`` consumers (:mod:`.liveness`), whatever
+        their idle time, counted as :meth:`reclaim` counts them; and the dead that still hold
+        entries. One script per shard: racing survivors get disjoint entries."""
+        out: list[Delivery] = []
+        holding: set[bytes] = set()
+        for k in self._rotation():  # (every shard, even once full: who still holds what)
+            shard = self.shards[k]
+            entries, held = await call_as_bytes(
+                self.redis, self._takeover, shard.streams,
+                [self.keys.group, self.consumer, max(0, count - len(out)), *dead])
+            out += _claimed(shard.streams, entries)
+            holding.update(held)
+        return out, holding
 
     async def touch(self, refs: Sequence[Ref]) -> list[Ref]:
         """Reset the idle time of our pending entries; returns those that are no longer ours."""
         calls = self.touch_calls(refs)
-        if not calls:
-            return []
-        return self.touch_lost(calls, await call_scripts(self.redis, self._touch, calls))
+        return self.touch_lost(calls, await call_scripts(self.redis, self._touch, calls)
+                               ) if calls else []
 
     def touch_calls(self, refs: Sequence[Ref]) -> list[tuple[Sequence[str], list[Any]]]:
         """The ``(keys, args)`` of the touch script per shard, for ``refs``: also run from a
@@ -311,6 +305,12 @@ class StreamConsumer:
 def _text(value: bytes | str) -> str:
     """An id or a cursor of a reply left as bytes (ASCII: Redis makes them)."""
     return value.decode("ascii") if isinstance(value, bytes) else str(value)
+
+
+def _claimed(streams: Sequence[str], entries: Sequence[Any]) -> list[Delivery]:
+    """Deliveries of a claiming script's ``{stream index, id, fields, deliveries}`` rows."""
+    return [Delivery.decode(streams[int(index) - 1], _text(msg_id), _pairs(flat),
+                            int(deliveries)) for index, msg_id, flat, deliveries in entries]
 
 
 def _pairs(flat: Sequence[Any] | None) -> list[tuple[Any, Any]]:

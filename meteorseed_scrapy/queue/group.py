@@ -1,23 +1,29 @@
-"""The consumer group seen as a whole: who is listed in it, and whether the namespace is quiet
-and safely kept.
+"""The consumer group seen as a whole: its creation, who is listed in it, and whether the
+namespace is quiet and safely kept.
 
-A worker leaves the group when it stops, and prunes the consumers that crashed; it asks
-whether any task is left anywhere before it calls a run finished, and warns at start of Redis
-settings that can lose tasks. Every method is one round trip (or one per check) on a
-``redis.asyncio`` client created with ``decode_responses=True``. Nothing here knows about Scrapy.
+A worker sets the group up, leaves it (and the live-worker registry) when it stops, and prunes
+the consumers that crashed; it asks whether any task is left anywhere before it calls a run
+finished, and warns at start of Redis settings that can lose tasks. Every method is one round
+trip (or one per check) on a ``redis.asyncio`` client created with ``decode_responses=True``.
+Nothing here knows about Scrapy.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.liveness import Liveness
 from meteorseed_scrapy.queue.reads import run_async
+from meteorseed_scrapy.queue.shards import check_shard_count
 from meteorseed_scrapy.queue.status import quiet_plan
 
 __all__ = ["ConsumerGroup"]
+
+logger = logging.getLogger(__name__)
 
 
 class ConsumerGroup:
@@ -29,11 +35,24 @@ class ConsumerGroup:
         self.consumer = consumer
         self.streams = keys.streams
 
+    async def ensure(self) -> None:
+        """Create the consumer group of every task stream (from its start) unless it exists,
+        and record the shard count (or refuse a different one: :class:`ShardMismatch`)."""
+        await check_shard_count(self.redis, self.keys)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in self.streams:
+                pipe.xgroup_create(stream, self.keys.group, id="0", mkstream=True)
+            replies = await pipe.execute(raise_on_error=False)
+        for reply in replies:
+            if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
+                raise reply
+
     async def leave(self) -> int:
         """Remove this consumer from the group of every stream where it holds nothing pending
         (a graceful stop after its hand-back): otherwise every worker process ever started
         stays listed. A stream where it still holds entries keeps it, or they could never be
-        reclaimed. Returns how many streams it left."""
+        reclaimed. Leaves the live-worker registry too (:meth:`Liveness.leave`). Returns how
+        many streams it left."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for stream in self.streams:
                 pipe.xpending_range(stream, self.keys.group, "-", "+", 1,
@@ -41,6 +60,11 @@ class ConsumerGroup:
             held = await pipe.execute(raise_on_error=False)
         empty = [s for s, reply in zip(self.streams, held, strict=True)
                  if isinstance(reply, list) and not reply]
+        try:
+            await Liveness(self.redis, self.keys, self.consumer).leave(
+                holding=any(isinstance(reply, list) and reply for reply in held))
+        except ResponseError as exc:  # (a registry key of another type: never listed)
+            logger.debug("Could not leave the live-worker registry: %s", exc)
         if not empty:
             return 0
         async with self.redis.pipeline(transaction=False) as pipe:

@@ -118,6 +118,14 @@ key                                 type    holds
                                             :mod:`meteorseed_scrapy.sites.remote`
 ``<ns>:sites:rev``                  string  bumped with every change of ``<ns>:sites`` (workers
                                             poll it: one GET while nothing changed)
+``<ns>:workers``                    zset    the live-worker registry: consumer name -> the
+                                            Redis time (ms) its liveness lapses unless renewed
+                                            (its keep-alive thread renews it every CLAIM_IDLE/10
+                                            for CLAIM_IDLE/2). Listed and lapsed = dead: the
+                                            others take its pending tasks at once, then drop it
+                                            (:mod:`meteorseed_scrapy.queue.liveness`); a
+                                            consumer never listed waits for CLAIM_IDLE. One key,
+                                            untagged: its scripts touch no other
 ``<ns>:shards``                     string  the namespace's ``METEORSEED_STREAM_SHARDS``, set by
                                             its first worker or writer (``1u``: one untagged
                                             shard); another count is refused
@@ -344,6 +352,11 @@ class KeyLayout:
         """The site's dedup root, in its shard's slot; every dedup key of the site starts
         with it."""
         return self.for_site(site_id).seen(site_id)
+
+    @property
+    def workers(self) -> str:
+        """The live-worker registry (zset: consumer -> liveness deadline, Redis time ms)."""
+        return f"{self.namespace}:workers"
 
     @property
     def adaptive_sites(self) -> str:

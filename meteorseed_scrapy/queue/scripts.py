@@ -11,6 +11,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError
 
 _INCLUDE = "--#include "
@@ -31,6 +32,19 @@ def script_source(name: str) -> str:
 def register(redis: Any, name: str) -> Any:
     """A callable ``script(keys=[...], args=[...])`` bound to ``redis`` (sync or asyncio client)."""
     return redis.register_script(script_source(name))
+
+
+async def call_as_bytes(redis: Any, script: Any, keys: Sequence[Any], args: Sequence[Any]
+                        ) -> Any:
+    """Run ``script`` (a registered one) on an asyncio client with its reply left as bytes,
+    whatever the client decodes (a value that is not UTF-8 would fail the whole reply)."""
+    command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+    try:
+        return await redis.execute_command(*command, **{NEVER_DECODE: []})
+    except NoScriptError:  # a restarted Redis: load it once, as Script.__call__ does
+        script.sha = await redis.script_load(script.script)
+        return await redis.execute_command("EVALSHA", script.sha, *command[2:],
+                                           **{NEVER_DECODE: []})
 
 
 class ScriptPipeline:

@@ -1,5 +1,5 @@
 """How tasks come in: the read loop (XREADGROUP into the worker's buffer, sized by free
-capacity) and the maintain loop (the keep-alive thread's snapshot of our tasks, reclaim of
+capacity) and the maintain loop (the keep-alive thread's snapshot of our tasks, take-over of
 dead workers' tasks, promotion of due deferred tasks, the namespace-quiet check)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.liveness import Liveness
 from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
@@ -53,6 +54,8 @@ class Intake:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)
         self.group = consumer.membership()
+        self.liveness = Liveness(consumer.redis, consumer.keys, consumer.consumer,
+                                 config.claim_idle)
         self.gate = gate
         self.completions = completions
         self.config = config
@@ -80,7 +83,7 @@ class Intake:
                 await asyncio.wait_for(self.room.wait(), 0.5 if want <= 0 else 0.05)
             return
         if self.backlog and await self.take_over(want):
-            return  # a dead worker's tasks first: they have waited CLAIM_IDLE already
+            return  # a dead worker's tasks first: they have waited already
         deliveries = await self.consumer.read(want, READ_BLOCK_MS)
         if self.holder.stopping:
             await self.consumer.hand_back(deliveries, idle_s=self.config.claim_idle + 3600)
@@ -122,14 +125,28 @@ class Intake:
         self.holder.changed()
 
     async def take_over(self, want: int) -> int:
-        """Reclaim up to ``want`` tasks idle for CLAIM_IDLE (dead workers', failed ones)."""
+        """Take up to ``want`` tasks of dead workers: at once from a worker whose liveness
+        lapsed (:mod:`~meteorseed_scrapy.queue.liveness`), else once idle for CLAIM_IDLE
+        (workers that never registered, failed tasks)."""
         claim_idle = self.config.claim_idle
         count = min(want, 100)
-        reclaimed = await self.consumer.reclaim(claim_idle, count)
+        reclaimed: list[Delivery] = []
+        dead = await self.liveness.dead()
+        if dead:
+            reclaimed, holding = await self.consumer.reclaim_from(dead, count)
+            await self.liveness.settle(dead, holding)
+            if reclaimed:
+                self.stats.inc_value("meteorseed/reclaimed/dead_worker", len(reclaimed))
+                logger.info("Took over %d task(s) of dead worker(s) %s", len(reclaimed),
+                            ", ".join(n.decode("utf-8", "backslashreplace") for n in dead))
+        if len(reclaimed) < count:
+            idle = await self.consumer.reclaim(claim_idle, count - len(reclaimed))
+            if idle:
+                logger.info("Reclaimed %d task(s) idle for over %.1fs", len(idle), claim_idle)
+            reclaimed += idle
         self.backlog = len(reclaimed) >= count
         if reclaimed:
             self.stats.inc_value("meteorseed/reclaimed", len(reclaimed))
-            logger.info("Reclaimed %d task(s) idle for over %.1fs", len(reclaimed), claim_idle)
             for d in reclaimed:
                 if d.task is not None:
                     logger.debug("Reclaimed task %s (message %s, delivery %d)",
