@@ -2,13 +2,15 @@
 
 Registered through the ``scrapy.commands`` entry point, so it works inside any Scrapy project
 (reading its settings) and outside one (Scrapy's defaults plus ``-s``). It needs no crawler and
-no reactor: its Redis work runs in a plain ``asyncio.run``.
+no reactor: its Redis work runs in a plain ``asyncio.run``. This module is the command's face
+(help, options, the choice of job); one FILE's run is :mod:`.expand_file`, ``--watch`` the
+seeder's runner, ``--from-scrapy-redis`` the migration's; what it prints is :mod:`.report`.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import IO, TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
@@ -20,16 +22,8 @@ if TYPE_CHECKING:
     import argparse
 
     from meteorseed_scrapy.queue.keys import KeyLayout
-    from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection
 
 __all__ = ["Command"]
-
-EXIT_REJECTED = 1
-EXIT_FAILED = 2
-
-
-def _say(message: str) -> None:
-    print(f"seed-expand: {message}", file=sys.stderr, flush=True)
 
 
 class Command(ScrapyCommand):
@@ -45,6 +39,7 @@ class Command(ScrapyCommand):
         return "Expand JSON Lines seeds into exec tasks in the Redis task stream"
 
     def long_desc(self) -> str:
+        from meteorseed_scrapy.commands.report import EXIT_FAILED, EXIT_REJECTED
         from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
         from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES
 
@@ -117,19 +112,8 @@ class Command(ScrapyCommand):
             raise UsageError(problem, print_help=False)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        import asyncio
-        from contextlib import ExitStack
-
-        from redis.exceptions import ConnectionError as RedisConnectionError
-        from redis.exceptions import RedisError
-        from redis.exceptions import TimeoutError as RedisTimeoutError
-
-        from meteorseed_scrapy.queue.keys import KeyLayout
-        from meteorseed_scrapy.queue.shards import ShardMismatch
-        from meteorseed_scrapy.scrapy_redis_settings import redact
-        from meteorseed_scrapy.seeding.expand import ExpandSummary
-        from meteorseed_scrapy.settings import redis_url_from
-        from meteorseed_scrapy.validators import ConfigError
+        from meteorseed_scrapy.commands.expand_file import expand_file
+        from meteorseed_scrapy.settings import redis_url_from, text_setting
 
         assert self.settings is not None
         # Scrapy parses with parse_known_args: a mistyped option lands in args.
@@ -145,60 +129,19 @@ class Command(ScrapyCommand):
         if len(args) != 1:
             raise UsageError("expected exactly one FILE argument (- reads stdin)")
         redis_url = redis_url_from(self.settings)
-        try:
-            keys = KeyLayout.from_settings(self.settings)
-        except ConfigError as exc:
-            raise UsageError(str(exc), print_help=False) from None
-        max_backlog = self._max_backlog()
-
-        with ExitStack() as stack:
-            try:
-                source: IO[bytes] = (
-                    sys.stdin.buffer if args[0] == "-" else stack.enter_context(open(args[0], "rb"))
-                )
-            except OSError as exc:
-                _say(f"cannot read {args[0]}: {exc.strerror or exc}")
-                self.exitcode = EXIT_FAILED
-                return
-            summary = ExpandSummary()
-            code = EXIT_FAILED
-            try:
-                asyncio.run(self._expand(source, redis_url, keys, opts, max_backlog, summary))
-                failure = ""
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                failure = f"cannot reach Redis at {redact(redis_url)}: {exc}"
-            except ShardMismatch as exc:
-                failure = str(exc)
-            except RedisError as exc:
-                failure = f"Redis error at {redact(redis_url)}: {exc}"
-            except OSError as exc:
-                failure = f"cannot read {args[0]}: {exc.strerror or exc}"
-            except KeyboardInterrupt:
-                failure, code = "interrupted", 130
-            if failure:
-                # One line, no traceback: these are operating conditions, not bugs.
-                _say(failure + _progress(summary, not opts.no_dedup))
-                self.exitcode = code
-                return
-        if opts.dry_run:
-            print(f"read {summary.lines} lines, would enqueue up to {summary.expanded} "
-                  f"(dry run, before dedup), rejected {summary.rejected}", flush=True)
-        else:
-            print(summary, flush=True)
-        self.exitcode = EXIT_REJECTED if summary.rejected else 0
+        keys = self._keys()
+        self.exitcode = expand_file(
+            args[0], opts, redis_url=redis_url, keys=keys, max_backlog=self._max_backlog(),
+            sites_dir=text_setting(self.settings, "METEORSEED_SITES_DIR"),
+            fingerprinter=self._fingerprinter, private_addresses=self._private_addresses)
 
     def _migrate(self, opts: argparse.Namespace) -> None:
         from meteorseed_scrapy.migrate import command as migration
-        from meteorseed_scrapy.queue.keys import KeyLayout
         from meteorseed_scrapy.scrapy_redis_settings import redact
         from meteorseed_scrapy.settings import redis_url_from
-        from meteorseed_scrapy.validators import ConfigError
 
         assert self.settings is not None
-        try:
-            keys = KeyLayout.from_settings(self.settings)
-        except ConfigError as exc:
-            raise UsageError(str(exc), print_help=False) from None
+        keys = self._keys()
         self.exitcode = migration.run_migration(
             self.settings, redis_url_from(self.settings), keys, opts, self._max_backlog(), redact
         )
@@ -207,6 +150,7 @@ class Command(ScrapyCommand):
         import asyncio
         import os
 
+        from meteorseed_scrapy.commands.report import EXIT_FAILED, report_rejection, say
         from meteorseed_scrapy.queue.connection import check_redis_url
         from meteorseed_scrapy.queue.keys import KeyLayout
         from meteorseed_scrapy.queue.shards import ShardMismatch
@@ -226,7 +170,7 @@ class Command(ScrapyCommand):
         except ValueError as exc:
             raise UsageError(str(exc), print_help=False) from None
         if args and args[0] != "-" and not os.path.isfile(args[0]):
-            _say(f"cannot read {args[0]}: no such file")
+            say(f"cannot read {args[0]}: no such file")
             return EXIT_FAILED
         runner.log_to(sys.stderr)
         config = SeederConfig(batch_size=opts.batch_size, max_backlog=self._max_backlog(),
@@ -236,15 +180,15 @@ class Command(ScrapyCommand):
         try:
             check_redis_url(redis_url)
         except ValueError as exc:
-            _say(f"invalid Redis URL {redact(redis_url)!r}: {exc}")
+            say(f"invalid Redis URL {redact(redis_url)!r}: {exc}")
             return EXIT_FAILED
         try:
             return asyncio.run(runner.watch(
                 redis_url, keys, seed_file=args[0] if args else None,
-                config=config, sites=sites, bounds=bounds, say=_say,
-                on_error=_report_rejection, private_addresses=self._private_addresses()))
+                config=config, sites=sites, bounds=bounds, say=say,
+                on_error=report_rejection, private_addresses=self._private_addresses()))
         except ShardMismatch as exc:
-            _say(str(exc))
+            say(str(exc))
             return EXIT_FAILED
 
     def _private_addresses(self) -> bool:
@@ -258,8 +202,19 @@ class Command(ScrapyCommand):
         except ConfigError as exc:
             raise UsageError(str(exc), print_help=False) from None
 
+    def _keys(self) -> KeyLayout:
+        from meteorseed_scrapy.queue.keys import KeyLayout
+        from meteorseed_scrapy.validators import ConfigError
+
+        assert self.settings is not None
+        try:
+            return KeyLayout.from_settings(self.settings)
+        except ConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+
     def _fingerprinter(self) -> Any:
         """The project's REQUEST_FINGERPRINTER_CLASS, as its workers use it; None: canonical."""
+        from meteorseed_scrapy.commands.report import say
         from meteorseed_scrapy.queue.dedup import settings_fingerprinter
 
         try:
@@ -267,7 +222,7 @@ class Command(ScrapyCommand):
         except Exception as exc:  # the project's class: not importable, or failing to build
             raise UsageError(f"REQUEST_FINGERPRINTER_CLASS: {exc}", print_help=False) from None
         if fingerprinter is not None:
-            _say(f"dedup keys from REQUEST_FINGERPRINTER_CLASS {type(fingerprinter).__name__}")
+            say(f"dedup keys from REQUEST_FINGERPRINTER_CLASS {type(fingerprinter).__name__}")
         return fingerprinter
 
     def _max_backlog(self) -> int:
@@ -279,77 +234,3 @@ class Command(ScrapyCommand):
             return integer_setting(self.settings, "METEORSEED_MAX_BACKLOG", minimum=0)
         except ConfigError as exc:
             raise UsageError(str(exc), print_help=False) from None
-
-    async def _expand(
-        self, source: IO[bytes], redis_url: str, keys: KeyLayout, opts: argparse.Namespace,
-        max_backlog: int, summary: ExpandSummary,
-    ) -> None:
-        from meteorseed_scrapy.queue.connection import async_client
-        from meteorseed_scrapy.queue.writer import TaskWriter
-        from meteorseed_scrapy.seeding.expand import expand_stream
-        from meteorseed_scrapy.seeding.expanded import CountingWriter, ExpandedSeeds
-        from meteorseed_scrapy.seeding.fetch import policies
-        from meteorseed_scrapy.seeding.progress import Progress
-        from meteorseed_scrapy.seeding.registry import SeedRegistry
-        from meteorseed_scrapy.seeding.seed_lines import read_lines
-        from meteorseed_scrapy.settings import text_setting
-        from meteorseed_scrapy.sites.lookup import SiteConfigs
-
-        # A bounded connect timeout: an unreachable host must fail fast, not hang the command.
-        client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
-        progress = Progress(sys.stderr)
-        assert self.settings is not None
-        rules = SiteConfigs(text_setting(self.settings, "METEORSEED_SITES_DIR"))
-        sitemaps = policies(rules.get, self._private_addresses())
-        # Seeds are registered as the dispatch API registers them (seeding/expanded.py).
-        seeds = (None if opts.dry_run or opts.no_register
-                 else ExpandedSeeds(SeedRegistry(client, keys)))
-        lines = read_lines(source) if seeds is None else seeds.tap(read_lines(source))
-        writer = (TaskWriter(client, keys, lane=opts.lane, fingerprinter=self._fingerprinter())
-                  if seeds is None else CountingWriter(client, keys, seeds=seeds, lane=opts.lane,
-                                                       fingerprinter=self._fingerprinter()))
-
-        def on_error(rejection: Rejection) -> None:
-            if seeds is not None:
-                seeds.rejected(rejection)
-            _report_rejection(rejection)
-
-        try:
-            if not opts.dry_run:
-                await client.ping()  # fail before reading any input when Redis is not there
-            await rules.refresh()
-            await expand_stream(
-                lines,
-                writer,
-                batch_size=opts.batch_size,
-                on_error=on_error,
-                max_backlog=max_backlog,
-                dedup=not opts.no_dedup,
-                on_wait=lambda backlog: _say(
-                    f"{backlog} tasks waiting (more than {max_backlog}); "
-                    "pausing until workers catch up"
-                ),
-                summary=summary,
-                dry_run=opts.dry_run,
-                on_batch=progress,
-                rejects=rules.rejects,
-                sitemaps=sitemaps,
-            )
-            if seeds is not None:
-                await seeds.finish()
-                for refused in seeds.unregistered:
-                    _say(f"not registered: {refused}")
-        finally:
-            progress.done()
-            await client.aclose()
-
-
-def _report_rejection(rejection: Rejection) -> None:
-    print(rejection, file=sys.stderr, flush=True)
-
-
-def _progress(summary: ExpandSummary, dedup: bool) -> str:
-    if not summary.lines:
-        return ""
-    rerun = "; re-running skips the URLs already enqueued" if dedup else ""
-    return f" (stopped after: {summary}{rerun})"

@@ -1,0 +1,135 @@
+"""One ``scrapy seed-expand FILE|-`` run: the seeds of a file (or stdin) expanded into exec
+tasks in the Redis task streams, progress and rejected seeds on stderr, the summary on stdout,
+and the exit code.
+
+The command imports this module only when it runs such a job (commands/seed_expand.py), so
+Redis, asyncio and the seeding machinery load here at the top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import IO, Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from meteorseed_scrapy.commands.report import (
+    EXIT_FAILED,
+    EXIT_REJECTED,
+    report_rejection,
+    say,
+    stopped_after,
+)
+from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.shards import ShardMismatch
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.scrapy_redis_settings import redact
+from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
+from meteorseed_scrapy.seeding.expanded import CountingWriter, ExpandedSeeds
+from meteorseed_scrapy.seeding.fetch import policies
+from meteorseed_scrapy.seeding.progress import Progress
+from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.seeding.seed_lines import read_lines
+from meteorseed_scrapy.sites.lookup import SiteConfigs
+
+
+def expand_file(path: str, opts: argparse.Namespace, *, redis_url: str, keys: KeyLayout,
+                max_backlog: int, sites_dir: str, fingerprinter: Callable[[], Any],
+                private_addresses: Callable[[], bool]) -> int:
+    """Expand ``path`` (``-``: stdin) with the command's options; the exit code.
+    ``fingerprinter`` and ``private_addresses`` read the command's settings when the run needs
+    them (raising ``UsageError`` for a bad one)."""
+    with ExitStack() as stack:
+        try:
+            source: IO[bytes] = (
+                sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
+            )
+        except OSError as exc:
+            say(f"cannot read {path}: {exc.strerror or exc}")
+            return EXIT_FAILED
+        summary = ExpandSummary()
+        code = EXIT_FAILED
+        try:
+            asyncio.run(_expand(source, redis_url, keys, opts, max_backlog, summary, sites_dir,
+                                fingerprinter, private_addresses))
+            failure = ""
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            failure = f"cannot reach Redis at {redact(redis_url)}: {exc}"
+        except ShardMismatch as exc:
+            failure = str(exc)
+        except RedisError as exc:
+            failure = f"Redis error at {redact(redis_url)}: {exc}"
+        except OSError as exc:
+            failure = f"cannot read {path}: {exc.strerror or exc}"
+        except KeyboardInterrupt:
+            failure, code = "interrupted", 130
+        if failure:
+            # One line, no traceback: these are operating conditions, not bugs.
+            say(failure + stopped_after(summary, not opts.no_dedup))
+            return code
+    if opts.dry_run:
+        print(f"read {summary.lines} lines, would enqueue up to {summary.expanded} "
+              f"(dry run, before dedup), rejected {summary.rejected}", flush=True)
+    else:
+        print(summary, flush=True)
+    return EXIT_REJECTED if summary.rejected else 0
+
+
+async def _expand(
+    source: IO[bytes], redis_url: str, keys: KeyLayout, opts: argparse.Namespace,
+    max_backlog: int, summary: ExpandSummary, sites_dir: str, fingerprinter: Callable[[], Any],
+    private_addresses: Callable[[], bool],
+) -> None:
+    # A bounded connect timeout: an unreachable host must fail fast, not hang the command.
+    client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
+    progress = Progress(sys.stderr)
+    rules = SiteConfigs(sites_dir)
+    sitemaps = policies(rules.get, private_addresses())
+    # Seeds are registered as the dispatch API registers them (seeding/expanded.py).
+    seeds = (None if opts.dry_run or opts.no_register
+             else ExpandedSeeds(SeedRegistry(client, keys)))
+    lines = read_lines(source) if seeds is None else seeds.tap(read_lines(source))
+    writer = (TaskWriter(client, keys, lane=opts.lane, fingerprinter=fingerprinter())
+              if seeds is None else CountingWriter(client, keys, seeds=seeds, lane=opts.lane,
+                                                   fingerprinter=fingerprinter()))
+
+    def on_error(rejection: Rejection) -> None:
+        if seeds is not None:
+            seeds.rejected(rejection)
+        report_rejection(rejection)
+
+    try:
+        if not opts.dry_run:
+            await client.ping()  # fail before reading any input when Redis is not there
+        await rules.refresh()
+        await expand_stream(
+            lines,
+            writer,
+            batch_size=opts.batch_size,
+            on_error=on_error,
+            max_backlog=max_backlog,
+            dedup=not opts.no_dedup,
+            on_wait=lambda backlog: say(
+                f"{backlog} tasks waiting (more than {max_backlog}); "
+                "pausing until workers catch up"
+            ),
+            summary=summary,
+            dry_run=opts.dry_run,
+            on_batch=progress,
+            rejects=rules.rejects,
+            sitemaps=sitemaps,
+        )
+        if seeds is not None:
+            await seeds.finish()
+            for refused in seeds.unregistered:
+                say(f"not registered: {refused}")
+    finally:
+        progress.done()
+        await client.aclose()
