@@ -5,7 +5,11 @@ Enable it as the last item pipeline stage::
     ITEM_PIPELINES = {"meteorseed_scrapy.pipelines.UpsertPipeline": 900}
 
 Scrapy sends ``item_scraped`` only after every stage finished, so "item scraped" means
-"committed", and the scheduler acks a task only when all of its items got that far.
+"committed", and the scheduler acks a task only when all of its items got that far. When this
+is the last stage (the highest number in ``ITEM_PIPELINES``), an item is through the moment it
+is committed: the scheduler may then ack its task without waiting for Scrapy's bookkeeping of
+the item to end (a few turns of the event loop). Behind another stage, an item is through only
+once Scrapy is done with it, since that stage could still fail it.
 
 - Which task an item belongs to comes from :func:`meteorseed_scrapy.task.context.current_scrape`.
   ``unique_key`` is the item's ``unique_key`` field (kept among the stored fields), else the
@@ -31,6 +35,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from scrapy.utils.conf import build_component_list
+from scrapy.utils.misc import load_object
+
 from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store.backends import check_store_uri, open_store
 from meteorseed_scrapy.store.base import Store
@@ -38,7 +45,7 @@ from meteorseed_scrapy.store.documents import item_document
 from meteorseed_scrapy.store.group_commit import (
     GroupCommitter,
 )
-from meteorseed_scrapy.task.context import current_scrape
+from meteorseed_scrapy.task.context import current_output, current_scrape
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -57,10 +64,12 @@ class UpsertPipeline:
         *,
         store_factory: Callable[[str], Store] = open_store,
         default_site_id: str | None = None,
+        last_stage: bool = False,
     ) -> None:
         self.config = config
         self.stats = stats
         self._default_site_id = default_site_id
+        self._last_stage = last_stage  # a committed item is through: no stage may fail it now
         self._commits = GroupCommitter(config, stats, store_factory)
 
     @classmethod
@@ -69,7 +78,10 @@ class UpsertPipeline:
         # disable this stage: items would pass uncommitted and their tasks be acked).
         config = StoreConfig.from_settings(crawler.settings)
         check_store_uri(config.uri)
-        return cls(config, crawler.stats, default_site_id=crawler.spidercls.name)
+        stages = build_component_list(crawler.settings.getwithbase("ITEM_PIPELINES"))
+        last = bool(stages) and load_object(stages[-1]) is cls
+        return cls(config, crawler.stats, default_site_id=crawler.spidercls.name,
+                   last_stage=last)
 
     # -- life cycle ---------------------------------------------------------------------
 
@@ -91,6 +103,9 @@ class UpsertPipeline:
             raise StoreWriteError(f"document {doc['_id']!r} was not committed: {error}") from error
         if scrape is not None:
             scrape.record_commit(doc["_id"], content)
+            output = current_output()
+            if self._last_stage and output is not None and output.scrape is scrape:
+                output.done()
         return item
 
 

@@ -10,6 +10,7 @@ started from a scrape pass.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,11 @@ class Scrape:
     keyless_items: int = 0
     errors: list[str] = field(default_factory=list)
     _digest: Any = field(default_factory=hashlib.sha256)
+    # What the callback yielded and is not yet through (see Output), whether it yielded its
+    # last, and who to tell once both say the scrape is over.
+    _open: int = 0
+    _exhausted: bool = False
+    _on_done: Callable[[], None] | None = None
 
     def record_commit(self, doc_id: str, content: str) -> None:
         """Called by the store stage once a document is durably written."""
@@ -41,16 +47,67 @@ class Scrape:
     def fail(self, reason: str) -> None:
         self.errors.append(reason)
 
+    # -- the end of a scrape, known before Scrapy's own bookkeeping of it ends ----------------
+    # Scrapy fires a scrape's Deferred several turns of a busy event loop after its last item
+    # was committed (item signals, the parallel workers' end, Deferred/Future bridges): a few
+    # milliseconds every task waited before its ack. Counting the callback's output here says
+    # when the scrape is over as soon as it is.
+
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, as soon as the callback's output ran out and every output
+        is through (an item committed or out of the item pipelines, a request scheduled),
+        with no error. Never called when one of those is not known (the scrape's end then
+        comes from Scrapy as before)."""
+        self._on_done = callback
+
+    def output_yielded(self) -> None:
+        self._open += 1
+
+    def output_exhausted(self) -> None:
+        """The callback's output ended without an error."""
+        self._exhausted = True
+        self._check_done()
+
+    def output_through(self) -> None:
+        self._open -= 1
+        self._check_done()
+
+    def _check_done(self) -> None:
+        if self._exhausted and self._open == 0 and not self.errors and self._on_done:
+            done, self._on_done = self._on_done, None
+            done()
+
     @property
     def digest(self) -> str:
         return self._digest.hexdigest()
 
 
+@dataclass(eq=False)
+class Output:
+    """One thing a scrape's callback yielded, while Scrapy's scraper handles it. Through once:
+    when the store stage (the last item stage) committed it, or when the scraper is done
+    with it, whichever comes first."""
+
+    scrape: Scrape
+    through: bool = False
+
+    def done(self) -> None:
+        if not self.through:
+            self.through = True
+            self.scrape.output_through()
+
+
 CURRENT_SCRAPE: ContextVar[Scrape | None] = ContextVar("meteorseed_current_scrape", default=None)
+CURRENT_OUTPUT: ContextVar[Output | None] = ContextVar("meteorseed_current_output", default=None)
 
 
 def current_scrape() -> Scrape | None:
     return CURRENT_SCRAPE.get()
+
+
+def current_output() -> Output | None:
+    """The callback output the code running now handles (the store stage: its item)."""
+    return CURRENT_OUTPUT.get()
 
 
 def task_of(obj: Any) -> ExecTask | None:

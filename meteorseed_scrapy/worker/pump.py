@@ -229,12 +229,14 @@ class StreamPump:
         entry.response_at = time.monotonic()
         return entry.scrape
 
-    def finished(self, request: Request, result: Response | Failure) -> None:
-        """The scrape of ``request``'s final hop is over: every item passed the store stage (or
-        the scrape says why not). The task settles once its children are durable too."""
+    def finished(self, request: Request, result: Response | Failure,
+                 scrape: Scrape | None = None) -> None:
+        """The scrape of ``request``'s final hop (``scrape``, when known: it may end before
+        Scrapy says so, and then is not ended twice) is over: every item passed the store stage
+        (or the scrape says why not). The task settles once its children are durable too."""
         task = task_of(request)
         entry = self._ledger.get(task.task_id) if task is not None else None
-        if entry is None:
+        if entry is None or (scrape is not None and entry.scrape is not scrape):
             return
         verdict = judge(entry.task, result, request, self._spider, self._settings, self._stats)
         scrape = entry.scrape

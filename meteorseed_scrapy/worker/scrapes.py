@@ -6,11 +6,18 @@ wrapped: while it runs, the scrape of the response's task is current
 (:data:`~meteorseed_scrapy.task.context.CURRENT_SCRAPE`, inherited by every asyncio task Scrapy
 starts there: callback output, item pipelines, item signals), and the pump hears when its
 Deferred fires. Item and callback errors fail the scrape in progress: its task is not acked.
+
+That Deferred fires several turns of a busy event loop after the scrape's last item was
+committed; so the callback's output is counted too (``handle_spider_output_async`` and
+``_process_spidermw_output_async``, wrapped the same way; Scrapy 2.13+), and a scrape whose
+output ran out and is all through ends there (:meth:`Scrape.when_done`). Where Scrapy lacks
+them, or an output fails, the Deferred ends the scrape as before.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from scrapy import Request, Spider, signals
@@ -18,7 +25,13 @@ from scrapy.http import Response
 from twisted.internet.defer import Deferred, succeed
 from twisted.python.failure import Failure
 
-from meteorseed_scrapy.task.context import CURRENT_SCRAPE, current_scrape
+from meteorseed_scrapy.task.context import (
+    CURRENT_OUTPUT,
+    CURRENT_SCRAPE,
+    Output,
+    Scrape,
+    current_scrape,
+)
 from meteorseed_scrapy.task.exceptions import TaskDeferred, TaskGivenUp
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
@@ -39,10 +52,17 @@ class ScrapeTracker:
                 "this Scrapy version does not have it"
             )
         self._pump: StreamPump | None = None
+        # (both or neither: the output is counted where it starts and where it is through)
+        self._handle_output = getattr(self._scraper, "handle_spider_output_async", None)
+        self._process_output = getattr(self._scraper, "_process_spidermw_output_async", None)
+        self._counting = callable(self._handle_output) and callable(self._process_output)
 
     def install(self, pump: StreamPump) -> None:
         self._pump = pump
         self._scraper.enqueue_scrape = self._enqueue_scrape
+        if self._counting:
+            self._scraper.handle_spider_output_async = self._counted_output
+            self._scraper._process_spidermw_output_async = self._one_output
         pump.give_up_with(self.give_up)
         self.crawler.signals.connect(self._on_item_error, signals.item_error)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
@@ -50,6 +70,9 @@ class ScrapeTracker:
     def uninstall(self) -> None:
         if self._pump is not None:
             self._scraper.enqueue_scrape = self._original
+            if self._counting:
+                self._scraper.handle_spider_output_async = self._handle_output
+                self._scraper._process_spidermw_output_async = self._process_output
 
     def _enqueue_scrape(self, result: Response | Failure, request: Request) -> Deferred[Any]:
         assert self._pump is not None and self._original is not None
@@ -66,13 +89,39 @@ class ScrapeTracker:
                 self._pump.finished(request, result)
                 return succeed(None)
             result = Failure(TaskGivenUp(reason))
+        if self._counting:
+            scrape.when_done(lambda: self._finished(None, result, request, scrape))
         token = CURRENT_SCRAPE.set(scrape)
         try:
             dfd: Deferred[Any] = self._original(result, request)
         finally:
             CURRENT_SCRAPE.reset(token)
-        dfd.addBoth(self._finished, result, request)
+        dfd.addBoth(self._finished, result, request, scrape)
         return dfd
+
+    async def _counted_output(self, output: Iterable[Any] | AsyncIterator[Any], request: Request,
+                              response: Response | Failure) -> None:
+        assert self._handle_output is not None
+        scrape = current_scrape()
+        if scrape is not None:
+            output = (_count_async(output, scrape) if isinstance(output, AsyncIterator)
+                      else _count(output, scrape))
+        await self._handle_output(output, request, response)
+
+    async def _one_output(self, output: Any, response: Response | Failure) -> None:
+        assert self._process_output is not None
+        scrape = current_scrape()
+        if scrape is None:
+            await self._process_output(output, response)
+            return
+        mark = Output(scrape)
+        token = CURRENT_OUTPUT.set(mark)
+        try:
+            await self._process_output(output, response)
+        finally:
+            CURRENT_OUTPUT.reset(token)
+        # (not through when it raised: Scrapy's Deferred ends that scrape)
+        mark.done()
 
     def give_up(self, task: ExecTask, reason: str) -> bool:
         """``task``, given up on while it waited, fails for good without a download: its request
@@ -93,9 +142,10 @@ class ScrapeTracker:
         logger.error("Could not hand the final failure of %s to the scraper: %s", request,
                      failure.getErrorMessage())
 
-    def _finished(self, passthrough: Any, result: Response | Failure, request: Request) -> Any:
+    def _finished(self, passthrough: Any, result: Response | Failure, request: Request,
+                  scrape: Scrape | None = None) -> Any:
         assert self._pump is not None
-        self._pump.finished(request, result)
+        self._pump.finished(request, result, scrape)
         return passthrough
 
     def _on_item_error(self, item: Any, response: Any, spider: Spider, failure: Failure) -> None:
@@ -103,6 +153,20 @@ class ScrapeTracker:
 
     def _on_spider_error(self, failure: Failure, response: Any, spider: Spider) -> None:
         _fail_scrape("callback error", failure)
+
+
+def _count(output: Iterable[Any], scrape: Scrape) -> Iterable[Any]:
+    for one in output:
+        scrape.output_yielded()
+        yield one
+    scrape.output_exhausted()  # (not reached when the callback raised)
+
+
+async def _count_async(output: AsyncIterator[Any], scrape: Scrape) -> AsyncIterator[Any]:
+    async for one in output:
+        scrape.output_yielded()
+        yield one
+    scrape.output_exhausted()
 
 
 def _fail_scrape(what: str, failure: Failure) -> None:

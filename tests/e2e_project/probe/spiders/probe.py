@@ -25,10 +25,13 @@ class ProbeSpider(scrapy.Spider):
         if "badchild" in parsed.query:
             yield scrapy.Request(response.urljoin("/news/article/999"), meta={"obj": object()})
             return
-        many = parse_qs(parsed.query).get("many", [""])[0]
-        if many:  # a listing page: many items from one response
+        query = parse_qs(parsed.query)
+        many = query.get("many", [""])[0]
+        if many:  # a listing page: many items from one response (then maybe an error)
             for i in range(int(many)):
                 yield {"unique_key": f"{path}#{i}", "status": response.status}
+            if "fail" in query:
+                raise ValueError(f"failed after {many} items at {path}")
             return
         yield {
             "unique_key": path,
