@@ -11,7 +11,10 @@ the living worker or acked (XPENDING summary polled every 50 ms). At the end of 
 task's item is stored exactly once (one row per task, the right keys and task ids), nothing is
 pending, waiting or dead. METEORSEED_CLAIM_IDLE is the setting's default (10 s) unless
 ``--claim-idle`` says otherwise (``--claim-idle 5`` for a quick run). The target is that the
-tasks are in progress elsewhere within the default CLAIM_IDLE, 10 s. The site's fleet-wide
+tasks are in progress elsewhere well within 10 s with the defaults: the survivor does not wait
+until they are idle for CLAIM_IDLE (a task delivered just before the kill would need all of it)
+but takes them once the dead worker's liveness lapses in the live-worker registry, CLAIM_IDLE/2
+after its last heartbeat (``queue/liveness.py``), about 5 s. The site's fleet-wide
 concurrency cap is both workers' CONCURRENT_REQUESTS (``--site-concurrency`` to change it), so
 that what is measured is the reclaim, not the expiry of the dead worker's concurrency leases.
 The last line is the figure.
@@ -209,7 +212,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"round {rnd}: reclaimed {r.held} tasks {r.reclaim_s:.1f}s after SIGKILL, "
                   f"all done {r.done_s:.1f}s after it; "
                   f"stored {r.stored}/{args.pages}, lost {r.lost}; refetched pages "
-                  f"{r.refetched}; w2 reclaimed {s.get('meteorseed/reclaimed', 0)}, acked "
+                  f"{r.refetched}; w2 reclaimed {s.get('meteorseed/reclaimed', 0)} ("
+                  f"{s.get('meteorseed/reclaimed/dead_worker', 0)} as a dead worker's), acked "
                   f"without refetch {s.get('meteorseed/acked_without_refetch', 0)}; "
                   + ("problems: " + "; ".join(r.problems) if r.problems else "all checks ok"),
                   flush=True)

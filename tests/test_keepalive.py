@@ -1,6 +1,7 @@
-"""The keep-alive of a live worker's tasks runs off the reactor (its own thread and Redis client):
-a slow download or a callback that blocks the reactor for several CLAIM_IDLEs is never reclaimed,
-while a dead worker's tasks still are after CLAIM_IDLE."""
+"""The keep-alive of a live worker and its tasks runs off the reactor (its own thread and Redis
+client): a slow download or a callback that blocks the reactor for several CLAIM_IDLEs is never
+reclaimed, neither as idle nor as a dead worker's (its heartbeat goes on), while a dead worker's
+tasks still are after CLAIM_IDLE (tests/test_liveness.py: at once when it is listed dead)."""
 
 from __future__ import annotations
 
@@ -140,6 +141,19 @@ def test_five_touches_per_claim_idle_and_the_default_is_ten_seconds() -> None:
     assert touch_interval(10) == 2.0
 
 
+def test_the_keepalive_lists_its_worker_and_beats_with_no_task_to_touch(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    """The keep-alive lists its worker at once, and beats without any task to touch."""
+    keys = KeyLayout(namespace)
+    keeper = _keeper(redis_url, keys, [])
+    try:
+        wait_for(lambda: keeper.beats >= 3, 30, 0.01)
+        assert sync_redis.zscore(keys.workers, "a") is not None
+        assert keeper.touches == 0
+    finally:
+        keeper.stop()
+
+
 # -- real workers -----------------------------------------------------------------------------
 
 SPIDER = textwrap.dedent('''
@@ -222,6 +236,8 @@ def _slow_worker_keeps_its_tasks(tmp_path: Path, redis_url: str, namespace: str,
         slow = _Worker(tmp_path, "slow", redis_url, namespace, store, **settings)
         # Every task is the slow worker's before the other one starts looking for idle ones.
         wait_for(lambda: _pending(r, keys) == len(urls), 60, 0.05)
+        # Listed in the live-worker registry: the dead-worker path is in play too.
+        assert r.zscore(keys.workers, "slow") is not None
         other = _Worker(tmp_path, "other", redis_url, namespace, store, **settings)
         timeout = (download_ms + each * block_ms) / 1000 + 90
         slow_stats, other_stats = slow.stats(timeout), other.stats(timeout)
@@ -234,6 +250,7 @@ def _slow_worker_keeps_its_tasks(tmp_path: Path, redis_url: str, namespace: str,
     assert sorted(d["unique_key"] for d in docs.values()) == sorted(urls)
     assert sorted(d["task_id"] for d in docs.values()) == sorted(t.task_id for t in tasks)
     assert r.xlen(keys.stream) == 0
+    assert r.zrange(keys.workers, 0, -1) == []  # both left the registry as they stopped
 
 
 @pytest.mark.e2e

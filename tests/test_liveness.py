@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio as aioredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
@@ -37,6 +40,7 @@ from tests.e2e_helpers import enqueue, start_worker, stored_docs
 from tests.test_shards import sites_covering
 
 CLAIM_IDLE = 0.5  # seconds, for the keep-alive threads of the unit tests
+NAMES = (b"dead", b"live", b"survivor")  # the workers of the property test
 
 
 def task(n: int, site: str = "news") -> ExecTask:
@@ -351,6 +355,37 @@ def test_a_registry_key_of_the_wrong_type_falls_back_to_claim_idle(
     assert sum("not a live-worker registry" in r.message for r in caplog.records) == 1
     assert sync_redis.get(keys.workers) == "not a zset"
     assert set(owners(sync_redis, keys).values()) == {"w"}
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(st.binary(max_size=200).filter(lambda b: b not in NAMES),
+                       st.floats(allow_nan=False), max_size=40))
+def test_any_registry_content_takes_the_dead_workers_tasks_and_only_theirs(
+        redis_url: str, registry: dict[bytes, float]) -> None:
+    keys = KeyLayout(f"h{uuid.uuid4().hex[:12]}")
+    raw = redis.Redis.from_url(redis_url)
+    try:
+        dead = held_by(redis_url, keys, "dead", [task(1)])
+        live = held_by(redis_url, keys, "live", [task(2)])
+        if registry:
+            raw.zadd(keys.workers, registry)
+        raw.zadd(keys.workers, {b"dead": 1, b"live": 2 ** 52, b"survivor": 2 ** 52})
+        for _ in range(len(registry) // 16 + 3):  # (MAX_DEAD a check)
+            take_over(redis_url, keys, "survivor")
+        with redis.Redis.from_url(redis_url, decode_responses=True) as text:
+            taken = owners(text, keys)
+        assert {ref: taken[ref] for ref in dead | live} == {
+            **{ref: "survivor" for ref in dead}, **{ref: "live" for ref in live}}
+        assert raw.zscore(keys.workers, b"dead") is None
+        seconds, micros = raw.time()
+        now_ms = seconds * 1000 + micros // 1000
+        # Every name long dead is gone (a name with nothing pending: dropped at once).
+        assert all(score > now_ms - 60_000
+                   for _, score in raw.zrange(keys.workers, 0, -1, withscores=True))
+    finally:
+        raw.delete(*raw.keys(f"{keys.namespace}:*") or [keys.workers])
+        raw.close()
 
 
 # -- real workers --------------------------------------------------------------------------------
