@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from meteorseed_scrapy.queue.connection import async_client, sync_client
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.group import ConsumerGroup
@@ -32,6 +33,7 @@ from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client
+from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 from meteorseed_scrapy.worker import keepalive
@@ -386,6 +388,46 @@ def test_any_registry_content_takes_the_dead_workers_tasks_and_only_theirs(
     finally:
         raw.delete(*raw.keys(f"{keys.namespace}:*") or [keys.workers])
         raw.close()
+
+
+def test_a_dead_workers_tasks_in_every_shard_are_taken_on_a_cluster(
+        cluster: LocalCluster) -> None:
+    """Shards on several nodes: the take-over runs per shard (one slot each), the registry's
+    scripts on its one key."""
+    keys = KeyLayout(f"c{uuid.uuid4().hex[:12]}", 3, cluster=True)
+    tasks = [task(n, site) for n, site in enumerate(sites_covering(3) * 2)]
+    beater = sync_client(cluster.url, decode_responses=True)
+
+    async def scenario() -> tuple[set[Ref], list[Delivery], list[bytes], set[str]]:
+        client = async_client(cluster.url, decode_responses=True)
+        try:
+            await TaskWriter(client, keys).add(tasks, dedup=False)
+            dead = StreamConsumer(client, keys, "dead")
+            await dead.ensure_group()
+            held = {d.ref for d in await dead.read(len(tasks), 0)}
+            beat(beater, keys, "dead", 3600)
+            beat(beater, keys, "survivor", 3600)
+            live = Liveness(client, keys, "survivor", CLAIM_IDLE)
+            assert await live.dead() == []
+            lapse(beater, keys, "dead")
+            live._next_check = 0.0  # (the next check now)
+            gone = await live.dead()
+            got, holding = await StreamConsumer(client, keys, "survivor").reclaim_from(gone,
+                                                                                       100)
+            await live.settle(gone, holding)
+            left = set(await client.zrange(keys.workers, 0, -1))
+            return held, got, gone, left
+        finally:
+            await client.aclose()
+
+    try:
+        held, got, gone, left = asyncio.run(scenario())
+    finally:
+        beater.close()
+    assert len(held) == len(tasks) and gone == [b"dead"]
+    assert {d.ref for d in got} == held and {d.deliveries for d in got} == {2}
+    assert {keys.shard_of_stream(d.stream).index for d in got} == {0, 1, 2}
+    assert left == {"survivor"}
 
 
 # -- real workers --------------------------------------------------------------------------------
