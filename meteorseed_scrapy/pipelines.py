@@ -33,6 +33,7 @@ once Scrapy is done with it, since that stage could still fail it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from scrapy.utils.conf import build_component_list
@@ -45,7 +46,7 @@ from meteorseed_scrapy.store.documents import item_document
 from meteorseed_scrapy.store.group_commit import (
     GroupCommitter,
 )
-from meteorseed_scrapy.task.context import current_output, current_scrape
+from meteorseed_scrapy.task.context import Output, Scrape, current_output, current_scrape
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -98,15 +99,24 @@ class UpsertPipeline:
         # task failed (not acked); no need to call Scrape.fail as well.
         scrape = current_scrape()
         doc, content = item_document(item, scrape, self._default_site_id)
-        error = await self._commits.submit(doc)
+        on_commit = None
+        if scrape is not None:
+            output = current_output() if self._last_stage else None
+            on_commit = partial(_committed, scrape, doc["_id"], content,
+                                output if output is not None and output.scrape is scrape
+                                else None)
+        error = await self._commits.submit(doc, on_commit)
         if error is not None:
             raise StoreWriteError(f"document {doc['_id']!r} was not committed: {error}") from error
-        if scrape is not None:
-            scrape.record_commit(doc["_id"], content)
-            output = current_output()
-            if self._last_stage and output is not None and output.scrape is scrape:
-                output.done()
         return item
+
+
+def _committed(scrape: Scrape, doc_id: str, content: str, output: Output | None) -> None:
+    # Run by the committer as soon as the document is committed: the task may be acked from
+    # here, without waiting for this stage's own coroutine to resume.
+    scrape.record_commit(doc_id, content)
+    if output is not None:
+        output.done()
 
 
 __all__ = ["StoreWriteError", "UpsertPipeline"]

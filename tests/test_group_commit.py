@@ -245,3 +245,44 @@ def test_every_item_gets_its_own_outcome_and_good_ones_keep_their_order(
     written = [doc_id for batch in store.batches for doc_id in batch]
     assert written == [d["_id"] for d in docs if not d["bad"]]
     assert all(len(batch) <= batch_size for batch in store.batches)
+
+
+def test_on_commit_runs_for_committed_documents_before_their_submitters_resume() -> None:
+    # The store stage acks a task from on_commit: it must run only for a document really
+    # committed (not a refused one, not a cancelled submitter's), before the submitter
+    # resumes, and one hook's error must not cost its batch-mates theirs.
+    store = FakeStore()
+    store.gate = threading.Event()
+    commits, _ = committer(store)
+    heard: list[str] = []
+
+    def hook(name: str) -> Any:
+        def run() -> None:
+            heard.append(name)
+            if name == "d":
+                raise RuntimeError("a bug in the hook")
+        return run
+
+    async def submit(name: str, bad: bool = False) -> tuple[BaseException | None, list[str]]:
+        error = await commits.submit(doc(name, bad), hook(name))
+        return error, list(heard)  # what had been heard when this submitter resumed
+
+    async def main() -> list[Any]:
+        first = asyncio.ensure_future(submit("a"))
+        await until_writing(store)
+        rest = [asyncio.ensure_future(submit(n, bad=n == "c")) for n in "bcde"]
+        doomed = asyncio.ensure_future(submit("f"))
+        await asyncio.sleep(0)
+        doomed.cancel()
+        assert store.gate is not None
+        store.gate.set()
+        try:
+            return [await first, *[await r for r in rest]]
+        finally:
+            await commits.close()
+
+    a, b, c, d, e = asyncio.run(main())
+    assert a == (None, ["a"])
+    assert b[0] is None and d[0] is None and e[0] is None and isinstance(c[0], ValueError)
+    assert heard == ["a", "b", "d", "e"]  # not c (refused), not f (cancelled)
+    assert "b" in b[1] and "d" in d[1] and "e" in e[1]

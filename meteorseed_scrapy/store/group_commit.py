@@ -38,6 +38,8 @@ class _Batch:
     #: awaits its own, so cancelling one never cancels its batch-mates' write (and needs no
     #: asyncio.shield, which cost every item one more turn of the event loop).
     waiters: list[asyncio.Future[BaseException | None]] = field(default_factory=list)
+    #: Per document, what its submitter runs the moment it is committed (or None).
+    hooks: list[Callable[[], None] | None] = field(default_factory=list)
     #: Loop time after which a failing batch gives up; set at its first failure.
     deadline: float | None = None
     #: The batch's first write, started in the store thread the moment it was sealed (the
@@ -84,8 +86,13 @@ class GroupCommitter:
             finally:
                 executor.shutdown(wait=True)
 
-    async def submit(self, doc: dict[str, Any]) -> BaseException | None:
-        """Add ``doc`` to the open batch; its error once the batch is settled (None: committed)."""
+    async def submit(self, doc: dict[str, Any],
+                     on_commit: Callable[[], None] | None = None) -> BaseException | None:
+        """Add ``doc`` to the open batch; its error once the batch is settled (None: committed).
+
+        ``on_commit`` runs on the event loop as soon as ``doc`` is known committed, in the
+        callback that learns it: the submitter itself resumes a turn or two of a busy loop
+        later (the store stage lets a task be acked from there)."""
         self._ensure_open()
         loop = asyncio.get_running_loop()
         batch = self._open_batch
@@ -97,6 +104,7 @@ class GroupCommitter:
         waiter: asyncio.Future[BaseException | None] = loop.create_future()
         batch.docs.append(doc)
         batch.waiters.append(waiter)
+        batch.hooks.append(on_commit)
         # Group commit: an idle store writes at once; while a write is running, items gather
         # and the commit loop writes them together as soon as it is done.
         if len(batch.docs) >= self.config.batch_size or (idle and self._timer is None):
@@ -230,9 +238,16 @@ class GroupCommitter:
 
     @staticmethod
     def _resolve(batch: _Batch, outcome: list[BaseException | None]) -> None:
-        for waiter, error in zip(batch.waiters, outcome, strict=True):
-            if not waiter.done():  # (a cancelled submitter)
-                waiter.set_result(error)
+        for doc, waiter, hook, error in zip(batch.docs, batch.waiters, batch.hooks, outcome,
+                                            strict=True):
+            if waiter.done():  # (a cancelled submitter: its item is not through)
+                continue
+            if error is None and hook is not None:
+                try:
+                    hook()
+                except Exception:  # (the submitter's bug: its batch-mates still hear theirs)
+                    logger.exception("Error in the commit hook of document %r", doc.get("_id"))
+            waiter.set_result(error)
 
     def _inc(self, name: str, count: int = 1) -> None:
         if self.stats is not None:
