@@ -118,9 +118,9 @@ class Liveness:
                         ", ".join(_label(n) for n in gone))
 
     async def leave(self, holding: bool) -> None:
-        """A clean stop, after its tasks were handed back: off the registry; or, when it still
-        holds entries (a hand-back that failed), marked dead now, so that the others take
-        them at once (and drop it then). Not listed: nothing to do."""
+        """A clean stop, after its tasks were handed back: off the registry; or, when entries
+        are still pending on it (handed back, or acks that could not be written), marked dead
+        now, so that the others take them at once (and drop it then). Not listed: nothing."""
         if holding:
             await self.redis.zadd(self.keys.workers, {self.consumer: 0}, xx=True)
         else:
