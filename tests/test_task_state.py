@@ -21,6 +21,7 @@ from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.reads import run_async, run_sync
+from meteorseed_scrapy.queue.task_places import record_delivery, record_pending
 from meteorseed_scrapy.queue.task_query import (
     TaskState,
     parse_query,
@@ -204,6 +205,22 @@ def test_damaged_entries_are_skipped_not_fatal(namespace: str, sync_redis: redis
     assert waiting["ahead"] == 2
     assert [p["record"] for p in found.places if p["state"] == "done"] == [
         {"raw": "\xff not json"}]
+
+
+def test_a_pending_place_gets_its_delivery_or_is_done_if_acked_meanwhile() -> None:
+    state = TaskState(query_for_id("t1"), 0.0)
+    keys = KeyLayout("ns")
+    stream = keys.shard_keys[0].streams[0]
+    one = record_pending(state, keys, stream, "1000-0", task(1))
+    two = record_pending(state, keys, stream, "2000-0", task(2))
+    record_delivery(state, one, [{"consumer": b"w1", "time_since_delivered": 1500,
+                                  "times_delivered": 2}])
+    record_delivery(state, two, [])  # XPENDING found nothing: acked between the two reads
+    first, second = state.places
+    assert (first["state"], first["consumer"], first["idle_s"], first["deliveries"]) == (
+        "pending", "w1", 1.5, 2)
+    assert second["state"] == "done" and second["note"] == "acked while being looked up"
+    assert state.state == "pending"
 
 
 @pytest.mark.parametrize("text, field", [

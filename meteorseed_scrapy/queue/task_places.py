@@ -37,9 +37,9 @@ def record_waiting(state: TaskState, stream: str, route: tuple[str, str], entry_
                    ahead: int, task: ExecTask) -> None:
     """A task waiting in ``stream`` (of lane and band ``route``) behind ``ahead`` others."""
     lane, band = route
-    state.places.append({"state": "waiting", "stream": stream, "lane": lane, "band": band,
-                         "entry_id": entry_id, "ahead": ahead,
-                         "enqueued_at": _id_time(entry_id), "task": task.to_dict()})
+    state.add_place({"state": "waiting", "stream": stream, "lane": lane, "band": band,
+                     "entry_id": entry_id, "ahead": ahead,
+                     "enqueued_at": _id_time(entry_id), "task": task.to_dict()})
 
 
 def record_done(state: TaskState, shard: ShardKeys, reply: Any) -> None:
@@ -52,8 +52,8 @@ def record_done(state: TaskState, shard: ShardKeys, reply: Any) -> None:
         record = {"raw": text[:2000]}
     if not isinstance(record, dict):
         record = {"raw": text[:2000]}
-    state.places.append({"state": "done", "key": shard.done(state.query.task_id or ""),
-                         "record": record})
+    state.add_place({"state": "done", "key": shard.done(state.query.task_id or ""),
+                     "record": record})
 
 
 def record_dead(state: TaskState, keys: KeyLayout, dead: str, page: list[Any]) -> None:
@@ -64,28 +64,28 @@ def record_dead(state: TaskState, keys: KeyLayout, dead: str, page: list[Any]) -
         if letter.task is not None and state.query.matches(letter.task):
             place = {"state": "dead", "stream": dead, **letter.summary()}
             place["task"] = letter.task.to_dict()
-            state.places.append(place)
+            state.add_place(place)
 
 
 def record_pending(state: TaskState, keys: KeyLayout, stream: str, entry_id: str, task: ExecTask
-             ) -> dict[str, Any]:
+                   ) -> int:
+    """A task delivered from ``stream``: its place's number, for :func:`record_delivery`."""
     lane, band = keys.stream_lanes[stream]
-    place: dict[str, Any] = {"state": "pending", "stream": stream, "lane": lane, "band": band,
-                             "entry_id": entry_id, "enqueued_at": _id_time(entry_id),
-                             "task": task.to_dict()}
-    state.places.append(place)
-    return place
+    return state.add_place({"state": "pending", "stream": stream, "lane": lane, "band": band,
+                            "entry_id": entry_id, "enqueued_at": _id_time(entry_id),
+                            "task": task.to_dict()})
 
 
-def record_delivery(place: dict[str, Any], reply: list[Any]) -> None:
-    """XPENDING of a delivered entry: on which consumer, idle how long, delivered how often."""
+def record_delivery(state: TaskState, number: int, reply: list[Any]) -> None:
+    """XPENDING of pending place ``number``: on which consumer, idle how long, delivered how
+    often."""
     if reply:
         row = reply[0]
-        place.update(consumer=text_of(row["consumer"]),
-                     idle_s=round(int(row["time_since_delivered"]) / 1000, 3),
-                     deliveries=int(row["times_delivered"]))
+        state.record_delivery(number, text_of(row["consumer"]),
+                              round(int(row["time_since_delivered"]) / 1000, 3),
+                              int(row["times_delivered"]))
     else:  # acked between the two reads: its XDEL follows at once
-        place.update(state="done", note="acked while being looked up")
+        state.record_acked(number)
 
 
 def record_dedup(state: TaskState, site: str, key: str, reply: Any) -> None:
@@ -95,7 +95,7 @@ def record_dedup(state: TaskState, site: str, key: str, reply: Any) -> None:
         _, window, since, eligible = values[:4]
         row.update(window_s=window, seen_from=since if window else None,
                    eligible_at=eligible if window else None)
-    state.dedup.append(row)
+    state.add_dedup(row)
 
 
 def record_delayed(state: TaskState, key: str, member: str, score: float) -> None:
@@ -107,6 +107,6 @@ def record_delayed(state: TaskState, key: str, member: str, score: float) -> Non
         return
     entry = DelayedEntry.parse(member, score)
     lane, _, band = route.partition(":")
-    state.places.append({"state": "delayed", "key": key, "why": entry.why,
-                         "due_at": entry.due_at, "to_lane": lane, "to_band": band,
-                         "task": task.to_dict()})
+    state.add_place({"state": "delayed", "key": key, "why": entry.why,
+                     "due_at": entry.due_at, "to_lane": lane, "to_band": band,
+                     "task": task.to_dict()})

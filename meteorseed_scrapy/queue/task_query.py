@@ -127,6 +127,37 @@ class TaskState:
     searched: list[Search] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def add_place(self, place: dict[str, Any]) -> int:
+        """The task is found at ``place`` (its ``state`` and where); returns the place's
+        number for :meth:`record_delivery` and :meth:`record_acked`."""
+        self.places.append(place)
+        return len(self.places) - 1
+
+    def record_delivery(self, number: int, consumer: str, idle_s: float,
+                        deliveries: int) -> None:
+        """Pending place ``number`` is delivered to ``consumer``, idle ``idle_s``, delivered
+        ``deliveries`` times (its XPENDING row)."""
+        self.places[number].update(consumer=consumer, idle_s=idle_s, deliveries=deliveries)
+
+    def record_acked(self, number: int) -> None:
+        """Pending place ``number`` was acked between the two reads: it is done."""
+        self.places[number].update(state="done", note="acked while being looked up")
+
+    def add_dedup(self, row: dict[str, Any]) -> None:
+        """The dedup record of the URL under one site."""
+        self.dedup.append(row)
+
+    def record_failure(self, note: str) -> None:
+        """The task's last failure note (the last shard read wins)."""
+        self.last_failure = note
+
+    def record_search(self, search: Search) -> None:
+        """One key read, how much of it and whether fully."""
+        self.searched.append(search)
+
+    def add_note(self, note: str) -> None:
+        self.notes.append(note)
+
     @property
     def state(self) -> str:
         found = {place["state"] for place in self.places}

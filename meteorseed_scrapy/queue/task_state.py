@@ -101,7 +101,7 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
             record_done(state, shard, _ok(next(it)))
             note = _ok(next(it))
             if note:
-                state.last_failure = text_of(note)
+                state.record_failure(text_of(note))
     candidates: list[str] = []
     if want_sites:
         by_site, (_, pushed) = _ok(next(it)) or [], _ok(next(it)) or (0, {})
@@ -109,8 +109,8 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
         candidates += [text_of(k) for k in pushed]
     for dead, page, length in zip(deads, dead_pages, dead_lengths, strict=True):
         record_dead(state, keys, dead, page)
-        state.searched.append(Search(dead, f"XREVRANGE + - COUNT {DEAD_SCAN}", len(page),
-                                     len(page) >= length))
+        state.record_search(Search(dead, f"XREVRANGE + - COUNT {DEAD_SCAN}", len(page),
+                                   len(page) >= length))
 
     second: list[Any] = []
     for s in streams:
@@ -142,9 +142,9 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
                 record_waiting(state, s, (lane, band), text_of(entry_id), ahead, task)
         how = (f"XRANGE - {last} COUNT {PENDING_SCAN}, XRANGE ({last} + COUNT {WAITING_SCAN}"
                if last is not None else f"XRANGE - + COUNT {WAITING_SCAN}")
-        state.searched.append(Search(s, how, read, read >= length))
+        state.record_search(Search(s, how, read, read >= length))
 
-    delivered_places = [record_pending(state, keys, s, entry_id, task)
+    pending_places = [record_pending(state, keys, s, entry_id, task)
                         for s, entry_id, task in pending_hits]
     yield from _delayed(state, keys, shards, query)  # (before dedup: its tasks' sites count)
     third = [call("xpending_range", s, keys.group, entry_id, entry_id, 1)
@@ -154,13 +154,13 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
     scripts = [call("eval", script_source("dedup_when"), 1, keys.seen(site), "",
                     _fingerprint(state, query, site)) for site in sites]
     delivered, dedup = yield [Batch(third), Batch(scripts, direct=True)]
-    for place, reply in zip(delivered_places, delivered, strict=True):
-        record_delivery(place, _ok(reply) or [])
+    for number, reply in zip(pending_places, delivered, strict=True):
+        record_delivery(state, number, _ok(reply) or [])
     for site, reply in zip(sites, dedup, strict=True):
         record_dedup(state, site, keys.seen(site), _ok(reply))
     if query.url is not None:
-        state.notes.append("a URL is found by its GET fingerprint; a task with another method "
-                           "or a body, and its completion record, are found by task id")
+        state.add_note("a URL is found by its GET fingerprint; a task with another method "
+                       "or a body, and its completion record, are found by task id")
     return state
 
 
@@ -191,8 +191,8 @@ def _sites_to_check(state: TaskState, query: TaskQuery, candidates: list[str]) -
         except TaskError:
             continue
     if len(out) > SITE_CANDIDATES:
-        state.notes.append(f"dedup checked for the first {SITE_CANDIDATES} of {len(out)} "
-                           "sites: pass the site to check another")
+        state.add_note(f"dedup checked for the first {SITE_CANDIDATES} of {len(out)} "
+                       "sites: pass the site to check another")
     out = out[:SITE_CANDIDATES]
     if query.task_id is not None:
         out = [s for s in out if _fingerprint(state, query, s)]
@@ -227,8 +227,8 @@ def _delayed(state: TaskState, keys: KeyLayout, shards: list[ShardKeys], query: 
     for (key, cursor), size in zip(cursors.items(), sizes, strict=True):
         how = f"ZSCAN MATCH {match} COUNT {DELAYED_COUNT}" if match else \
             f"ZSCAN COUNT {DELAYED_COUNT}"
-        state.searched.append(Search(key, f"{how}, at most {DELAYED_ROUNDS} calls", read[key],
-                                     cursor is None or not int(_ok(size) or 0)))
+        state.record_search(Search(key, f"{how}, at most {DELAYED_ROUNDS} calls", read[key],
+                                   cursor is None or not int(_ok(size) or 0)))
 
 
 __all__ = ["DEAD_SCAN", "DELAYED_COUNT", "DELAYED_ROUNDS", "PENDING_SCAN", "SITE_CANDIDATES",
