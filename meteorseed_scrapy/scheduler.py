@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 from collections import Counter
 from typing import Any
@@ -44,6 +43,7 @@ from meteorseed_scrapy.settings import WorkerConfig, duration_setting, flag_sett
 from meteorseed_scrapy.sites.lookup import site_configs
 from meteorseed_scrapy.task.context import current_scrape, task_of
 from meteorseed_scrapy.validators import ConfigError
+from meteorseed_scrapy.worker.interpreter import InterpreterTuning
 from meteorseed_scrapy.worker.loops import REDIS_DOWN
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.scrapes import ScrapeTracker
@@ -59,7 +59,7 @@ class StreamScheduler:
         self.keys = KeyLayout.for_config(config)
         self.stats = crawler.stats
         settings = crawler.settings
-        self.freeze_gc = flag_setting(settings, "METEORSEED_FREEZE_GC")
+        self.interpreter = InterpreterTuning.from_settings(settings)
         self.politeness = flag_setting(settings, "METEORSEED_POLITENESS")
         self.sizes = WorkSizes.from_settings(settings)
         self._site_limits = SiteLimitsLookup(SiteLimits.from_settings(settings),
@@ -138,11 +138,7 @@ class StreamScheduler:
         ]
 
     def _on_opened(self, spider: Spider) -> None:
-        if self.freeze_gc:
-            # Long-lived start-up objects out of the collector's way: measured as the main
-            # cost of a busy worker (see the design notes).
-            gc.collect()
-            gc.freeze()
+        self.interpreter.started()
 
     def close(self, reason: str) -> Deferred[None]:
         return deferred_from_coro(self._close(reason))
@@ -160,6 +156,7 @@ class StreamScheduler:
             self._scrapes.uninstall()
         if self.redis is not None:
             await self.redis.aclose()
+        self.interpreter.stopped()
         logger.info("StreamScheduler closed (%s)", reason)
 
     def limits_for(self, site_id: str) -> SiteLimits:

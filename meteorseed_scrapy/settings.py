@@ -58,6 +58,10 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_MAX_SETTLING": None,
     # gc.freeze() once the worker has started (fewer full collections of long-lived objects).
     "METEORSEED_FREEZE_GC": True,
+    # The interpreter's thread switch interval (s) while a worker runs: how long the store and
+    # keep-alive threads may wait for the GIL held by a busy reactor (Python's own: 0.005);
+    # 0 leaves Python's (meteorseed_scrapy.worker.interpreter).
+    "METEORSEED_SWITCH_INTERVAL": 0.0005,
     # Completion records and failure notes matter only while a task can still be redelivered.
     "METEORSEED_DONE_TTL": 600,
     # Dead letters older than this (s) or beyond the newest N are trimmed; 0 = keep them.

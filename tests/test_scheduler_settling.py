@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -225,3 +226,20 @@ def test_a_bad_work_size_setting_stops_the_scheduler_before_it_opens() -> None:
     with pytest.raises(ConfigError) as info:
         StreamScheduler.from_crawler(crawler)
     assert info.value.name == "METEORSEED_MAX_SETTLING"
+
+
+def test_the_worker_sets_its_switch_interval_once_the_crawl_started_and_gives_it_back(
+    redis_url: str, namespace: str
+) -> None:
+    before = sys.getswitchinterval()
+
+    async def main() -> float:
+        async with scheduler_on(redis_url, namespace,
+                                METEORSEED_SWITCH_INTERVAL=0.0007) as (scheduler, _, _c):
+            assert sys.getswitchinterval() == before  # not before the crawl starts
+            scheduler.crawler.signals.send_catch_log(signals.spider_opened,
+                                                     spider=ShopSpider())
+            return sys.getswitchinterval()
+
+    assert asyncio.run(main()) == pytest.approx(0.0007)
+    assert sys.getswitchinterval() == pytest.approx(before)
