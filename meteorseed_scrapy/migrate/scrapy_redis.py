@@ -31,6 +31,7 @@ from meteorseed_scrapy.migrate.convert import (
     start_url_to_task,
 )
 from meteorseed_scrapy.migrate.unpickle import MAX_PAYLOAD_BYTES, RejectedPayload, loads_request
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.queue.scripts import Scripts
 from meteorseed_scrapy.task.validation import TaskError
 
@@ -235,7 +236,7 @@ async def migrate(
 
     for key, what in ((source.queue_key, REQUESTS), (source.start_urls_key, START_URLS)):
         kind_raw: Any = await client.type(key)
-        kind = kind_raw.decode() if isinstance(kind_raw, bytes) else str(kind_raw)
+        kind = text_of(kind_raw, "strict")
         if kind == "none":
             continue
         if kind not in ("list", "zset", "set"):

@@ -13,6 +13,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from meteorseed_scrapy.queue.replies import text_of
+
 logger = logging.getLogger(__name__)
 
 #: Entries a bucket must be able to hold compactly (DD_LOAD 40, unsplit buckets ~2x, + tail).
@@ -32,7 +34,7 @@ async def check_server_config(redis: Any) -> list[str]:
     except ResponseError as exc:  # CONFIG disabled on managed Redis: cannot tell
         return [f"cannot read hash-max-ziplist-entries ({exc}); dedup memory assumes >= "
                 f"{NEEDED_ENTRIES}"]
-    values = {_text(k): _text(v) for k, v in got.items()}
+    values = {text_of(k, "strict"): text_of(v, "strict") for k, v in got.items()}
     warnings = []
     entries = int(values.get("hash-max-ziplist-entries", NEEDED_ENTRIES))
     value = int(values.get("hash-max-ziplist-value", NEEDED_VALUE))
@@ -43,7 +45,3 @@ async def check_server_config(redis: Any) -> list[str]:
             f"{NEEDED_ENTRIES}/{NEEDED_VALUE}"
         )
     return warnings
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -16,6 +16,7 @@ import json
 import math
 from dataclasses import dataclass
 
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.validation import TaskError, check_id
 
@@ -57,7 +58,7 @@ def due_at(score: float) -> float | None:
 def site_of(member: str | bytes) -> str | None:
     """The site of a delayed-set member's task; None when its message is not a task's JSON
     with a valid ``site_id`` (a damaged entry: reported, never guessed)."""
-    text = member.decode("utf-8", "replace") if isinstance(member, bytes) else member
+    text = text_of(member)
     message = text
     if not text.startswith("{"):  # as promote.lua reads it: the route ends at the first '|'
         _, bar, rest = text.partition("|")

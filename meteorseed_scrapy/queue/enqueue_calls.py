@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION
 
 __all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "EnqueueCalls", "pack_tasks", "script_args"]
@@ -203,7 +204,7 @@ class EnqueueCalls:
                                                               replies, strict=True):
             enqueued += int(added)
             duplicates += int(dups)
-            text = flags.decode() if isinstance(flags, bytes) else str(flags)
+            text = text_of(flags, "strict")
             if len(text) != len(sent):
                 raise ValueError(f"enqueue.lua answered {len(text)} flags for {len(sent)} tasks")
             if kept is not None:  # the repeats left out: duplicates, as the script would say

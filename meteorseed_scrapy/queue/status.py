@@ -30,6 +30,7 @@ from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.delayed import DelayedEntry
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.reads import Batch, Plan, call, run_async, run_sync
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.queue.snapshot import (
     ConsumerStatus,
     Depth,
@@ -80,17 +81,13 @@ def _counter(reply: Any) -> int | None:
         return None
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _listing(reply: Any) -> list[dict[Any, Any]]:
     """XINFO GROUPS/CONSUMERS rows ([] when the stream or group does not exist)."""
     if _missing(reply):
         return []
     if isinstance(reply, Exception):
         raise reply
-    return [{_text(k): v for k, v in row.items()} for row in reply or []]
+    return [{text_of(k): v for k, v in row.items()} for row in reply or []]
 
 
 def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[QueueStatus]:
@@ -144,10 +141,10 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
         groups, members = _listing(infos[2 * i]), _listing(infos[2 * i + 1])
         length, held = lengths[stream]
         if length > held:
-            group = next((g for g in groups if _text(g.get("name")) == keys.group), {})
-            waiting.append((stream, _text(group.get("last-delivered-id") or "0-0")))
+            group = next((g for g in groups if text_of(g.get("name")) == keys.group), {})
+            waiting.append((stream, text_of(group.get("last-delivered-id") or "0-0")))
         for c in members:
-            name, idle = _text(c["name"]), int(c.get("idle") or 0) / 1000
+            name, idle = text_of(c["name"]), int(c.get("idle") or 0) / 1000
             before = consumers.get(name, (0, idle))
             consumers[name] = (before[0] + int(c.get("pending") or 0), min(before[1], idle))
     scanned = [infos[2 * len(keys.streams) + k] for k in range(len(shards))]
@@ -161,7 +158,7 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
     if waiting:
         (firsts,) = yield [Batch([call("xrange", stream, f"({last}", "+", count=1)
                                   for stream, last in waiting])]
-        ids = [_text(r[0][0]) for r in firsts if isinstance(r, list) and r]
+        ids = [text_of(r[0][0]) for r in firsts if isinstance(r, list) and r]
         if ids:
             oldest = min(int(i.split("-", 1)[0]) for i in ids)
             lag = max(0.0, now - oldest / 1000)
@@ -186,7 +183,7 @@ def _throttles(keys: KeyLayout, now: float) -> Plan[tuple[SiteThrottle, ...]]:
     (quotas,) = listed
     if isinstance(quotas, Exception) or not quotas:
         return ()  # (an index Redis refuses hides the table, not the rest of the status)
-    quotas = [_text(q) for q in quotas]
+    quotas = [text_of(q) for q in quotas]
     calls = []
     for quota in quotas:
         calls += [call("hmget", keys.site(quota, "adaptive"), "delay", "latency"),
@@ -207,7 +204,7 @@ def _throttles(keys: KeyLayout, now: float) -> Plan[tuple[SiteThrottle, ...]]:
 def _ms(value: Any) -> float | None:
     """Seconds from a ms figure the scripts wrote (None: absent or not a finite number)."""
     try:
-        ms = float(_text(value)) if value is not None else math.nan
+        ms = float(text_of(value)) if value is not None else math.nan
     except ValueError:
         return None
     return ms / 1000 if math.isfinite(ms) and ms >= 0 else None

@@ -13,13 +13,10 @@ from typing import Any
 from meteorseed_scrapy.queue.deadletters import DeadLetter
 from meteorseed_scrapy.queue.delayed import DelayedEntry
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.queue.task_query import TaskState
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
-
-
-def text_of(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def decode_task(fields: Any) -> ExecTask | None:

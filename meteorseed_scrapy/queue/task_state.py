@@ -22,6 +22,7 @@ from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
 from meteorseed_scrapy.queue.reads import Batch, Plan, call
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.queue.scan import glob_escape
 from meteorseed_scrapy.queue.scripts import script_source
 from meteorseed_scrapy.queue.task_places import (
@@ -33,7 +34,6 @@ from meteorseed_scrapy.queue.task_places import (
     record_done,
     record_pending,
     record_waiting,
-    text_of,
 )
 from meteorseed_scrapy.queue.task_query import Search, TaskQuery, TaskState
 from meteorseed_scrapy.task.exec_task import ExecTask

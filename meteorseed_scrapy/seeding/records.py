@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.seed_task import SeedTask
 
@@ -78,10 +79,6 @@ class SeedRecord:
         return out
 
 
-def text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _float(raw: Mapping[str, str], name: str) -> float | None:
     value = raw.get(name)
     return None if value is None or value == "" else float(value)
@@ -95,7 +92,7 @@ def _int(raw: Mapping[str, str], name: str) -> int | None:
 def record_from_hash(seed_id: str, hash_: Mapping[Any, Any], due: Any,
                      pending: Any) -> SeedRecord | None:
     """The record of a seed's hash (None when it was deleted or cannot be read)."""
-    raw = {text(k): text(v) for k, v in hash_.items()}
+    raw = {text_of(k): text_of(v) for k, v in hash_.items()}
     if "def" not in raw:
         return None  # deleted between the index read and this one
     try:
@@ -116,4 +113,4 @@ def record_from_hash(seed_id: str, hash_: Mapping[Any, Any], due: Any,
     )
 
 
-__all__ = ["SeedRecord", "canonical_json", "record_from_hash", "seed_to_dict", "text"]
+__all__ = ["SeedRecord", "canonical_json", "record_from_hash", "seed_to_dict"]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor, RunState, plan_next
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.seeding.records import (
@@ -23,7 +24,6 @@ from meteorseed_scrapy.seeding.records import (
     canonical_json,
     record_from_hash,
     seed_to_dict,
-    text,
 )
 from meteorseed_scrapy.seeding.schedule import schedule_of
 from meteorseed_scrapy.task.seed_task import SeedTask
@@ -105,11 +105,11 @@ class SeedRegistry:
             return []
         if site_id is None:
             raw = await self._redis.zrange(self._keys.seeds, offset, offset + limit - 1)
-            ids = [text(member) for member in raw]
+            ids = [text_of(member) for member in raw]
         else:
             raw = await self._redis.zrangebylex(
                 self._keys.seeds_by_site, f"[{site_id}\t", f"({site_id}\n", offset, limit)
-            ids = [text(member).split("\t", 1)[1] for member in raw]
+            ids = [text_of(member).split("\t", 1)[1] for member in raw]
         return [record for record in await self._load(ids) if record is not None]
 
     async def count(self, *, site_id: str | None = None) -> int:
@@ -138,7 +138,7 @@ class SeedRegistry:
         reply = await self._scripts["seed_claim"](
             keys=[self._keys.seeds_due], args=["" if now is None else repr(float(now)), limit,
                                                repr(float(lease_s))])
-        ids = [text(member) for member in reply[1:]]
+        ids = [text_of(member) for member in reply[1:]]
         records = await self._load(ids)
         missing = [seed_id for seed_id, record in zip(ids, records, strict=True)
                    if record is None]
