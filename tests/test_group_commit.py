@@ -83,6 +83,22 @@ async def until_writing(store: FakeStore) -> None:
     await asyncio.get_running_loop().run_in_executor(None, store.writing.wait, 30)
 
 
+async def behind_a_held_write(commits: GroupCommitter, store: FakeStore,
+                              names: list[str]) -> list[BaseException | None]:
+    """Submit the first document; the rest while its write is held (``store.gate``); then
+    release it and close: every outcome, in order."""
+    first = asyncio.ensure_future(commits.submit(doc(names[0])))
+    await until_writing(store)
+    rest = [asyncio.ensure_future(commits.submit(doc(n))) for n in names[1:]]
+    await asyncio.sleep(0)  # (let them join their batches)
+    assert store.gate is not None
+    store.gate.set()
+    try:
+        return list(await asyncio.gather(first, *rest))
+    finally:
+        await commits.close()
+
+
 def test_an_idle_store_writes_at_once_in_its_own_thread() -> None:
     store = FakeStore()
     commits, stats = committer(store)
@@ -105,19 +121,7 @@ def test_items_arriving_during_a_write_go_together_in_order_within_the_batch_siz
     store.gate = threading.Event()
     commits, _ = committer(store, batch_size=2)
 
-    async def main() -> list[BaseException | None]:
-        first = asyncio.ensure_future(commits.submit(doc("a")))
-        await until_writing(store)
-        rest = [asyncio.ensure_future(commits.submit(doc(n))) for n in "bcdef"]
-        await asyncio.sleep(0)  # (let them join their batches)
-        assert store.gate is not None
-        store.gate.set()
-        try:
-            return list(await asyncio.gather(first, *rest))
-        finally:
-            await commits.close()
-
-    assert asyncio.run(main()) == [None] * 6
+    assert asyncio.run(behind_a_held_write(commits, store, list("abcdef"))) == [None] * 6
     assert store.batches == [["s:a"], ["s:b", "s:c"], ["s:d", "s:e"], ["s:f"]]
 
 
@@ -286,3 +290,53 @@ def test_on_commit_runs_for_committed_documents_before_their_submitters_resume()
     assert b[0] is None and d[0] is None and e[0] is None and isinstance(c[0], ValueError)
     assert heard == ["a", "b", "d", "e"]  # not c (refused), not f (cancelled)
     assert "b" in b[1] and "d" in d[1] and "e" in e[1]
+
+
+def test_the_store_thread_writes_the_next_batch_without_waiting_for_the_event_loop() -> None:
+    # Group commit without a turn of the (busy) event loop between writes: while the loop is
+    # blocked, the thread goes on with what gathered during its write.
+    store = FakeStore()
+    store.gate = threading.Event()
+    commits, _ = committer(store, batch_size=2)
+    three = threading.Event()
+    writes = store.upsert_many
+
+    def counting(docs: list[dict[str, Any]]) -> None:
+        writes(docs)
+        if len(store.batches) == 3:
+            three.set()
+
+    store.upsert_many = counting  # type: ignore[method-assign]
+
+    async def main() -> bool:
+        first = asyncio.ensure_future(commits.submit(doc("a")))
+        await until_writing(store)
+        rest = [asyncio.ensure_future(commits.submit(doc(n))) for n in "bcd"]
+        await asyncio.sleep(0)  # (b, c and d joined their batches)
+        assert store.gate is not None
+        store.gate.set()
+        written_while_blocked = three.wait(30)  # the event loop is blocked here
+        try:
+            await asyncio.gather(first, *rest)
+        finally:
+            await commits.close()
+        return written_while_blocked
+
+    assert asyncio.run(main()) is True
+    assert store.batches == [["s:a"], ["s:b", "s:c"], ["s:d"]]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 4), st.integers(1, 3), st.integers(2, 9))
+def test_an_outage_under_queued_batches_keeps_the_order_of_writes(
+    outages: int, batch_size: int, count: int
+) -> None:
+    # Batches queued behind a failing write must not be written before it is (a later
+    # version of a document would be overwritten by an older one).
+    store = FakeStore(outages=outages)
+    store.gate = threading.Event()
+    commits, _ = committer(store, batch_size=batch_size)
+
+    names = [str(i) for i in range(count)]
+    assert asyncio.run(behind_a_held_write(commits, store, names)) == [None] * count
+    assert [d for batch in store.batches for d in batch] == [f"s:{i}" for i in range(count)]
