@@ -107,7 +107,10 @@ def test_inside_a_project_urls_use_its_fingerprinter(
         f"REQUEST_FINGERPRINTER_CLASS = '{__name__}.DropSid'\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv("SCRAPY_SETTINGS_MODULE", raising=False)
+    # Set, then removed: teardown then removes what Scrapy sets from scrapy.cfg (a bare delenv
+    # of an unset variable records nothing, and the module leaked into later tests).
+    monkeypatch.setenv("SCRAPY_SETTINGS_MODULE", "")
+    monkeypatch.delenv("SCRAPY_SETTINGS_MODULE")
     keys = KeyLayout(namespace)
     one = ExecTask.create(seed_id="s1", site_id="news", url="https://news.test/a?sid=1")
 
