@@ -17,7 +17,6 @@ from redis.exceptions import RedisError
 
 from meteorseed_scrapy.cli import dead, redis_cmd, reset, seeder, serve, sites, status, task
 from meteorseed_scrapy.cli.common import (
-    EXIT_ERROR,
     CliError,
     Context,
     TerminalStream,
@@ -25,6 +24,7 @@ from meteorseed_scrapy.cli.common import (
     layout,
     resolve_target,
 )
+from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.scrapy_redis_settings import redact
 

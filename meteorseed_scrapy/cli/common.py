@@ -23,6 +23,7 @@ from typing import IO, Any, cast
 import redis
 from redis.exceptions import RedisError
 
+from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.connection import is_cluster_url, sync_client
 from meteorseed_scrapy.queue.dedup import Fingerprinter, settings_fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -36,13 +37,6 @@ from meteorseed_scrapy.settings import (
     text_setting,
 )
 from meteorseed_scrapy.validators import ConfigError
-
-EXIT_OK = 0
-#: Something asked for was not done (an unknown id, a dead letter that cannot be requeued, an
-#: operator who answered "no").
-EXIT_INCOMPLETE = 1
-#: The command could not run at all (Redis unreachable, refused without ``--yes``).
-EXIT_ERROR = 2
 
 
 class CliError(Exception):

@@ -7,8 +7,6 @@ import json
 from typing import Any
 
 from meteorseed_scrapy.cli.common import (
-    EXIT_INCOMPLETE,
-    EXIT_OK,
     CliError,
     Context,
     add_target_options,
@@ -17,6 +15,7 @@ from meteorseed_scrapy.cli.common import (
     project_fingerprinter,
     table,
 )
+from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.queue import deadletters
 from meteorseed_scrapy.validators import ConfigError, format_duration, parse_duration
 

@@ -15,7 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import IO, Any
 
-from meteorseed_scrapy.cli.common import EXIT_ERROR, CliError
+from meteorseed_scrapy.cli.common import CliError
+from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.testing.redis_server import describe, find_redis_server
 
 #: Where the data goes unless ``--dir`` says otherwise (relative to the working directory).

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from meteorseed_scrapy.cli.common import EXIT_INCOMPLETE, EXIT_OK, Context, add_target_options
+from meteorseed_scrapy.cli.common import Context, add_target_options
+from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.queue.scan import scan_namespace
 
 #: Keys per UNLINK: UNLINK frees memory in the background, the batch only bounds one command.

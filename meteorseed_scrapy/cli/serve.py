@@ -15,7 +15,6 @@ import signal
 from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.cli.common import (
-    EXIT_OK,
     CliError,
     Context,
     add_target_options,
@@ -23,6 +22,7 @@ from meteorseed_scrapy.cli.common import (
     project_fingerprinter,
     resolve_target,
 )
+from meteorseed_scrapy.exit_codes import EXIT_OK
 from meteorseed_scrapy.settings import (
     DEFAULTS,
     flag_setting,

@@ -26,7 +26,8 @@ from scrapy import Request
 from scrapy.http import HtmlResponse, Response, TextResponse
 from scrapy.settings.default_settings import USER_AGENT
 
-from meteorseed_scrapy.cli.common import EXIT_INCOMPLETE, EXIT_OK, CliError, Context
+from meteorseed_scrapy.cli.common import CliError, Context
+from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.sites.links import links
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.model import SiteConfig

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from meteorseed_scrapy.cli.common import (
-    EXIT_INCOMPLETE,
-    EXIT_OK,
     CliError,
     Context,
     add_target_options,
@@ -26,6 +24,7 @@ from meteorseed_scrapy.cli.common import (
 )
 from meteorseed_scrapy.cli.site_try import load_rules, offline_context
 from meteorseed_scrapy.cli.site_try import register as register_try
+from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.remote import RemoteRules, collect
 from meteorseed_scrapy.sites.schema import rule_schema

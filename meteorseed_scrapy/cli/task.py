@@ -9,14 +9,13 @@ from datetime import datetime, timezone
 from typing import Any
 
 from meteorseed_scrapy.cli.common import (
-    EXIT_INCOMPLETE,
-    EXIT_OK,
     CliError,
     Context,
     add_target_options,
     printable,
     project_fingerprinter,
 )
+from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.queue.reads import run_sync
 from meteorseed_scrapy.queue.task_query import TaskState, parse_query
 from meteorseed_scrapy.queue.task_state import task_state_plan

@@ -19,13 +19,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from meteorseed_scrapy.commands.report import (
-    EXIT_FAILED,
-    EXIT_REJECTED,
-    report_rejection,
-    say,
-    stopped_after,
-)
+from meteorseed_scrapy.commands.report import report_rejection, say, stopped_after
+from meteorseed_scrapy.exit_codes import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import ShardMismatch
@@ -53,9 +48,9 @@ def expand_file(path: str, opts: argparse.Namespace, *, redis_url: str, keys: Ke
             )
         except OSError as exc:
             say(f"cannot read {path}: {exc.strerror or exc}")
-            return EXIT_FAILED
+            return EXIT_ERROR
         summary = ExpandSummary()
-        code = EXIT_FAILED
+        code = EXIT_ERROR
         try:
             asyncio.run(_expand(source, redis_url, keys, opts, max_backlog, summary, sites_dir,
                                 fingerprinter, private_addresses))
@@ -79,7 +74,7 @@ def expand_file(path: str, opts: argparse.Namespace, *, redis_url: str, keys: Ke
               f"(dry run, before dedup), rejected {summary.rejected}", flush=True)
     else:
         print(summary, flush=True)
-    return EXIT_REJECTED if summary.rejected else 0
+    return EXIT_INCOMPLETE if summary.rejected else EXIT_OK
 
 
 async def _expand(

@@ -1,5 +1,6 @@
-"""What ``scrapy seed-expand`` tells its user: one-line messages and rejected seeds on stderr,
-and the exit codes. Light on purpose: the command imports it even for ``--help``."""
+"""What ``scrapy seed-expand`` tells its user: one-line messages and rejected seeds on stderr
+(its exit codes are :mod:`meteorseed_scrapy.exit_codes`). Light on purpose: the command
+imports it even for ``--help``."""
 
 from __future__ import annotations
 
@@ -8,9 +9,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection
-
-EXIT_REJECTED = 1
-EXIT_FAILED = 2
 
 
 def say(message: str) -> None:

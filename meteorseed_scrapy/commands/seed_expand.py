@@ -39,7 +39,7 @@ class Command(ScrapyCommand):
         return "Expand JSON Lines seeds into exec tasks in the Redis task stream"
 
     def long_desc(self) -> str:
-        from meteorseed_scrapy.commands.report import EXIT_FAILED, EXIT_REJECTED
+        from meteorseed_scrapy.exit_codes import EXIT_ERROR, EXIT_INCOMPLETE
         from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
         from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES
 
@@ -52,7 +52,7 @@ class Command(ScrapyCommand):
             "'line N, url M: reason', where N counts lines from 1 and M is the 0-based index of "
             "the URL in payload.urls; everything else is still enqueued. The last stdout line "
             "reads 'read N lines, enqueued E, duplicates D, rejected R'. Exit code: 0 when "
-            f"nothing was rejected, {EXIT_REJECTED} when something was, {EXIT_FAILED} when Redis "
+            f"nothing was rejected, {EXIT_INCOMPLETE} when something was, {EXIT_ERROR} when Redis "
             "or the input failed. While more than METEORSEED_MAX_BACKLOG tasks wait in the "
             "stream, the command pauses until workers catch up. Settings: METEORSEED_REDIS_URL, "
             "METEORSEED_NAMESPACE, METEORSEED_MAX_BACKLOG (use -s NAME=VALUE). Each seed is "
@@ -150,7 +150,8 @@ class Command(ScrapyCommand):
         import asyncio
         import os
 
-        from meteorseed_scrapy.commands.report import EXIT_FAILED, report_rejection, say
+        from meteorseed_scrapy.commands.report import report_rejection, say
+        from meteorseed_scrapy.exit_codes import EXIT_ERROR
         from meteorseed_scrapy.queue.connection import check_redis_url
         from meteorseed_scrapy.queue.keys import KeyLayout
         from meteorseed_scrapy.queue.shards import ShardMismatch
@@ -171,7 +172,7 @@ class Command(ScrapyCommand):
             raise UsageError(str(exc), print_help=False) from None
         if args and args[0] != "-" and not os.path.isfile(args[0]):
             say(f"cannot read {args[0]}: no such file")
-            return EXIT_FAILED
+            return EXIT_ERROR
         runner.log_to(sys.stderr)
         config = SeederConfig(batch_size=opts.batch_size, max_backlog=self._max_backlog(),
                               fingerprinter=self._fingerprinter())
@@ -181,7 +182,7 @@ class Command(ScrapyCommand):
             check_redis_url(redis_url)
         except ValueError as exc:
             say(f"invalid Redis URL {redact(redis_url)!r}: {exc}")
-            return EXIT_FAILED
+            return EXIT_ERROR
         try:
             return asyncio.run(runner.watch(
                 redis_url, keys, seed_file=args[0] if args else None,
@@ -189,7 +190,7 @@ class Command(ScrapyCommand):
                 on_error=report_rejection, private_addresses=self._private_addresses()))
         except ShardMismatch as exc:
             say(str(exc))
-            return EXIT_FAILED
+            return EXIT_ERROR
 
     def _private_addresses(self) -> bool:
         from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING

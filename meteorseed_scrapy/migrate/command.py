@@ -11,6 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from meteorseed_scrapy.exit_codes import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.migrate.convert import Origin
 from meteorseed_scrapy.migrate.scrapy_redis import (
     MigrationSummary,
@@ -26,8 +27,6 @@ from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.task.validation import check_id as _check_id
 
 DEFAULT_SEED_ID = "scrapy-redis"
-EXIT_REJECTED = 1
-EXIT_FAILED = 2
 
 
 def add_options(group: Any) -> None:
@@ -80,7 +79,7 @@ def run_migration(settings: Any, redis_url: str, keys: KeyLayout, opts: argparse
         fingerprinter = settings_fingerprinter(settings)
     except Exception as exc:  # the project's class: not importable, or failing to build
         _say(f"REQUEST_FINGERPRINTER_CLASS: {str(exc)[:200]}")
-        return EXIT_FAILED
+        return EXIT_ERROR
     if fingerprinter is not None:
         _say(f"dedup keys from REQUEST_FINGERPRINTER_CLASS {type(fingerprinter).__name__}")
 
@@ -108,14 +107,14 @@ def run_migration(settings: Any, redis_url: str, keys: KeyLayout, opts: argparse
         asyncio.run(main())
     except (RedisConnectionError, RedisTimeoutError) as exc:
         _say(f"cannot reach Redis at {redact(redis_url)}: {exc}")
-        return EXIT_FAILED
+        return EXIT_ERROR
     except RedisError as exc:
         _say(f"Redis error at {redact(redis_url)}: {exc}")
-        return EXIT_FAILED
+        return EXIT_ERROR
     except KeyboardInterrupt:
         _say("interrupted; re-running skips what is already on the stream")
         return 130
     if not summary[0].requests and not summary[0].start_urls:
         _say(f"nothing found under {source.queue_key} or {source.start_urls_key}")
     print(summary[0], flush=True)
-    return EXIT_REJECTED if summary[0].rejected else 0
+    return EXIT_INCOMPLETE if summary[0].rejected else EXIT_OK
