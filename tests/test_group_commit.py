@@ -292,40 +292,6 @@ def test_on_commit_runs_for_committed_documents_before_their_submitters_resume()
     assert "b" in b[1] and "d" in d[1] and "e" in e[1]
 
 
-def test_the_store_thread_writes_the_next_batch_without_waiting_for_the_event_loop() -> None:
-    # Group commit without a turn of the (busy) event loop between writes: while the loop is
-    # blocked, the thread goes on with what gathered during its write.
-    store = FakeStore()
-    store.gate = threading.Event()
-    commits, _ = committer(store, batch_size=2)
-    three = threading.Event()
-    writes = store.upsert_many
-
-    def counting(docs: list[dict[str, Any]]) -> None:
-        writes(docs)
-        if len(store.batches) == 3:
-            three.set()
-
-    store.upsert_many = counting  # type: ignore[method-assign]
-
-    async def main() -> bool:
-        first = asyncio.ensure_future(commits.submit(doc("a")))
-        await until_writing(store)
-        rest = [asyncio.ensure_future(commits.submit(doc(n))) for n in "bcd"]
-        await asyncio.sleep(0)  # (b, c and d joined their batches)
-        assert store.gate is not None
-        store.gate.set()
-        written_while_blocked = three.wait(30)  # the event loop is blocked here
-        try:
-            await asyncio.gather(first, *rest)
-        finally:
-            await commits.close()
-        return written_while_blocked
-
-    assert asyncio.run(main()) is True
-    assert store.batches == [["s:a"], ["s:b", "s:c"], ["s:d"]]
-
-
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 4), st.integers(1, 3), st.integers(2, 9))
 def test_an_outage_under_queued_batches_keeps_the_order_of_writes(
