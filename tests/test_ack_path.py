@@ -74,22 +74,79 @@ def test_a_settled_task_is_acked_without_the_flush_loop(redis_url: str,
     asyncio.run(body())
 
 
+def test_tasks_settling_in_the_same_turn_go_in_one_pipeline(redis_url: str,
+                                                           namespace: str) -> None:
+    async def body() -> None:
+        client, consumer, comp, entries = await _rig(redis_url, namespace, 5)
+        sent: list[int] = []
+        complete = consumer.complete
+
+        async def counted(records: Any, refs: Any, ttl: int) -> int:
+            sent.append(len(refs))
+            return await complete(records, refs, ttl)
+
+        consumer.complete = counted  # type: ignore[method-assign]
+        try:
+            for entry in entries:
+                comp.settled(entry)
+            assert not comp.needed.is_set()  # (the flush loop is not needed for them)
+            await wait_until(lambda: not comp.busy(), 10)
+            assert sent == [5]
+            assert await client.xlen(KeyLayout(namespace).stream) == 0
+        finally:
+            await client.aclose()
+
+    asyncio.run(body())
+
+
 def test_with_pipelines_on_the_wire_acks_gather_for_the_flush_loop(
         redis_url: str, namespace: str, monkeypatch: Any) -> None:
     monkeypatch.setattr(completions_module, "MAX_COMPLETING", 1)
 
     async def body() -> None:
-        client, _, comp, entries = await _rig(redis_url, namespace, 5)
+        client, consumer, comp, entries = await _rig(redis_url, namespace, 5)
+        gate = asyncio.Event()
+        complete = consumer.complete
+
+        async def held(records: Any, refs: Any, ttl: int) -> int:
+            await gate.wait()
+            return await complete(records, refs, ttl)
+
+        consumer.complete = held  # type: ignore[method-assign]
         try:
-            for entry in entries:
+            comp.settled(entries[0])
+            await wait_until(lambda: not comp.acks, 10)  # its pipeline took it: on the wire
+            for entry in entries[1:]:
                 comp.settled(entry)
-            # The first went at once; the other four wait, together, for the flush loop.
+            # One pipeline on the wire, the most allowed: the other four wait, together,
+            # for the flush loop.
             assert len(comp.acks) == 4 and comp.needed.is_set()
+            gate.set()
             await wait_until(lambda: not comp._completing, 10)
             await comp.flush_once()
             await comp.drain()
             assert await client.xlen(KeyLayout(namespace).stream) == 0
             assert comp.stats.values["meteorseed/acked"] == 5
+        finally:
+            await client.aclose()
+
+    asyncio.run(body())
+
+
+def test_a_pipeline_cancelled_before_it_started_leaves_nothing_stuck(redis_url: str,
+                                                                     namespace: str) -> None:
+    async def body() -> None:
+        client, _, comp, entries = await _rig(redis_url, namespace, 2)
+        try:
+            comp.settled(entries[0])
+            [starting] = comp._completing
+            starting.cancel()  # (before its first step: its records are still queued)
+            await asyncio.wait([starting])
+            await wait_until(lambda: not comp._completing, 10)  # (its callbacks ran)
+            comp.settled(entries[1])  # a new pipeline takes both
+            await wait_until(lambda: not comp.busy(), 10)
+            assert await client.xlen(KeyLayout(namespace).stream) == 0
+            assert comp.stats.values["meteorseed/acked"] == 2
         finally:
             await client.aclose()
 

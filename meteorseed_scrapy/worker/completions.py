@@ -29,7 +29,7 @@ from meteorseed_scrapy.worker.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 
-MAX_COMPLETING = 2  # completion pipelines on the wire at once
+MAX_COMPLETING = 4  # completion pipelines on the wire at once
 BATCH = 500
 
 
@@ -59,6 +59,7 @@ class Completions:
         self.latencies_ms: deque[float] = deque(maxlen=20000)
         self._flushing = False
         self._completing: set[asyncio.Future[None]] = set()  # completion pipelines in flight
+        self._starting = False  # one is about to start: it takes what is queued by then
         self._complete_error: BaseException | None = None  # raised by the next flush
 
     # -- queueing ------------------------------------------------------------------------------
@@ -178,28 +179,52 @@ class Completions:
         if self.pending():
             self.needed.set()
 
-    def _start_complete(self) -> None:
+    def _take(self) -> tuple[list[tuple[ExecTask, str]], list[tuple[Ref, float]]]:
         # The records of these tasks were queued with (or before) their acks.
         records = self.records[:BATCH]
         batch = self.acks[:BATCH] if len(records) == len(self.records) else []
         del self.records[: len(records)]
         del self.acks[: len(batch)]
+        return records, batch
+
+    def _start_complete(self) -> None:
         # Sent without waiting for the pipeline already on the wire: on a busy reactor a round
         # trip is long, and an ack queued meanwhile would wait for it first.
-        done = asyncio.ensure_future(self._complete(records, batch))
+        self._in_flight(self._complete(*self._take()))
+
+    def _in_flight(self, pipeline: Any) -> asyncio.Future[None]:
+        done = asyncio.ensure_future(pipeline)
         self._completing.add(done)
         done.add_done_callback(self._completing.discard)
+        return done
 
     def _send_now(self) -> bool:
-        """Start the completion pipeline of what is queued now, from the settling task itself:
-        waking the flush loop costs a few turns of a busy reactor (milliseconds each) before
-        the pipeline is sent. Left to the flush loop while it runs, after a failure (it backs
-        off), or with MAX_COMPLETING pipelines on the wire (acks then gather into one)."""
-        if (self._flushing or self._complete_error is not None or self.outbox
-                or len(self._completing) >= MAX_COMPLETING):
+        """Start a completion pipeline from the settling task itself: waking the flush loop
+        costs a few turns of a busy reactor (milliseconds each) before it is sent. It takes
+        what is queued when it starts (the next turn), so tasks settling in the same turn go
+        together. Left to the flush loop while it runs, after a failure (it backs off), or
+        with MAX_COMPLETING pipelines on the wire (acks then gather into one)."""
+        if self._flushing or self._complete_error is not None or self.outbox:
             return False
-        self._start_complete()
-        return not self.pending()
+        if self._starting:
+            return True
+        if len(self._completing) >= MAX_COMPLETING:
+            return False
+        self._starting = True
+        # (reset when it starts; also when cancelled before it could: nothing may wait on it)
+        self._in_flight(self._complete_queued()).add_done_callback(self._started)
+        return True
+
+    def _started(self, _: object = None) -> None:
+        self._starting = False
+
+    async def _complete_queued(self) -> None:
+        self._started()
+        records, batch = self._take()
+        if self.pending():  # (more than one pipeline's worth, or a flush's work)
+            self.needed.set()
+        if records or batch:
+            await self._complete(records, batch)
 
     async def drain(self) -> None:
         """Wait for the completion pipelines in flight; raise the first failure."""
