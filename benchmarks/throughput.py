@@ -24,6 +24,7 @@ The last line is the figure.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sqlite3
 import sys
@@ -59,6 +60,8 @@ class Run:
     stats: dict[str, Any]
     #: response_received -> item_scraped of each page, ms (Scrapy's own signals: every contender)
     item_latency_ms: list[float]
+    #: meteorseed with --stages: step -> [p50, p95] ms (bench/ack_stages.py)
+    stages: dict[str, Any] | None = None
 
     def pages_per_s(self, pages: int) -> float:
         return pages / self.seconds
@@ -66,7 +69,7 @@ class Run:
 
 def run_one(contender: str, rnd: int, pages: int, urls_file: Path, urls: list[str],
             redis_url: str, workdir: Path, timeout: float, wrapper: list[str],
-            overrides: dict[str, str]) -> Run:
+            overrides: dict[str, str], stages: bool = False) -> Run:
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     rundir = workdir / f"r{rnd}-{contender}"
@@ -93,6 +96,7 @@ def run_one(contender: str, rnd: int, pages: int, urls_file: Path, urls: list[st
                 "METEORSEED_STORE_URI": f"sqlite:///{rundir / 'items.db'}",
                 "METEORSEED_CONSUMER": "bench-w1",
                 "METEORSEED_IDLE_CLOSE": 1,
+                **({"BENCH_STAGES_FILE": str(rundir / "stages.json")} if stages else {}),
                 **overrides,
             },
             wrapper=prof,
@@ -138,6 +142,8 @@ def run_one(contender: str, rnd: int, pages: int, urls_file: Path, urls: list[st
         seconds=timing["last_item"] - timing["first_response"],
         cpu_seconds=timing["cpu_last_item"] - timing["cpu_first_response"],
         items=stored, stats=stats, item_latency_ms=timing.get("item_latency_ms", []),
+        stages=(json.loads((rundir / "stages.json").read_text())
+                if stages and contender == "meteorseed" else None),
     )
 
 
@@ -151,6 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                         help="a Scrapy setting for the meteorseed runs (repeatable)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs, feeds and SQLite files here")
+    parser.add_argument("--stages", action="store_true",
+                        help="time each step from response to ack of every meteorseed task "
+                             "(bench/ack_stages.py) and print their p50/p95")
     parser.add_argument("--py-spy", dest="py_spy", action="store_true",
                         help="profile every run with `py-spy record` (raw stacks in the run "
                              "directory; slows the runs, so ratios then mean little)")
@@ -180,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
             order = contenders[shift:] + contenders[:shift]
             for contender in order:
                 run = run_one(contender, rnd, args.pages, urls_file, urls, server.url,
-                              workdir, args.timeout, wrapper, overrides)
+                              workdir, args.timeout, wrapper, overrides, args.stages)
                 runs.append(run)
                 lat = sorted(run.item_latency_ms) or [float("nan")]
                 extra = (f"  response->item p50 {lat[len(lat) // 2]:.1f} ms, "
@@ -198,6 +207,14 @@ def main(argv: list[str] | None = None) -> None:
     by = {(r.contender, r.round): r for r in runs}
     rounds = range(1, args.rounds + 1)
     print()
+    staged = [by["meteorseed", r].stages for r in rounds if ("meteorseed", r) in by]
+    if args.stages and staged and all(staged):
+        print("meteorseed response -> ack, step by step (p50 / p95 ms, median over rounds; "
+              f"{', '.join(str(st['tasks']) for st in staged if st)} tasks timed):")
+        for step in [k for k in staged[0] if k != "tasks"]:  # type: ignore[union-attr]
+            p50 = median([st[step][0] for st in staged if st and step in st])
+            p95 = median([st[step][1] for st in staged if st and step in st])
+            print(f"  {step:<26} {p50:6.1f} / {p95:6.1f}")
     summary: list[str] = []
     for contender in contenders:
         pps = [by[contender, r].pages_per_s(args.pages) for r in rounds]

@@ -11,3 +11,5 @@ ADDONS = {"meteorseed_scrapy.addon.MeteorSeedAddon": 0}
 METEORSEED_SITE_RATE = 1_000_000
 METEORSEED_SITE_BURST = 1_000_000
 METEORSEED_SITE_CONCURRENCY = CONCURRENT_REQUESTS  # noqa: F405
+# Inactive unless BENCH_STAGES_FILE is set (throughput.py --stages).
+EXTENSIONS = {**EXTENSIONS, "bench.ack_stages.AckStages": 0}  # noqa: F405
