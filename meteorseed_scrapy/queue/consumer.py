@@ -23,6 +23,7 @@ from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shar
 from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
+from meteorseed_scrapy.queue.replies import bytes_of
 from meteorseed_scrapy.queue.scripts import ScriptPipeline, call_as_bytes
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 from meteorseed_scrapy.task.exec_task import ExecTask
@@ -185,7 +186,7 @@ class StreamConsumer:
                 self.redis, self._takeover, shard.streams,
                 [self.keys.group, self.consumer, max(0, count - len(out)), *dead])
             out += _claimed(shard.streams, entries)
-            holding.update(held)
+            holding.update(bytes_of(name) for name in held)
         return out, holding
 
     async def touch(self, refs: Sequence[Ref]) -> list[Ref]:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.replies import bytes_of
 from meteorseed_scrapy.queue.scripts import Scripts, call_as_bytes, register
 from meteorseed_scrapy.settings import DEFAULTS
 
@@ -105,7 +106,7 @@ class Liveness:
                                "are taken over after METEORSEED_CLAIM_IDLE only",
                                self.keys.workers)
             return []
-        return [bytes(n) for n in names]
+        return [bytes_of(n) for n in names]
 
     async def settle(self, dead: Sequence[bytes], holding: set[bytes]) -> None:
         """After a take-over from ``dead``: those that still hold entries are taken from again

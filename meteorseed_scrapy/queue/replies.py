@@ -1,8 +1,10 @@
-"""A Redis reply as text, whether the client decodes responses or not.
+"""A Redis reply as text (or as bytes), whether the client decodes responses or not.
 
 The clients are made with and without ``decode_responses`` (:mod:`.connection`), so a reader
 that shows or compares a reply as text gets bytes or str alike; this is the one place that
-turns either into ``str``.
+turns either into ``str`` or, for a reply asked for as bytes
+(:func:`~meteorseed_scrapy.queue.scripts.call_as_bytes`), into ``bytes``: redis-py before 5.1
+with hiredis decodes such a reply all the same.
 """
 
 from __future__ import annotations
@@ -16,4 +18,10 @@ def text_of(value: Any, errors: str = "replace") -> str:
     return value.decode("utf-8", errors) if isinstance(value, bytes) else str(value)
 
 
-__all__ = ["text_of"]
+def bytes_of(value: bytes | str) -> bytes:
+    """``value`` as bytes: str encoded back as it was decoded (UTF-8; a byte that was not
+    UTF-8 comes back as itself where the decoder kept it as a surrogate)."""
+    return value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
+
+
+__all__ = ["bytes_of", "text_of"]
