@@ -101,6 +101,25 @@ def take_over(redis_url: str, keys: KeyLayout, consumer: str, count: int = 100
     return result
 
 
+def take_over_in_rounds(redis_url: str, keys: KeyLayout, count: int,
+                        claim_idle: float = CLAIM_IDLE) -> list[list[Ref]]:
+    """A survivor taking ``count`` at a time while anyone is dead (the known dead are taken
+    from again without a registry check): the refs taken, round by round."""
+    async def body(client: Any) -> list[list[Ref]]:
+        live = Liveness(client, keys, "survivor", claim_idle)
+        consumer = StreamConsumer(client, keys, "survivor")
+        rounds = []
+        while dead := await live.dead():
+            assert dead == [b"dead"]
+            got, holding = await consumer.reclaim_from(dead, count)
+            await live.settle(dead, holding)
+            rounds.append([d.ref for d in got])
+        return rounds
+
+    result: list[list[Ref]] = run_with_client(redis_url, body)
+    return result
+
+
 # -- the verdict -------------------------------------------------------------------------------
 
 def test_intervals_derive_from_claim_idle_and_the_default_stays_ten_seconds() -> None:
@@ -142,18 +161,7 @@ def test_a_dead_worker_holding_more_than_asked_is_worked_through_then_forgotten(
     ids = held_by(redis_url, keys, "dead", [task(n) for n in range(7)])
     beat(sync_redis, keys, "dead", 3600)
     lapse(sync_redis, keys, "dead")
-
-    async def body(client: Any) -> list[list[Ref]]:
-        live = Liveness(client, keys, "survivor", CLAIM_IDLE)
-        consumer = StreamConsumer(client, keys, "survivor")
-        rounds = []
-        while dead := await live.dead():  # (the known dead are taken from without a check)
-            got, holding = await consumer.reclaim_from(dead, 3)
-            await live.settle(dead, holding)
-            rounds.append([d.ref for d in got])
-        return rounds
-
-    rounds = run_with_client(redis_url, body)
+    rounds = take_over_in_rounds(redis_url, keys, 3)
     assert [len(r) for r in rounds] == [3, 3, 1]
     assert {m for r in rounds for m in r} == ids
     assert sync_redis.zscore(keys.workers, "dead") is None
@@ -183,19 +191,8 @@ def test_a_client_that_decodes_replies_asked_for_as_bytes_changes_no_verdict(
     ids = held_by(redis_url, keys, "dead", [task(n) for n in range(5)])
     beat(sync_redis, keys, "dead", 3600)
     lapse(sync_redis, keys, "dead")
-
-    async def body(client: Any) -> list[list[Ref]]:
-        live = Liveness(client, keys, "survivor", 3600)  # (one registry check: then known)
-        consumer = StreamConsumer(client, keys, "survivor")
-        rounds = []
-        while dead := await live.dead():
-            assert dead == [b"dead"]
-            got, holding = await consumer.reclaim_from(dead, 2)
-            await live.settle(dead, holding)
-            rounds.append([d.ref for d in got])
-        return rounds
-
-    rounds = run_with_client(redis_url, body)
+    # (CLAIM_IDLE of an hour: one registry check, then the dead are known by what they hold)
+    rounds = take_over_in_rounds(redis_url, keys, 2, claim_idle=3600)
     assert [len(r) for r in rounds] == [2, 2, 1]
     assert {m for r in rounds for m in r} == ids
     assert sync_redis.zscore(keys.workers, "dead") is None
