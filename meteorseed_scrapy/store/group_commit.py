@@ -120,27 +120,21 @@ class GroupCommitter:
             return
         self._sealed.append(batch)
         if self._committer is None or self._committer.done():
-            loop = asyncio.get_running_loop()
-            store, executor = self._ensure_open()
-            batch.write = loop.run_in_executor(executor, store.upsert_many, batch.docs)
-            self._committer = loop.create_task(self._commit_loop())
+            self._start_write(batch)
+            self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
+
+    def _start_write(self, batch: _Batch) -> None:
+        store, executor = self._ensure_open()
+        batch.write = asyncio.get_running_loop().run_in_executor(
+            executor, store.upsert_many, batch.docs)
 
     def _start_next(self) -> None:
         """(In the commit loop, after a write.) Start the next batch's write in the store
         thread now: what gathered during the last write, unless a sealed batch is first."""
         if not self._sealed:
-            batch, self._open_batch = self._open_batch, None
-            if batch is None or not batch.docs:
-                return
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self._sealed.append(batch)
-        head = self._sealed[0]
-        if head.write is None:
-            store, executor = self._ensure_open()
-            head.write = asyncio.get_running_loop().run_in_executor(
-                executor, store.upsert_many, head.docs)
+            self._seal()  # (the commit loop runs: sealing leaves the write to this)
+        if self._sealed and self._sealed[0].write is None:
+            self._start_write(self._sealed[0])
 
     async def _in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
         _, executor = self._ensure_open()
