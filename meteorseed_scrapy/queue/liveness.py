@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.replies import bytes_of
+from meteorseed_scrapy.queue.replies import bytes_of, text_of
 from meteorseed_scrapy.queue.scripts import Scripts, call_as_bytes, register
 from meteorseed_scrapy.settings import DEFAULTS
 
@@ -51,10 +51,6 @@ def check_interval(claim_idle: float) -> float:
     """How often a worker looks for dead ones: once per renewal, at most once a second (one
     round trip; a dead worker's tasks move on within its TTL plus this)."""
     return min(1.0, beat_interval(claim_idle))
-
-
-def _label(name: bytes | str) -> str:
-    return name.decode("utf-8", "backslashreplace") if isinstance(name, bytes) else name
 
 
 class Heartbeat:
@@ -116,7 +112,7 @@ class Liveness:
         if gone:
             await self._scripts["forget"](keys=[self.keys.workers], args=gone)
             logger.info("Dead worker(s) %s hold nothing any more: dropped from the registry",
-                        ", ".join(_label(n) for n in gone))
+                        ", ".join(text_of(n, "backslashreplace") for n in gone))
 
     async def leave(self, holding: bool) -> None:
         """A clean stop, after its tasks were handed back: off the registry; or, when entries

@@ -16,6 +16,7 @@ from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.liveness import Liveness
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
@@ -138,7 +139,7 @@ class Intake:
             if reclaimed:
                 self.stats.inc_value("meteorseed/reclaimed/dead_worker", len(reclaimed))
                 logger.info("Took over %d task(s) of dead worker(s) %s", len(reclaimed),
-                            ", ".join(n.decode("utf-8", "backslashreplace") for n in dead))
+                            ", ".join(text_of(n, "backslashreplace") for n in dead))
         if len(reclaimed) < count:
             idle = await self.consumer.reclaim(claim_idle, count - len(reclaimed))
             if idle:
