@@ -13,7 +13,7 @@ import logging
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from meteorseed_scrapy.politeness.gate import SiteGate
@@ -192,7 +192,7 @@ class Completions:
         # trip is long, and an ack queued meanwhile would wait for it first.
         self._in_flight(self._complete(*self._take()))
 
-    def _in_flight(self, pipeline: Any) -> asyncio.Future[None]:
+    def _in_flight(self, pipeline: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         done = asyncio.ensure_future(pipeline)
         self._completing.add(done)
         done.add_done_callback(self._completing.discard)
