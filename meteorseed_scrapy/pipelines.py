@@ -36,6 +36,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from scrapy.exceptions import NotConfigured
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
@@ -47,6 +48,7 @@ from meteorseed_scrapy.store.group_commit import (
     GroupCommitter,
 )
 from meteorseed_scrapy.task.context import Output, Scrape, current_output, current_scrape
+from meteorseed_scrapy.worker.local_crawl import command_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -77,6 +79,8 @@ class UpsertPipeline:
     def from_crawler(cls, crawler: Crawler) -> UpsertPipeline:
         # A bad setting raises ConfigError and stops the crawl (NotConfigured would quietly
         # disable this stage: items would pass uncommitted and their tasks be acked).
+        if command_of(crawler.spidercls) is not None:  # `scrapy check`, `parse`...: no task
+            raise NotConfigured("a crawl of one of Scrapy's commands stores nothing")
         config = StoreConfig.from_settings(crawler.settings)
         check_store_uri(config.uri)
         stages = build_component_list(crawler.settings.getwithbase("ITEM_PIPELINES"))

@@ -6,6 +6,13 @@ background loops do the I/O); :class:`~meteorseed_scrapy.worker.scrapes.ScrapeTr
 which scrape works for which task and when it is over. A task is acked only after its final hop
 was scraped, every item it produced was committed, and every request it yielded is durable in
 the stream.
+
+Requests that are no task of the stream (:mod:`~meteorseed_scrapy.worker.local_crawl` says
+which) go to Scrapy's own scheduler, built from the crawler as Scrapy builds it: the whole crawl
+of ``scrapy fetch``, ``view``, ``parse``, ``check``, ``bench`` and ``shell``, which then never
+connects to Redis; in a worker crawl, an ``engine.crawl()`` from outside any scrape and what
+descends from it. ``next_request()`` hands those out first: they are few, and someone is
+usually waiting for them (the shell).
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ from collections import Counter
 from typing import Any
 
 from scrapy import Request, Spider, signals
+from scrapy.core.scheduler import Scheduler
 from scrapy.exceptions import DontCloseSpider
-from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from twisted.internet.defer import Deferred
 
 from meteorseed_scrapy.middlewares import BackoffMiddleware, CircuitBreakerMiddleware
@@ -44,6 +52,7 @@ from meteorseed_scrapy.sites.lookup import site_configs
 from meteorseed_scrapy.task.context import current_scrape, task_of
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
+from meteorseed_scrapy.worker.local_crawl import local_crawl, local_request, log_local_crawl
 from meteorseed_scrapy.worker.loops import REDIS_DOWN
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.scrapes import ScrapeTracker
@@ -74,6 +83,8 @@ class StreamScheduler:
         self._scrapes: ScrapeTracker | None = None
         self._chores: list[asyncio.Future[None]] = []  # housekeeping, seed yield reports
         self._yields: YieldReporter | None = None
+        self._local: Scheduler | None = None  # requests that are no task: Scrapy's own queue
+        self._worker = False  # a worker crawl (the stream's tasks), not a local one
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> StreamScheduler:
@@ -90,6 +101,13 @@ class StreamScheduler:
         return deferred_from_coro(self._open(spider))
 
     async def _open(self, spider: Spider) -> None:
+        self._local = Scheduler.from_crawler(self.crawler)
+        await _maybe(self._local.open(spider))
+        reason = local_crawl(self.crawler)
+        if reason is not None:
+            log_local_crawl(reason)
+            return
+        self._worker = True
         scrapes = ScrapeTracker(self.crawler)  # (refuses a Scrapy it cannot work with)
         self.redis = async_client(
             self.config.redis_url, decode_responses=True, socket_timeout=10,
@@ -144,6 +162,10 @@ class StreamScheduler:
         return deferred_from_coro(self._close(reason))
 
     async def _close(self, reason: str) -> None:
+        if self._local is not None:
+            await _maybe(self._local.close(reason))
+        if not self._worker:
+            return
         for task in self._chores:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -165,14 +187,20 @@ class StreamScheduler:
 
     # -- the engine's side -------------------------------------------------------------------
     def has_pending_requests(self) -> bool:
-        return self.pump is not None and self.pump.has_work()
+        return (self._local is not None and self._local.has_pending_requests()) or (
+            self.pump is not None and self.pump.has_work())
 
     def next_request(self) -> Request | None:
-        return self.pump.next_request() if self.pump is not None else None
+        request = self._local.next_request() if self._local is not None else None
+        if request is None and self.pump is not None:
+            request = self.pump.next_request()
+        return request
 
     def enqueue_request(self, request: Request) -> bool:
-        assert self.pump is not None
+        assert self._local is not None
         scrape = current_scrape()
+        if self.pump is None or local_request(request, scrape):
+            return self._local.enqueue_request(request)
         task = task_of(request)
         # A request of a task held here, unless that task's own callback yielded it, is a retry
         # or redirect of it: the same task, kept local.
@@ -195,6 +223,11 @@ class StreamScheduler:
                         self.keys.namespace, quiet_for)
             return
         raise DontCloseSpider
+
+
+async def _maybe(result: Deferred[None] | None) -> None:
+    if result is not None:  # Scrapy's scheduler returns its dupefilter's open/close result
+        await maybe_deferred_to_future(result)
 
 
 __all__ = ["StreamScheduler"]

@@ -77,8 +77,12 @@ class ScrapeTracker:
     def _enqueue_scrape(self, result: Response | Failure, request: Request) -> Deferred[Any]:
         assert self._pump is not None and self._original is not None
         scrape = self._pump.scrape_started(request)
-        if scrape is None:  # no task of ours
-            return self._original(result, request)
+        if scrape is None:  # no task of ours (a local request): nor may a leaked one be current
+            token = CURRENT_SCRAPE.set(None)
+            try:
+                return self._original(result, request)
+            finally:
+                CURRENT_SCRAPE.reset(token)
         deferred = result.check(TaskDeferred) and result.value if isinstance(result, Failure) \
             else None
         if isinstance(deferred, TaskDeferred):
