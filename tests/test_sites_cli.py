@@ -191,3 +191,56 @@ def test_try_a_json_page_and_a_page_that_is_not_json(tmp_path: Path) -> None:
     page.write_text("<html>not json</html>")
     code, _, err = run("try", "example_jobs", str(page), "--sites-dir", str(EXAMPLES))
     assert code == 1 and "not parsed" in err
+
+
+def test_try_a_saved_page_without_its_url_reads_it_as_a_page_of_the_site(tmp_path: Path) -> None:
+    saved = tmp_path / "article 3.html"
+    saved.write_bytes(article(3))
+    code, out, err = run("try", "example_news", str(saved), "--sites-dir", str(EXAMPLES),
+                         "--callback", "parse_detail")
+    assert code == 0, err
+    page = "https://127.0.0.1/article%203.html"  # its file name on the site's first domain
+    assert f"{saved} read as {page}, a page of site example_news: pass --url" in err
+    assert f"): {page}\n" in out and "item 1 of 1" in out
+    assert "  published = '2024-01-03T23:00:00Z'\n" in out
+
+
+def test_try_says_why_a_page_gives_no_item(tmp_path: Path) -> None:
+    listing = tmp_path / "list.html"
+    listing.write_bytes(b'<html><body><a class="article" href="/news/article/1">a</a>'
+                        b'</body></html>')
+    code, out, _ = run("try", "example_news", str(listing), "--sites-dir", str(EXAMPLES),
+                       "--url", "http://127.0.0.1:8000/news/list/1")
+    assert code == 1
+    assert "\nno item: this page was parsed as a list page, and site example_news's list pages" \
+           " carry none (no list.items rule; its items come from detail pages: --callback" \
+           " parse_detail parses it as one)\n" in out
+    code, out, _ = run("try", "example_news", str(listing), "--sites-dir", str(EXAMPLES),
+                       "--url", "http://127.0.0.1:8000/news/list/1", "--json")
+    assert code == 1 and json.loads(out)["no_item"].startswith("no item: this page was parsed")
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text('{"results": []}')
+    code, out, _ = run("try", "example_jobs", str(jobs), "--sites-dir", str(EXAMPLES),
+                       "--url", "http://127.0.0.1:8000/jobs/api")
+    assert code == 1 and "\nno item: list.items (" in out and ") matched nothing on this page" \
+        in out
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://elsewhere.example/news/article/3",
+     "host 'elsewhere.example' is not in the allowed domains of site example_news"
+     " (127.0.0.1, localhost)"),
+    ("http://127.0.0.1:8000/news/article/3?print=1",
+     "matches the blacklist pattern '\\\\?print=1' of site example_news"),
+])
+def test_try_says_why_a_page_off_the_site_is_not_parsed(tmp_path: Path, url: str,
+                                                         why: str) -> None:
+    saved = tmp_path / "article.html"
+    saved.write_bytes(article(3))
+    code, out, err = run("try", "example_news", str(saved), "--sites-dir", str(EXAMPLES),
+                         "--url", url, "--callback", "parse_detail")
+    assert code == 1 and out == ""
+    assert err == f"meteorseed: {url}: not parsed: {why} (a worker refuses it too)\n"
+    # A URL to fetch is refused before any request is sent.
+    code, _, err = run("try", "example_news", url, "--sites-dir", str(EXAMPLES))
+    assert code == 1 and f"{url}: not parsed: {why}" in err

@@ -3,7 +3,10 @@
 The page is fetched with one plain blocking GET carrying the site's ``headers`` and first
 ``user_agents`` entry (else Scrapy's default User-Agent), redirects followed, within the site's
 ``limits.timeout`` (else 30 s); or read from a local file (``--url`` says which page it was,
-for relative links and ``from_url`` fields). Then the ``sites`` spider's own callback parses it,
+for relative links and ``from_url`` fields; without it the file is read as a page of the site,
+``https://<its first allowed domain>/<file name>``). A page the site's rules refuse (off its
+allowed domains, blacklisted) is not parsed, and the error says why; a page without items says
+why too. Then the ``sites`` spider's own callback parses it,
 so what is printed is what a worker would store: each item's fields, processed value beside
 the raw text, its anomalies, and the links it would follow (and those it skips, with why).
 robots.txt, proxies, rate limits and rendering do not apply to this one fetch. Exit 1 when an
@@ -21,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
+from urllib.parse import quote
 
 from scrapy import Request
 from scrapy.http import HtmlResponse, Response, TextResponse
@@ -30,7 +34,7 @@ from meteorseed_scrapy.cli.common import CliError, Context
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.sites.links import links
 from meteorseed_scrapy.sites.loader import SiteRegistry
-from meteorseed_scrapy.sites.model import SiteConfig
+from meteorseed_scrapy.sites.model import Selector, SiteConfig
 from meteorseed_scrapy.sites.pipeline import SiteItem
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, load_file
@@ -136,9 +140,10 @@ def fetch(config: SiteConfig, url: str) -> tuple[str, int, dict[str, str], bytes
     return final, status, got, body
 
 
-def _response(config: SiteConfig, args: argparse.Namespace) -> Response:
+def _response(ctx: Context, config: SiteConfig, args: argparse.Namespace) -> Response:
     target: str = args.target
     if target.startswith(("http://", "https://")):
+        _refused(config, target)
         url, status, headers, body = fetch(config, target)
     else:
         path = Path(target)
@@ -146,10 +151,43 @@ def _response(config: SiteConfig, args: argparse.Namespace) -> Response:
             body = path.read_bytes()
         except OSError as exc:
             raise CliError(f"{target}: cannot read: {exc.strerror or exc}") from None
-        url, status, headers = args.url or path.resolve().as_uri(), 200, {}
+        url, status, headers = args.url or _page_url(ctx, config, path), 200, {}
+    _refused(config, url)  # (a fetched page: where its redirects ended)
     cls = HtmlResponse if config.format == "html" else TextResponse
     request = Request(url, meta={"site_id": config.site_id})
     return cls(url, status=status, headers=headers, body=body, request=request)
+
+
+def _page_url(ctx: Context, config: SiteConfig, path: Path) -> str:
+    """Where a saved page given without ``--url`` is taken to be: on the site, so that its
+    rules apply (a ``file:`` URL is on none of its allowed domains)."""
+    if not config.allowed_domains:
+        return path.resolve().as_uri()
+    url = f"https://{config.allowed_domains[0]}/{quote(path.name)}"
+    ctx.warn(f"{path} read as {url}, a page of site {config.site_id}: pass --url with the"
+             " address it was saved from, for its links and URL fields")
+    return url
+
+
+def _refused(config: SiteConfig, url: str) -> None:
+    why = config.refusal(url)
+    if why is not None:
+        raise CliError(f"{url}: not parsed: {why} (a worker refuses it too)", EXIT_INCOMPLETE)
+
+
+def _no_item(config: SiteConfig) -> str:
+    """Why a page the site's rules accepted gave no item (a detail page always gives one)."""
+    if config.list_items is None:
+        return (f"no item: this page was parsed as a list page, and site {config.site_id}'s"
+                " list pages carry none (no list.items rule; its items come from detail pages:"
+                " --callback parse_detail parses it as one)")
+    return f"no item: list.items ({_selector(config.list_items)}) matched nothing on this page"
+
+
+def _selector(rule: Selector) -> str:
+    return ", ".join(f"{name} {value if isinstance(value, str) else value.pattern!r}"
+                     for name in ("css", "xpath", "path", "jmespath", "attr", "regex")
+                     if (value := getattr(rule, name)) is not None) or "the page URL"
 
 
 def run_try(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]) -> int:
@@ -160,7 +198,7 @@ def run_try(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]
         problems = "".join(f"\n  {e}" for e in loaded.errors)
         raise CliError(f"no valid rules for site {args.site_id!r} (valid:"
                        f" {', '.join(sorted(loaded.configs)) or 'none'}){problems}")
-    response = _response(config, args)
+    response = _response(ctx, config, args)
     # Imported here: the spider brings Twisted, which `meteorseed status` need not load.
     from meteorseed_scrapy.sites.spider import RuleSpider
 
@@ -180,9 +218,11 @@ def run_try(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]
                        "url": response.url, "callback": args.callback,
                        "items": [{"unique_key": i.key, "fields": i.fields, "raw": i.raw,
                                   "anomalies": i.reasons} for i in items],
+                       "no_item": None if items else _no_item(config),
                        "follow": followed, "skipped": skipped})
     else:
-        _print(ctx, config, response.url, items, followed, skipped)
+        _print(ctx, config, response.url, items, followed, skipped,
+               None if items else _no_item(config))
     return EXIT_INCOMPLETE if not items or any(i.reasons for i in items) else EXIT_OK
 
 
@@ -198,7 +238,8 @@ def _skipped(config: SiteConfig, response: Any, callback: str) -> list[dict[str,
 
 
 def _print(ctx: Context, config: SiteConfig, url: str, items: list[SiteItem],
-           followed: list[dict[str, str]], skipped: list[dict[str, Any]]) -> None:
+           followed: list[dict[str, str]], skipped: list[dict[str, Any]],
+           no_item: str | None) -> None:
     ctx.say(f"site {config.site_id} version {config.version} ({config.source}): {url}")
     for number, item in enumerate(items, 1):
         ctx.say(f"\nitem {number} of {len(items)}"
@@ -208,8 +249,8 @@ def _print(ctx: Context, config: SiteConfig, url: str, items: list[SiteItem],
             ctx.say(f"  {' ' * len(name)}   raw {item.raw.get(name, '')!r}")
         for reason in item.reasons:
             ctx.say(f"  ANOMALY {reason}")
-    if not items:
-        ctx.say("\nno item")
+    if no_item is not None:
+        ctx.say(f"\n{no_item}")
     ctx.say(f"\nfollows {len(followed)} links")
     for link in followed:
         ctx.say(f"  {link['callback']} {link['url']}")

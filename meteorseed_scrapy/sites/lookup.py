@@ -17,7 +17,6 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from scrapy import Request
 
@@ -91,14 +90,7 @@ class SiteConfigs:
         """Why ``url`` may not be dispatched for ``site_id`` (the site's allowed domains and
         blacklist), or None when it may; a site without rules takes any URL."""
         config = self.get(site_id)
-        if config is None or config.allows(url):
-            return None
-        for pattern in config.blacklist:
-            if pattern.search(url):
-                return f"matches the blacklist pattern {pattern.pattern!r} of site {site_id}"
-        host = (urlsplit(url).hostname or "").lower()
-        allowed = ", ".join(config.allowed_domains)
-        return f"host {host!r} is not in the allowed domains of site {site_id} ({allowed})"
+        return None if config is None else config.refusal(url)
 
     def close(self) -> None:
         self._registry.close()

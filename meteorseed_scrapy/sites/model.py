@@ -140,6 +140,20 @@ class SiteConfig:
         host = (urlsplit(url).hostname or "").lower()
         return any(host == d or host.endswith("." + d) for d in self.allowed_domains)
 
+    def refusal(self, url: str) -> str | None:
+        """Why a page at ``url`` is not this site's (its blacklist, its allowed domains), or
+        None when it is."""
+        if self.allows(url):
+            return None
+        for pattern in self.blacklist:
+            if pattern.search(url):
+                return f"matches the blacklist pattern {pattern.pattern!r} of site {self.site_id}"
+        from urllib.parse import urlsplit
+
+        host = (urlsplit(url).hostname or "").lower()
+        return (f"host {host!r} is not in the allowed domains of site {self.site_id}"
+                f" ({', '.join(self.allowed_domains)})")
+
 
 __all__ = ["DEFAULT_NOT_BEFORE", "Constraint", "Dedup", "FieldRule", "Follow", "Limits",
            "Rendering", "Selector", "SiteConfig"]
