@@ -15,13 +15,23 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis
+from scrapy import Request, Spider
 
+from meteorseed_scrapy.task.context import TASK_META_KEY, Scrape
+from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
+from meteorseed_scrapy.worker.local_crawl import (
+    LOCAL_META_KEY,
+    command_of,
+    local_crawl,
+    local_request,
+)
 from tests.e2e_helpers import PROJECT, REPO, enqueue, stored_docs
 
 TIMEOUT = 120  # a command that hangs fails here, not in the CI's own timeout
@@ -303,3 +313,60 @@ def test_a_request_crawled_by_hand_in_a_worker_stays_local(project: Project) -> 
         f"{project.site.url}/news/article/1", f"{project.site.url}/news/article/2"]
     assert project.stream_urls() == set() and project.added() == 0
     assert "Cannot make a task" not in done.stderr
+
+
+# -- the rule itself (worker/local_crawl.py) ---------------------------------------------------
+
+def _start_of(module: str) -> Any:
+    async def start(self: Any) -> Any:
+        yield None
+
+    start.__module__ = module
+    return start
+
+
+def test_a_crawl_is_local_when_its_start_is_a_scrapy_commands() -> None:
+    from scrapy.commands.bench import _BenchSpider
+    from scrapy.utils.spider import DefaultSpider
+
+    assert command_of(_BenchSpider) == "bench"
+    for module, command in (("scrapy.commands.fetch", "fetch"),
+                            ("scrapy.commands.parse", "parse"),
+                            ("scrapy.commands.check", "check")):
+        spidercls = type("Replaced", (DefaultSpider,), {"start": _start_of(module)})
+        assert command_of(spidercls) == command
+        crawler = SimpleNamespace(spidercls=spidercls, crawling=True, engine=None)
+        assert local_crawl(crawler) == f"its spider's start() is Scrapy's `{command}` command's"
+    for module in ("probe.spiders.probe", "scrapy.commandsextra", "scrapy.spiders"):
+        spidercls = type("Own", (DefaultSpider,), {"start": _start_of(module)})
+        assert command_of(spidercls) is None
+    assert command_of(DefaultSpider) is None and command_of(None) is None
+
+
+def test_a_crawl_is_local_when_scrapys_shell_drives_it() -> None:
+    def crawler(crawling: bool, close_if_idle: bool | None) -> Any:
+        slot = None if close_if_idle is None else SimpleNamespace(close_if_idle=close_if_idle)
+        return SimpleNamespace(spidercls=Spider, crawling=crawling,
+                               engine=SimpleNamespace(_slot=slot))
+
+    assert local_crawl(crawler(False, False)) == "Scrapy's shell drives it"
+    assert local_crawl(crawler(True, True)) is None  # scrapy crawl
+    assert local_crawl(crawler(True, False)) is None
+    assert local_crawl(crawler(False, True)) is None  # a test's crawler, opened by hand
+    assert local_crawl(crawler(False, None)) is None  # (a fake engine)
+    assert local_crawl(SimpleNamespace(spidercls=Spider)) is None
+
+
+def test_in_a_worker_only_a_request_crawled_outside_any_task_is_local() -> None:
+    task = ExecTask.create(seed_id="s", site_id="shop", url="https://shop.test/p/1")
+    scrape = Scrape(task)
+    assert local_request(Request("https://shop.test/p/2", meta={TASK_META_KEY: task}),
+                         None) is False  # a task's retry or redirect
+    assert local_request(Request("https://shop.test/", meta={"is_start_request": True}),
+                         None) is False  # a start request: a task
+    assert local_request(Request("https://shop.test/p/3"), scrape) is False  # a task's child
+    by_hand = Request("https://shop.test/p/4")
+    assert local_request(by_hand, None) is True
+    assert by_hand.meta[LOCAL_META_KEY] is True
+    # Its redirect (meta copied), even were a task's scrape current then: local.
+    assert local_request(by_hand.replace(url="https://shop.test/p/5"), scrape) is True
