@@ -8,6 +8,7 @@ the command is local, not one key of the namespace may be written and no item st
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -186,6 +187,7 @@ def test_shell_prints_the_status(project: Project) -> None:
     done = project.run("shell", "--spider", "probe", url, "-c", "response.status")
     assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == "200", done.stderr
     assert project.keys() == [] and project.site.hits("/news/article/1") == 2
+    assert not project.store.exists()  # (its store stage is on, and never written to)
 
 
 def test_view_opens_the_page_in_the_browser(project: Project) -> None:
@@ -370,3 +372,33 @@ def test_in_a_worker_only_a_request_crawled_outside_any_task_is_local() -> None:
     assert by_hand.meta[LOCAL_META_KEY] is True
     # Its redirect (meta copied), even were a task's scrape current then: local.
     assert local_request(by_hand.replace(url="https://shop.test/p/5"), scrape) is True
+
+
+def test_in_a_worker_local_requests_go_out_first_and_never_to_redis(
+        redis_url: str, namespace: str) -> None:
+    from meteorseed_scrapy.queue.keys import KeyLayout
+    from meteorseed_scrapy.queue.writer import TaskWriter
+    from meteorseed_scrapy.task.context import task_of
+    from meteorseed_scrapy.testing.polling import wait_until
+    from tests.test_scheduler_settling import make_task, scheduler_on, take
+
+    async def main() -> None:
+        async with scheduler_on(redis_url, namespace) as (scheduler, engine, client):
+            # (what Scrapy's own queue asks of the downloader)
+            engine.downloader.get_slot_key = lambda request: "shop.test"
+            engine.downloader.slots = {}
+            await TaskWriter(client, KeyLayout(namespace)).add([make_task(1)], dedup=False)
+            await wait_until(scheduler.has_pending_requests, timeout=30)  # the task is ready
+            by_hand = Request("https://shop.test/by-hand")
+            assert scheduler.enqueue_request(by_hand) is True
+            assert scheduler.next_request() is by_hand  # before the stream's task
+            request = await take(scheduler)
+            assert task_of(request) is not None and request.url == "https://shop.test/p/1"
+            # A request its callback yields (no scrape current: not a task's) is local too.
+            child = Request("https://shop.test/by-hand/child")
+            assert scheduler.enqueue_request(child) is True
+            assert scheduler.next_request() is child and scheduler.next_request() is None
+            assert await client.hget(f"{namespace}:counts", "added") == "1"
+            assert scheduler.stats.get_value("meteorseed/children/enqueued") is None
+
+    asyncio.run(main())

@@ -13,7 +13,8 @@ runs them, and the rule is here, in one place:
   items.
 * **In a worker crawl, a request is local** when it carries no task, was not yielded by a task's
   callback (no scrape is current) and is not a start request (``meta["is_start_request"]``, set
-  by Scrapy's ``StartSpiderMiddleware``): an ``engine.crawl()`` from outside any scrape, such
+  by Scrapy's ``StartSpiderMiddleware``, on by default; without it start requests would be
+  local too): an ``engine.crawl()`` from outside any scrape, such
   as ``scrapy.shell.inspect_response``'s ``fetch()`` or a ``spider_idle`` handler. It is marked
   (:data:`LOCAL_META_KEY`) so that its retries and redirects, whose meta Scrapy copies, stay
   local too, and so do the requests its own callback yields (no scrape is current there).
