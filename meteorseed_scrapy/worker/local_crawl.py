@@ -8,14 +8,15 @@ runs them, and the rule is here, in one place:
   URL given, ``check`` with the contracts' requests; ``bench`` crawls its own spider), or when
   Scrapy's shell drives the engine: the shell opens the spider with
   ``open_spider_async(close_if_idle=False)`` on a crawler that was never started with
-  ``crawl()``, which nothing else in Scrapy does. Such a crawl never connects to Redis, and the
-  store stage switches itself off: a look at a page must not claim the fleet's tasks nor store
-  items.
+  ``crawl()``, which nothing else in Scrapy does. Such a crawl never connects to Redis: a look
+  at a page must not claim the fleet's tasks. The store stage switches itself off in the
+  commands' crawls (``check`` and ``parse --pipelines`` would store items); the shell's is
+  built before the shell is known, and no item reaches it (its ``fetch()`` keeps the response).
 * **In a worker crawl, a request is local** when it carries no task, was not yielded by a task's
   callback (no scrape is current) and is not a start request (``meta["is_start_request"]``, set
   by Scrapy's ``StartSpiderMiddleware``, on by default; without it start requests would be
-  local too): an ``engine.crawl()`` from outside any scrape, such
-  as ``scrapy.shell.inspect_response``'s ``fetch()`` or a ``spider_idle`` handler. It is marked
+  local too): an ``engine.crawl()`` from outside any scrape, such as a ``spider_idle``
+  handler's or an extension's. It is marked
   (:data:`LOCAL_META_KEY`) so that its retries and redirects, whose meta Scrapy copies, stay
   local too, and so do the requests its own callback yields (no scrape is current there).
 """
