@@ -48,7 +48,7 @@ from meteorseed_scrapy.store.group_commit import (
     GroupCommitter,
 )
 from meteorseed_scrapy.task.context import Output, Scrape, current_output, current_scrape
-from meteorseed_scrapy.worker.local_crawl import command_of
+from meteorseed_scrapy.task.local_crawl import command_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

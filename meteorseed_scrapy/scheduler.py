@@ -7,7 +7,7 @@ which scrape works for which task and when it is over. A task is acked only afte
 was scraped, every item it produced was committed, and every request it yielded is durable in
 the stream.
 
-Requests that are no task of the stream (:mod:`~meteorseed_scrapy.worker.local_crawl` says
+Requests that are no task of the stream (:mod:`~meteorseed_scrapy.task.local_crawl` says
 which) go to Scrapy's own scheduler, built from the crawler as Scrapy builds it: the whole crawl
 of ``scrapy fetch``, ``view``, ``parse``, ``check``, ``bench`` and ``shell``, which then never
 connects to Redis; in a worker crawl, an ``engine.crawl()`` from outside any scrape and what
@@ -50,9 +50,9 @@ from meteorseed_scrapy.seeding.yields import YieldReporter
 from meteorseed_scrapy.settings import WorkerConfig, duration_setting, flag_setting
 from meteorseed_scrapy.sites.lookup import site_configs
 from meteorseed_scrapy.task.context import current_scrape, task_of
+from meteorseed_scrapy.task.local_crawl import local_crawl, local_request, log_local_crawl
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
-from meteorseed_scrapy.worker.local_crawl import local_crawl, local_request, log_local_crawl
 from meteorseed_scrapy.worker.loops import REDIS_DOWN
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.scrapes import ScrapeTracker

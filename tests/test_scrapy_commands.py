@@ -25,14 +25,14 @@ from scrapy import Request, Spider
 
 from meteorseed_scrapy.task.context import TASK_META_KEY, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.testing.redis_server import free_port
-from meteorseed_scrapy.testing.sites import DemoSite
-from meteorseed_scrapy.worker.local_crawl import (
+from meteorseed_scrapy.task.local_crawl import (
     LOCAL_META_KEY,
     command_of,
     local_crawl,
     local_request,
 )
+from meteorseed_scrapy.testing.redis_server import free_port
+from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import PROJECT, REPO, enqueue, stored_docs
 
 TIMEOUT = 120  # a command that hangs fails here, not in the CI's own timeout
@@ -317,7 +317,7 @@ def test_a_request_crawled_by_hand_in_a_worker_stays_local(project: Project) -> 
     assert "Cannot make a task" not in done.stderr
 
 
-# -- the rule itself (worker/local_crawl.py) ---------------------------------------------------
+# -- the rule itself (task/local_crawl.py) ---------------------------------------------------
 
 def _start_of(module: str) -> Any:
     async def start(self: Any) -> Any:
@@ -402,3 +402,19 @@ def test_in_a_worker_local_requests_go_out_first_and_never_to_redis(
             assert scheduler.stats.get_value("meteorseed/children/enqueued") is None
 
     asyncio.run(main())
+
+
+def test_the_metrics_extension_stays_off_in_a_commands_crawl() -> None:
+    from scrapy.exceptions import NotConfigured
+    from scrapy.utils.spider import DefaultSpider
+    from scrapy.utils.test import get_crawler
+
+    from meteorseed_scrapy.observability.metrics import MetricsExtension
+
+    settings = {"METEORSEED_METRICS_PORT": free_port(),
+                "METEORSEED_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
+    fetched = type("Fetched", (DefaultSpider,), {"start": _start_of("scrapy.commands.fetch")})
+    with pytest.raises(NotConfigured, match="not a worker"):
+        MetricsExtension.from_crawler(get_crawler(fetched, settings))
+    assert isinstance(MetricsExtension.from_crawler(get_crawler(DefaultSpider, settings)),
+                      MetricsExtension)  # (a worker's: on; it binds its port when opened)

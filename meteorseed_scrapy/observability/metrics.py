@@ -34,6 +34,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.status import QueueSampler
 from meteorseed_scrapy.settings import duration_setting, redis_url_from, setting, text_setting
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.local_crawl import command_of
 from meteorseed_scrapy.validators import ConfigError, to_integer
 from meteorseed_scrapy.worker.outcomes import COMMITTED, Outcome
 from meteorseed_scrapy.worker.signals import breaker_state_changed, task_settled
@@ -190,6 +191,8 @@ class MetricsExtension:
         ports = port_range(setting(settings, SETTING))
         if ports is None:
             raise NotConfigured  # off, and silently so (no port, no warning)
+        if command_of(crawler.spidercls) is not None:  # `scrapy fetch`...: no worker to watch
+            raise NotConfigured("a crawl of one of Scrapy's commands is not a worker")
         ext = cls(crawler, text_setting(settings, "METEORSEED_METRICS_HOST"), ports,
                   duration_setting(settings, "METEORSEED_METRICS_INTERVAL", minimum=0.1))
         crawler.signals.connect(ext.spider_opened, signals.spider_opened)
