@@ -110,6 +110,23 @@ class Command(ScrapyCommand):
         problem = migration.check_options(args, opts)
         if problem:
             raise UsageError(problem, print_help=False)
+        self._resolve_settings()
+
+    def _resolve_settings(self) -> None:
+        """The settings as a worker sees them: the environment's ``METEORSEED_*`` between the
+        project's and ``-s``; misspelt names warned about, invalid values refused up front."""
+        from meteorseed_scrapy.commands.report import say
+        from meteorseed_scrapy.setting_checks import check_settings
+        from meteorseed_scrapy.settings import apply_environment, warn_unknown_settings
+        from meteorseed_scrapy.validators import ConfigError
+
+        assert self.settings is not None
+        apply_environment(self.settings)
+        warn_unknown_settings(self.settings, lambda line: say(f"warning: {line}"))
+        try:
+            check_settings(self.settings)
+        except ConfigError as exc:
+            raise UsageError(f"invalid setting {exc}", print_help=False) from None
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         from meteorseed_scrapy.commands.expand_file import expand_file
