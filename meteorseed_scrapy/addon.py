@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from scrapy.utils.misc import load_object
 
+from meteorseed_scrapy.politeness.local_limits import local_limits_warning
 from meteorseed_scrapy.setting_checks import InvalidSettings, check_settings
 from meteorseed_scrapy.settings import DEFAULTS, apply_environment, warn_unknown_settings
 from meteorseed_scrapy.validators import ConfigError, to_flag
@@ -56,6 +57,8 @@ PERIODIC_LOG_INCLUDE = (
 # nothing on a one-item page (measured: 1.07x -> 1.33x stock Scrapy's throughput,
 # benchmarks/throughput.py) and a 100-item page takes 7 batches instead of 1.
 CONCURRENT_ITEMS = 16
+#: Warnings said once per process (several crawlers may share one).
+_SAID: set[str] = set()
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 OUR_ROBOTS = "meteorseed_scrapy.politeness.robotstxt.RobotsTxtMiddleware"
 
@@ -76,7 +79,7 @@ def add_component(settings: Any, name: str, path: str, order: int) -> None:
     settings.setdefault_in_component_priority_dict(name, component, order)
 
 
-def refuse(settings: Any, error: ConfigError) -> None:
+def refuse(settings: Any, error: ConfigError) -> NoReturn:
     """End the crawl on an invalid value: one line (in the log, and on stderr when the log
     goes to a file), then :class:`InvalidSettings`, which Scrapy's command line lets out as
     exit code 2 without a traceback, before the engine is built."""
@@ -127,8 +130,12 @@ class MeteorSeedAddon:
         warn_unknown_settings(settings, logger.warning)
         try:
             check_settings(settings)
+            held_back = local_limits_warning(settings)
         except ConfigError as exc:
             refuse(settings, exc)
+        if held_back and held_back not in _SAID:
+            _SAID.add(held_back)
+            logger.warning("%s", held_back)
 
     @staticmethod
     def _fleet_autothrottle(settings: Any) -> None:
