@@ -10,7 +10,13 @@ from scrapy.utils.misc import load_object
 
 from meteorseed_scrapy.politeness.local_limits import local_limits_warning
 from meteorseed_scrapy.setting_checks import InvalidSettings, check_settings
-from meteorseed_scrapy.settings import DEFAULTS, apply_environment, warn_unknown_settings
+from meteorseed_scrapy.settings import (
+    DEFAULTS,
+    apply_environment,
+    flag_setting,
+    text_setting,
+    warn_unknown_settings,
+)
 from meteorseed_scrapy.validators import ConfigError, to_flag
 
 logger = logging.getLogger(__name__)
@@ -57,6 +63,8 @@ PERIODIC_LOG_INCLUDE = (
 # nothing on a one-item page (measured: 1.07x -> 1.33x stock Scrapy's throughput,
 # benchmarks/throughput.py) and a 100-item page takes 7 batches instead of 1.
 CONCURRENT_ITEMS = 16
+#: The generic rule spider (``scrapy crawl sites``).
+SITES_SPIDER_MODULE = "meteorseed_scrapy.sites.spider"
 #: Warnings said once per process (several crawlers may share one).
 _SAID: set[str] = set()
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
@@ -102,6 +110,24 @@ class MeteorSeedAddon:
     @classmethod
     def from_crawler(cls, crawler: Any) -> MeteorSeedAddon:
         return cls()
+
+    @classmethod
+    def update_pre_crawler_settings(cls, settings: Any) -> None:
+        """``scrapy crawl sites`` without listing the generic rule spider: when the project
+        has rule sites (``METEORSEED_SITES_DIR``, or ``METEORSEED_SITES_REDIS``), its module
+        goes first in ``SPIDER_MODULES``, so that a project spider named ``sites`` still wins.
+        Scrapy builds its spider loader from these settings, before any crawler."""
+        modules = settings.getlist("SPIDER_MODULES")
+        if SITES_SPIDER_MODULE in modules:
+            return
+        try:
+            wanted = bool(text_setting(settings, "METEORSEED_SITES_DIR")) \
+                or flag_setting(settings, "METEORSEED_SITES_REDIS")
+        except ConfigError:  # refused with one line once the crawler applies the settings
+            return
+        if wanted:
+            settings.set("SPIDER_MODULES", [SITES_SPIDER_MODULE, *modules],
+                         priority=settings.getpriority("SPIDER_MODULES") or "addon")
 
     def update_settings(self, settings: Any) -> None:
         # METEORSEED_* environment variables, between settings.py and -s, as everywhere.
