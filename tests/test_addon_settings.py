@@ -154,3 +154,17 @@ def test_a_project_placing_scrapys_robots_middleware_gets_ours_there() -> None:
                           "DOWNLOADER_MIDDLEWARES")
     assert middlewares[RobotsTxtMiddleware] == 120
     assert middlewares[load_object(SCRAPY_ROBOTS)] is None  # not Scrapy's base 100 either
+
+
+def test_seed_expand_and_the_cli_name_a_misspelt_variable_too(tmp_path: Path) -> None:
+    seeds = tmp_path / "seeds.jsonl"
+    seeds.write_text("")
+    env = {"METEORSEED_NAMESPAC": "typo", "METEORSEED_MAX_BACKLOG": "-5"}  # then refused
+    hint = "unknown setting METEORSEED_NAMESPAC, ignored; did you mean METEORSEED_NAMESPACE?"
+    assert hint in _crawl("seed-expand", str(seeds), env=env).stderr
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("METEORSEED_")}
+    cli = subprocess.run(
+        [sys.executable, "-c", "import sys; from meteorseed_scrapy.cli import main; "
+         "sys.exit(main())", "status"], cwd=PROJECT, capture_output=True, text=True,
+        env={**environ, "PYTHONPATH": str(REPO), **env}, timeout=60, check=False)
+    assert f"meteorseed: warning: {hint}" in cli.stderr.splitlines()
