@@ -152,9 +152,9 @@ class MeteorSeedAddon:
             settings.set(name, {"include": list(PERIODIC_LOG_INCLUDE)}, priority="addon")
         for name, value in DEFAULTS.items():
             settings.set(name, value, priority="default")
-        self._fleet_autothrottle(settings)
         warn_unknown_settings(settings, logger.warning)
         try:
+            self._fleet_autothrottle(settings)
             check_settings(settings)
             held_back = local_limits_warning(settings)
         except ConfigError as exc:

@@ -168,3 +168,9 @@ def test_seed_expand_and_the_cli_name_a_misspelt_variable_too(tmp_path: Path) ->
          "sys.exit(main())", "status"], cwd=PROJECT, capture_output=True, text=True,
         env={**environ, "PYTHONPATH": str(REPO), **env}, timeout=60, check=False)
     assert f"meteorseed: warning: {hint}" in cli.stderr.splitlines()
+
+
+def test_an_invalid_scrapy_setting_the_addon_reads_is_refused_the_same_way() -> None:
+    done = _crawl("crawl", "probe", "-s", "AUTOTHROTTLE_ENABLED=maybe")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "Invalid setting, the crawl cannot start: AUTOTHROTTLE_ENABLED: " in done.stderr
