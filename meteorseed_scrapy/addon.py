@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
-from meteorseed_scrapy.settings import DEFAULTS
-from meteorseed_scrapy.validators import to_flag
+from scrapy.utils.misc import load_object
+
+from meteorseed_scrapy.politeness.local_limits import local_limits_warning
+from meteorseed_scrapy.setting_checks import InvalidSettings, check_settings
+from meteorseed_scrapy.settings import (
+    DEFAULTS,
+    apply_environment,
+    flag_setting,
+    text_setting,
+    warn_unknown_settings,
+)
+from meteorseed_scrapy.validators import ConfigError, to_flag
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +42,8 @@ LOG_SETUP = "meteorseed_scrapy.observability.logging.LogSetupMiddleware"
 HYGIENE_MIDDLEWARES = {
     "meteorseed_scrapy.politeness.blacklist.BlacklistMiddleware": 60,
     "meteorseed_scrapy.politeness.cookie_warmup.CookieWarmupMiddleware": 90,
-    # Scrapy's, with concurrent first requests to a host all checked (see its docstring).
-    "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
+    # Scrapy's, with concurrent first requests to a host all checked (see its docstring): it
+    # takes Scrapy's place (add_component), at 100 unless the project placed Scrapy's.
     "meteorseed_scrapy.politeness.robotstxt.RobotsTxtMiddleware": 100,
     "meteorseed_scrapy.politeness.user_agents.UserAgentPoolMiddleware": 390,
     "meteorseed_scrapy.politeness.proxies.ProxyPoolMiddleware": 740,
@@ -52,41 +63,105 @@ PERIODIC_LOG_INCLUDE = (
 # nothing on a one-item page (measured: 1.07x -> 1.33x stock Scrapy's throughput,
 # benchmarks/throughput.py) and a 100-item page takes 7 batches instead of 1.
 CONCURRENT_ITEMS = 16
+#: The generic rule spider (``scrapy crawl sites``).
+SITES_SPIDER_MODULE = "meteorseed_scrapy.sites.spider"
+#: Warnings said once per process (several crawlers may share one).
+_SAID: set[str] = set()
+SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+OUR_ROBOTS = "meteorseed_scrapy.politeness.robotstxt.RobotsTxtMiddleware"
+
+
+def add_component(settings: Any, name: str, path: str, order: int) -> None:
+    """``path`` in the ``name`` component dict at ``order``, unless the project lists it
+    itself (by path or class, at any priority, None included): then the project's stays.
+    Our robots.txt middleware takes the place of Scrapy's, at the order the project gave
+    Scrapy's, else ``order``; Scrapy's is then off."""
+    component = load_object(path)
+    if path == OUR_ROBOTS:
+        scrapy_robots = load_object(SCRAPY_ROBOTS)
+        listed = {load_object(key): value for key, value in settings.getdict(name).items()}
+        if listed.get(scrapy_robots) is not None and component not in listed:
+            settings.replace_in_component_priority_dict(name, scrapy_robots, component)
+        # Off, also in Scrapy's DOWNLOADER_MIDDLEWARES_BASE (unless the project listed it).
+        settings.setdefault_in_component_priority_dict(name, scrapy_robots, None)
+    settings.setdefault_in_component_priority_dict(name, component, order)
+
+
+def refuse(settings: Any, error: ConfigError) -> NoReturn:
+    """End the crawl on an invalid value: one line (in the log, and on stderr when the log
+    goes to a file), then :class:`InvalidSettings`, which Scrapy's command line lets out as
+    exit code 2 without a traceback, before the engine is built."""
+    logger.error("Invalid setting, the crawl cannot start: %s", error)
+    if settings.get("LOG_FILE") or not settings.getbool("LOG_ENABLED"):
+        print(f"Invalid setting, the crawl cannot start: {error}", file=sys.stderr)
+    raise InvalidSettings(error.name, error.problem) from None
 
 
 class MeteorSeedAddon:
     """``ADDONS = {"meteorseed_scrapy.addon.MeteorSeedAddon": 0}``.
 
-    Sets the scheduler, the upsert pipeline (last stage, 900) and the downloader middlewares,
-    and the ``METEORSEED_*`` defaults (project settings and ``-s`` still win).
+    Sets the scheduler, the upsert pipeline (last stage, 900) and the downloader middlewares
+    (a priority the project gives one of them itself wins), the ``METEORSEED_*`` defaults and
+    the environment's ``METEORSEED_*`` values (the project's settings.py < the environment <
+    ``-s``). Then it warns about misspelt ``METEORSEED_*`` names and refuses an invalid value
+    before anything is built, with one line and exit code 2.
     """
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> MeteorSeedAddon:
         return cls()
 
+    @classmethod
+    def update_pre_crawler_settings(cls, settings: Any) -> None:
+        """``scrapy crawl sites`` without listing the generic rule spider: when the project
+        has rule sites (``METEORSEED_SITES_DIR``, or ``METEORSEED_SITES_REDIS``), its module
+        goes first in ``SPIDER_MODULES``, so that a project spider named ``sites`` still wins.
+        Scrapy builds its spider loader from these settings, before any crawler."""
+        modules = settings.getlist("SPIDER_MODULES")
+        if SITES_SPIDER_MODULE in modules:
+            return
+        try:
+            wanted = bool(text_setting(settings, "METEORSEED_SITES_DIR")) \
+                or flag_setting(settings, "METEORSEED_SITES_REDIS")
+        except ConfigError:  # refused with one line once the crawler applies the settings
+            return
+        if wanted:
+            settings.set("SPIDER_MODULES", [SITES_SPIDER_MODULE, *modules],
+                         priority=settings.getpriority("SPIDER_MODULES") or "addon")
+
     def update_settings(self, settings: Any) -> None:
+        # METEORSEED_* environment variables, between settings.py and -s, as everywhere.
+        apply_environment(settings)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
-        settings["ITEM_PIPELINES"][PIPELINE] = 900
-        settings["DOWNLOADER_MIDDLEWARES"][SLOT_MIDDLEWARE] = 50
-        settings["DOWNLOADER_MIDDLEWARES"][BREAKER_MIDDLEWARE] = 585
-        settings["DOWNLOADER_MIDDLEWARES"][BACKOFF_MIDDLEWARE] = 580
-        settings["DOWNLOADER_MIDDLEWARES"][ADAPTIVE_MIDDLEWARE] = 590
-        settings["EXTENSIONS"][TRACING_EXTENSION] = 0
-        settings["EXTENSIONS"][METRICS_EXTENSION] = 500
-        settings["DOWNLOADER_MIDDLEWARES"][LOG_SETUP] = 0
-        settings["DOWNLOADER_MIDDLEWARES"].update(HYGIENE_MIDDLEWARES)
+        components = {
+            "ITEM_PIPELINES": {PIPELINE: 900},
+            "DOWNLOADER_MIDDLEWARES": {
+                LOG_SETUP: 0, SLOT_MIDDLEWARE: 50, BACKOFF_MIDDLEWARE: 580,
+                BREAKER_MIDDLEWARE: 585, ADAPTIVE_MIDDLEWARE: 590, **HYGIENE_MIDDLEWARES},
+            "EXTENSIONS": {TRACING_EXTENSION: 0, METRICS_EXTENSION: 500, PERIODIC_LOG: 0},
+        }
+        for setting_name, entries in components.items():
+            for path, order in entries.items():
+                add_component(settings, setting_name, path, order)
         # robots.txt is obeyed unless the project (or -s) says otherwise.
         settings.set("ROBOTSTXT_OBEY", True, priority="addon")
         # Retries become durable (the delayed set in Redis) instead of in-memory re-requests.
         settings.set("RETRY_ENABLED", False, priority="addon")
         settings.set("CONCURRENT_ITEMS", CONCURRENT_ITEMS, priority="addon")
-        settings["EXTENSIONS"].setdefault(PERIODIC_LOG, 0)
         for name in ("PERIODIC_LOG_STATS", "PERIODIC_LOG_DELTA"):
             settings.set(name, {"include": list(PERIODIC_LOG_INCLUDE)}, priority="addon")
         for name, value in DEFAULTS.items():
             settings.set(name, value, priority="default")
-        self._fleet_autothrottle(settings)
+        warn_unknown_settings(settings, logger.warning)
+        try:
+            self._fleet_autothrottle(settings)
+            check_settings(settings)
+            held_back = local_limits_warning(settings)
+        except ConfigError as exc:
+            refuse(settings, exc)
+        if held_back and held_back not in _SAID:
+            _SAID.add(held_back)
+            logger.warning("%s", held_back)
 
     @staticmethod
     def _fleet_autothrottle(settings: Any) -> None:

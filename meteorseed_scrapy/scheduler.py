@@ -55,6 +55,7 @@ from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
 from meteorseed_scrapy.worker.loops import REDIS_DOWN
 from meteorseed_scrapy.worker.pump import StreamPump
+from meteorseed_scrapy.worker.redis_watchdog import RedisWatchdog
 from meteorseed_scrapy.worker.scrapes import ScrapeTracker
 from meteorseed_scrapy.worker.work_budget import WorkSizes
 
@@ -153,6 +154,8 @@ class StreamScheduler:
                 self.retention, consumer.membership(),
                 self.prune_idle, self.stats)),
             asyncio.ensure_future(self._yields.run()),
+            asyncio.ensure_future(RedisWatchdog(self.crawler, self.redis, self.config.redis_url,
+                                                self.config.idle_close).run()),
         ]
 
     def _on_opened(self, spider: Spider) -> None:

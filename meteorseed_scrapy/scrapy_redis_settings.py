@@ -86,16 +86,21 @@ def _url_from_params(params: Mapping[str, Any]) -> str:
     return _with_params(base, params)
 
 
-def redis_url_and_source(settings: Any, default: str) -> tuple[str, str]:
+def redis_url_and_source(settings: Any, default: str,
+                         own: tuple[str, str] | None = None) -> tuple[str, str]:
     """The Redis URL to use and the name of the setting it came from.
 
-    Order: ``METEORSEED_REDIS_URL``; scrapy-redis's ``REDIS_URL`` (with ``REDIS_PARAMS``
-    options it lacks); ``REDIS_HOST`` / ``REDIS_PORT`` / ``REDIS_DB`` / ``REDIS_PARAMS``;
-    the ``REDIS_URL`` environment variable; ``default``.
+    Order: ``own``, the ``METEORSEED_REDIS_URL`` as :mod:`meteorseed_scrapy.settings`
+    resolved it (settings or environment) and its source, else the setting itself;
+    scrapy-redis's ``REDIS_URL`` (with ``REDIS_PARAMS`` options it lacks); ``REDIS_HOST`` /
+    ``REDIS_PORT`` / ``REDIS_DB`` / ``REDIS_PARAMS``; the ``REDIS_URL`` environment variable;
+    ``default``.
     """
-    own = _setting(settings, "METEORSEED_REDIS_URL")
-    if own:
-        return _report(str(own), "METEORSEED_REDIS_URL")
+    if own is None:
+        value = _setting(settings, "METEORSEED_REDIS_URL")
+        own = (str(value), "METEORSEED_REDIS_URL") if value else None
+    if own is not None:
+        return _report(*own)
     params = _params(settings)
     given = []
     for name, key in _SHORTCUTS.items():

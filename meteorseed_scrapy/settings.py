@@ -9,9 +9,11 @@ raises :class:`~meteorseed_scrapy.validators.ConfigError` naming the setting; Sc
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import socket
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,13 +126,85 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+# -- where a value comes from ----------------------------------------------------------------
+
+#: The priority of ``METEORSEED_*`` environment variables among Scrapy's settings priorities:
+#: above the project's settings.py (``project``, 20) and a spider's ``custom_settings``
+#: (``spider``, 30), below ``-s NAME=VALUE`` (``cmdline``, 40). A deployment (a container's
+#: environment, a scrapyd host) thus configures code it did not write, and one run can still
+#: override it. The same order holds in workers, ``scrapy seed-expand`` and ``meteorseed``
+#: (whose own options come first).
+ENV_PRIORITY = 35
+PREFIX = "METEORSEED_"
+#: ``METEORSEED_*`` environment variables that are not settings (and not misspellings).
+NOT_SETTINGS = frozenset({"METEORSEED_API_TOKEN", "METEORSEED_REDIS_SERVER"})
+
+
+def environment_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``METEORSEED_*`` settings the environment gives (empty means unset)."""
+    env = os.environ if environ is None else environ
+    return {name: value for name, value in env.items()
+            if name.startswith(PREFIX) and value != "" and name not in NOT_SETTINGS
+            and not name.startswith(f"{PREFIX}TEST_")}
+
+
+def apply_environment(settings: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Put the environment's ``METEORSEED_*`` values into Scrapy ``settings`` at
+    :data:`ENV_PRIORITY` (each stays below a ``-s`` value)."""
+    for name, value in environment_settings(environ).items():
+        settings.set(name, value, priority=ENV_PRIORITY)
+
+
+def _from_environment(settings: Any, name: str) -> bool:
+    """Whether the environment's value of ``name`` wins over what ``settings`` holds."""
+    if not os.environ.get(name):
+        return False
+    getpriority = getattr(settings, "getpriority", None)
+    if getpriority is not None:  # Scrapy settings: unless set at -s priority or above
+        priority = getpriority(name) or 0
+        return bool(priority < ENV_PRIORITY or (priority == ENV_PRIORITY
+                    and settings.get(name) == os.environ[name]))  # apply_environment's
+    value = (settings if callable(settings) else settings.get)(name)
+    return value is None or value == ""  # a mapping or a getter: fills what it lacks
+
+
+def unknown_settings(names: Iterable[str]) -> list[str]:
+    """One line per ``METEORSEED_*`` name among ``names`` that is no setting, naming the
+    closest known one (a misspelt setting is otherwise silently ignored)."""
+    lines = []
+    for name in sorted(set(names)):
+        if not name.startswith(PREFIX) or name in DEFAULTS or name in NOT_SETTINGS:
+            continue
+        close = difflib.get_close_matches(name, DEFAULTS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        lines.append(f"unknown setting {name}, ignored{hint}")
+    return lines
+
+
+_WARNED: set[str] = set()
+
+
+def warn_unknown_settings(settings: Any, warn: Callable[[str], object]) -> None:
+    """``warn(line)`` once per process for each unknown ``METEORSEED_*`` name in
+    ``settings`` (Scrapy settings or a mapping) or the environment."""
+    names = [*settings, *environment_settings()]
+    for line in unknown_settings(names):
+        if line not in _WARNED:
+            _WARNED.add(line)
+            warn(line)
+
+
 # -- the accessor ------------------------------------------------------------------------------
 
 def setting(settings: Any, name: str) -> Any:
     """``name`` from ``settings`` (Scrapy settings, a mapping such as ``os.environ``, or a
-    ``get`` function), else its :data:`DEFAULTS` entry (unset and empty mean the default)."""
+    ``get`` function), else its :data:`DEFAULTS` entry (unset and empty mean the default).
+    The environment's ``METEORSEED_*`` value wins over Scrapy settings given below
+    :data:`ENV_PRIORITY`, and fills in what a mapping or a getter lacks."""
     if name not in DEFAULTS:
         raise KeyError(f"{name} has no entry in meteorseed_scrapy.settings.DEFAULTS")
+    if _from_environment(settings, name):
+        return os.environ[name]
     value = (settings if callable(settings) else settings.get)(name)
     return DEFAULTS[name] if value is None or value == "" else value
 
@@ -170,7 +244,10 @@ def redis_url_and_source(settings: Any) -> tuple[str, str]:
     """``(url, source)``: ``METEORSEED_REDIS_URL``, else scrapy-redis's ``REDIS_URL`` /
     ``REDIS_HOST`` / ``REDIS_PORT`` / ``REDIS_PARAMS``, else env ``REDIS_URL``, else the default
     (see :mod:`meteorseed_scrapy.scrapy_redis_settings`). Logs the source once at INFO."""
-    return resolve_redis_url(settings, DEFAULT_REDIS_URL)
+    name = "METEORSEED_REDIS_URL"
+    own = setting(settings, name)
+    source = f"env {name}" if _from_environment(settings, name) else name
+    return resolve_redis_url(settings, DEFAULT_REDIS_URL, (str(own), source) if own else None)
 
 
 def redis_url_from(settings: Any) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from scrapy.exceptions import NotConfigured
 from scrapy.extensions.periodic_log import PeriodicLog
+from scrapy.utils.misc import load_object
 from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.addon import PERIODIC_LOG
@@ -21,9 +22,15 @@ def _crawler(**settings: Any) -> Any:
     return get_crawler(settings_dict={**ADDONS, **settings})
 
 
+def _extensions(crawler: Any) -> dict[Any, Any]:
+    """EXTENSIONS by class (the add-on lists its components as classes, a project as paths)."""
+    listed = crawler.settings.getdict("EXTENSIONS")
+    return {load_object(key): value for key, value in listed.items()}
+
+
 def test_the_addon_enables_the_periodic_stats_log(caplog: pytest.LogCaptureFixture) -> None:
     crawler = _crawler()
-    assert crawler.settings.getdict("EXTENSIONS")[PERIODIC_LOG] == 0
+    assert _extensions(crawler)[PeriodicLog] == 0
     ext = PeriodicLog.from_crawler(crawler)
     assert crawler.stats is not None
     crawler.stats.set_value("meteorseed/acked", 3)
@@ -55,4 +62,4 @@ def test_a_project_chooses_its_own_stats() -> None:
 
 def test_a_project_can_drop_the_extension() -> None:
     crawler = _crawler(EXTENSIONS={PERIODIC_LOG: None})
-    assert crawler.settings.getdict("EXTENSIONS")[PERIODIC_LOG] is None
+    assert _extensions(crawler)[PeriodicLog] is None

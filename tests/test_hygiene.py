@@ -17,6 +17,7 @@ import redis
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.settings import Settings
+from scrapy.utils.misc import load_object
 from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.addon import MeteorSeedAddon
@@ -129,7 +130,7 @@ def test_addon_obeys_robots_by_default_and_a_project_may_switch_it_off() -> None
     MeteorSeedAddon().update_settings(settings)
     assert settings.getbool("ROBOTSTXT_OBEY") is True
     blacklist = "meteorseed_scrapy.politeness.blacklist.BlacklistMiddleware"
-    assert blacklist in settings["DOWNLOADER_MIDDLEWARES"]
+    assert load_object(blacklist) in map(load_object, settings.getdict("DOWNLOADER_MIDDLEWARES"))
     project = Settings({"DOWNLOADER_MIDDLEWARES": {}, "ITEM_PIPELINES": {}})
     project.set("ROBOTSTXT_OBEY", False, priority="project")
     MeteorSeedAddon().update_settings(project)

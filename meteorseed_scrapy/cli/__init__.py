@@ -58,9 +58,10 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[str] | None = None,
             return exc.code
         except BrokenPipeError:
             return EXIT_ERROR
-    url, namespace = resolve_target(args.redis_url, args.namespace)
+    url = ""
     client: redis.Redis | None = None
     try:
+        url, namespace = resolve_target(args.redis_url, args.namespace)
         KeyLayout(namespace)  # an invalid namespace fails before anything connects
         client = connect(url)
         keys = layout(client, url, namespace)

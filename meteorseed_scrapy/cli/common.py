@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, cast
@@ -32,9 +32,11 @@ from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import (
     DEFAULT_REDIS_URL,
     DEFAULTS,
+    apply_environment,
     redis_url_from,
     stream_shards,
     text_setting,
+    warn_unknown_settings,
 )
 from meteorseed_scrapy.validators import ConfigError
 
@@ -90,27 +92,35 @@ def dedup_keys(fingerprinter: Fingerprinter | None) -> str:
     return f"REQUEST_FINGERPRINTER_CLASS {global_object_name(type(fingerprinter))}"
 
 
-def resolve_target(redis_url: str | None, namespace: str | None) -> tuple[str, str]:
-    """The Redis URL and namespace: flag, then ``METEORSEED_*`` env, then the Scrapy project's
-    settings (read as a worker reads them), then env ``REDIS_URL``, then the defaults."""
-    env = os.environ
-    settings = None
-    url_given = bool(redis_url or env.get("METEORSEED_REDIS_URL"))
-    ns_given = bool(namespace or env.get("METEORSEED_NAMESPACE"))
-    if not (url_given and ns_given):
-        settings = _project_settings()
-    if settings is None:
-        from scrapy.settings import Settings
+def cli_settings() -> Any:
+    """The settings a command reads, resolved as a worker resolves them: the Scrapy project's
+    (when run inside one; a broken project counts as none) with the environment's
+    ``METEORSEED_*`` over them (:func:`~meteorseed_scrapy.settings.apply_environment`); a
+    command's own options come first. Misspelt names are warned about on stderr, and an
+    invalid value is a :class:`CliError` naming the setting."""
+    from scrapy.settings import Settings
 
+    from meteorseed_scrapy.setting_checks import check_settings
+
+    settings = _project_settings()
+    if settings is None:
         settings = Settings()
-    # redis_url_from is what a worker uses: METEORSEED_REDIS_URL, scrapy-redis's settings,
-    # env REDIS_URL, the default.
-    url = redis_url or env.get("METEORSEED_REDIS_URL") or redis_url_from(settings)
-    ns = (
-        namespace
-        or env.get("METEORSEED_NAMESPACE")
-        or text_setting(settings, "METEORSEED_NAMESPACE")
-    )
+    apply_environment(settings)
+    warn_unknown_settings(
+        settings, lambda line: print(f"meteorseed: warning: {line}", file=sys.stderr))
+    try:
+        check_settings(settings)
+    except ConfigError as exc:
+        raise CliError(f"invalid setting {exc}") from None
+    return settings
+
+
+def resolve_target(redis_url: str | None, namespace: str | None) -> tuple[str, str]:
+    """The Redis URL and namespace: the option, else :func:`cli_settings` (``METEORSEED_*``
+    env, the project's settings, scrapy-redis's ``REDIS_*``, env ``REDIS_URL``, defaults)."""
+    settings = cli_settings()
+    url = redis_url or redis_url_from(settings)
+    ns = namespace or text_setting(settings, "METEORSEED_NAMESPACE")
     return str(url), str(ns)
 
 
@@ -173,7 +183,7 @@ def layout(client: redis.Redis, url: str, namespace: str) -> KeyLayout:
     """The namespace's key layout: the shard count its workers recorded (else env
     ``METEORSEED_STREAM_SHARDS``, else 1), tagged for a cluster URL."""
     try:
-        keys = KeyLayout(namespace, stream_shards(os.environ), is_cluster_url(url))
+        keys = KeyLayout(namespace, stream_shards(cli_settings()), is_cluster_url(url))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
     try:

@@ -18,8 +18,8 @@ from typing import Any
 from meteorseed_scrapy.cli.common import (
     CliError,
     Context,
-    _project_settings,
     add_target_options,
+    cli_settings,
     dedup_keys,
     project_fingerprinter,
     resolve_target,
@@ -67,14 +67,8 @@ def register(sub: Any) -> None:
 
 
 def _setting(name: str, flag: Any) -> Any:
-    """A flag, else the environment variable, else the Scrapy project's setting, else the
-    default."""
-    if flag is not None:
-        return flag
-    if os.environ.get(name):
-        return os.environ[name]
-    settings = _project_settings()
-    return setting(settings if settings is not None else {}, name)
+    """A flag, else the setting as every command resolves it (:func:`cli_settings`)."""
+    return flag if flag is not None else setting(cli_settings(), name)
 
 
 def run(args: argparse.Namespace, ctx: Context) -> int:

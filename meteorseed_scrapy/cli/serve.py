@@ -18,6 +18,7 @@ from meteorseed_scrapy.cli.common import (
     CliError,
     Context,
     add_target_options,
+    cli_settings,
     dedup_keys,
     project_fingerprinter,
     resolve_target,
@@ -72,7 +73,8 @@ def config_from(args: argparse.Namespace, shards: int = 1,
         raise CliError("serve: --insecure-no-auth with a token: choose one")
     if not 0 < args.port < 65536:
         raise CliError(f"serve: --port must be 1-65535, got {args.port}")
-    sites_dir = args.sites_dir or text_setting(os.environ, "METEORSEED_SITES_DIR") or None
+    settings = cli_settings()
+    sites_dir = args.sites_dir or text_setting(settings, "METEORSEED_SITES_DIR") or None
     if sites_dir is not None and not os.path.isdir(sites_dir):
         raise CliError(f"serve: --sites-dir / METEORSEED_SITES_DIR {sites_dir!r} is not a "
                        "directory")
@@ -81,12 +83,12 @@ def config_from(args: argparse.Namespace, shards: int = 1,
         return ApiConfig(
             redis_url=url, namespace=namespace, token=token,
             sites_dir=sites_dir,
-            store_uri=args.store_uri or setting(os.environ, "METEORSEED_STORE_URI"),
+            store_uri=args.store_uri or setting(settings, "METEORSEED_STORE_URI"),
             max_backlog=integer_setting(
-                os.environ, "METEORSEED_MAX_BACKLOG", minimum=0
+                settings, "METEORSEED_MAX_BACKLOG", minimum=0
             ) if args.max_backlog is None else args.max_backlog,
             shards=shards,
-            fetch_private_addresses=flag_setting(os.environ, PRIVATE_SETTING),
+            fetch_private_addresses=flag_setting(settings, PRIVATE_SETTING),
             fingerprinter=fingerprinter,
         )
     except ValueError as exc:

@@ -55,7 +55,8 @@ class Command(ScrapyCommand):
             f"nothing was rejected, {EXIT_INCOMPLETE} when something was, {EXIT_ERROR} when Redis "
             "or the input failed. While more than METEORSEED_MAX_BACKLOG tasks wait in the "
             "stream, the command pauses until workers catch up. Settings: METEORSEED_REDIS_URL, "
-            "METEORSEED_NAMESPACE, METEORSEED_MAX_BACKLOG (use -s NAME=VALUE). Each seed is "
+            "METEORSEED_NAMESPACE, METEORSEED_MAX_BACKLOG (-s NAME=VALUE, else the environment, "
+            "else the project's settings, as a worker reads them). Each seed is "
             "registered in the seed registry with this run's counts (not with --no-register). "
             "With --watch it "
             "keeps running as a seeder: seeds are registered in the seed registry and expanded "
@@ -110,6 +111,23 @@ class Command(ScrapyCommand):
         problem = migration.check_options(args, opts)
         if problem:
             raise UsageError(problem, print_help=False)
+        self._resolve_settings()
+
+    def _resolve_settings(self) -> None:
+        """The settings as a worker sees them: the environment's ``METEORSEED_*`` between the
+        project's and ``-s``; misspelt names warned about, invalid values refused up front."""
+        from meteorseed_scrapy.commands.report import say
+        from meteorseed_scrapy.setting_checks import check_settings
+        from meteorseed_scrapy.settings import apply_environment, warn_unknown_settings
+        from meteorseed_scrapy.validators import ConfigError
+
+        assert self.settings is not None
+        apply_environment(self.settings)
+        warn_unknown_settings(self.settings, lambda line: say(f"warning: {line}"))
+        try:
+            check_settings(self.settings)
+        except ConfigError as exc:
+            raise UsageError(f"invalid setting {exc}", print_help=False) from None
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         from meteorseed_scrapy.commands.expand_file import expand_file
