@@ -130,6 +130,11 @@ key                                 type    holds
                                             its first worker or writer (``1u``: one untagged
                                             shard); another count is refused
                                             (:mod:`meteorseed_scrapy.queue.shards`)
+``<ns>:store``                      string  the store the namespace's items go to (its URI
+                                            without credentials, an SQLite file's absolute
+                                            path), set by its first worker; a worker with
+                                            another is refused
+                                            (:mod:`meteorseed_scrapy.store.identity`)
 ==================================  ======  ===================================================
 """
 
@@ -240,7 +245,7 @@ class ShardKeys:
 #: that every key the layout makes is of one of these kinds.
 KEY_KINDS = frozenset({
     "adaptive", "counts", "dead", "delayed", "done", "failed", "seed", "seeds", "seen", "shards",
-    "sites", "tasks", "workers",
+    "sites", "store", "tasks", "workers",
 })
 
 
@@ -381,6 +386,11 @@ class KeyLayout:
     def shard_count(self) -> str:
         """Where the shard count is recorded (string), so a mismatch is refused."""
         return f"{self.namespace}:shards"
+
+    @property
+    def store(self) -> str:
+        """Where the namespace's store is recorded (string), so another one is refused."""
+        return f"{self.namespace}:store"
 
     def seen(self, site_id: str) -> str:
         """The site's dedup root, in its shard's slot; every dedup key of the site starts
