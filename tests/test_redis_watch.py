@@ -209,3 +209,24 @@ def test_a_stream_deleted_under_a_worker_is_reported_as_lost_tasks_not_a_take_ov
     assert log.count("Redis lost") == 1 and "Redis lost 4 task message(s)" in log, log[-3000:]
     assert "taken over by another worker" not in log
     assert worker.stats()["meteorseed/redis/lost"] == 4
+
+
+def test_a_redis_that_cannot_be_asked_leaves_the_loop_running(namespace: str) -> None:
+    """The hook runs inside a loop's error handling: its own trouble must not end the loop."""
+    crawler = get_crawler()
+    crawler.stats.open_spider()
+    holder = Holder([(f"{namespace}:tasks", "1-0")])
+
+    async def main() -> None:
+        client = async_client("redis://127.0.0.1:1/0", decode_responses=True,
+                              socket_connect_timeout=1)
+        try:
+            watch = RedisWatch(crawler, StreamConsumer(client, KeyLayout(namespace), "w1"),
+                               holder)
+            await watch.refused(ResponseError("NOGROUP No such key"))
+            await watch.refused(ResponseError("OOM command not allowed"))
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    assert holder.forgotten == []

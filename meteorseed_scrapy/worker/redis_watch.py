@@ -21,7 +21,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from meteorseed_scrapy.queue.delivery import Ref
 from meteorseed_scrapy.queue.replies import text_of
@@ -59,7 +59,15 @@ class RedisWatch:
         await asyncio.sleep(CHECK_S)
 
     async def check(self) -> None:
-        info: dict[str, Any] = await self.consumer.redis.info("memory")
+        if self._said == "unknown":
+            return
+        try:
+            info: dict[str, Any] = await self.consumer.redis.info("memory")
+        except ResponseError as exc:  # (INFO renamed or refused on a managed Redis)
+            self._said = "unknown"
+            logger.warning("Cannot watch Redis's maxmemory-policy (%s): make sure it is "
+                           "'noeviction'", exc)
+            return
         policy = text_of(info.get("maxmemory_policy", b""))
         maxmemory = int(info.get("maxmemory", 0) or 0)
         said = f"{policy}/{bool(maxmemory)}"
@@ -81,10 +89,13 @@ class RedisWatch:
         """What a loop's Redis command was refused with: an OOM has the policy checked now,
         a vanished stream or group has the entries this worker held there reported lost."""
         text = str(exc)
-        if text.startswith("OOM"):
-            await self.check()
-        elif "NOGROUP" in text:
-            await self.vanished()
+        try:
+            if text.startswith("OOM"):
+                await self.check()
+            elif "NOGROUP" in text:
+                await self.vanished()
+        except (RedisError, OSError) as trouble:  # (the loop's own handling goes on)
+            logger.debug("Could not look into %r: %s", text, trouble)
 
     async def vanished(self) -> int:
         """Report (and forget) held entries whose stream or group is gone; how many."""
