@@ -44,6 +44,9 @@ def test_a_full_disk_stops_the_worker_with_nothing_acked_or_dead_lettered(
     log = worker.log()
     assert log.count(STOP_LINE) == 1, log[-3000:]
     assert "one by one" not in log and "Store refused document" not in log
+    # The store stage says it in two lines: a warning when it starts, the error at the stop.
+    assert log.count("[meteorseed_scrapy.store.group_commit] WARNING") == 1, log[-3000:]
+    assert "[meteorseed_scrapy.store.group_commit] ERROR" not in log
     assert worker.stats()["meteorseed/store/outage_stop"] == 1
     assert worker.stats()["finish_reason"] == "meteorseed_store_unavailable"
     assert sync_redis.xlen(keys.stream) == 40  # nothing acked

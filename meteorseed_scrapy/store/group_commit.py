@@ -213,7 +213,9 @@ class GroupCommitter:
         while self._sealed and (lost or (self._sealed[0].deadline or now) <= now):
             expired.append(self._sealed.popleft())  # deadlines grow along the queue
         if expired:
-            (logger.debug if self._gave_up else logger.error)(
+            # (Said once; by the handler told below, when there is one: the worker stops.)
+            quiet = self._gave_up or self._on_outage is not None
+            (logger.debug if quiet else logger.error)(
                 "Store %s, giving up on %d items (not acked: their tasks stay pending): %s",
                 "lost" if lost else f"unavailable for {self.config.retry_max:.1f} s",
                 sum(len(batch.docs) for batch in expired),
