@@ -42,11 +42,12 @@ from scrapy.utils.misc import load_object
 
 from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store.backends import check_store_uri, open_store
-from meteorseed_scrapy.store.base import Store
+from meteorseed_scrapy.store.base import Store, StoreUnavailable
 from meteorseed_scrapy.store.documents import item_document
 from meteorseed_scrapy.store.group_commit import (
     GroupCommitter,
 )
+from meteorseed_scrapy.store.outage_stop import OutageStop
 from meteorseed_scrapy.task.context import Output, Scrape, current_output, current_scrape
 from meteorseed_scrapy.task.local_crawl import command_of
 
@@ -68,12 +69,13 @@ class UpsertPipeline:
         store_factory: Callable[[str], Store] = open_store,
         default_site_id: str | None = None,
         last_stage: bool = False,
+        on_outage: Callable[[StoreUnavailable], None] | None = None,
     ) -> None:
         self.config = config
         self.stats = stats
         self._default_site_id = default_site_id
         self._last_stage = last_stage  # a committed item is through: no stage may fail it now
-        self._commits = GroupCommitter(config, stats, store_factory)
+        self._commits = GroupCommitter(config, stats, store_factory, on_outage)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UpsertPipeline:
@@ -86,7 +88,7 @@ class UpsertPipeline:
         stages = build_component_list(crawler.settings.getwithbase("ITEM_PIPELINES"))
         last = bool(stages) and load_object(stages[-1]) is cls
         return cls(config, crawler.stats, default_site_id=crawler.spidercls.name,
-                   last_stage=last)
+                   last_stage=last, on_outage=OutageStop(crawler))
 
     # -- life cycle ---------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.yields import YieldReporter
 from meteorseed_scrapy.settings import WorkerConfig, duration_setting, flag_setting
 from meteorseed_scrapy.sites.lookup import site_configs
+from meteorseed_scrapy.store.identity import check_store_identity
 from meteorseed_scrapy.task.context import current_scrape, task_of
 from meteorseed_scrapy.task.local_crawl import local_crawl, local_request, log_local_crawl
 from meteorseed_scrapy.validators import ConfigError
@@ -116,6 +117,7 @@ class StreamScheduler:
         )
         try:  # another shard count would look for every site's tasks in the wrong shard
             await check_shard_count(self.redis, self.keys)
+            await check_store_identity(self.redis, self.keys, self.crawler.settings)
         except REDIS_DOWN as exc:  # the pump waits for Redis and checks again
             logger.warning("Cannot check the namespace's shard count yet: %s", exc)
         consumer = StreamConsumer(self.redis, self.keys, self.config.consumer, self.lane_weights)

@@ -130,6 +130,11 @@ key                                 type    holds
                                             its first worker or writer (``1u``: one untagged
                                             shard); another count is refused
                                             (:mod:`meteorseed_scrapy.queue.shards`)
+``<ns>:store``                      string  the store the namespace's items go to (its URI
+                                            without credentials, an SQLite file's absolute
+                                            path), set by its first worker; a worker with
+                                            another is refused
+                                            (:mod:`meteorseed_scrapy.store.identity`)
 ==================================  ======  ===================================================
 """
 
@@ -234,6 +239,41 @@ class ShardKeys:
         return f"{self.namespace}:seen:{{{site_id}}}"
 
 
+#: The first part after ``<ns>:`` of every key of the layout, hash tags (``{…}``) aside: what
+#: tells a namespace's own keys from those of a namespace nested in it, as older versions, which
+#: allowed ``:`` in a namespace, could make (``prod:eu:tasks`` under ``prod``). A test checks
+#: that every key the layout makes is of one of these kinds.
+KEY_KINDS = frozenset({
+    "adaptive", "counts", "dead", "delayed", "done", "failed", "seed", "seeds", "seen", "shards",
+    "sites", "store", "tasks", "workers",
+})
+
+
+def check_namespace(namespace: str) -> str:
+    """``namespace`` if it can name a namespace, else :class:`ConfigError` naming
+    ``METEORSEED_NAMESPACE``. No ``:``: every key is ``<ns>:…``, so namespace ``a`` would hold
+    every key of ``a:b`` (``reset`` of one would delete the other); no spaces, braces (Redis
+    Cluster hash tags) or newlines."""
+    if not namespace or any(c in namespace for c in " {}\n"):
+        raise ConfigError("METEORSEED_NAMESPACE", f"invalid namespace {namespace!r}")
+    if ":" in namespace:
+        raise ConfigError(
+            "METEORSEED_NAMESPACE",
+            f"invalid namespace {namespace!r}: it may not contain ':' (every key is "
+            f"'<namespace>:...', so namespace {namespace.split(':')[0]!r} would hold every key "
+            f"of this one); use '-' or '_' instead, e.g. {namespace.replace(':', '-')!r}")
+    return namespace
+
+
+def own_key(namespace: str, key: str) -> bool:
+    """True when ``key`` is one of ``namespace``'s keys, not one of a namespace nested in it."""
+    prefix = f"{namespace}:"
+    if not key.startswith(prefix):
+        return False
+    kind = key[len(prefix):].split(":", 1)[0]
+    return kind.startswith("{") or kind in KEY_KINDS
+
+
 @dataclass(frozen=True)
 class KeyLayout:
     """Every key of a namespace. ``shards`` (``METEORSEED_STREAM_SHARDS``) splits the task
@@ -246,8 +286,7 @@ class KeyLayout:
     cluster: bool = False
 
     def __post_init__(self) -> None:
-        if not self.namespace or any(c in self.namespace for c in " {}\n"):
-            raise ConfigError("METEORSEED_NAMESPACE", f"invalid namespace {self.namespace!r}")
+        check_namespace(self.namespace)
         if type(self.shards) is not int or not 1 <= self.shards <= MAX_SHARDS:
             raise ConfigError(SHARDS_SETTING, f"expected an integer from 1 to {MAX_SHARDS}, "
                               f"got {self.shards!r}")
@@ -347,6 +386,11 @@ class KeyLayout:
     def shard_count(self) -> str:
         """Where the shard count is recorded (string), so a mismatch is refused."""
         return f"{self.namespace}:shards"
+
+    @property
+    def store(self) -> str:
+        """Where the namespace's store is recorded (string), so another one is refused."""
+        return f"{self.namespace}:store"
 
     def seen(self, site_id: str) -> str:
         """The site's dedup root, in its shard's slot; every dedup key of the site starts

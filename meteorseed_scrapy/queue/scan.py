@@ -1,4 +1,6 @@
-"""Walking a namespace's keys with SCAN, never matching another namespace's."""
+"""Walking a namespace's keys with SCAN, never matching another namespace's: the namespace's
+glob characters escaped, and each key checked to be the namespace's own (:func:`own_key`), not
+one of a namespace nested in it (``prod:eu:…`` under ``prod``, as older versions allowed)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from collections.abc import Iterator
 
 import redis
 
-from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout, own_key
 
 
 def glob_escape(text: str) -> str:
@@ -16,10 +18,18 @@ def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-def scan_namespace(client: redis.Redis, keys: KeyLayout, suffix: str = "*",
-                   count: int = 1000) -> Iterator[str]:
-    """Every key ``<ns>:<suffix>`` (``suffix`` is a glob); checks the prefix of each one too."""
+def scan_prefix(client: redis.Redis, keys: KeyLayout, suffix: str = "*",
+                count: int = 1000) -> Iterator[str]:
+    """Every key ``<ns>:<suffix>`` (``suffix`` is a glob), the namespace's own or not."""
     prefix = f"{keys.namespace}:"
     for key in client.scan_iter(match=glob_escape(prefix) + suffix, count=count):
         if key.startswith(prefix):
+            yield key
+
+
+def scan_namespace(client: redis.Redis, keys: KeyLayout, suffix: str = "*",
+                   count: int = 1000) -> Iterator[str]:
+    """Every key ``<ns>:<suffix>`` of the namespace's own (``suffix`` is a glob)."""
+    for key in scan_prefix(client, keys, suffix, count):
+        if own_key(keys.namespace, key):
             yield key

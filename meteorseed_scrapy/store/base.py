@@ -26,7 +26,15 @@ _MAX_UNIQUE_KEY = 1000
 
 
 class StoreUnavailable(Exception):
-    """The store cannot be reached or is busy right now; the same write may be retried."""
+    """The store cannot take any write right now (unreachable, busy, full, read-only, refusing
+    our credentials): an outage, never charged to the documents; the same write may be
+    retried."""
+
+
+class StoreLost(StoreUnavailable):
+    """The store open in this worker is no longer the one its URI names (an SQLite file
+    deleted or replaced while open): retrying cannot help, and what was written since is not
+    where readers look."""
 
 
 class DocumentError(ValueError):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store.backends import open_store
-from meteorseed_scrapy.store.base import Store, StoreUnavailable
+from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -52,10 +52,15 @@ class GroupCommitter:
     ``config.batch_wait`` seconds, written one after another by one thread."""
 
     def __init__(self, config: StoreConfig, stats: StatsCollector | None = None,
-                 store_factory: Callable[[str], Store] = open_store) -> None:
+                 store_factory: Callable[[str], Store] = open_store,
+                 on_outage: Callable[[StoreUnavailable], None] | None = None) -> None:
         self.config = config
         self.stats = stats
         self._store_factory = store_factory
+        #: Told when an outage made items give up (past ``retry_max``, or the store lost):
+        #: the worker stops rather than fail task after task on a store that is not there.
+        self._on_outage = on_outage
+        self._gave_up = False  # during this outage (said once per outage)
         self._store: Store | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._open_batch: _Batch | None = None
@@ -169,12 +174,15 @@ class GroupCommitter:
                         len(batch.docs),
                         exc,
                     )
-                    await self._commit_one_by_one(store, batch)
+                    rest = await self._commit_one_by_one(store, batch)
+                    if rest is not None:  # an outage began: the rest waits it out, unblamed
+                        self._sealed.appendleft(rest)
                     continue
                 self._sealed.popleft()
                 if attempt:
                     logger.info("Store is available again after %d retries", attempt)
                     attempt = 0
+                    self._gave_up = False
                 # The next write first, then the waiters of this one: what they run when told
                 # (a task's settling, its ack) must not hold up the store thread.
                 self._start_next()
@@ -201,39 +209,56 @@ class GroupCommitter:
             if batch.deadline is None:
                 batch.deadline = now + self.config.retry_max
         expired: list[_Batch] = []
-        while self._sealed and (self._sealed[0].deadline or now) <= now:
+        lost = isinstance(exc, StoreLost)  # retrying cannot help: everything gives up now
+        while self._sealed and (lost or (self._sealed[0].deadline or now) <= now):
             expired.append(self._sealed.popleft())  # deadlines grow along the queue
         if expired:
-            logger.error(
-                "Store unavailable for %.1f s, giving up on %d items (their tasks will be"
-                " delivered again): %s",
-                self.config.retry_max,
+            # (Said once; by the handler told below, when there is one: the worker stops.)
+            quiet = self._gave_up or self._on_outage is not None
+            (logger.debug if quiet else logger.error)(
+                "Store %s, giving up on %d items (not acked: their tasks stay pending): %s",
+                "lost" if lost else f"unavailable for {self.config.retry_max:.1f} s",
                 sum(len(batch.docs) for batch in expired),
                 exc,
             )
             self._settle(expired, exc)
+            if self._on_outage is not None and not self._gave_up:
+                self._on_outage(exc)
+            self._gave_up = True
         if not self._sealed:
             return
         delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
         # Never sleep past the next deadline: the last attempt happens right at it.
         delay = max(0.0, min(delay, (self._sealed[0].deadline or now) - now))
-        logger.warning(
-            "Store unavailable (attempt %d, %d items waiting), retrying in %.2f s: %s",
+        # One line per outage; its retries are counted (meteorseed/store/retries).
+        if attempt == 1:
+            self._inc("outages")
+        (logger.warning if attempt == 1 else logger.debug)(
+            "Store unavailable (attempt %d, %d items waiting), retrying in %.2f s for up to"
+            " %.1f s: %s",
             attempt,
             sum(len(batch.docs) for batch in self._sealed),
             delay,
+            self.config.retry_max,
             exc,
         )
         self._inc("retries")
         await asyncio.sleep(delay)
 
-    async def _commit_one_by_one(self, store: Store, batch: _Batch) -> None:
-        # Any failure now is charged to the one document (even an outage starting right now):
-        # its task is redelivered, so nothing is lost, and the rest of the batch goes through.
+    async def _commit_one_by_one(self, store: Store, batch: _Batch) -> _Batch | None:
+        """Write ``batch`` a document at a time: a refused one fails alone. An outage is
+        nobody's fault: the documents from there on are returned, as a batch to retry."""
         outcome: list[BaseException | None] = []
         for doc in batch.docs:
             try:
                 await self._in_thread(store.upsert_many, [doc])
+            except StoreUnavailable:
+                done = len(outcome)
+                rest = _Batch(batch.docs[done:], batch.waiters[done:], batch.hooks[done:])
+                batch.docs, batch.waiters, batch.hooks = (
+                    batch.docs[:done], batch.waiters[:done], batch.hooks[:done])
+                self._resolve(batch, outcome)
+                return rest
             except Exception as exc:
                 logger.error("Store refused document %r: %s", doc["_id"], exc)
                 outcome.append(exc)
@@ -243,6 +268,7 @@ class GroupCommitter:
                 self._inc("committed")
         self._inc("batches")
         self._resolve(batch, outcome)
+        return None
 
     def _settle(self, batches: list[_Batch], error: BaseException | None) -> None:
         for batch in batches:

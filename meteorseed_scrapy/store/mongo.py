@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pymongo import MongoClient, UpdateOne
-from pymongo.errors import BulkWriteError, ConnectionFailure, OperationFailure
+from pymongo.errors import BulkWriteError, ConnectionFailure, InvalidOperation, OperationFailure
 
 from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
 
@@ -37,6 +37,19 @@ ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed
 #: (which logs and counts) decides how long to keep trying.
 SERVER_SELECTION_TIMEOUT_MS = 5000
 _DUPLICATE_KEY = 11000  # two workers upserting one new _id at once: the loser may retry
+#: Server errors about the store, not the document: an outage (credentials refused, no
+#: right to write, disk full, shutting down or stepping down, a time limit hit).
+_OUTAGE_CODES = frozenset({
+    13,  # Unauthorized
+    18,  # AuthenticationFailed
+    50,  # MaxTimeMSExpired
+    91,  # ShutdownInProgress
+    189,  # PrimarySteppedDown
+    262,  # ExceededTimeLimit
+    11600,  # InterruptedAtShutdown
+    11602,  # InterruptedDueToReplStateChange
+    14031,  # OutOfDiskSpace
+})
 
 _MOCK_CLIENTS: dict[str, Any] = {}
 _MOCK_LOCK = threading.Lock()
@@ -59,7 +72,8 @@ def _retryable_bulk_error(exc: BulkWriteError) -> bool:
     details = exc.details or {}
     write_errors = details.get("writeErrors") or []
     if write_errors:
-        return all(error.get("code") == _DUPLICATE_KEY for error in write_errors)
+        return all(error.get("code") == _DUPLICATE_KEY or error.get("code") in _OUTAGE_CODES
+                   for error in write_errors)
     return bool(details.get("writeConcernErrors"))
 
 
@@ -104,14 +118,15 @@ class MongoStore(Store):
             return
         try:
             collection.bulk_write(operations, ordered=False)
-        except ConnectionFailure as exc:  # AutoReconnect, NotPrimary, ServerSelectionTimeout...
+        except (ConnectionFailure, InvalidOperation) as exc:
+            # AutoReconnect, NotPrimary, ServerSelectionTimeout..., or a closed client
             raise StoreUnavailable(f"MongoDB: {exc}") from exc
         except BulkWriteError as exc:
             if _retryable_bulk_error(exc):
                 raise StoreUnavailable(f"MongoDB: transient write errors: {exc}") from exc
             raise
         except OperationFailure as exc:
-            if exc.has_error_label("RetryableWriteError"):
+            if exc.has_error_label("RetryableWriteError") or exc.code in _OUTAGE_CODES:
                 raise StoreUnavailable(f"MongoDB: {exc}") from exc
             raise
 

@@ -21,12 +21,21 @@ Other tables of the same file (e.g. ``anomalies``) belong to other modules.
   is busy, which made it several times slower (see design/SCRAPY_NOTES.md).
 - The connection is opened lazily by the thread that first uses it (the pipeline's single store
   thread); ``check_same_thread=False`` plus a lock lets tests read from another thread.
+- Errors are classified by what they are: constraint, type and size errors and values that
+  cannot be bound are the document's (:func:`document_error`); every other SQLite error (full
+  disk, read-only or unopenable file, I/O error, corruption, a lock held too long) is an outage,
+  :class:`StoreUnavailable`, never charged to a document.
+- The file is the one opened: after each write the path is checked to still name it (device
+  and inode, one ``stat``); a file deleted or replaced while open raises :class:`StoreLost`
+  (that batch went into the unlinked file: not committed), and no new file is created in its
+  place.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import sqlite3
 import threading
@@ -35,7 +44,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
+from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable, last_wins
 
 _T = TypeVar("_T")
 
@@ -53,8 +62,13 @@ _UPSERT_TAIL = (
     " COALESCE(json_extract({table}.doc, '$.first_seen_at'),"
     " json_extract(excluded.doc, '$.first_seen_at')))"
 )
-# Errors worth retrying: another process holds the lock, or the file/disk hiccuped.
+# Errors worth retrying at once: another process holds the lock, or the file/disk hiccuped.
 _TRANSIENT = ("locked", "busy", "disk i/o error", "unable to open database file")
+# What one document can cause (a constraint, a type, a size, a value that cannot be bound).
+# Checked first: these are DatabaseError subclasses too. By class, not by sqlite_errorname,
+# which Python 3.10 lacks.
+_DOCUMENT_ERRORS = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError,
+                    sqlite3.ProgrammingError)
 
 
 def sqlite_path(uri: str) -> str:
@@ -71,11 +85,26 @@ def _is_transient(exc: sqlite3.Error) -> bool:
     )
 
 
+def document_error(exc: BaseException) -> bool:
+    """True when ``exc`` is about the document written, not about the store (an outage)."""
+    return not isinstance(exc, sqlite3.Error) or isinstance(exc, _DOCUMENT_ERRORS)
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class SQLiteStore(Store):
     def __init__(self, path: str) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        #: (device, inode) of the file first opened; None until then, or in memory.
+        self.identity: tuple[int, int] | None = None
 
     @classmethod
     def from_uri(cls, uri: str) -> SQLiteStore:
@@ -86,7 +115,9 @@ class SQLiteStore(Store):
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None:
             return self._conn
-        if self.path != ":memory:":
+        if self.identity is not None:
+            self._check_identity()  # (connecting would create an empty file in its place)
+        elif self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
             self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
@@ -100,8 +131,23 @@ class SQLiteStore(Store):
         except BaseException:
             conn.close()
             raise
+        if self.identity is None and self.path != ":memory:":
+            self.identity = _file_identity(self.path)
         self._conn = conn
         return conn
+
+    def _check_identity(self) -> None:
+        """Raise :class:`StoreLost` unless the path still names the file first opened."""
+        if self.identity is None:
+            return
+        now = _file_identity(self.path)
+        if now != self.identity:
+            what = "deleted" if now is None else f"replaced (inode {self.identity[1]} -> {now[1]})"
+            raise StoreLost(
+                f"SQLite {self.path}: the database file was {what} while this worker had it "
+                "open; what it wrote since is not in the file readers open. Restart the worker "
+                "to use the file now at that path"
+            )
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
@@ -116,12 +162,20 @@ class SQLiteStore(Store):
             for attempt in range(1, LOCK_ATTEMPTS + 1):
                 try:
                     return work(self._connect())
+                except StoreLost:
+                    self._drop_connection()  # no more writes into the unlinked file
+                    raise
+                except OSError as exc:  # (stat, mkdir: the file system's trouble, not a doc's)
+                    self._drop_connection()
+                    raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
                 except sqlite3.Error as exc:
-                    if not _is_transient(exc):
+                    if document_error(exc):
                         raise
                     message = str(exc).lower()
                     if "locked" not in message and "busy" not in message:
                         self._drop_connection()  # I/O trouble: start afresh next time
+                    if not _is_transient(exc):  # full, read-only, corrupt: the caller backs off
+                        raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
                     if attempt == LOCK_ATTEMPTS:
                         raise StoreUnavailable(
                             f"SQLite {self.path}: {exc} (after {attempt} attempts)"
@@ -172,7 +226,11 @@ class SQLiteStore(Store):
                     conn.execute("ROLLBACK")
                 raise
 
-        self._run(write)
+        def write_checked(conn: sqlite3.Connection) -> None:
+            write(conn)
+            self._check_identity()  # committed into the file readers open, or not at all
+
+        self._run(write_checked)
 
     # -- reads --------------------------------------------------------------------------
 

@@ -81,6 +81,8 @@ class Loops:
         self._ready = False
         self._checked = False
         self.tasks: list[asyncio.Task[None]] = []
+        #: Told of every command Redis refuses (an OOM, a vanished group) before it is handled.
+        self.on_refused: Callable[[ResponseError], Awaitable[object]] | None = None
 
     def start(self, step: Callable[[], Awaitable[object]], where: str,
               event: asyncio.Event | None = None,
@@ -115,6 +117,8 @@ class Loops:
                     await asyncio.wait_for(self.outage.back.wait(), delay)
                 continue
             except ResponseError as exc:
+                if self.on_refused is not None:
+                    await self.on_refused(exc)
                 if "NOGROUP" not in str(exc):
                     logger.exception("Redis refused a command in the %s loop; continuing", where)
                     await asyncio.sleep(1.0)

@@ -41,6 +41,7 @@ from meteorseed_scrapy.worker.keepalive import KeepAlive
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
 from meteorseed_scrapy.worker.loops import REDIS_DOWN, Loops
 from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, handled, judge, trouble_wait
+from meteorseed_scrapy.worker.redis_watch import RedisWatch
 from meteorseed_scrapy.worker.requests import request_to_task, task_to_request
 from meteorseed_scrapy.worker.signals import task_settled
 from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes, downloading
@@ -79,6 +80,8 @@ class StreamPump:
                 on_change=on_change, park=self._park, stats=self._stats,
             )
         self._loops = Loops(consumer, self._stats)
+        self._watch = RedisWatch(crawler, consumer, self)
+        self._loops.on_refused = self._watch.refused
         self._keepalive = KeepAlive(consumer, config.redis_url, config.claim_idle)
         self._intake = Intake(consumer, gate, self._completions, config, self._stats, self,
                               sizes.read_batch, self._keepalive)
@@ -92,6 +95,7 @@ class StreamPump:
         self._keepalive.start()
         loops.start(self._intake.read_once, "read")
         loops.start(self._intake.maintain_once, "reclaim")
+        loops.start(self._watch.step, "eviction watch")
         loops.start(self._completions.flush_once, "ack", self._completions.needed,
                     self._completions.pending)
         if self._dispatcher is not None:
