@@ -22,7 +22,7 @@ from typing import Any
 
 from scrapy import Request, Spider, signals
 from scrapy.http import Response
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
 
 from meteorseed_scrapy.task.context import (
@@ -94,6 +94,10 @@ class ScrapeTracker:
         token = CURRENT_SCRAPE.set(scrape)
         try:
             dfd: Deferred[Any] = self._original(result, request)
+        except Exception:
+            # Settled all the same (else held, kept alive, for ever); the engine hears of the
+            # error through the Deferred, as from Scrapy's own (inlineCallbacks) method.
+            dfd = fail()
         finally:
             CURRENT_SCRAPE.reset(token)
         dfd.addBoth(self._finished, result, request, scrape)
@@ -145,6 +149,9 @@ class ScrapeTracker:
     def _finished(self, passthrough: Any, result: Response | Failure, request: Request,
                   scrape: Scrape | None = None) -> Any:
         assert self._pump is not None
+        if isinstance(passthrough, Failure) and scrape is not None:
+            # Scrapy's scraper failed, not the spider: what it did of the scrape is unknown.
+            _fail(scrape, "scraper error", passthrough)
         self._pump.finished(request, result, scrape)
         return passthrough
 
@@ -173,4 +180,8 @@ def _fail_scrape(what: str, failure: Failure) -> None:
     """Mark the scrape in progress (if any) failed: its task is not acked."""
     scrape = current_scrape()
     if scrape is not None:
-        scrape.fail(f"{what}: {type(failure.value).__name__}: {failure.getErrorMessage()}")
+        _fail(scrape, what, failure)
+
+
+def _fail(scrape: Scrape, what: str, failure: Failure) -> None:
+    scrape.fail(f"{what}: {type(failure.value).__name__}: {failure.getErrorMessage()}")
