@@ -63,3 +63,49 @@ def test_a_failing_scraper_settles_its_task_and_the_crawl_ends(
     for url in [*good, *bad]:
         assert demo_site.hits(url[len(demo_site.url):]) == 1
     assert len(stored_docs(tmp_path / "items.db")) == 20
+
+
+FAILING_FINGERPRINTER = "probe.fingerprinter.FailingFingerprinter"
+
+
+def test_a_fingerprinter_failing_for_one_child_fails_its_parent_alone(
+    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite
+) -> None:
+    # 20 parents, each yielding a child the fingerprinter takes and one it fails for.
+    parents = _pages(demo_site, namespace, 20, "&kids=1")
+    worker = _crawl(tmp_path, redis_url, namespace, parents,
+                    REQUEST_FINGERPRINTER_CLASS=FAILING_FINGERPRINTER)
+
+    stats = worker.stats()
+    assert "Unexpected error" not in worker.log()
+    assert stats["meteorseed/children/rejected"] == 20
+    assert stats["meteorseed/children/enqueued"] == 20
+    assert stats["meteorseed/acked"] == 20  # the good children
+    dead = _dead(sync_redis, namespace)
+    assert len(dead) == 20
+    for i in range(1, 21):
+        reason = dead[f"{i}?n={namespace}&kids=1"]
+        assert f"yielded request {demo_site.url}/news/article/{i + 40}?n={namespace}&fpfail=1"\
+            in reason
+        assert "url: cannot be fingerprinted" in reason and "ValueError" in reason
+        assert demo_site.hits(f"/news/article/{i + 20}?n={namespace}") == 1
+        assert demo_site.hits(f"/news/article/{i + 40}?n={namespace}&fpfail=1") == 0
+    for url in parents:
+        assert demo_site.hits(url[len(demo_site.url):]) == 1
+    # Everything the parents produced but the refused child went on: items and good children.
+    assert len(stored_docs(tmp_path / "items.db")) == 40
+
+
+def test_a_fingerprinter_failing_for_a_start_request_stops_the_engine_as_on_scrapy(
+    tmp_path: Path, redis_url: str, namespace: str, demo_site: DemoSite
+) -> None:
+    start = f"{demo_site.url}/news/article/1?n={namespace}&fpfail=1"
+    worker = start_worker(tmp_path, redis_url, namespace, spider_args={"start_urls_csv": start},
+                          REQUEST_FINGERPRINTER_CLASS=FAILING_FINGERPRINTER)
+    assert worker.wait(timeout=90) == 0, worker.log()[-3000:]
+    log = worker.log()
+    # (Scrapy's tests/test_engine.py::test_start_request_processing_exception checks these)
+    assert "Error while processing requests from start()" in log
+    assert "Spider closed (shutdown)" in log
+    assert "Unexpected error" not in log
+    assert demo_site.hits(start[len(demo_site.url):]) == 0

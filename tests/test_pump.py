@@ -31,7 +31,7 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.enqueue_calls import AddResult
+from meteorseed_scrapy.queue.enqueue_calls import AddResult, Encoded
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
 from meteorseed_scrapy.queue.task_records import TaskRecords
@@ -77,10 +77,10 @@ class BlockingWriter(TaskWriter):
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def add(self, tasks: Sequence[ExecTask], *, dedup: bool = True) -> AddResult:
+    async def add_encoded(self, encoded: Sequence[Encoded]) -> AddResult:
         self.entered.set()
         await self.release.wait()
-        return await super().add(tasks, dedup=dedup)
+        return await super().add_encoded(encoded)
 
 
 @dataclass

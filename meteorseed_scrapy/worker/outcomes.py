@@ -13,6 +13,7 @@ from scrapy.http import Response
 from twisted.python.failure import Failure
 
 from meteorseed_scrapy.politeness.breaker import Breaker
+from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred, TaskGivenUp
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import RETRY_LANE
@@ -88,6 +89,15 @@ def handled(verdict: Verdict, request: Request, output: bool) -> Verdict:
     return verdict
 
 
+def after_scrape(verdict: Verdict, scrape: Scrape | None) -> Verdict:
+    """The verdict on a task whose final hop was judged ``verdict``, once its scrape's errors
+    (an item not committed, a callback error, a yielded request that cannot be written) are
+    known: a task with errors is not acked."""
+    if scrape is None or not scrape.errors or verdict.outcome is Outcome.DEAD:
+        return verdict
+    return replace(verdict, outcome=Outcome.FAILED, reason="; ".join(scrape.errors)[:2000])
+
+
 def trouble_wait(breaker: Breaker, stats: Any, site: str, delay_s: float, why: DeferReason
                  ) -> tuple[str, float]:
     """For a task going back to wait: ``(reason, delay)``. A task whose site is in trouble
@@ -106,4 +116,5 @@ def trouble_wait(breaker: Breaker, stats: Any, site: str, delay_s: float, why: D
     return "", min(delay_s, left + GIVE_UP_SLACK_S)
 
 
-__all__ = ["COMMITTED", "TROUBLE", "Outcome", "Verdict", "handled", "judge", "trouble_wait"]
+__all__ = ["COMMITTED", "TROUBLE", "Outcome", "Verdict", "after_scrape", "handled", "judge",
+           "trouble_wait"]
