@@ -35,10 +35,13 @@ from meteorseed_scrapy.task.context import (
 from meteorseed_scrapy.task.exceptions import TaskDeferred, TaskGivenUp
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.worker import outcomes
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.requests import task_to_request
 
 logger = logging.getLogger(__name__)
+
+TRACEBACK_FRAMES = 4  # of a spider's error, in the reason of its task's dead letter
 
 
 class ScrapeTracker:
@@ -150,8 +153,8 @@ class ScrapeTracker:
                   scrape: Scrape | None = None) -> Any:
         assert self._pump is not None
         if isinstance(passthrough, Failure) and scrape is not None:
-            # Scrapy's scraper failed, not the spider: what it did of the scrape is unknown.
-            _fail(scrape, "scraper error", passthrough)
+            # Scrapy's scraper failed, not the spider (or it is closing): delivered again.
+            _fail(scrape, "scraper error", passthrough, transient=True)
         self._pump.finished(request, result, scrape)
         return passthrough
 
@@ -177,11 +180,20 @@ async def _count_async(output: AsyncIterator[Any], scrape: Scrape) -> AsyncItera
 
 
 def _fail_scrape(what: str, failure: Failure) -> None:
-    """Mark the scrape in progress (if any) failed: its task is not acked."""
+    """Mark the scrape in progress (if any) failed: its task is not acked (delivered again
+    when the error may pass, else dead-lettered: :func:`.outcomes.after_scrape`)."""
     scrape = current_scrape()
     if scrape is not None:
-        _fail(scrape, what, failure)
+        _fail(scrape, what, failure, transient=outcomes.transient(failure.value))
 
 
-def _fail(scrape: Scrape, what: str, failure: Failure) -> None:
-    scrape.fail(f"{what}: {type(failure.value).__name__}: {failure.getErrorMessage()}")
+def _fail(scrape: Scrape, what: str, failure: Failure, *, transient: bool) -> None:
+    scrape.fail(f"{what}: {type(failure.value).__name__}: {failure.getErrorMessage()}"
+                f"{_where(failure)}", transient=transient)
+
+
+def _where(failure: Failure) -> str:
+    """The innermost frames of ``failure``'s traceback (the spider's code), one a line."""
+    frames = failure.frames[-TRACEBACK_FRAMES:]
+    return "".join(f"\n  File \"{file}\", line {line}, in {function}"
+                   for function, file, line, *_ in frames)
