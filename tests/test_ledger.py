@@ -114,30 +114,52 @@ def test_failed_settles_at_once_even_with_children_pending() -> None:
     assert entry.reason == "callback raised"
 
 
-def test_scrape_errors_turn_done_into_failed() -> None:
+def scraped() -> tuple[TaskLedger, ExecTask, Entry, Scrape]:
     ledger = TaskLedger()
     task = make_task()
     entry = booked(ledger, task)
     entry.scrape = Scrape(task)
-    entry.scrape.fail("store down")
-    entry.scrape.fail("unique_key missing")
+    return ledger, task, entry, entry.scrape
+
+
+def test_scrape_errors_that_may_pass_turn_done_into_failed_at_once() -> None:
+    ledger, task, entry, scrape = scraped()
+    scrape.fail("store down", transient=True)
+    scrape.fail("redis timeout", transient=True)
     ledger.child_added(task.task_id)
     settled = ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE))
     assert settled is entry  # FAILED: settled even though a child is pending
     assert entry.outcome is Outcome.FAILED
-    assert "store down" in entry.reason
-    assert "unique_key missing" in entry.reason
+    assert entry.reason == "store down; redis timeout"
+
+
+def test_a_lasting_error_makes_the_task_dead_once_its_children_are_durable() -> None:
+    ledger, task, entry, scrape = scraped()
+    scrape.fail("store down", transient=True)
+    scrape.fail("callback error: ValueError: bug")  # a redelivery would meet it again
+    ledger.child_added(task.task_id)
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is None
+    assert ledger.child_durable(task.task_id) is entry
+    assert entry.outcome is Outcome.DEAD
+    assert entry.reason == "store down; callback error: ValueError: bug"
+
+
+def test_a_child_refused_after_its_parent_finished_fails_the_parent() -> None:
+    ledger, task, entry, scrape = scraped()
+    ledger.child_added(task.task_id)
+    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE, status=200)) is None
+    scrape.fail("yielded request https://example.com/b: ValueError: poison")
+    assert ledger.child_durable(task.task_id) is entry
+    assert entry.verdict == Verdict(Outcome.DEAD, "yielded request https://example.com/b: "
+                                    "ValueError: poison", status=200)
 
 
 def test_scrape_errors_do_not_hide_a_dead_outcome() -> None:
-    ledger = TaskLedger()
-    task = make_task()
-    entry = booked(ledger, task)
-    entry.scrape = Scrape(task)
-    entry.scrape.fail("store down")
+    ledger, task, entry, scrape = scraped()
+    scrape.fail("store down", transient=True)
     assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DEAD, "HTTP 500 x5")) is entry
     assert entry.outcome is Outcome.DEAD
-    assert entry.reason == "HTTP 500 x5"
+    assert entry.reason == "HTTP 500 x5; store down"
 
 
 def test_scrape_without_errors_stays_done() -> None:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import DontCloseSpider
@@ -24,6 +25,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scheduler import StreamScheduler
+from meteorseed_scrapy.store.base import StoreUnavailable
 from meteorseed_scrapy.task.context import Scrape, current_scrape, task_of
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_until
@@ -144,8 +146,20 @@ def test_a_redirect_of_a_held_task_is_a_hop_not_a_child(redis_url: str, namespac
     asyncio.run(main())
 
 
-def test_an_item_error_during_the_scrape_keeps_its_task_unacked(
-    redis_url: str, namespace: str
+def _raised_from(error: Exception, cause: Exception) -> Exception:
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.parametrize(("error", "may_pass"), [
+    # what the store stage raises when the store is out of reach (StoreWriteError)
+    (_raised_from(RuntimeError("not committed"), StoreUnavailable("store down")), True),
+    (ConnectionRefusedError("a pipeline's own database is down"), True),
+    (redis.exceptions.TimeoutError("Timeout reading from socket"), True),
+    (KeyError("price"), False),  # a bug in a pipeline
+], ids=["store-unavailable", "connection-refused", "redis-timeout", "bug"])
+def test_an_item_error_keeps_its_task_unacked_delivered_again_only_if_it_may_pass(
+    redis_url: str, namespace: str, error: Exception, may_pass: bool
 ) -> None:
     task = make_task(1)
 
@@ -157,11 +171,18 @@ def test_an_item_error_during_the_scrape_keeps_its_task_unacked(
             crawler = scheduler.crawler
             engine.during_scrape = lambda: crawler.signals.send_catch_log(
                 signals.item_error, item={}, response=None, spider=None,
-                failure=Failure(RuntimeError("store down")))
+                failure=Failure(error))
             engine.scraper.enqueue_scrape(ok(request), request)
             engine.scrapes[0][1].callback(None)
-            notes = await wait_until(lambda: TaskRecords(client, keys).failure_notes([task]))
-            assert "item not committed: RuntimeError: store down" in notes[task.task_id]
+            reason = f"item not committed: {type(error).__name__}: "
+            if may_pass:  # left pending: delivered again
+                notes = await wait_until(lambda: TaskRecords(client, keys).failure_notes([task]))
+                assert reason in notes[task.task_id]
+                assert not await client.xlen(keys.dead)
+            else:  # dead-lettered at once
+                [(_, dead)] = await wait_until(lambda: client.xrange(keys.dead))
+                assert dead["reason"] == reason + "'price'"
+                assert not await TaskRecords(client, keys).failure_notes([task])
             assert not scheduler.stats.get_value("meteorseed/acked")
 
     asyncio.run(main())

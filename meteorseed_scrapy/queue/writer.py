@@ -41,9 +41,14 @@ from meteorseed_scrapy.task.validation import TaskError
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["TaskWriter"]
+__all__ = ["FingerprintError", "TaskWriter"]
 
 logger = logging.getLogger(__name__)
+
+
+class FingerprintError(TaskError):
+    """The project's ``REQUEST_FINGERPRINTER_CLASS`` failed for a task (or returned no bytes):
+    where Scrapy's scheduler would have raised."""
 
 
 class TaskWriter:
@@ -112,8 +117,9 @@ class TaskWriter:
             else:
                 fp = fingerprint_bytes(task, canonical, self.fingerprinter)
         except ValueError as exc:
-            problem = "cannot be fingerprinted" if self.fingerprinter else "cannot be canonicalised"
-            raise TaskError("url", f"{problem}: {exc}") from None
+            if self.fingerprinter is not None:
+                raise FingerprintError("url", f"cannot be fingerprinted: {exc}") from None
+            raise TaskError("url", f"cannot be canonicalised: {exc}") from None
         return Encoded(root, fp, window, payload, stream)
 
     def seed_encoder(self, task: ExecTask, dedup: bool = True

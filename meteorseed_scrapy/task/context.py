@@ -29,6 +29,7 @@ class Scrape:
     committed: int = 0
     keyless_items: int = 0
     errors: list[str] = field(default_factory=list)
+    lasting: bool = False  # one of the errors would happen again if the task were redelivered
     _digest: Any = field(default_factory=hashlib.sha256)
     # What the callback yielded and is not yet through (see Output), whether it yielded its
     # last, and who to tell once both say the scrape is over.
@@ -44,8 +45,11 @@ class Scrape:
         self._digest.update(content.encode("utf-8"))
         self._digest.update(b"\0")
 
-    def fail(self, reason: str) -> None:
+    def fail(self, reason: str, *, transient: bool = False) -> None:
+        """Record an error: the task is not acked. ``transient``: one that may pass (the store
+        unreachable), else one that a redelivery would meet again (a bug in the spider)."""
         self.errors.append(reason)
+        self.lasting = self.lasting or not transient
 
     # -- the end of a scrape, known before Scrapy's own bookkeeping of it ends ----------------
     # Scrapy fires a scrape's Deferred several turns of a busy event loop after its last item

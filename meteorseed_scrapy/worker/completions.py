@@ -22,8 +22,10 @@ from meteorseed_scrapy.queue.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
+from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.worker.children import ChildOutbox
 from meteorseed_scrapy.worker.ledger import Entry
 from meteorseed_scrapy.worker.outcomes import Outcome
 
@@ -46,10 +48,9 @@ class Completions:
         self.gate = gate
         self.config = config
         self.stats = stats
-        self._on_child_durable = on_child_durable  # parent task id
-        self._on_new_urls = on_new_urls  # the seed ids of children never seen before
         self.needed = asyncio.Event()  # something was queued: the flush loop may go now
-        self.outbox: list[tuple[ExecTask, str | None, bool]] = []  # (child, parent id, dedup)
+        self.outbox = ChildOutbox(writer, stats, on_written=on_child_durable,
+                                  on_new_urls=on_new_urls)
         self.records: list[tuple[ExecTask, str]] = []  # (task, completion record)
         self.acks: list[tuple[Ref, float]] = []  # ((stream, message id), response time or 0)
         self.dead: list[tuple[Delivery, str]] = []
@@ -63,8 +64,10 @@ class Completions:
         self._complete_error: BaseException | None = None  # raised by the next flush
 
     # -- queueing ------------------------------------------------------------------------------
-    def child(self, task: ExecTask, parent_id: str | None, dedup: bool) -> None:
-        self.outbox.append((task, parent_id, dedup))
+    def child(self, task: ExecTask, parent: Scrape | None, dedup: bool) -> None:
+        """Queue a request ``parent``'s callback yielded (None: ``start()``); raises
+        :class:`~meteorseed_scrapy.task.validation.TaskError` when it cannot be written."""
+        self.outbox.add(task, parent, dedup)
         self.needed.set()
 
     def dead_letter(self, delivery: Delivery, reason: str) -> None:
@@ -134,7 +137,7 @@ class Completions:
         self._raise_complete_error()  # a pipeline sent earlier failed: back off first
         self._flushing = True
         try:
-            await self._flush_children()
+            await self.outbox.flush()
             if self.records or self.acks:
                 self._start_complete()
                 if len(self._completing) >= MAX_COMPLETING:
@@ -257,23 +260,6 @@ class Completions:
         if self._complete_error is not None:
             error, self._complete_error = self._complete_error, None
             raise error
-
-    async def _flush_children(self) -> None:
-        while self.outbox:
-            batch = self.outbox[:BATCH]
-            for dedup in (True, False):
-                tasks = [t for t, _, d in batch if d is dedup]
-                if tasks:
-                    result = await self.writer.add(tasks, dedup=dedup)
-                    self.stats.inc_value("meteorseed/children/enqueued", result.enqueued)
-                    self.stats.inc_value("meteorseed/children/duplicates", result.duplicates)
-                    if dedup:  # new URLs found: the yield of their seed (adaptive schedules)
-                        self._on_new_urls([task.seed_id for task, fresh
-                                           in zip(tasks, result.fresh, strict=True) if fresh])
-            del self.outbox[: len(batch)]
-            for _, parent, _ in batch:
-                if parent is not None:
-                    self._on_child_durable(parent)
 
     # -- at shutdown ---------------------------------------------------------------------------
     def report_unwritten(self) -> None:

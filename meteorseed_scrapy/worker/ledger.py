@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
+from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, after_scrape
 
 
 @dataclass(eq=False)
@@ -95,9 +95,6 @@ class TaskLedger:
         entry = self._entries.get(task_id)
         if entry is None or entry.verdict is not None:
             return None
-        if entry.scrape is not None and entry.scrape.errors and verdict.outcome is not Outcome.DEAD:
-            verdict = replace(verdict, outcome=Outcome.FAILED,
-                              reason="; ".join(entry.scrape.errors)[:2000])
         entry.verdict = verdict
         return self._settled(entry)
 
@@ -115,11 +112,14 @@ class TaskLedger:
         return self._settled(entry)
 
     def _settled(self, entry: Entry) -> Entry | None:
-        if entry.outcome is None:
+        if entry.verdict is None:
             return None
+        # (the scrape's errors as they stand now: a child refused by the writer fails it late)
+        verdict = after_scrape(entry.verdict, entry.scrape)
         # A failed task is settled at once: it will not be acked, so its children need not wait.
-        if entry.children_pending > 0 and entry.outcome is not Outcome.FAILED:
+        if entry.children_pending > 0 and verdict.outcome is not Outcome.FAILED:
             return None
+        entry.verdict = verdict
         return entry
 
     def pop(self, task_id: str) -> Entry | None:

@@ -3,16 +3,21 @@ the scrape produced."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from scrapy import Request, Spider
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from twisted.python.failure import Failure
 
 from meteorseed_scrapy.politeness.breaker import Breaker
+from meteorseed_scrapy.store.base import StoreUnavailable
+from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred, TaskGivenUp
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import RETRY_LANE
@@ -23,14 +28,20 @@ class Outcome(Enum):
     DONE = "done"  # items committed, children durable: ack with a completion record
     GONE = "gone"  # 404/410: terminal, acked
     IGNORED = "ignored"  # IgnoreRequest / dropped: terminal, acked
-    DEAD = "dead"  # download failed for good: dead-lettered
-    FAILED = "failed"  # callback or store failure: left pending, redelivered later
+    DEAD = "dead"  # download failed for good, or a bug in the spider: dead-lettered
+    FAILED = "failed"  # an error that may pass (store down): left pending, redelivered later
     DEFERRED = "deferred"  # 429 pause, 5xx/timeout retry: durably put back for later
 
 
 #: Why a task waits when its site is in trouble: such waits end by the site's give-up time.
 TROUBLE = frozenset({DeferReason.SICK, DeferReason.PAUSED, DeferReason.PRIORITY})
 GIVE_UP_SLACK_S = 1.0  # back this long after the give-up time, to find it passed
+
+#: Errors that may pass (see :func:`transient`); redis-py's own do not derive from OSError.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    StoreUnavailable, ConnectionError, TimeoutError, asyncio.TimeoutError,
+    RedisConnectionError, RedisTimeoutError,
+)
 
 #: Outcomes whose task's items (if any) were committed and which are acked.
 COMMITTED = frozenset({Outcome.DONE, Outcome.GONE, Outcome.IGNORED})
@@ -88,6 +99,39 @@ def handled(verdict: Verdict, request: Request, output: bool) -> Verdict:
     return verdict
 
 
+def transient(error: BaseException | None) -> bool:
+    """Whether ``error`` (or one it was raised from) may pass: the store, or a service the
+    spider's code calls, out of reach for a while. Anything else raised by the spider's code
+    (callback, errback, item pipeline) is a bug that a redelivery would meet again, after
+    fetching the page again."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, TRANSIENT):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def after_scrape(verdict: Verdict, scrape: Scrape | None) -> Verdict:
+    """The verdict on a task whose final hop was judged ``verdict``, once its scrape's errors
+    (an item not committed, a callback or errback error, a yielded request that cannot be
+    written) are known; the task settles only once the rest of its output is through.
+
+    Errors that may all pass (:func:`transient`): FAILED, delivered again (up to
+    ``METEORSEED_MAX_DELIVERIES``). Any other: DEAD at once, the errors as its reason: as on
+    Scrapy, a bug in the spider does not fetch the page again (Scrapy logs it and goes on;
+    here the task is kept, dead-lettered, to requeue once the spider is fixed)."""
+    if scrape is None or not scrape.errors:
+        return verdict
+    errors = "; ".join(scrape.errors)
+    if verdict.outcome is Outcome.DEAD:
+        return replace(verdict, reason=f"{verdict.reason}; {errors}"[:2000])
+    outcome = Outcome.DEAD if scrape.lasting else Outcome.FAILED
+    return replace(verdict, outcome=outcome, reason=errors[:2000])
+
+
 def trouble_wait(breaker: Breaker, stats: Any, site: str, delay_s: float, why: DeferReason
                  ) -> tuple[str, float]:
     """For a task going back to wait: ``(reason, delay)``. A task whose site is in trouble
@@ -106,4 +150,5 @@ def trouble_wait(breaker: Breaker, stats: Any, site: str, delay_s: float, why: D
     return "", min(delay_s, left + GIVE_UP_SLACK_S)
 
 
-__all__ = ["COMMITTED", "TROUBLE", "Outcome", "Verdict", "handled", "judge", "trouble_wait"]
+__all__ = ["COMMITTED", "TRANSIENT", "TROUBLE", "Outcome", "Verdict", "after_scrape", "handled",
+           "judge", "transient", "trouble_wait"]

@@ -27,7 +27,7 @@ from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.writer import FingerprintError, TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, Scrape, task_of
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
@@ -208,8 +208,11 @@ class StreamPump:
         parent = scrape.task if scrape is not None else None
         try:
             task = request_to_task(request, self._spider, parent)
-            task.to_message()  # size check now, where the error can name the request
+            # (encoded now, dedup key too, where the error can name the request)
+            self._completions.child(task, scrape, not request.dont_filter)
         except TaskError as exc:
+            if scrape is None and isinstance(exc, FingerprintError):
+                raise  # as Scrapy's scheduler: the engine stops reading start()
             logger.error("Cannot make a task of %s: %s", request, exc)
             self._stats.inc_value("meteorseed/children/rejected")
             if scrape is not None:
@@ -217,8 +220,6 @@ class StreamPump:
             return False
         if parent is not None:
             self._ledger.child_added(parent.task_id)
-        self._completions.child(task, parent.task_id if parent else None,
-                                not request.dont_filter)
         return True
 
     def scrape_started(self, request: Request) -> Scrape | None:

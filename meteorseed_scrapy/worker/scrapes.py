@@ -22,7 +22,7 @@ from typing import Any
 
 from scrapy import Request, Spider, signals
 from scrapy.http import Response
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
 
 from meteorseed_scrapy.task.context import (
@@ -35,10 +35,13 @@ from meteorseed_scrapy.task.context import (
 from meteorseed_scrapy.task.exceptions import TaskDeferred, TaskGivenUp
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.worker import outcomes
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.requests import task_to_request
 
 logger = logging.getLogger(__name__)
+
+TRACEBACK_FRAMES = 4  # of a spider's error, in the reason of its task's dead letter
 
 
 class ScrapeTracker:
@@ -98,6 +101,10 @@ class ScrapeTracker:
         token = CURRENT_SCRAPE.set(scrape)
         try:
             dfd: Deferred[Any] = self._original(result, request)
+        except Exception:
+            # Settled all the same (else held, kept alive, for ever); the engine hears of the
+            # error through the Deferred, as from Scrapy's own (inlineCallbacks) method.
+            dfd = fail()
         finally:
             CURRENT_SCRAPE.reset(token)
         dfd.addBoth(self._finished, result, request, scrape)
@@ -149,6 +156,9 @@ class ScrapeTracker:
     def _finished(self, passthrough: Any, result: Response | Failure, request: Request,
                   scrape: Scrape | None = None) -> Any:
         assert self._pump is not None
+        if isinstance(passthrough, Failure) and scrape is not None:
+            # Scrapy's scraper failed, not the spider (or it is closing): delivered again.
+            _fail(scrape, "scraper error", passthrough, transient=True)
         self._pump.finished(request, result, scrape)
         return passthrough
 
@@ -174,7 +184,20 @@ async def _count_async(output: AsyncIterator[Any], scrape: Scrape) -> AsyncItera
 
 
 def _fail_scrape(what: str, failure: Failure) -> None:
-    """Mark the scrape in progress (if any) failed: its task is not acked."""
+    """Mark the scrape in progress (if any) failed: its task is not acked (delivered again
+    when the error may pass, else dead-lettered: :func:`.outcomes.after_scrape`)."""
     scrape = current_scrape()
     if scrape is not None:
-        scrape.fail(f"{what}: {type(failure.value).__name__}: {failure.getErrorMessage()}")
+        _fail(scrape, what, failure, transient=outcomes.transient(failure.value))
+
+
+def _fail(scrape: Scrape, what: str, failure: Failure, *, transient: bool) -> None:
+    scrape.fail(f"{what}: {type(failure.value).__name__}: {failure.getErrorMessage()}"
+                f"{_where(failure)}", transient=transient)
+
+
+def _where(failure: Failure) -> str:
+    """The innermost frames of ``failure``'s traceback (the spider's code), one a line."""
+    frames = failure.frames[-TRACEBACK_FRAMES:]
+    return "".join(f"\n  File \"{file}\", line {line}, in {function}"
+                   for function, file, line, *_ in frames)

@@ -21,3 +21,14 @@ class Passthrough:
 
     def process_item(self, item: Any) -> Any:
         return item
+
+
+class FailSecond:
+    """Raises (a bug in a pipeline) for the second item of pages with ``pipefail`` in their
+    query (``unique_key`` ``...pipefail...#1``)."""
+
+    def process_item(self, item: Any) -> Any:
+        key = str(item.get("unique_key", ""))
+        if "pipefail" in key and key.endswith("#1"):
+            raise ValueError(f"pipeline bug at {key}")
+        return item

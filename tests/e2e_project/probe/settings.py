@@ -1,7 +1,8 @@
 BOT_NAME = "probe"
 SPIDER_MODULES = ["probe.spiders"]
 ADDONS = {"meteorseed_scrapy.addon.MeteorSeedAddon": 0}
-EXTENSIONS = {"probe.stats_file.StatsFile": 0, "probe.settle_watch.SettleWatch": 0}
+EXTENSIONS = {"probe.stats_file.StatsFile": 0, "probe.settle_watch.SettleWatch": 0,
+              "probe.scrape_fault.ScrapeFault": 0}
 ROBOTSTXT_OBEY = False
 TELNETCONSOLE_ENABLED = False
 LOG_LEVEL = "INFO"

@@ -16,5 +16,7 @@ class ErrbackProbeSpider(ProbeSpider):
         self.crawler.stats.inc_value("probe/errback")
         self.crawler.stats.inc_value(f"probe/errback/{type(failure.value).__name__}")
         parsed = urlparse(failure.request.url)
+        if "raise" in parsed.query:  # a bug in the errback
+            raise RuntimeError(f"errback bug at {parsed.path}")
         if "handle" in parsed.query:  # handled: an item of its own, the task is done
             yield {"unique_key": f"errback:{parsed.path}", "title": None, "status": 0}

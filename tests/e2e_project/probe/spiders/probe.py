@@ -26,6 +26,12 @@ class ProbeSpider(scrapy.Spider):
             yield scrapy.Request(response.urljoin("/news/article/999"), meta={"obj": object()})
             return
         query = parse_qs(parsed.query)
+        if "kids" in query:  # two child requests, the second one to a URL with "fpfail"
+            n, number = query["n"][0], int(parsed.path.rsplit("/", 1)[1])
+            yield {"unique_key": path, "status": response.status}
+            yield response.follow(f"/news/article/{number + 20}?n={n}")
+            yield response.follow(f"/news/article/{number + 40}?n={n}&fpfail=1")
+            return
         many = query.get("many", [""])[0]
         if many:  # a listing page: many items from one response (then maybe an error)
             for i in range(int(many)):
