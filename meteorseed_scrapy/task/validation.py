@@ -52,8 +52,7 @@ _SPIDER_OWN = frozenset({
     "handles_request", "log", "logger", "set_crawler", "make_requests_from_url", "crawler",
     "settings", "name", "custom_settings", "allowed_domains", "start_urls", "state",
 })
-SPIDER_OWN_NAMES = frozenset(
-    _SPIDER_OWN | {n for n in dir(scrapy.Spider) if not n.startswith("_")}) - {"parse"}
+SPIDER_OWN_NAMES = frozenset(_SPIDER_OWN | set(dir(scrapy.Spider))) - {"parse"}
 
 #: Request.meta keys that drive Scrapy's (or this project's) downloading, retries, redirects,
 #: cookies and routing: set by Scrapy, a site's rule config or a middleware, never by a seed.
@@ -82,15 +81,17 @@ RESERVED_META_KEYS = frozenset({
 RESERVED_META_PREFIXES = ("_", "meteorseed_", "playwright_")
 
 
-def check_callback(value: Any, name: str = "callback") -> str | None:
+def check_callback(value: Any, name: str = "callback", *, private: bool = False) -> str | None:
     """``value`` if it may name a spider callback (or errback): a public method name that is
-    not one of ``scrapy.Spider``'s own (``parse`` excepted); else :class:`TaskError`. Whether
-    the spider has such a method is checked where the spider is known."""
+    not one of ``scrapy.Spider``'s own (``parse`` excepted); else :class:`TaskError`. With
+    ``private`` (a task, whose requests a spider yielded), a name starting with one ``_``
+    passes too: ``CrawlSpider``'s rules call back ``_callback``. A seed names public ones.
+    Whether the spider has such a method is checked where the spider is known."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.isidentifier():
         raise TaskError(name, f"must be a method name, got {value!r}"[:300])
-    if value.startswith("_"):
+    if value.startswith("__") or (value.startswith("_") and not private):
         # __init__ with cb_kwargs would re-run the spider's constructor with chosen arguments.
         raise TaskError(name, f"must name a public spider method, not {value!r} (names "
                               "starting with _ are private)")
