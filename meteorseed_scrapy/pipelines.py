@@ -13,12 +13,13 @@ once Scrapy is done with it, since that stage could still fail it.
 
 - Which task an item belongs to comes from :func:`meteorseed_scrapy.task.context.current_scrape`.
   ``unique_key`` is the item's ``unique_key`` field (kept among the stored fields), else the
-  SHA-256 of the task's canonical URL; a second item without ``unique_key`` from one scrape
-  raises :class:`UniqueKeyError`.
-- Without the MeteorSeed scheduler (no current scrape) the item itself must say where it
-  belongs: ``site_id`` (else the spider's name), ``url``, and ``unique_key`` or at least ``url``
-  (the key is then the SHA-256 of the item's canonical ``url``). ``seed_id`` / ``task_id`` are
-  taken from the item when present, else stored as null.
+  SHA-256 of the task's canonical URL for the first item without one that the callback
+  yielded, and that hash plus ``-<n>`` for the n-th after it (in the order yielded), so that a
+  redelivered task upserts the same documents (:func:`~.store.documents.keyless_key`).
+- Without the MeteorSeed scheduler (no current scrape) the item itself says where it belongs:
+  ``site_id`` (else the spider's name), ``url``, and ``unique_key``, else the SHA-256 of the
+  item's canonical ``url``, else ``content-`` and the SHA-256 of its fields. ``seed_id`` /
+  ``task_id`` are taken from the item when present, else stored as null.
 - Stores block, so they run in one dedicated thread, off the reactor. Items are written in
   batches (``METEORSEED_STORE_BATCH_SIZE`` items or ``METEORSEED_STORE_BATCH_WAIT`` seconds),
   one write and one future per batch; batches are committed one after another, in order.
@@ -98,13 +99,13 @@ class UpsertPipeline:
         # Errors raised here reach Scrapy's item_error signal, where the scheduler marks the
         # task failed (not acked); no need to call Scrape.fail as well.
         scrape = current_scrape()
-        doc, content = item_document(item, scrape, self._default_site_id)
+        output = current_output()
+        doc, content = item_document(item, scrape, self._default_site_id, output)
         on_commit = None
         if scrape is not None:
-            output = current_output() if self._last_stage else None
             on_commit = partial(_committed, scrape, doc["_id"], content,
-                                output if output is not None and output.scrape is scrape
-                                else None)
+                                output if self._last_stage and output is not None
+                                and output.scrape is scrape else None)
         error = await self._commits.submit(doc, on_commit)
         if error is not None:
             raise StoreWriteError(f"document {doc['_id']!r} was not committed: {error}") from error
