@@ -20,6 +20,8 @@ once Scrapy is done with it, since that stage could still fail it.
   ``site_id`` (else the spider's name), ``url``, and ``unique_key``, else the SHA-256 of the
   item's canonical ``url``, else ``content-`` and the SHA-256 of its fields. ``seed_id`` /
   ``task_id`` are taken from the item when present, else stored as null.
+- Anything that is not an item (a ``str``, an ``object()`` a callback yielded) is logged as an
+  error and passed on unstored, as stock Scrapy passes it on to ``item_scraped``.
 - Stores block, so they run in one dedicated thread, off the reactor. Items are written in
   batches (``METEORSEED_STORE_BATCH_SIZE`` items or ``METEORSEED_STORE_BATCH_WAIT`` seconds),
   one write and one future per batch; batches are committed one after another, in order.
@@ -33,10 +35,12 @@ once Scrapy is done with it, since that stage could still fail it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from itemadapter import is_item
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
@@ -52,6 +56,9 @@ from meteorseed_scrapy.task.context import Output, Scrape, current_output, curre
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
+
+
+logger = logging.getLogger(__name__)
 
 
 class StoreWriteError(RuntimeError):
@@ -98,6 +105,13 @@ class UpsertPipeline:
     async def process_item(self, item: Any) -> Any:
         # Errors raised here reach Scrapy's item_error signal, where the scheduler marks the
         # task failed (not acked); no need to call Scrape.fail as well.
+        if not is_item(item):
+            # As stock Scrapy: a callback's str or object() is "scraped" (a feed exporter logs
+            # an error for it and goes on); there is nothing to store and no task to fail.
+            logger.error("Not an item, not stored: %s yielded %r", _origin(), item)
+            if self.stats is not None:
+                self.stats.inc_value("meteorseed/items/not_an_item")
+            return item
         scrape = current_scrape()
         output = current_output()
         doc, content = item_document(item, scrape, self._default_site_id, output)
@@ -110,6 +124,11 @@ class UpsertPipeline:
         if error is not None:
             raise StoreWriteError(f"document {doc['_id']!r} was not committed: {error}") from error
         return item
+
+
+def _origin() -> str:
+    scrape = current_scrape()
+    return f"task {scrape.task.task_id} ({scrape.task.url})" if scrape is not None else "spider"
 
 
 def _committed(scrape: Scrape, doc_id: str, content: str, output: Output | None) -> None:

@@ -146,6 +146,8 @@ def same_items(worker: list[dict[str, Any]], stock: list[dict[str, Any]]) -> Non
     ("kinds_csvfeed", "/feed.csv", 6),
     # 2 categories x 6 keyless items (links) each + the form's answer
     ("kinds_async", "/", 13),
+    # a str and an object() yielded: logged, not stored, the task not failed
+    ("kinds_junk", "/", 1),
 ])
 def test_a_spider_class_gives_the_items_of_stock_scrapy(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
@@ -159,5 +161,7 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
     assert sync_redis.xlen(keys.dead) == 0
     if spider == "kinds_crawl":
         assert not [p for p, _ in site.requests if "skip" in p]  # process_links ran
+    if spider == "kinds_junk":
+        assert (tmp_path / "worker.log").read_text().count("Not an item, not stored") == 2
     if spider == "kinds_async":
         assert {"form": "q=na%C3%AFve", "class": "FormRequest", "flags": ["form"]} in worker

@@ -229,6 +229,23 @@ def test_keyless_items_without_their_output_known_still_get_distinct_keys(
     assert scrape.committed == 3 and store.count() == 3
 
 
+@pytest.mark.parametrize("junk", ["a string", object(), 42, ["a", "list"]])
+def test_what_is_not_an_item_passes_on_unstored_without_failing_the_scrape(
+        store: ProbeStore, junk: Any, caplog: pytest.LogCaptureFixture) -> None:
+    pipeline = make_pipeline(store)
+    scrape = new_scrape()
+
+    async def main() -> None:
+        assert await in_scrape(scrape, lambda: pipeline.process_item(junk)) is junk
+        await pipeline.close_spider()
+
+    run(main())
+    assert store.count() == 0 and not scrape.errors
+    assert pipeline.stats is not None
+    assert pipeline.stats.get_value("meteorseed/items/not_an_item") == 1
+    assert "Not an item, not stored" in caplog.text
+
+
 def test_record_commit_gets_the_canonical_item_json(store: ProbeStore) -> None:
     pipeline = make_pipeline(store)
     scrape = new_scrape()

@@ -107,3 +107,18 @@ class KindsAsyncSpider(scrapy.Spider):
     def parse_form(self, response: Any) -> Iterable[Any]:
         yield {"form": response.text, "class": type(response.request).__name__,
                "flags": response.request.flags}
+
+
+class KindsJunkSpider(scrapy.Spider):
+    """Yields things that are not items (stock Scrapy passes them on to item_scraped)."""
+
+    name = "kinds_junk"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _start(self, kwargs)
+
+    def parse(self, response: Any) -> Any:
+        yield "a string"
+        yield object()
+        yield {"title": response.css("title::text").get()}
