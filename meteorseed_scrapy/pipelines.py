@@ -80,6 +80,7 @@ class UpsertPipeline:
         self._default_site_id = default_site_id
         self._last_stage = last_stage  # a committed item is through: no stage may fail it now
         self._commits = GroupCommitter(config, stats, store_factory)
+        self._crawler: Crawler | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UpsertPipeline:
@@ -89,12 +90,16 @@ class UpsertPipeline:
         check_store_uri(config.uri)
         stages = build_component_list(crawler.settings.getwithbase("ITEM_PIPELINES"))
         last = bool(stages) and load_object(stages[-1]) is cls
-        return cls(config, crawler.stats, default_site_id=crawler.spidercls.name,
-                   last_stage=last)
+        pipeline = cls(config, crawler.stats, last_stage=last)
+        pipeline._crawler = crawler  # the spider's name, known once it opens (see open_spider)
+        return pipeline
 
     # -- life cycle ---------------------------------------------------------------------
 
     def open_spider(self) -> None:
+        if self._default_site_id is None and self._crawler is not None:
+            # The instance's: a spider may set its name in __init__, not on its class.
+            self._default_site_id = getattr(self._crawler.spider, "name", None)
         self._commits.open()
 
     async def close_spider(self) -> None:

@@ -425,6 +425,29 @@ def test_from_crawler_reads_settings_and_does_no_io(tmp_path: Path) -> None:
         assert check.all_ids() == {"news:k"}
 
 
+class NamedInInit(scrapy.Spider):
+    """No class-level ``name``: set by ``__init__`` (issue 27 point 6)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__("named_late", *args, **kwargs)
+
+
+def test_a_spider_named_in_init_gives_its_name_to_items_outside_a_task(tmp_path: Path) -> None:
+    path = tmp_path / "late.db"
+    crawler = get_crawler(NamedInInit, {"METEORSEED_STORE_URI": f"sqlite:///{path}"})
+    pipeline = UpsertPipeline.from_crawler(crawler)  # before: AttributeError: name
+    crawler.spider = NamedInInit.from_crawler(crawler)
+
+    async def main() -> None:
+        pipeline.open_spider()
+        await pipeline.process_item({"unique_key": "k"})
+        await pipeline.close_spider()
+
+    run(main())
+    with SQLiteStore(str(path)) as check:
+        assert check.all_ids() == {"named_late:k"}
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
