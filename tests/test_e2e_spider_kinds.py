@@ -148,6 +148,8 @@ def same_items(worker: list[dict[str, Any]], stock: list[dict[str, Any]]) -> Non
     ("kinds_async", "/", 13),
     # a str and an object() yielded: logged, not stored, the task not failed
     ("kinds_junk", "/", 1),
+    # a data: request, fetched by Scrapy's data: handler
+    ("kinds_data", "/", 1),
 ])
 def test_a_spider_class_gives_the_items_of_stock_scrapy(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,

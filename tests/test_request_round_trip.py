@@ -321,3 +321,25 @@ def test_any_value_of_the_new_fields_is_a_request_or_refused_naming_a_field(
         task_to_request(task, SPIDER)
     except TaskError as exc:
         assert exc.field.split(".")[0].split("[")[0] in {*fields, "task", "body_b64"}
+
+
+# -- schemes ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["data:,hello", "data:text/html;base64,PGI+aGk8L2I+",
+                                 "https://shop.example/a", "HTTP://shop.example/"])
+def test_tasks_take_web_and_data_urls(url: str) -> None:
+    request = trip(Request(url))
+    assert request.url == Request(url).url
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "s3://bucket/key", "gs://b/k",
+                                 "ftp://files.example/a", "javascript:alert(1)", "data:no-comma",
+                                 "mailto:a@b.example", "about:blank"])
+def test_other_schemes_are_refused_naming_the_url(url: str) -> None:
+    if ":/" in url or url.startswith("about:"):  # (Scrapy's Request refuses the others itself)
+        with pytest.raises(TaskError) as info:
+            request_to_task(Request(url), SPIDER, PARENT)
+        assert info.value.field == "url"
+    with pytest.raises(TaskError) as info:
+        ExecTask.from_message(message(url=url))
+    assert info.value.field == "url"

@@ -15,6 +15,7 @@ from meteorseed_scrapy.task.ids import new_task_id
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.request_fields import check_request_fields
 from meteorseed_scrapy.task.validation import (
+    TASK_SCHEMES,
     TaskError,
     check_callback,
     check_id,
@@ -71,7 +72,7 @@ class ExecTask:
         check_id("task_id", self.task_id)
         check_id("seed_id", self.seed_id)
         check_id("site_id", self.site_id)
-        check_url(self.url)
+        check_url(self.url, schemes=TASK_SCHEMES)
         if not isinstance(self.method, str) or not self.method.isalpha():
             raise TaskError("method", f"must be an HTTP method, got {self.method!r}")
         if not isinstance(self.headers, Mapping):

@@ -147,6 +147,7 @@ class SeedTask:
 
     def exec_task(self, url: str, **extra: Any) -> ExecTask:
         """An exec task for one URL of this seed (``url`` must already be validated)."""
+        check_url(url)  # a seed's URLs are web URLs (a task may also be data:)
         meta = dict(self.meta)
         if self.parse_rule:
             meta.setdefault("parse_rule", self.parse_rule)

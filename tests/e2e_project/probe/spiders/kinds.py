@@ -122,3 +122,20 @@ class KindsJunkSpider(scrapy.Spider):
         yield "a string"
         yield object()
         yield {"title": response.css("title::text").get()}
+
+
+class KindsDataSpider(scrapy.Spider):
+    """Yields a data: request (fetched by Scrapy's data: download handler, no network)."""
+
+    name = "kinds_data"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _start(self, kwargs)
+
+    def parse(self, response: Any) -> Any:
+        yield scrapy.Request("data:text/plain;charset=utf-8,hello%20data%20%C3%A9",
+                             callback=self.parse_data)
+
+    def parse_data(self, response: Any) -> Any:
+        yield {"text": response.text, "scheme": response.url.split(":", 1)[0]}
