@@ -150,6 +150,8 @@ def same_items(worker: list[dict[str, Any]], stock: list[dict[str, Any]]) -> Non
     ("kinds_junk", "/", 1),
     # a data: request, fetched by Scrapy's data: handler
     ("kinds_data", "/", 1),
+    # cookies given on requests (both forms) reach the site, with the jar's
+    ("kinds_cookies", "/", 3),
 ])
 def test_a_spider_class_gives_the_items_of_stock_scrapy(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
@@ -163,6 +165,11 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
     assert sync_redis.xlen(keys.dead) == 0
     if spider == "kinds_crawl":
         assert not [p for p, _ in site.requests if "skip" in p]  # process_links ran
+    if spider == "kinds_cookies":
+        cookie = {item["page"]: set((item["cookie"] or "").split("; ")) for item in worker}
+        # the request's own and, one worker having fetched them all, the jar's (as stock)
+        assert cookie["dict"] == {"sid=42", "lang=fr", "jar=from-site"}
+        assert cookie["list"] >= {"tok=x", "jar=from-site"}
     if spider == "kinds_junk":
         assert (tmp_path / "worker.log").read_text().count("Not an item, not stored") == 2
     if spider == "kinds_async":

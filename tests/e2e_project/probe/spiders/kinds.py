@@ -139,3 +139,25 @@ class KindsDataSpider(scrapy.Spider):
 
     def parse_data(self, response: Any) -> Any:
         yield {"text": response.text, "scheme": response.url.split(":", 1)[0]}
+
+
+class KindsCookiesSpider(scrapy.Spider):
+    """Requests with their own cookies (both forms), after a page that sets one in the jar."""
+
+    name = "kinds_cookies"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.start_urls = [kwargs["start_url"] + "cookies/set"]
+
+    def parse(self, response: Any) -> Any:
+        yield {"page": "set", **response.json()}
+        yield response.follow("/cookies/dict", callback=self.parse_echo,
+                              cookies={"sid": "42", "lang": "fr"})
+
+    def parse_echo(self, response: Any) -> Any:
+        page = response.url.rsplit("/", 1)[1]
+        yield {"page": page, **response.json()}
+        if page == "dict":  # one after the other: the jar's content is then deterministic
+            yield response.follow("/cookies/list", callback=self.parse_echo,
+                                  cookies=[{"name": "tok", "value": "x", "path": "/cookies"}])
