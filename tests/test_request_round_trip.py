@@ -343,3 +343,14 @@ def test_other_schemes_are_refused_naming_the_url(url: str) -> None:
     with pytest.raises(TaskError) as info:
         ExecTask.from_message(message(url=url))
     assert info.value.field == "url"
+
+
+def test_a_post_body_of_some_hundred_kilobytes_travels_and_a_larger_one_is_refused() -> None:
+    text, binary = b"q=" + b"x" * 250_000, bytes(range(256)) * 740  # 189 440 bytes
+    for body in (text, binary):
+        assert trip(Request("https://shop.example/upload", method="POST", body=body)).body \
+            == body
+    with pytest.raises(TaskError) as info:
+        request_to_task(Request("https://shop.example/upload", method="POST",
+                                body=b"x" * MAX_MESSAGE_BYTES), SPIDER, PARENT).to_message()
+    assert info.value.field == "task"

@@ -27,8 +27,10 @@ from meteorseed_scrapy.task.validation import (
 MESSAGE_VERSION = "1"
 #: The fields of a task stream message: the version and the task JSON, nothing else.
 MESSAGE_FIELDS = ("v", "t")
-#: Upper bound of one encoded exec task; messages stay small (no HTML ever goes through Redis).
-MAX_MESSAGE_BYTES = 64 * 1024
+#: Upper bound of one encoded exec task: room for a POST body of about 250 KB of text (190 KB
+#: of binary, as base64) while a hostile or runaway message stays cheap to refuse (no HTML ever
+#: goes through Redis; a typical task is a few hundred bytes). README "What a spider needs".
+MAX_MESSAGE_BYTES = 256 * 1024
 #: Deepest nesting of objects and lists in a task: far below the recursion limit of the code
 #: that later copies, prints or encodes its values (json, repr, deepcopy).
 MAX_DEPTH = 64
