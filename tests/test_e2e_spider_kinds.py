@@ -165,6 +165,7 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
     assert sync_redis.xlen(keys.dead) == 0
     if spider == "kinds_crawl":
         assert not [p for p, _ in site.requests if "skip" in p]  # process_links ran
+        assert all(item["from_cat"] in ("1", "2") for item in worker if item["kind"] == "item")
     if spider == "kinds_cookies":
         cookie = {item["page"]: set((item["cookie"] or "").split("; ")) for item in worker}
         # the request's own and, one worker having fetched them all, the jar's (as stock)

@@ -21,7 +21,8 @@ class KindsCrawlSpider(CrawlSpider):
     rules = (
         Rule(LinkExtractor(allow=r"/cat/"), follow=True, process_links="keep_links",
              process_request="mark_request"),
-        Rule(LinkExtractor(allow=r"/item/"), callback="parse_item", cb_kwargs={"via": "rule"}),
+        Rule(LinkExtractor(allow=r"/item/"), callback="parse_item", cb_kwargs={"via": "rule"},
+             process_request="mark_request"),
         Rule(LinkExtractor(allow=r"/gone/"), callback="parse_item", errback="on_gone"),
     )
 
@@ -39,7 +40,8 @@ class KindsCrawlSpider(CrawlSpider):
         yield {"kind": "home", "title": response.css("title::text").get()}
 
     def parse_item(self, response: Any, via: str = "") -> Any:
-        yield {"kind": "item", "title": response.css("title::text").get(), "via": via}
+        yield {"kind": "item", "title": response.css("title::text").get(), "via": via,
+               "from_cat": response.meta.get("from_cat")}
 
     def on_gone(self, failure: Any) -> Any:
         yield {"kind": "gone", "page": failure.request.url.rsplit("/", 1)[1]}
