@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 import scrapy
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from scrapy import Request
 from scrapy.http import FormRequest, JsonRequest, XmlRpcRequest
@@ -354,3 +354,34 @@ def test_a_post_body_of_some_hundred_kilobytes_travels_and_a_larger_one_is_refus
         request_to_task(Request("https://shop.example/upload", method="POST",
                                 body=b"x" * MAX_MESSAGE_BYTES), SPIDER, PARENT).to_message()
     assert info.value.field == "task"
+
+
+TAGGED = st.fixed_dictionaries(
+    {"$meteorseed": st.sampled_from(["PageMethod", "Pickle", ""]) | JSON},
+    optional={"method": st.sampled_from(["click", "_impl_obj", "", "evaluate"]) | JSON,
+              "args": JSON, "kwargs": JSON, "other": JSON}) | st.fixed_dictionaries(
+    {"$meteorseed": st.just("PageMethod"), "method": st.sampled_from(["click", "evaluate"]),
+     "args": st.lists(JSON, max_size=2),
+     "kwargs": st.dictionaries(st.from_regex(r"\A[a-z]{1,5}\Z"), JSON, max_size=2)})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.from_regex(r"\A[a-z]{1,6}\Z"),
+                       st.recursive(TAGGED | JSON, lambda inner: st.lists(inner, max_size=3)
+                                    | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                                    max_leaves=6), max_size=3))
+def test_any_tagged_meta_is_rebuilt_or_refused_naming_its_path(meta: dict[str, Any]) -> None:
+    try:
+        task = ExecTask.from_message(message(meta=meta))
+    except TaskError as exc:
+        assert exc.field.startswith(("meta.", "task"))
+        return
+    try:
+        request = task_to_request(task, SPIDER)
+    except TaskError as exc:
+        assert exc.field.startswith("meta.")
+        return
+    event("rebuilt" if any(type(v).__name__ == "PageMethod" or "PageMethod" in repr(v)
+                           for v in request.meta.values()) else "plain")
+    # What came back goes out again as the same task meta.
+    assert request_to_task(request, SPIDER, PARENT).meta == task.meta
