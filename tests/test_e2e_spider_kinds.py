@@ -152,6 +152,8 @@ def same_items(worker: list[dict[str, Any]], stock: list[dict[str, Any]]) -> Non
     ("kinds_data", "/", 1),
     # cookies given on requests (both forms) reach the site, with the jar's
     ("kinds_cookies", "/", 3),
+    # scrapy-playwright's PageMethod in meta, rebuilt on the worker
+    ("kinds_pagemethod", "/", 1),
 ])
 def test_a_spider_class_gives_the_items_of_stock_scrapy(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,

@@ -163,3 +163,25 @@ class KindsCookiesSpider(scrapy.Spider):
         if page == "dict":  # one after the other: the jar's content is then deterministic
             yield response.follow("/cookies/list", callback=self.parse_echo,
                                   cookies=[{"name": "tok", "value": "x", "path": "/cookies"}])
+
+
+class KindsPageMethodSpider(scrapy.Spider):
+    """scrapy-playwright's PageMethods in a yielded request's meta (no browser: the callback
+    shows what the worker rebuilt)."""
+
+    name = "kinds_pagemethod"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _start(self, kwargs)
+
+    def parse(self, response: Any) -> Any:
+        from scrapy_playwright.page import PageMethod
+
+        yield response.follow("/item/1-0", callback=self.parse_item, meta={
+            "playwright_page_methods": [PageMethod("wait_for_selector", "title", timeout=500)]})
+
+    def parse_item(self, response: Any) -> Any:
+        [method] = response.meta["playwright_page_methods"]
+        yield {"type": type(method).__name__, "method": method.method, "args": list(method.args),
+               "kwargs": method.kwargs}
