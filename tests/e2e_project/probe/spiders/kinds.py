@@ -185,3 +185,19 @@ class KindsPageMethodSpider(scrapy.Spider):
         [method] = response.meta["playwright_page_methods"]
         yield {"type": type(method).__name__, "method": method.method, "args": list(method.args),
                "kwargs": method.kwargs}
+
+
+class KindsFlakySpider(scrapy.Spider):
+    """Three keyless items, then an error: the task fails and is delivered again and again."""
+
+    name = "kinds_flaky"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _start(self, kwargs)
+
+    def parse(self, response: Any) -> Any:
+        task = response.meta.get("meteorseed_task")
+        for n in range(3):
+            yield {"n": n, "delivery_of": task.task_id if task else None}
+        raise ValueError("fails after its items")
