@@ -13,12 +13,15 @@ once Scrapy is done with it, since that stage could still fail it.
 
 - Which task an item belongs to comes from :func:`meteorseed_scrapy.task.context.current_scrape`.
   ``unique_key`` is the item's ``unique_key`` field (kept among the stored fields), else the
-  SHA-256 of the task's canonical URL; a second item without ``unique_key`` from one scrape
-  raises :class:`UniqueKeyError`.
-- Without the MeteorSeed scheduler (no current scrape) the item itself must say where it
-  belongs: ``site_id`` (else the spider's name), ``url``, and ``unique_key`` or at least ``url``
-  (the key is then the SHA-256 of the item's canonical ``url``). ``seed_id`` / ``task_id`` are
-  taken from the item when present, else stored as null.
+  SHA-256 of the task's canonical URL for the first item without one that the callback
+  yielded, and that hash plus ``-<n>`` for the n-th after it (in the order yielded), so that a
+  redelivered task upserts the same documents (:func:`~.store.documents.keyless_key`).
+- Without the MeteorSeed scheduler (no current scrape) the item itself says where it belongs:
+  ``site_id`` (else the spider's name), ``url``, and ``unique_key``, else the SHA-256 of the
+  item's canonical ``url``, else ``content-`` and the SHA-256 of its fields. ``seed_id`` /
+  ``task_id`` are taken from the item when present, else stored as null.
+- Anything that is not an item (a ``str``, an ``object()`` a callback yielded) is logged as an
+  error and passed on unstored, as stock Scrapy passes it on to ``item_scraped``.
 - Stores block, so they run in one dedicated thread, off the reactor. Items are written in
   batches (``METEORSEED_STORE_BATCH_SIZE`` items or ``METEORSEED_STORE_BATCH_WAIT`` seconds),
   one write and one future per batch; batches are committed one after another, in order.
@@ -32,10 +35,12 @@ once Scrapy is done with it, since that stage could still fail it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from itemadapter import is_item
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
@@ -54,6 +59,9 @@ from meteorseed_scrapy.task.local_crawl import command_of
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
+
+
+logger = logging.getLogger(__name__)
 
 
 class StoreWriteError(RuntimeError):
@@ -76,6 +84,7 @@ class UpsertPipeline:
         self._default_site_id = default_site_id
         self._last_stage = last_stage  # a committed item is through: no stage may fail it now
         self._commits = GroupCommitter(config, stats, store_factory, on_outage)
+        self._crawler: Crawler | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UpsertPipeline:
@@ -87,12 +96,16 @@ class UpsertPipeline:
         check_store_uri(config.uri)
         stages = build_component_list(crawler.settings.getwithbase("ITEM_PIPELINES"))
         last = bool(stages) and load_object(stages[-1]) is cls
-        return cls(config, crawler.stats, default_site_id=crawler.spidercls.name,
-                   last_stage=last, on_outage=OutageStop(crawler))
+        pipeline = cls(config, crawler.stats, last_stage=last, on_outage=OutageStop(crawler))
+        pipeline._crawler = crawler  # the spider's name, known once it opens (see open_spider)
+        return pipeline
 
     # -- life cycle ---------------------------------------------------------------------
 
     def open_spider(self) -> None:
+        if self._default_site_id is None and self._crawler is not None:
+            # The instance's: a spider may set its name in __init__, not on its class.
+            self._default_site_id = getattr(self._crawler.spider, "name", None)
         self._commits.open()
 
     async def close_spider(self) -> None:
@@ -103,18 +116,30 @@ class UpsertPipeline:
     async def process_item(self, item: Any) -> Any:
         # Errors raised here reach Scrapy's item_error signal, where the scheduler marks the
         # task failed (not acked); no need to call Scrape.fail as well.
+        if not is_item(item):
+            # As stock Scrapy: a callback's str or object() is "scraped" (a feed exporter logs
+            # an error for it and goes on); there is nothing to store and no task to fail.
+            logger.error("Not an item, not stored: %s yielded %r", _origin(), item)
+            if self.stats is not None:
+                self.stats.inc_value("meteorseed/items/not_an_item")
+            return item
         scrape = current_scrape()
-        doc, content = item_document(item, scrape, self._default_site_id)
+        output = current_output()
+        doc, content = item_document(item, scrape, self._default_site_id, output)
         on_commit = None
         if scrape is not None:
-            output = current_output() if self._last_stage else None
             on_commit = partial(_committed, scrape, doc["_id"], content,
-                                output if output is not None and output.scrape is scrape
-                                else None)
+                                output if self._last_stage and output is not None
+                                and output.scrape is scrape else None)
         error = await self._commits.submit(doc, on_commit)
         if error is not None:
             raise StoreWriteError(f"document {doc['_id']!r} was not committed: {error}") from error
         return item
+
+
+def _origin() -> str:
+    scrape = current_scrape()
+    return f"task {scrape.task.task_id} ({scrape.task.url})" if scrape is not None else "spider"
 
 
 def _committed(scrape: Scrape, doc_id: str, content: str, output: Output | None) -> None:

@@ -84,7 +84,8 @@ def test_malformed_messages_are_dead_lettered_while_the_worker_carries_on(
     reasons = [entry[1]["reason"] for entry in sync_redis.xrange(keys.dead)]
     assert len(reasons) == 5
     joined = "\n".join(reasons)
-    needles = ("not valid JSON", "url: is missing", "http(s) URL", "version '99'", "version None")
+    needles = ("not valid JSON", "url: is missing", "http(s) or data: URL", "version '99'",
+               "version None")
     for needle in needles:
         assert needle in joined, (needle, reasons)
     _assert_drained(sync_redis, namespace)

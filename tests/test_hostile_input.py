@@ -1,4 +1,5 @@
-"""Callbacks name public spider methods only; seeds cannot set Scrapy's download controls.
+"""Seeds name public spider methods only, tasks any method of the spider's class but Python's
+and scrapy.Spider's own; seeds cannot set Scrapy's download controls.
 
 Refused everywhere a seed or a task comes in (a seed line, ``POST /dispatch``'s validation, the
 seeder's registry, a stream message) with the field named, and again on the worker where a
@@ -78,15 +79,18 @@ def unchecked_task(**fields: Any) -> ExecTask:
     return forged
 
 
-PRIVATE_NAMES = ["__init__", "__class__", "__setattr__", "__dict__", "_private", "_", "__",
-                 "_parse", "_set_crawler", "__init_subclass__"]
+DUNDER_NAMES = ["__init__", "__class__", "__setattr__", "__dict__", "__", "__init_subclass__"]
+#: Refused in seeds; in tasks (a spider's own requests: CrawlSpider's _callback) only when not
+#: a method of the spider's class or scrapy.Spider's own.
+SINGLE_UNDERSCORE = ["_private", "_"]
+PRIVATE_NAMES = [*DUNDER_NAMES, *SINGLE_UNDERSCORE, "_parse", "_set_crawler"]
 OWN_NAMES = ["start", "start_requests", "close", "closed", "from_crawler", "update_settings",
              "handles_request", "log", "logger", "set_crawler", "crawler", "settings", "name"]
 
 
 # -- callbacks -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", PRIVATE_NAMES + OWN_NAMES)
+@pytest.mark.parametrize("name", [*DUNDER_NAMES, "_parse", "_set_crawler", *OWN_NAMES])
 @pytest.mark.parametrize("field", ["callback", "errback"])
 def test_private_and_spider_own_names_are_refused_in_tasks(name: str, field: str) -> None:
     with pytest.raises(TaskError) as info:
@@ -114,9 +118,9 @@ def test_a_forged_message_naming_init_is_refused_when_decoded() -> None:
     assert info.value.field == "callback"
 
 
-@pytest.mark.parametrize("name", PRIVATE_NAMES + OWN_NAMES + [
+@pytest.mark.parametrize("name", [n for n in PRIVATE_NAMES if n != "_private"] + OWN_NAMES + [
     "not_a_method", "handler", "Item", "make", "shown", "missing", "mro"])
-def test_the_worker_refuses_anything_but_a_public_method_of_the_spider(name: str) -> None:
+def test_the_worker_refuses_anything_but_a_method_of_the_spider(name: str) -> None:
     spider = GuardedSpider()
     with pytest.raises(TaskError) as info:
         task_to_request(unchecked_task(callback=name), spider)
@@ -144,11 +148,20 @@ def test_public_methods_still_work_both_ways() -> None:
         assert child.callback == name
 
 
-def test_a_spider_yielding_a_private_callback_gets_a_clear_error() -> None:
+def test_a_private_method_of_the_spider_travels_by_name() -> None:
+    spider = GuardedSpider()
+    child = request_to_task(scrapy.Request("https://shop.example/b", callback=spider._private,
+                                           errback=spider._private), spider, None)
+    assert (child.callback, child.errback) == ("_private", "_private")
+    again = task_to_request(ExecTask.from_message(child.to_message()), spider)
+    assert again.callback == spider._private and again.errback == spider._private
+
+
+def test_a_spider_yielding_a_foreign_callback_gets_a_clear_error() -> None:
     spider = GuardedSpider()
     with pytest.raises(TaskError) as info:
-        request_to_task(scrapy.Request("https://shop.example/b", callback=spider._private),
-                        spider, None)
+        request_to_task(scrapy.Request("https://shop.example/b",
+                                       callback=GuardedSpider()._private), spider, None)
     assert info.value.field == "callback"
 
 
@@ -158,16 +171,18 @@ def test_a_spider_yielding_a_private_callback_gets_a_clear_error() -> None:
     st.from_regex(r"\A_{1,3}[A-Za-z0-9_]{0,20}\Z"),
     st.sampled_from(sorted(SPIDER_OWN_NAMES | set(dir(GuardedSpider)))),
 ))
-def test_any_name_is_either_a_public_method_or_refused_naming_the_field(name: str) -> None:
+def test_any_name_is_either_a_method_of_the_spider_or_refused_naming_the_field(name: str
+                                                                              ) -> None:
     spider = GuardedSpider()
     try:
         request = task_to_request(unchecked_task(callback=name), spider)
     except TaskError as exc:
         assert exc.field == "callback"
         return
-    assert name in {"parse", "parse_item", "parse_async"}
+    assert name in {"parse", "parse_item", "parse_async", "_private"}
     assert request.callback == getattr(spider, name)
-    check_callback(name)  # what the worker accepted, every other entry point accepts too
+    # what the worker accepted, every other entry point of tasks accepts too
+    check_callback(name, private=True)
 
 
 # -- meta --------------------------------------------------------------------------------------

@@ -22,10 +22,9 @@ from scrapy.utils.test import get_crawler
 from meteorseed_scrapy.pipelines import StoreWriteError, UpsertPipeline
 from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store.base import DocumentError, Store, StoreUnavailable
-from meteorseed_scrapy.store.documents import UniqueKeyError
 from meteorseed_scrapy.store.sqlite import SQLiteStore
 from meteorseed_scrapy.task.canonical import url_hash
-from meteorseed_scrapy.task.context import CURRENT_SCRAPE, Scrape
+from meteorseed_scrapy.task.context import CURRENT_OUTPUT, CURRENT_SCRAPE, Output, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_until
 
@@ -185,20 +184,66 @@ def test_keyless_item_is_keyed_by_the_task_url_fingerprint(store: ProbeStore) ->
     assert doc is not None and doc["title"] == "t" and "unique_key" not in doc
 
 
-def test_second_keyless_item_of_a_scrape_is_an_error_naming_unique_key(store: ProbeStore) -> None:
+def test_keyless_items_of_a_scrape_get_stable_distinct_keys(store: ProbeStore) -> None:
+    """The n-th keyless item a callback yielded is keyed ``<url hash>-<n>`` (the first keeps
+    the bare hash), by its place in the callback's output, not by the order in which the
+    store stage sees it: a redelivered task upserts the same documents."""
+    pipeline = make_pipeline(store)
+    items = [{"n": 0}, {"unique_key": "x", "n": "keyed"}, {"n": 1}, {"n": 2}]
+
+    async def one_scrape(order: list[int]) -> Scrape:
+        scrape = new_scrape()
+        outputs = [Output(scrape, item) for item in items]  # as yielded
+
+        async def in_output(i: int) -> None:
+            CURRENT_OUTPUT.set(outputs[i])
+            await pipeline.process_item(dict(items[i]))
+
+        for i in order:  # as the store stage sees them: any order
+            await in_scrape(scrape, partial(in_output, i))
+        return scrape
+
+    async def main() -> None:
+        first = await one_scrape([0, 1, 2, 3])
+        again = await one_scrape([3, 2, 1, 0])  # the same task delivered again
+        await pipeline.close_spider()
+        assert first.committed == again.committed == 4 and not first.errors
+
+    run(main())
+    key = url_hash("https://news.example/a?a=1&b=2")
+    assert {doc["_id"]: doc["n"] for doc in store.inner.iter_docs()} == {
+        f"news:{key}": 0, "news:x": "keyed", f"news:{key}-1": 1, f"news:{key}-2": 2}
+
+
+def test_keyless_items_without_their_output_known_still_get_distinct_keys(
+        store: ProbeStore) -> None:
     pipeline = make_pipeline(store)
     scrape = new_scrape()
 
     async def main() -> None:
-        await in_scrape(scrape, lambda: pipeline.process_item({"n": 1}))
-        with pytest.raises(UniqueKeyError, match="unique_key") as caught:
-            await in_scrape(scrape, lambda: pipeline.process_item({"n": 2}))
-        assert not isinstance(caught.value, scrapy.exceptions.DropItem)
-        await in_scrape(scrape, lambda: pipeline.process_item({"unique_key": "x", "n": 3}))
+        for n in range(3):
+            await in_scrape(scrape, partial(pipeline.process_item, {"n": n}))
         await pipeline.close_spider()
 
     run(main())
-    assert scrape.committed == 2 and store.count() == 2
+    assert scrape.committed == 3 and store.count() == 3
+
+
+@pytest.mark.parametrize("junk", ["a string", object(), 42, ["a", "list"]])
+def test_what_is_not_an_item_passes_on_unstored_without_failing_the_scrape(
+        store: ProbeStore, junk: Any, caplog: pytest.LogCaptureFixture) -> None:
+    pipeline = make_pipeline(store)
+    scrape = new_scrape()
+
+    async def main() -> None:
+        assert await in_scrape(scrape, lambda: pipeline.process_item(junk)) is junk
+        await pipeline.close_spider()
+
+    run(main())
+    assert store.count() == 0 and not scrape.errors
+    assert pipeline.stats is not None
+    assert pipeline.stats.get_value("meteorseed/items/not_an_item") == 1
+    assert "Not an item, not stored" in caplog.text
 
 
 def test_record_commit_gets_the_canonical_item_json(store: ProbeStore) -> None:
@@ -344,8 +389,7 @@ def test_items_without_a_scrape_use_their_own_fields(store: ProbeStore) -> None:
         await pipeline.process_item(Article(unique_key="a1", title="T"))
         await pipeline.process_item({"site_id": "shop", "url": "https://s.example/p", "n": 1})
         await pipeline.process_item(Product(url="https://s.example/q", price=9.5))
-        with pytest.raises(UniqueKeyError, match="unique_key"):
-            await pipeline.process_item({"title": "no key, no url"})
+        await pipeline.process_item({"title": "no key, no url"})  # keyed by its content
         await pipeline.close_spider()
 
     run(main())
@@ -355,6 +399,8 @@ def test_items_without_a_scrape_use_their_own_fields(store: ProbeStore) -> None:
     assert shop is not None and shop["n"] == 1 and shop["task_id"] is None
     product = store.get(f"spider:{url_hash('https://s.example/q')}")
     assert product is not None and product["price"] == 9.5
+    content = hashlib.sha256(b'{"title":"no key, no url"}').hexdigest()
+    assert store.get(f"spider:content-{content}") is not None
 
 
 def test_from_crawler_reads_settings_and_does_no_io(tmp_path: Path) -> None:
@@ -377,6 +423,29 @@ def test_from_crawler_reads_settings_and_does_no_io(tmp_path: Path) -> None:
     run(main())
     with SQLiteStore(str(path)) as check:
         assert check.all_ids() == {"news:k"}
+
+
+class NamedInInit(scrapy.Spider):
+    """No class-level ``name``: set by ``__init__`` (issue 27 point 6)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__("named_late", *args, **kwargs)
+
+
+def test_a_spider_named_in_init_gives_its_name_to_items_outside_a_task(tmp_path: Path) -> None:
+    path = tmp_path / "late.db"
+    crawler = get_crawler(NamedInInit, {"METEORSEED_STORE_URI": f"sqlite:///{path}"})
+    pipeline = UpsertPipeline.from_crawler(crawler)  # before: AttributeError: name
+    crawler.spider = NamedInInit.from_crawler(crawler)
+
+    async def main() -> None:
+        pipeline.open_spider()
+        await pipeline.process_item({"unique_key": "k"})
+        await pipeline.close_spider()
+
+    run(main())
+    with SQLiteStore(str(path)) as check:
+        assert check.all_ids() == {"named_late:k"}
 
 
 @pytest.mark.parametrize(

@@ -95,7 +95,8 @@ NASTY: list[tuple[str, Pairs, str]] = [
      "meta.x[0]: is not a finite number (-inf)"),
     ("unknown task field", message(task_json(pickle="x")), "pickle: is not an exec task field"),
     ("url not canonical", message(task_json(url="http://[::1/")), "url: cannot be canonicalised"),
-    ("url not http", message(task_json(url="file:///etc/passwd")), "url: must be an http(s) URL"),
+    ("url not http", message(task_json(url="file:///etc/passwd")),
+     "url: must be an http(s) or data: URL"),
 ]
 
 

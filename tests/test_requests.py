@@ -212,11 +212,11 @@ def test_meta_with_non_string_key_is_rejected(spider: ShopSpider, parent: ExecTa
     assert info.value.field.startswith("meta")
 
 
-def test_binary_body_is_rejected(spider: ShopSpider, parent: ExecTask) -> None:
+def test_binary_body_travels_as_base64(spider: ShopSpider, parent: ExecTask) -> None:
     request = Request("https://example.com/upload", method="POST", body=b"\xff\xfe\x00binary")
-    with pytest.raises(TaskError) as info:
-        request_to_task(request, spider, parent)
-    assert info.value.field == "body"
+    task = ExecTask.from_message(request_to_task(request, spider, parent).to_message())
+    assert (task.body, task.body_b64) == ("", "//4AYmluYXJ5")
+    assert task_to_request(task, spider).body == b"\xff\xfe\x00binary"
 
 
 def test_utf8_body_is_kept(spider: ShopSpider, parent: ExecTask) -> None:
@@ -309,7 +309,7 @@ def test_full_round_trip_through_the_stream_format(spider: ShopSpider, parent: E
     assert again.errback == spider.on_error
     assert again.cb_kwargs == {"category": "shoes"}
     assert again.priority == 5
-    assert again.dont_filter is True
+    assert again.dont_filter is False
     assert {k: v for k, v in again.meta.items() if k != TASK_META_KEY} == {
         "page": 2, "filters": ["new"],
     }

@@ -1,8 +1,10 @@
-"""An item as a stored document: its key (``unique_key``, else the task's canonical URL) and
-its origin (the running task, else the item's own fields)."""
+"""An item as a stored document: its key (``unique_key``, else derived from the task's
+canonical URL and the item's place among the task's keyless items) and its origin (the running
+task, else the item's own fields)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from itemadapter import ItemAdapter
@@ -15,18 +17,16 @@ from meteorseed_scrapy.store.base import (
     check_unique_key,
 )
 from meteorseed_scrapy.task.canonical import url_hash
-from meteorseed_scrapy.task.context import Scrape
+from meteorseed_scrapy.task.context import Output, Scrape
 
 
-class UniqueKeyError(ValueError):
-    """An item cannot be given a document key (not a DropItem: its task must not be acked)."""
-
-
-def item_document(item: Any, scrape: Scrape | None,
-                  default_site_id: str | None) -> tuple[dict[str, Any], str]:
-    """The document to store for ``item`` and the canonical JSON of its fields (see
-    :mod:`meteorseed_scrapy.pipelines` for where its key and origin come from)."""
+def item_document(item: Any, scrape: Scrape | None, default_site_id: str | None,
+                  output: Output | None = None) -> tuple[dict[str, Any], str]:
+    """The document to store for ``item`` (``output``: the callback output it is, when
+    known) and the canonical JSON of its fields (see :mod:`meteorseed_scrapy.pipelines` for
+    where its key and origin come from)."""
     fields = check_fields(ItemAdapter(item).asdict())
+    content = canonical_json(fields)
     origin: dict[str, Any]  # site_id, url, seed_id, task_id of the document
     if scrape is not None:
         task = scrape.task
@@ -41,24 +41,27 @@ def item_document(item: Any, scrape: Scrape | None,
     if not keyless:
         unique_key = check_unique_key(fields["unique_key"])
     elif scrape is not None:
-        if scrape.keyless_items:
-            raise UniqueKeyError(
-                f"task {scrape.task.task_id} ({scrape.task.url}) yielded more than one item"
-                " without a 'unique_key' field; they would overwrite each other: give each"
-                " item a distinct unique_key"
-            )
-        unique_key = url_hash(scrape.task.url)
+        position = output.keyless_position if output is not None and output.scrape is scrape \
+            else None
+        unique_key = keyless_key(scrape.task.url, scrape.keyless_items if position is None
+                                 else position)
     elif isinstance(origin["url"], str) and origin["url"]:
         unique_key = url_hash(origin["url"])
     else:
-        raise UniqueKeyError(
-            "item has neither a 'unique_key' nor a 'url' field, and no MeteorSeed task"
-            " is running: give it a unique_key"
-        )
+        # No task and no url (an item from start()): its content is all there is to go by.
+        unique_key = "content-" + hashlib.sha256(content.encode("utf-8")).hexdigest()
     doc = build_document(fields, unique_key=unique_key, **origin)
     if keyless and scrape is not None:
         scrape.keyless_items += 1  # counted once the item is known to be storable
-    return doc, canonical_json(fields)
+    return doc, content
 
 
-__all__ = ["UniqueKeyError", "item_document"]
+def keyless_key(task_url: str, position: int) -> str:
+    """The ``unique_key`` of the keyless item at ``position`` among those a task's callback
+    yielded: the SHA-256 of the task's canonical URL, then ``-<position>`` from the second
+    on (so a page's one item keeps the key it always had)."""
+    digest = url_hash(task_url)
+    return digest if position == 0 else f"{digest}-{position}"
+
+
+__all__ = ["item_document", "keyless_key"]

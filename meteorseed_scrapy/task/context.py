@@ -12,8 +12,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
+
+from itemadapter import ItemAdapter, is_item
 
 from meteorseed_scrapy.task.exec_task import ExecTask
 
@@ -27,7 +29,8 @@ class Scrape:
 
     task: ExecTask
     committed: int = 0
-    keyless_items: int = 0
+    keyless_items: int = 0  # keyless items that reached the store stage
+    keyless_yielded: int = 0  # keyless items the callback yielded (see Output.keyless_position)
     errors: list[str] = field(default_factory=list)
     lasting: bool = False  # one of the errors would happen again if the task were redelivered
     _digest: Any = field(default_factory=hashlib.sha256)
@@ -93,7 +96,17 @@ class Output:
     with it, whichever comes first."""
 
     scrape: Scrape
+    value: InitVar[Any] = None  # what was yielded
     through: bool = False
+    #: Its place among the items without ``unique_key`` that the callback yielded, in the
+    #: order yielded (Scrapy starts handling outputs in that order): the part of a keyless
+    #: item's identity that a redelivered task gives again.
+    keyless_position: int | None = None
+
+    def __post_init__(self, value: Any) -> None:
+        if is_item(value) and "unique_key" not in ItemAdapter(value):
+            self.keyless_position = self.scrape.keyless_yielded
+            self.scrape.keyless_yielded += 1
 
     def done(self) -> None:
         if not self.through:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.ids import new_task_id
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
+from meteorseed_scrapy.task.request_fields import check_request_fields
 from meteorseed_scrapy.task.validation import (
+    TASK_SCHEMES,
     TaskError,
     check_callback,
     check_id,
@@ -24,8 +27,10 @@ from meteorseed_scrapy.task.validation import (
 MESSAGE_VERSION = "1"
 #: The fields of a task stream message: the version and the task JSON, nothing else.
 MESSAGE_FIELDS = ("v", "t")
-#: Upper bound of one encoded exec task; messages stay small (no HTML ever goes through Redis).
-MAX_MESSAGE_BYTES = 64 * 1024
+#: Upper bound of one encoded exec task: room for a POST body of about 250 KB of text (190 KB
+#: of binary, as base64) while a hostile or runaway message stays cheap to refuse (no HTML ever
+#: goes through Redis; a typical task is a few hundred bytes). README "What a spider needs".
+MAX_MESSAGE_BYTES = 256 * 1024
 #: Deepest nesting of objects and lists in a task: far below the recursion limit of the code
 #: that later copies, prints or encodes its values (json, repr, deepcopy).
 MAX_DEPTH = 64
@@ -52,6 +57,15 @@ class ExecTask:
     retry_count: int = 0
     created_at: float = 0.0
     lane: str = DEFAULT_LANE  # realtime / scheduled / retry: which task streams it waits in
+    # The rest of a scrapy.Request (Request.to_dict's fields); the defaults are what a message
+    # written before they existed means.
+    body_b64: str = ""  # the body, base64, when it is not UTF-8 text (then ``body`` is empty)
+    cookies: Mapping[str, Any] | Sequence[Mapping[str, Any]] = field(default_factory=dict)
+    encoding: str = "utf-8"
+    flags: Sequence[str] = field(default_factory=list)
+    dont_filter: bool | None = None  # None: a seed's task (fetched as a start URL is)
+    request_class: str | None = None  # "module.Class" of a Request subclass
+    request_attrs: Mapping[str, Any] = field(default_factory=dict)  # the subclass's own
 
     def __post_init__(self) -> None:
         # First, before any check that prints or encodes a value: nesting, numbers, strings.
@@ -60,7 +74,7 @@ class ExecTask:
         check_id("task_id", self.task_id)
         check_id("seed_id", self.seed_id)
         check_id("site_id", self.site_id)
-        check_url(self.url)
+        check_url(self.url, schemes=TASK_SCHEMES)
         if not isinstance(self.method, str) or not self.method.isalpha():
             raise TaskError("method", f"must be an HTTP method, got {self.method!r}")
         if not isinstance(self.headers, Mapping):
@@ -73,8 +87,8 @@ class ExecTask:
                 raise TaskError(f"headers.{key}", "must map a name to a string or list of strings")
         if not isinstance(self.body, str):
             raise TaskError("body", "must be a string")
-        check_callback(self.callback, "callback")
-        check_callback(self.errback, "errback")
+        check_callback(self.callback, "callback", private=True)
+        check_callback(self.errback, "errback", private=True)
         for name in ("meta", "cb_kwargs"):
             value = getattr(self, name)
             if not isinstance(value, Mapping):
@@ -92,11 +106,19 @@ class ExecTask:
         if not isinstance(self.created_at, (int, float)) or isinstance(self.created_at, bool):
             raise TaskError("created_at", "must be a number (epoch seconds)")
         check_lane(self.lane)
+        check_request_fields(self)
 
     @classmethod
     def create(cls, *, seed_id: str, site_id: str, url: str, **kwargs: Any) -> ExecTask:
         kwargs.setdefault("created_at", round(time.time(), 3))
         return cls(task_id=new_task_id(), seed_id=seed_id, site_id=site_id, url=url, **kwargs)
+
+    @property
+    def body_bytes(self) -> bytes:
+        """The request body as sent."""
+        if self.body_b64:
+            return base64.b64decode(self.body_b64)
+        return self.body.encode("utf-8")
 
     @property
     def canonical_url(self) -> str:
@@ -127,6 +149,15 @@ class ExecTask:
             out["retry_count"] = self.retry_count
         if self.lane != DEFAULT_LANE:
             out["lane"] = self.lane
+        for name in ("body_b64", "cookies", "flags", "request_class", "request_attrs"):
+            value = getattr(self, name)
+            if value:
+                out[name] = list(value) if isinstance(value, (list, tuple)) else (
+                    dict(value) if isinstance(value, Mapping) else value)
+        if self.encoding != "utf-8":
+            out["encoding"] = self.encoding
+        if self.dont_filter is not None:
+            out["dont_filter"] = self.dont_filter
         out["created_at"] = self.created_at
         return out
 

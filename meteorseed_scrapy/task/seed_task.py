@@ -150,16 +150,23 @@ class SeedTask:
         meta = dict(self.meta)
         if self.parse_rule:
             meta.setdefault("parse_rule", self.parse_rule)
-        return ExecTask.create(
-            seed_id=self.seed_id,
-            site_id=self.site_id,
-            url=url,
-            callback=self.callback,
-            priority=self.priority,
-            meta=meta,
-            lane=self.lane,
-            **extra,
-        )
+        try:
+            task = ExecTask.create(
+                seed_id=self.seed_id,
+                site_id=self.site_id,
+                url=url,
+                callback=self.callback,
+                priority=self.priority,
+                meta=meta,
+                lane=self.lane,
+                **extra,
+            )
+        except TaskError as exc:
+            if exc.field == "url":
+                check_url(url)  # refused in a seed's wording, as exec_task_factory's tasks are
+            raise
+        check_url(url)  # a seed's URLs are web URLs (a task's may also be data:)
+        return task
 
 
 __all__ = ["JSON_OPEN", "TASK_TYPES", "ExecJson", "SeedTask"]

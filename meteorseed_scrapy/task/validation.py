@@ -32,14 +32,29 @@ def check_id(name: str, value: Any) -> str:
     return value
 
 
-def check_url(value: Any, name: str = "url") -> str:
-    """Return ``value`` if it is an absolute http(s) URL, else raise :class:`TaskError`."""
+#: Schemes of URLs fetched server-side (seeds' sitemaps, the seeder) and of seeds.
+WEB_SCHEMES = ("http", "https")
+#: Schemes of exec tasks: the web, and ``data:`` (no network at all). Not ``file`` (a task
+#: could read the worker's files into the store), nor ``s3``/``gs`` (it would use the worker's
+#: cloud credentials on any bucket it names), nor ``ftp`` (no status codes for the per-site
+#: backoff and breaker to judge, and Scrapy's handler may write to the worker's disk).
+TASK_SCHEMES = (*WEB_SCHEMES, "data")
+
+
+def check_url(value: Any, name: str = "url", schemes: tuple[str, ...] = WEB_SCHEMES) -> str:
+    """Return ``value`` if it is an absolute URL of one of ``schemes`` (``data:`` URLs have
+    no host, the others one), else raise :class:`TaskError`."""
     if not isinstance(value, str) or not value:
         raise TaskError(name, f"must be a non-empty string, got {value!r}"[:300])
-    scheme, sep, rest = value.partition("://")
-    if not sep or scheme.lower() not in ("http", "https"):
-        raise TaskError(name, f"must be an http(s) URL, got {value[:200]!r}")
-    host = rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    scheme, _, rest = value.partition(":")
+    if scheme.lower() not in schemes or (scheme.lower() != "data" and not rest.startswith("//")):
+        kinds = "http(s)" if schemes == WEB_SCHEMES else "http(s) or data:"
+        raise TaskError(name, f"must be an {kinds} URL, got {value[:200]!r}")
+    if scheme.lower() == "data":
+        if "," not in rest or _SPACE.search(value):
+            raise TaskError(name, f"is not a valid data: URL: {value[:200]!r}")
+        return value
+    host = rest[2:].split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
     if not host or _SPACE.search(value):
         raise TaskError(name, f"is not a valid URL: {value[:200]!r}")
     return value
@@ -52,8 +67,7 @@ _SPIDER_OWN = frozenset({
     "handles_request", "log", "logger", "set_crawler", "make_requests_from_url", "crawler",
     "settings", "name", "custom_settings", "allowed_domains", "start_urls", "state",
 })
-SPIDER_OWN_NAMES = frozenset(
-    _SPIDER_OWN | {n for n in dir(scrapy.Spider) if not n.startswith("_")}) - {"parse"}
+SPIDER_OWN_NAMES = frozenset(_SPIDER_OWN | set(dir(scrapy.Spider))) - {"parse"}
 
 #: Request.meta keys that drive Scrapy's (or this project's) downloading, retries, redirects,
 #: cookies and routing: set by Scrapy, a site's rule config or a middleware, never by a seed.
@@ -82,15 +96,17 @@ RESERVED_META_KEYS = frozenset({
 RESERVED_META_PREFIXES = ("_", "meteorseed_", "playwright_")
 
 
-def check_callback(value: Any, name: str = "callback") -> str | None:
+def check_callback(value: Any, name: str = "callback", *, private: bool = False) -> str | None:
     """``value`` if it may name a spider callback (or errback): a public method name that is
-    not one of ``scrapy.Spider``'s own (``parse`` excepted); else :class:`TaskError`. Whether
-    the spider has such a method is checked where the spider is known."""
+    not one of ``scrapy.Spider``'s own (``parse`` excepted); else :class:`TaskError`. With
+    ``private`` (a task, whose requests a spider yielded), a name starting with one ``_``
+    passes too: ``CrawlSpider``'s rules call back ``_callback``. A seed names public ones.
+    Whether the spider has such a method is checked where the spider is known."""
     if value is None:
         return None
     if not isinstance(value, str) or not value.isidentifier():
         raise TaskError(name, f"must be a method name, got {value!r}"[:300])
-    if value.startswith("_"):
+    if value.startswith("__") or (value.startswith("_") and not private):
         # __init__ with cb_kwargs would re-run the spider's constructor with chosen arguments.
         raise TaskError(name, f"must name a public spider method, not {value!r} (names "
                               "starting with _ are private)")
@@ -132,5 +148,6 @@ def check_json_safe(name: str, value: Any) -> None:
 
 
 __all__ = ["ID_MAX", "RESERVED_META_KEYS", "RESERVED_META_PREFIXES", "SPIDER_OWN_NAMES",
+           "TASK_SCHEMES", "WEB_SCHEMES",
            "TaskError", "check_callback", "check_id", "check_json_safe", "check_lane",
            "check_meta_keys", "check_url"]

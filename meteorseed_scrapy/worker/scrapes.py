@@ -125,7 +125,7 @@ class ScrapeTracker:
         if scrape is None:
             await self._process_output(output, response)
             return
-        mark = Output(scrape)
+        mark = Output(scrape, output)
         token = CURRENT_OUTPUT.set(mark)
         try:
             await self._process_output(output, response)
