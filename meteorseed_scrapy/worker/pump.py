@@ -43,6 +43,7 @@ from meteorseed_scrapy.worker.loops import REDIS_DOWN, Loops
 from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, handled, judge, trouble_wait
 from meteorseed_scrapy.worker.requests import request_to_task, task_to_request
 from meteorseed_scrapy.worker.signals import task_settled
+from meteorseed_scrapy.worker.waiting import WaitingTasks
 from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes, downloading
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ class StreamPump:
         self._on_change = on_change  # work came (or stopped coming): wake the engine
         self._ledger = TaskLedger()
         self._budget = WorkBudget(self._ledger, sizes, partial(downloading, crawler))
-        self._buffer = SiteQueues()  # entries read but not started, per site
+        # Entries read but not started, per site, by priority (realtime lane first).
+        self._buffer = WaitingTasks(lambda e: consumer.lane_of(e.deliveries[0]) == "realtime")
         self._hops = SiteQueues()  # retries/redirects of tasks we hold, per site
         self._completions = Completions(consumer, writer, gate, config, self._stats,
                                         on_child_durable=self._child_durable,
@@ -157,8 +159,12 @@ class StreamPump:
         desk = self._desk
         sites = list(desk.ready_sites()) if desk is not None else (
             self._hops.sites() + self._buffer.sites())
-        for site in sites:
-            request = self._hops.pop(site) or self._start_next(site)
+        # Retries and redirects of started tasks first, then the most urgent task waiting
+        # (Scrapy's scheduler too serves the highest priority first, whatever its site).
+        hops = [(site, self._hops.pop) for site in sites if self._hops.count(site)]
+        waiting = [(site, self._start_next) for site in sorted(sites, key=self._buffer.head)]
+        for site, take in [*hops, *waiting]:
+            request = take(site)
             if request is None:
                 continue
             if desk is not None:
@@ -272,7 +278,7 @@ class StreamPump:
     def book(self, delivery: Delivery, urgent: bool) -> None:
         entry = self._ledger.add(delivery)
         if entry is not None:  # (else a duplicate delivery, absorbed by the task's entry)
-            self._buffer.append(entry.task.site_id, entry, urgent=urgent)
+            self._buffer.append(entry.task.site_id, entry)  # (urgent: its lane says)
             self._want_permits()
 
     def held_refs(self) -> list[Ref]:
