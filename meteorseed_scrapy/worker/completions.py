@@ -39,7 +39,9 @@ class Completions:
     def __init__(self, consumer: StreamConsumer, writer: TaskWriter, gate: SiteGate,
                  config: WorkerConfig, stats: Any, *,
                  on_child_durable: Callable[[str], None],
-                 on_new_urls: Callable[[Iterable[str]], None]) -> None:
+                 on_new_urls: Callable[[Iterable[str]], None],
+                 on_written: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None
+                 ) -> None:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)
         self.writer = writer
@@ -48,6 +50,7 @@ class Completions:
         self.stats = stats
         self._on_child_durable = on_child_durable  # parent task id
         self._on_new_urls = on_new_urls  # the seed ids of children never seen before
+        self._on_written = on_written  # (children written, which were new: not duplicates)
         self.needed = asyncio.Event()  # something was queued: the flush loop may go now
         self.outbox: list[tuple[ExecTask, str | None, bool]] = []  # (child, parent id, dedup)
         self.records: list[tuple[ExecTask, str]] = []  # (task, completion record)
@@ -265,6 +268,8 @@ class Completions:
                 tasks = [t for t, _, d in batch if d is dedup]
                 if tasks:
                     result = await self.writer.add(tasks, dedup=dedup)
+                    if self._on_written is not None:
+                        self._on_written(tasks, result.fresh)
                     self.stats.inc_value("meteorseed/children/enqueued", result.enqueued)
                     self.stats.inc_value("meteorseed/children/duplicates", result.duplicates)
                     if dedup:  # new URLs found: the yield of their seed (adaptive schedules)

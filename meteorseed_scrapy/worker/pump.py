@@ -43,6 +43,7 @@ from meteorseed_scrapy.worker.loops import REDIS_DOWN, Loops
 from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, handled, judge, trouble_wait
 from meteorseed_scrapy.worker.requests import request_to_task, task_to_request
 from meteorseed_scrapy.worker.signals import task_settled
+from meteorseed_scrapy.worker.start_pacing import StartPacing
 from meteorseed_scrapy.worker.waiting import WaitingTasks
 from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes, downloading
 
@@ -70,7 +71,7 @@ class StreamPump:
         self._hops = SiteQueues()  # retries/redirects of tasks we hold, per site
         self._completions = Completions(consumer, writer, gate, config, self._stats,
                                         on_child_durable=self._child_durable,
-                                        on_new_urls=on_new_urls)
+                                        on_new_urls=on_new_urls, on_written=self._written)
         self._desk: PermitDesk | None = None
         self._dispatcher: Dispatcher | None = None
         self._breaker = breaker
@@ -84,6 +85,8 @@ class StreamPump:
         self._keepalive = KeepAlive(consumer, config.redis_url, config.claim_idle)
         self._intake = Intake(consumer, gate, self._completions, config, self._stats, self,
                               sizes.read_batch, self._keepalive)
+        self._pacing = StartPacing(crawler.engine, self._intake.reads, self._full)
+        self._written_mark = -1  # reads started when new children were last written
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
         # Runs a given-up task's errback in the scraper (ScrapeTracker.give_up); False: none.
         self._give_up: Callable[[ExecTask, str], bool] | None = None
@@ -92,6 +95,7 @@ class StreamPump:
     def start(self) -> None:
         loops = self._loops
         self._keepalive.start()
+        self._pacing.install()
         loops.start(self._intake.read_once, "read")
         loops.start(self._intake.maintain_once, "reclaim")
         loops.start(self._completions.flush_once, "ack", self._completions.needed,
@@ -140,8 +144,11 @@ class StreamPump:
 
     # -- what the scheduler asks -------------------------------------------------------------
     def has_work(self) -> bool:
-        """Requests to hand out, or children not yet written to the stream."""
-        return bool(self._hops or self._buffer or self._completions.outbox)
+        """Requests to hand out, or children on their way: not yet written to the stream, or
+        written and not yet looked for by a read of this worker (Scrapy's scheduler has a
+        request yielded by a callback at once: it must not look empty meanwhile)."""
+        return bool(self._hops or self._buffer or self._completions.outbox
+                    or self._intake.reads_done <= self._written_mark)
 
     def quiet_for(self) -> float | None:
         """Seconds since nothing was left to do here and in the namespace (None: busy; only
@@ -190,6 +197,7 @@ class StreamPump:
             entry.started = True
             self._intake.room.set()
             self._stats.inc_value("meteorseed/started")
+            self._pacing.started(entry.task.task_id)
             return request
 
     def hop(self, request: Request) -> bool:
@@ -219,6 +227,8 @@ class StreamPump:
             return False
         if parent is not None:
             self._ledger.child_added(parent.task_id)
+        else:
+            self._pacing.enqueued(request, task)
         self._completions.child(task, parent.task_id if parent else None,
                                 not request.dont_filter)
         return True
@@ -280,6 +290,7 @@ class StreamPump:
         if entry is not None:  # (else a duplicate delivery, absorbed by the task's entry)
             self._buffer.append(entry.task.site_id, entry)  # (urgent: its lane says)
             self._want_permits()
+            self._pacing.booked(entry.task.task_id)
 
     def held_refs(self) -> list[Ref]:
         return self._ledger.refs() + self._completions.refs_in_hand()
@@ -292,6 +303,20 @@ class StreamPump:
 
     def changed(self) -> None:
         self._on_change()
+
+    def read_done(self) -> None:
+        self._pacing.progress.set()
+
+    # -- children ----------------------------------------------------------------------------
+    def _written(self, tasks: list[ExecTask], fresh: tuple[bool, ...]) -> None:
+        """``tasks`` were written (``fresh``: each was new, else a duplicate, not written)."""
+        if any(fresh):
+            self._written_mark = self._intake.reads_started
+        self._pacing.written(tasks, fresh)
+
+    def _full(self) -> bool:
+        """This worker holds all the tasks it may (it reads no more until one ends)."""
+        return self._budget.want() <= len(self._buffer)
 
     # -- settling ----------------------------------------------------------------------------
     def _finish(self, entry: Entry, verdict: Verdict) -> None:
@@ -329,6 +354,7 @@ class StreamPump:
             return
         self._ledger.pop(entry.task.task_id)
         self._completions.parked(entry, delay_s, why)
+        self._pacing.started(entry.task.task_id)  # (it will not start soon: no need to wait)
 
     def _trouble(self, entry: Entry, delay_s: float, why: DeferReason) -> tuple[str, float]:
         return trouble_wait(self._breaker, self._stats, entry.task.site_id, delay_s, why)
