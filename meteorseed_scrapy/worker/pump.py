@@ -36,6 +36,7 @@ from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.dispatcher import Dispatcher
+from meteorseed_scrapy.worker.duplicates import Duplicates
 from meteorseed_scrapy.worker.intake import READ_BLOCK_MS, Intake
 from meteorseed_scrapy.worker.keepalive import KeepAlive
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
@@ -87,6 +88,8 @@ class StreamPump:
                               sizes.read_batch, self._keepalive)
         self._pacing = StartPacing(crawler.engine, self._intake.reads, self._full)
         self._written_mark = -1  # reads started when new children were last written
+        self._dupes = Duplicates(crawler, spider)  # (refuses a DUPEFILTER_CLASS it cannot honour)
+        self._deduped: dict[int, Request] = {}  # id(task) -> request, until written
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
         # Runs a given-up task's errback in the scraper (ScrapeTracker.give_up); False: none.
         self._give_up: Callable[[ExecTask, str], bool] | None = None
@@ -96,6 +99,7 @@ class StreamPump:
         loops = self._loops
         self._keepalive.start()
         self._pacing.install()
+        self._dupes.open()
         loops.start(self._intake.read_once, "read")
         loops.start(self._intake.maintain_once, "reclaim")
         loops.start(self._completions.flush_once, "ack", self._completions.needed,
@@ -141,6 +145,7 @@ class StreamPump:
         except Exception as exc:  # (Redis away: the consumer stays listed)
             logger.debug("Could not leave the consumer group: %s", exc)
         self._completions.record_ack_latency()
+        self._dupes.close("finished")
 
     # -- what the scheduler asks -------------------------------------------------------------
     def has_work(self) -> bool:
@@ -214,7 +219,8 @@ class StreamPump:
     def child(self, scrape: Scrape | None, request: Request) -> bool:
         """A request yielded by ``scrape``'s callback (None: by ``start()``) becomes a new task,
         written to the stream before its parent may be acked. False, and the parent's scrape
-        failed, when it cannot be a task (the error names the field)."""
+        failed, when it cannot be a task (the error names the field); False too when the
+        project's own ``DUPEFILTER_CLASS`` says it is a duplicate (:mod:`.duplicates`)."""
         parent = scrape.task if scrape is not None else None
         try:
             task = request_to_task(request, self._spider, parent)
@@ -225,12 +231,16 @@ class StreamPump:
             if scrape is not None:
                 scrape.fail(f"yielded request {request.url}: {exc}")
             return False
+        if self._dupes.seen_here(request):
+            return False
         if parent is not None:
             self._ledger.child_added(parent.task_id)
         else:
             self._pacing.enqueued(request, task)
-        self._completions.child(task, parent.task_id if parent else None,
-                                not request.dont_filter)
+        dedup = self._dupes.dedup(request)
+        if dedup:  # (a duplicate is reported with its request once written)
+            self._deduped[id(task)] = request
+        self._completions.child(task, parent.task_id if parent else None, dedup)
         return True
 
     def scrape_started(self, request: Request) -> Scrape | None:
@@ -312,6 +322,10 @@ class StreamPump:
         """``tasks`` were written (``fresh``: each was new, else a duplicate, not written)."""
         if any(fresh):
             self._written_mark = self._intake.reads_started
+        for task, new in zip(tasks, fresh, strict=True):
+            request = self._deduped.pop(id(task), None)
+            if request is not None and not new:
+                self._dupes.dropped(request)
         self._pacing.written(tasks, fresh)
 
     def _full(self) -> bool:
