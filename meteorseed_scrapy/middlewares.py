@@ -12,6 +12,8 @@ download slot). These middlewares classify what comes back:
   burst of 429s to requests in flight together is one); 5xx,
   timeouts and connection errors are retried durably with exponential backoff (the task goes to
   the delayed set in Redis, it holds no slot and survives a crash); 404/410 are terminal.
+  Whether a failure is retried is Scrapy's own decision (:func:`retry_decision`), with its log
+  lines and ``retry/*`` stats, made without Redis.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import logging
 from typing import Any
 
 from scrapy import Request, Spider
+from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.utils.misc import load_object
-from scrapy.utils.python import global_object_name
 from scrapy.utils.response import response_status_message
 
 from meteorseed_scrapy.politeness.blacklist import BlacklistMiddleware
@@ -56,11 +58,27 @@ class SiteSlotMiddleware:
             request.meta["download_slot"] = f"site:{task.site_id}"
 
 
+def retry_decision(request: Request, retries: int, reason: str | Exception, *,
+                   spider: Spider, max_retry_times: int) -> bool:
+    """Whether a task that failed now, after ``retries`` durable retries, may be retried once
+    more: Scrapy's own decision (:func:`~scrapy.downloadermiddlewares.retry.get_retry_request`
+    with ``retry_times`` = ``retries``), so Scrapy's log lines ("Retrying … (failed N times):
+    reason" at DEBUG, "Gave up retrying …" at ``RETRY_GIVE_UP_LOG_LEVEL``) and stats
+    (``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached``) come with it."""
+    attempt = request.replace(meta={**request.meta, "retry_times": retries})
+    # (meta["give_up_log_level"], as Scrapy's RetryMiddleware reads it: Scrapy 2.17+)
+    level = ({"give_up_log_level": request.meta["give_up_log_level"]}
+             if request.meta.get("give_up_log_level") is not None else {})
+    return get_retry_request(attempt, spider=spider, reason=reason,
+                             max_retry_times=max_retry_times, **level) is not None
+
+
 class BackoffMiddleware:
     """Turns throttling and transient failures into durable, fleet-wide backoff."""
 
     def __init__(self, backoff: Backoff, max_retries: int, stats: Any, settings: Any,
-                 configs: SiteConfigs | None = None) -> None:
+                 configs: SiteConfigs | None = None, crawler: Any = None) -> None:
+        self.crawler = crawler  # (its spider asks Scrapy whether to retry)
         self.backoff = backoff
         self.max_retries = max_retries
         self.configs = configs  # a site's rule config may set its own limits.retries
@@ -80,7 +98,7 @@ class BackoffMiddleware:
     def from_crawler(cls, crawler: Any) -> BackoffMiddleware:
         settings = crawler.settings
         return cls(Backoff.from_settings(settings), settings.getint("RETRY_TIMES", 2),
-                   crawler.stats, settings, site_configs(crawler))
+                   crawler.stats, settings, site_configs(crawler), crawler)
 
     def retries_for(self, site: str, request: Request | None = None) -> int:
         """The retries a task may use up: its request's ``max_retry_times`` (as in Scrapy),
@@ -101,12 +119,12 @@ class BackoffMiddleware:
                                spider: Spider | None = None) -> Response:
         task = task_of(request)
         status = response.status
-        if task is None or self.gate is None or status < 400:
+        if task is None or status < 400:
             return response
         if status_allowed(status, request, spider, self.settings):
             return response
         site = task.site_id
-        if status in PAUSE_CODES:
+        if status in PAUSE_CODES and self.gate is not None:
             delay = await self._pause(request, site, status, response)
             if request.meta.get("dont_retry"):  # the site stays paused; this task ends now
                 return response
@@ -115,13 +133,14 @@ class BackoffMiddleware:
             if status == 429:
                 raise TaskDeferred(delay, f"HTTP {status}", count_retry=False,
                                    why=DeferReason.PAUSED)
-            if self._counted(request, task.retry_count, response_status_message(status)):
+            if self._counted(request, task.retry_count, response_status_message(status),
+                             spider):
                 raise TaskDeferred(delay, f"HTTP {status}", count_retry=True,
                                    why=DeferReason.PAUSED)
             return response
         if status in self.retry_codes:
             self._retry_or_pass(request, task.site_id, task.retry_count, f"HTTP {status}",
-                                response_status_message(status))
+                                response_status_message(status), spider)
         return response
 
     async def _pause(self, request: Request, site: str, status: int,
@@ -156,27 +175,26 @@ class BackoffMiddleware:
     async def process_exception(self, request: Request, exception: Exception,
                                 spider: Spider | None = None) -> None:
         task = task_of(request)
-        if task is None or self.gate is None or isinstance(exception, IgnoreRequest):
+        if task is None or isinstance(exception, IgnoreRequest):
             return None
         if isinstance(exception, self.retry_exceptions):
             self._retry_or_pass(request, task.site_id, task.retry_count, type(exception).__name__,
-                                global_object_name(type(exception)))
+                                exception, spider)
         return None
 
-    def _counted(self, request: Request, retries: int, scrapy_reason: str) -> bool:
-        """Whether the task may use up one more retry; counted in Scrapy's own retry stats
-        (``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached``)."""
+    def _counted(self, request: Request, retries: int, scrapy_reason: str | Exception,
+                 spider: Spider | None) -> bool:
+        """Whether the task may use up one more retry (:func:`retry_decision`)."""
         task = task_of(request)
         site = task.site_id if task is not None else ""
-        if retries >= self.retries_for(site, request):
-            self.stats.inc_value("retry/max_reached")
-            return False
-        self.stats.inc_value("retry/count")
-        self.stats.inc_value(f"retry/reason_count/{scrapy_reason}")
-        return True
+        spider = spider or (self.crawler.spider if self.crawler is not None else None)
+        if spider is None or getattr(spider, "crawler", None) is None:
+            raise RuntimeError("BackoffMiddleware needs its crawler's spider to decide retries")
+        return retry_decision(request, retries, scrapy_reason, spider=spider,
+                              max_retry_times=self.retries_for(site, request))
 
     def _retry_or_pass(self, request: Request, site: str, retries: int, reason: str,
-                       scrapy_reason: str) -> None:
+                       scrapy_reason: str | Exception, spider: Spider | None) -> None:
         """Raise TaskDeferred for a durable retry, or return when the retries are used up.
 
         A site that looks down (its breaker open, or this worker's window abnormal) is not the
@@ -188,7 +206,7 @@ class BackoffMiddleware:
         sick = self.breaker is not None and self.breaker.unhealthy(site)
         probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
         count = not (sick or probe)
-        if count and not self._counted(request, retries, scrapy_reason):
+        if count and not self._counted(request, retries, scrapy_reason, spider):
             return
         delay = self.backoff.compute(retries if count else 0)
         self.stats.inc_value(f"meteorseed/retry/{site}/{reason.replace(' ', '_')}")

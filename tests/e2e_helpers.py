@@ -54,7 +54,7 @@ class Worker:
 
 def start_worker(tmp_path: Path, redis_url: str, namespace: str, *, name: str = "w1",
                  store: Path | None = None, spider_args: dict[str, str] | None = None,
-                 **settings: Any) -> Worker:
+                 spider: str = "probe", **settings: Any) -> Worker:
     store = store or tmp_path / "items.db"
     log_path = tmp_path / f"{name}.log"
     stats_path = tmp_path / f"{name}.stats.json"
@@ -68,7 +68,7 @@ def start_worker(tmp_path: Path, redis_url: str, namespace: str, *, name: str = 
         "PROBE_STATS_FILE": str(stats_path),
     }
     base.update(settings)
-    args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "probe"]
+    args = [sys.executable, "-m", "scrapy.cmdline", "crawl", spider]
     for key, value in base.items():
         args += ["-s", f"{key}={value}"]
     for key, value in (spider_args or {}).items():

@@ -188,8 +188,8 @@ def test_blocking_read_gives_the_fields_as_stored(
         await consumer.ensure_group()
         reading = asyncio.ensure_future(consumer.read(10, 30_000))
 
-        for _ in range(400):  # until read() waits in XREADGROUP (polled, at most 20 s)
-            if any(c.get("cmd") == "xreadgroup" for c in await client.client_list()):
+        for _ in range(400):  # until read() waits in XREAD (polled, at most 20 s)
+            if any(c.get("cmd") == "xread" for c in await client.client_list()):
                 break
             await asyncio.sleep(0.05)
         raw = raw_client(redis_url)

@@ -266,8 +266,8 @@ def test_an_idle_blocking_read_wakes_for_a_realtime_task(redis_url: str, keys: K
         await consumer.ensure_group()
         reading = asyncio.ensure_future(consumer.read(8, 10_000))
 
-        async def blocked() -> bool:  # the script found nothing; XREADGROUP BLOCK is waiting
-            return any(c["cmd"] == "xreadgroup" and "b" in c["flags"]
+        async def blocked() -> bool:  # the script found nothing; XREAD BLOCK is waiting
+            return any(c["cmd"] == "xread" and "b" in c["flags"]
                        for c in await client.client_list())
 
         await wait_until(blocked, 30, 0.01)

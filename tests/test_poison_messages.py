@@ -302,7 +302,7 @@ def test_worker_dead_letters_poison_and_stores_every_good_task(
     raw.xgroup_create(keys.stream, GROUP, id="0", mkstream=True)
     worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_IDLE_CLOSE=3)
     # Once the worker waits in its blocking read, half the poison arrives.
-    wait_for(lambda: any(c.get("cmd") == "xreadgroup" for c in sync_redis.client_list()),
+    wait_for(lambda: any(c.get("cmd") == "xread" for c in sync_redis.client_list()),
              timeout=60)
     sent = {xadd(raw, keys.stream, pairs): (pairs, needle) for _, pairs, needle in NASTY[::2]}
     urls = [f"{demo_site.url}/news/article/{i}" for i in range(1, 41)]
@@ -339,14 +339,14 @@ def test_poison_on_a_cluster_is_read_reclaimed_and_dead_lettered_by_its_owner(
     nodes = [redis.Redis(port=port) for port in cluster.ports]
 
     def blocked() -> bool:
-        return any(c.get("cmd") == "xreadgroup" for node in nodes for c in node.client_list())
+        return any(c.get("cmd") == "xread" for node in nodes for c in node.client_list())
 
     async def body(client: Any) -> tuple[list[Delivery], list[Delivery], list[str], list[str]]:
         a = StreamConsumer(client, keys, "worker-a")
         b = StreamConsumer(client, keys, "worker-b")
         await a.ensure_group()
         reading = asyncio.ensure_future(a.read(10, 30_000))
-        for _ in range(400):  # until it waits in XREADGROUP (polled, at most 20 s)
+        for _ in range(400):  # until it waits in XREAD (polled, at most 20 s)
             if blocked():
                 break
             await asyncio.sleep(0.05)

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from hypothesis import given
 from hypothesis import strategies as st
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.http import Response
-from scrapy.settings import Settings
-from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionRefusedError as Refused
 
 from meteorseed_scrapy.middlewares import BackoffMiddleware
@@ -32,30 +30,42 @@ OPEN = SiteLimits(rate=1000.0, burst=1000, concurrency=100)
 REFUSED = "twisted.internet.error.ConnectionRefusedError"
 
 
+def backoff_middleware(**settings: Any) -> BackoffMiddleware:
+    """The middleware of a crawler whose spider is open (no Redis: no gate bound)."""
+    crawler = get_crawler(Spider, settings_dict={
+        "RETRY_HTTP_CODES": [500, 503], "RETRY_EXCEPTIONS": [REFUSED], "RETRY_TIMES": 2,
+        **settings})
+    crawler.spider = crawler._create_spider("retry")
+    return BackoffMiddleware.from_crawler(crawler)
+
+
 async def outcome(redis_url: str, ns: str, meta: dict[str, Any], retry_count: int,
                   result: int | Exception) -> tuple[str, dict[str, Any]]:
     """What the middleware does with one answer: "deferred", "passed" (the response or the
     error goes on to end the task), with the stats it kept."""
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
-        stats = MemoryStatsCollector(SimpleNamespace(settings=Settings()))
-        settings = Settings({"RETRY_HTTP_CODES": [500, 503], "RETRY_EXCEPTIONS": [Refused]})
-        mw = BackoffMiddleware(Backoff(1.0, 300.0), 2, stats, settings)
+        mw = backoff_middleware()
         mw.gate = SiteGate(client, KeyLayout(ns), lambda _site: OPEN, "c1", Backoff(1.0, 300.0))
-        task = replace(ExecTask.create(seed_id="s", site_id="site", url="https://a.test/1",
-                                       meta=meta), retry_count=retry_count)
-        request = Request(task.url, meta={**meta, TASK_META_KEY: task})
-        try:
-            if isinstance(result, Exception):
-                await mw.process_exception(request, result)
-            else:
-                await mw.process_response(request, Response(task.url, status=result,
-                                                            request=request))
-        except TaskDeferred:
-            return "deferred", stats.get_stats()
-        return "passed", stats.get_stats()
+        return await answer(mw, meta, retry_count, result)
     finally:
         await client.aclose()
+
+
+async def answer(mw: BackoffMiddleware, meta: dict[str, Any], retry_count: int,
+                 result: int | Exception) -> tuple[str, dict[str, Any]]:
+    task = replace(ExecTask.create(seed_id="s", site_id="site", url="https://a.test/1",
+                                   meta=meta), retry_count=retry_count)
+    request = Request(task.url, meta={**meta, TASK_META_KEY: task})
+    try:
+        if isinstance(result, Exception):
+            await mw.process_exception(request, result)
+        else:
+            await mw.process_response(request, Response(task.url, status=result,
+                                                        request=request))
+    except TaskDeferred:
+        return "deferred", mw.stats.get_stats()
+    return "passed", mw.stats.get_stats()
 
 
 def retry_stats(stats: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,11 @@
 -- ARGV[2]    this consumer
 -- ARGV[3]    bands per lane (so #KEYS / ARGV[3] lanes)
 -- ARGV[4..]  the lanes' weights, then the lanes' shares of this read (same lane order)
--- Returns    XREADGROUP's reply shape: {{stream, {{id, {field, value, ...}}, ...}}, ...}
+-- Returns    {entries, last}: entries in XREADGROUP's reply shape,
+--            {{stream, {{id, {field, value, ...}}, ...}}, ...}; when there are none, last holds
+--            each stream's last entry id ("0-0" when empty), in KEYS order, so that the caller
+--            can wait for a new entry (XREAD BLOCK from those ids) without taking it: the next
+--            read then takes the highest band of what came, not the first stream written.
 local group, consumer = ARGV[1], ARGV[2]
 local nb = tonumber(ARGV[3])
 local nl = #KEYS / nb
@@ -72,4 +76,11 @@ while left > 0 do
   end
   left = short
 end
-return out
+local last = {}
+if #out == 0 then
+  for i, key in ipairs(KEYS) do
+    local r = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+    last[i] = (r[1] and r[1][1]) or '0-0'
+  end
+end
+return {out, last}

@@ -58,7 +58,6 @@ class StreamConsumer:
         self._cluster = is_cluster(redis)
         self._turn = 0  # the shard a read starts at, rotating
         self._read = scripts.register(redis, "read")
-        self._entries = scripts.register(redis, "entries")
         self._dead = scripts.register(redis, "dead")
         self._touch = scripts.register(redis, "touch")
         self._handback = scripts.register(redis, "handback")
@@ -101,17 +100,33 @@ class StreamConsumer:
         await self.membership().ensure()
 
     async def read(self, count: int, block_ms: int) -> list[Delivery]:
-        """Up to ``count`` new entries, shared between the lanes by weight (one script call
-        per shard, until filled); when every stream is empty, one blocking XREADGROUP, so an
-        idle worker wakes as soon as a task arrives in any lane."""
+        """Up to ``count`` new entries, shared between the lanes by weight, bands in priority
+        order (one script call per shard, until filled). When every stream is empty, a wait of
+        up to ``block_ms`` for a new entry in any of them (XREAD BLOCK, which takes nothing),
+        then one more read: so an idle worker wakes as soon as a task arrives in any lane, and
+        takes the highest band of what arrived, not whichever stream was written first."""
+        reply, last = await self._read_shards(count)
+        if not reply and block_ms > 0 and await self._wait(last, block_ms):
+            reply, _ = await self._read_shards(count)
+        # Decoding never raises: a malformed entry is delivered with its error, to be
+        # dead-lettered alone, and the rest of the batch goes on.
+        return [Delivery.decode(stream, _text(msg_id), _pairs(flat), 1)
+                for stream, entries in reply for msg_id, flat in entries]
+
+    async def _read_shards(self, count: int
+                           ) -> tuple[list[tuple[str, list[Any]]], dict[str, str]]:
+        """The entries read (stream, entries) and, when none, each stream's last entry id."""
         shares = self.shares.split(count)
         lanes = len(shares)
         reply: list[tuple[str, list[Any]]] = []
+        last: dict[str, str] = {}
         for k in self._rotation():
-            got = await call_as_bytes(
-                self.redis, self._read, self.shards[k].streams,
+            streams = self.shards[k].streams
+            got, ids = await call_as_bytes(
+                self.redis, self._read, streams,
                 [self.keys.group, self.consumer, len(BANDS), *self.shares.weights, *shares],
             )
+            last.update(zip(streams, (_text(i) for i in ids or []), strict=False))
             taken = [0] * lanes
             for stream, entries in got or []:
                 name = self._name(stream)
@@ -123,40 +138,25 @@ class StreamConsumer:
             shares = trim_shares(shares, left)
             if left <= 0:
                 break
-        if not reply and block_ms > 0:
-            reply = await self._block(count, block_ms)
-        # Decoding never raises: a malformed entry is delivered with its error, to be
-        # dead-lettered alone, and the rest of the batch goes on.
-        return [Delivery.decode(stream, _text(msg_id), _pairs(flat), 1)
-                for stream, entries in reply for msg_id, flat in entries]
+        return reply, last
 
-    async def _block(self, count: int, block_ms: int) -> list[tuple[str, list[Any]]]:
-        # (Several streams filled at the same instant may give up to count each.) A cluster
-        # serves a multi-stream XREADGROUP only within one slot: block on one shard at a
-        # time, for a share of block_ms, so every shard is swept again soon.
+    async def _wait(self, last: dict[str, str], block_ms: int) -> bool:
+        """Wait up to ``block_ms`` for an entry after ``last`` (stream -> id) in any stream;
+        True when one came. A cluster serves a multi-stream XREAD only within one slot: it
+        waits on one shard at a time, for a share of block_ms, so every shard is swept again
+        soon."""
+        shown: Sequence[str] = self.streams
         if self._cluster and len(self.shards) > 1:
-            shard = self.shards[self._rotation()[0]]
-            streams, block_ms = shard.streams, max(1, block_ms // len(self.shards))
-        else:
-            streams = self.streams
+            shown = self.shards[self._rotation()[0]].streams
+            block_ms = max(1, block_ms // len(self.shards))
+        streams = [s for s in shown if s in last]
+        if not streams:
+            return False
         reply = await self.redis.execute_command(
-            "XREADGROUP", "GROUP", self.keys.group, self.consumer, "COUNT", count,
-            "BLOCK", block_ms, "STREAMS", *streams, *[">"] * len(streams), **_AS_BYTES,
+            "XREAD", "COUNT", 1, "BLOCK", block_ms, "STREAMS", *streams,
+            *[last[s] for s in streams], **_AS_BYTES,
         )
-        got = [(self._name(stream), _text(msg_id))
-               for stream, entries in reply or [] for msg_id, _ in entries]
-        if not got:
-            return []
-        # redis-py parsed that reply into a dict per entry (a field given twice kept once):
-        # the fields are read again as stored (one script, in the same slot as the streams).
-        keys = list(dict.fromkeys(stream for stream, _ in got))
-        args: list[Any] = []
-        for stream, msg_id in got:
-            args += [keys.index(stream) + 1, msg_id]
-        out: dict[str, list[Any]] = {}
-        for index, msg_id, flat in await call_as_bytes(self.redis, self._entries, keys, args):
-            out.setdefault(keys[int(index) - 1], []).append((msg_id, flat))
-        return list(out.items())
+        return bool(reply)
 
     async def reclaim(self, min_idle_s: float, count: int) -> list[Delivery]:
         """Entries idle for ``min_idle_s`` on any consumer (dead workers, failed tasks)."""

@@ -41,11 +41,14 @@ class ChildOutbox:
 
     def __init__(self, writer: TaskWriter, stats: Any, *,
                  on_written: Callable[[str], None],
-                 on_new_urls: Callable[[Iterable[str]], None]) -> None:
+                 on_new_urls: Callable[[Iterable[str]], None],
+                 on_batch: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None
+                 ) -> None:
         self.writer = writer
         self.stats = stats
         self._on_written = on_written  # parent task id: one of its children is through
         self._on_new_urls = on_new_urls  # the seed ids of children never seen before
+        self._on_batch = on_batch  # (children written, which were new: not duplicates)
         self.queue: list[Child] = []
 
     def __len__(self) -> int:
@@ -75,6 +78,8 @@ class ChildOutbox:
             alone = max(0, alone - 1)
 
     def _written(self, batch: list[Child], result: AddResult) -> None:
+        if self._on_batch is not None:
+            self._on_batch([child.task for child in batch], result.fresh)
         self.stats.inc_value("meteorseed/children/enqueued", result.enqueued)
         self.stats.inc_value("meteorseed/children/duplicates", result.duplicates)
         # New URLs found: the yield of their seed (adaptive schedules).

@@ -41,7 +41,9 @@ class Completions:
     def __init__(self, consumer: StreamConsumer, writer: TaskWriter, gate: SiteGate,
                  config: WorkerConfig, stats: Any, *,
                  on_child_durable: Callable[[str], None],
-                 on_new_urls: Callable[[Iterable[str]], None]) -> None:
+                 on_new_urls: Callable[[Iterable[str]], None],
+                 on_written: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None
+                 ) -> None:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)
         self.writer = writer
@@ -50,7 +52,7 @@ class Completions:
         self.stats = stats
         self.needed = asyncio.Event()  # something was queued: the flush loop may go now
         self.outbox = ChildOutbox(writer, stats, on_written=on_child_durable,
-                                  on_new_urls=on_new_urls)
+                                  on_new_urls=on_new_urls, on_batch=on_written)
         self.records: list[tuple[ExecTask, str]] = []  # (task, completion record)
         self.acks: list[tuple[Ref, float]] = []  # ((stream, message id), response time or 0)
         self.dead: list[tuple[Delivery, str]] = []

@@ -18,6 +18,7 @@ from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.worker.ledger import Entry
+from meteorseed_scrapy.worker.waiting import WaitingTasks
 
 PARK_AFTER_S = 2.0  # a site that must wait longer than this gives its waiting tasks back
 QUEUE_SECONDS = 2.0  # a site keeps at most this many seconds of its quota waiting in memory
@@ -25,7 +26,7 @@ MIN_QUEUE = 4
 
 
 class Dispatcher:
-    def __init__(self, desk: PermitDesk, buffer: SiteQueues, hops: SiteQueues,
+    def __init__(self, desk: PermitDesk, buffer: WaitingTasks, hops: SiteQueues,
                  limits_for: Callable[[str], SiteLimits], breaker: Breaker, *,
                  budget: Callable[[], int],
                  on_change: Callable[[], None],

@@ -43,6 +43,9 @@ class Holder(Protocol):
 
     def lost(self, ref: Ref) -> None: ...
 
+    def read_done(self) -> None:
+        """A read of new tasks ended (whatever it got)."""
+
     def locally_quiet(self) -> bool: ...
 
     def changed(self) -> None: ...
@@ -71,6 +74,9 @@ class Intake:
         # The last reclaim took all it asked for: more may wait, and the read loop takes them
         # (as capacity comes free) before it reads new tasks.
         self.backlog = False
+        # Reads of new tasks started and ended: a read started after a task was written and
+        # ended without it says that it went to another worker.
+        self.reads_started = self.reads_done = 0
 
     # -- read --------------------------------------------------------------------------------
     async def read_once(self) -> None:
@@ -85,15 +91,24 @@ class Intake:
             return
         if self.backlog and await self.take_over(want):
             return  # a dead worker's tasks first: they have waited already
-        deliveries = await self.consumer.read(want, READ_BLOCK_MS)
-        if self.holder.stopping:
-            await self.consumer.hand_back(deliveries, idle_s=self.config.claim_idle + 3600)
-            return
-        if deliveries:
-            self.stats.inc_value("meteorseed/read", len(deliveries))
-            for lane, n in Counter(self.consumer.lane_of(d) for d in deliveries).items():
-                self.stats.inc_value(f"meteorseed/read/{lane}", n)
-            await self.accept(deliveries)
+        self.reads_started += 1
+        try:
+            deliveries = await self.consumer.read(want, READ_BLOCK_MS)
+            if self.holder.stopping:
+                await self.consumer.hand_back(deliveries, idle_s=self.config.claim_idle + 3600)
+                return
+            if deliveries:
+                self.stats.inc_value("meteorseed/read", len(deliveries))
+                for lane, n in Counter(self.consumer.lane_of(d) for d in deliveries).items():
+                    self.stats.inc_value(f"meteorseed/read/{lane}", n)
+                await self.accept(deliveries)
+        finally:
+            self.reads_done += 1
+            self.holder.read_done()
+
+    def reads(self) -> tuple[int, int]:
+        """(reads of new tasks started, ended)."""
+        return self.reads_started, self.reads_done
 
     async def accept(self, deliveries: Sequence[Delivery]) -> None:
         redelivered = [d for d in deliveries if d.task is not None and d.deliveries > 1]

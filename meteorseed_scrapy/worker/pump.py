@@ -36,6 +36,7 @@ from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.dispatcher import Dispatcher
+from meteorseed_scrapy.worker.duplicates import Duplicates
 from meteorseed_scrapy.worker.intake import READ_BLOCK_MS, Intake
 from meteorseed_scrapy.worker.keepalive import KeepAlive
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
@@ -44,6 +45,8 @@ from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, handled, judge, 
 from meteorseed_scrapy.worker.redis_watch import RedisWatch
 from meteorseed_scrapy.worker.requests import request_to_task, task_to_request
 from meteorseed_scrapy.worker.signals import task_settled
+from meteorseed_scrapy.worker.start_pacing import StartPacing
+from meteorseed_scrapy.worker.waiting import WaitingTasks
 from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes, downloading
 
 logger = logging.getLogger(__name__)
@@ -65,11 +68,12 @@ class StreamPump:
         self._on_change = on_change  # work came (or stopped coming): wake the engine
         self._ledger = TaskLedger()
         self._budget = WorkBudget(self._ledger, sizes, partial(downloading, crawler))
-        self._buffer = SiteQueues()  # entries read but not started, per site
+        # Entries read but not started, per site, by priority (realtime lane first).
+        self._buffer = WaitingTasks(lambda e: consumer.lane_of(e.deliveries[0]) == "realtime")
         self._hops = SiteQueues()  # retries/redirects of tasks we hold, per site
         self._completions = Completions(consumer, writer, gate, config, self._stats,
                                         on_child_durable=self._child_durable,
-                                        on_new_urls=on_new_urls)
+                                        on_new_urls=on_new_urls, on_written=self._written)
         self._desk: PermitDesk | None = None
         self._dispatcher: Dispatcher | None = None
         self._breaker = breaker
@@ -85,6 +89,10 @@ class StreamPump:
         self._keepalive = KeepAlive(consumer, config.redis_url, config.claim_idle)
         self._intake = Intake(consumer, gate, self._completions, config, self._stats, self,
                               sizes.read_batch, self._keepalive)
+        self._pacing = StartPacing(crawler.engine, self._intake.reads, self._full)
+        self._written_mark = -1  # reads started when new children were last written
+        self._dupes = Duplicates(crawler, spider)  # (refuses a DUPEFILTER_CLASS it cannot honour)
+        self._deduped: dict[int, Request] = {}  # id(task) -> request, until written
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
         # Runs a given-up task's errback in the scraper (ScrapeTracker.give_up); False: none.
         self._give_up: Callable[[ExecTask, str], bool] | None = None
@@ -93,6 +101,8 @@ class StreamPump:
     def start(self) -> None:
         loops = self._loops
         self._keepalive.start()
+        self._pacing.install()
+        self._dupes.open()
         loops.start(self._intake.read_once, "read")
         loops.start(self._intake.maintain_once, "reclaim")
         loops.start(self._watch.step, "eviction watch")
@@ -139,11 +149,15 @@ class StreamPump:
         except Exception as exc:  # (Redis away: the consumer stays listed)
             logger.debug("Could not leave the consumer group: %s", exc)
         self._completions.record_ack_latency()
+        self._dupes.close("finished")
 
     # -- what the scheduler asks -------------------------------------------------------------
     def has_work(self) -> bool:
-        """Requests to hand out, or children not yet written to the stream."""
-        return bool(self._hops or self._buffer or self._completions.outbox)
+        """Requests to hand out, or children on their way: not yet written to the stream, or
+        written and not yet looked for by a read of this worker (Scrapy's scheduler has a
+        request yielded by a callback at once: it must not look empty meanwhile)."""
+        return bool(self._hops or self._buffer or self._completions.outbox
+                    or self._intake.reads_done <= self._written_mark)
 
     def quiet_for(self) -> float | None:
         """Seconds since nothing was left to do here and in the namespace (None: busy; only
@@ -161,8 +175,12 @@ class StreamPump:
         desk = self._desk
         sites = list(desk.ready_sites()) if desk is not None else (
             self._hops.sites() + self._buffer.sites())
-        for site in sites:
-            request = self._hops.pop(site) or self._start_next(site)
+        # Retries and redirects of started tasks first, then the most urgent task waiting
+        # (Scrapy's scheduler too serves the highest priority first, whatever its site).
+        hops = [(site, self._hops.pop) for site in sites if self._hops.count(site)]
+        waiting = [(site, self._start_next) for site in sorted(sites, key=self._buffer.head)]
+        for site, take in [*hops, *waiting]:
+            request = take(site)
             if request is None:
                 continue
             if desk is not None:
@@ -188,6 +206,7 @@ class StreamPump:
             entry.started = True
             self._intake.room.set()
             self._stats.inc_value("meteorseed/started")
+            self._pacing.started(entry.task.task_id)
             return request
 
     def hop(self, request: Request) -> bool:
@@ -204,12 +223,16 @@ class StreamPump:
     def child(self, scrape: Scrape | None, request: Request) -> bool:
         """A request yielded by ``scrape``'s callback (None: by ``start()``) becomes a new task,
         written to the stream before its parent may be acked. False, and the parent's scrape
-        failed, when it cannot be a task (the error names the field)."""
+        failed, when it cannot be a task (the error names the field); False too when the
+        project's own ``DUPEFILTER_CLASS`` says it is a duplicate (:mod:`.duplicates`)."""
         parent = scrape.task if scrape is not None else None
         try:
             task = request_to_task(request, self._spider, parent)
+            if self._dupes.seen_here(request):
+                return False
+            dedup = self._dupes.dedup(request)
             # (encoded now, dedup key too, where the error can name the request)
-            self._completions.child(task, scrape, not request.dont_filter)
+            self._completions.child(task, scrape, dedup)
         except TaskError as exc:
             if scrape is None and isinstance(exc, FingerprintError):
                 raise  # as Scrapy's scheduler: the engine stops reading start()
@@ -220,6 +243,10 @@ class StreamPump:
             return False
         if parent is not None:
             self._ledger.child_added(parent.task_id)
+        else:
+            self._pacing.enqueued(request, task)
+        if dedup:  # (a duplicate is reported with its request once written)
+            self._deduped[id(task)] = request
         return True
 
     def scrape_started(self, request: Request) -> Scrape | None:
@@ -277,8 +304,9 @@ class StreamPump:
     def book(self, delivery: Delivery, urgent: bool) -> None:
         entry = self._ledger.add(delivery)
         if entry is not None:  # (else a duplicate delivery, absorbed by the task's entry)
-            self._buffer.append(entry.task.site_id, entry, urgent=urgent)
+            self._buffer.append(entry.task.site_id, entry)  # (urgent: its lane says)
             self._want_permits()
+            self._pacing.booked(entry.task.task_id)
 
     def held_refs(self) -> list[Ref]:
         return self._ledger.refs() + self._completions.refs_in_hand()
@@ -291,6 +319,24 @@ class StreamPump:
 
     def changed(self) -> None:
         self._on_change()
+
+    def read_done(self) -> None:
+        self._pacing.progress.set()
+
+    # -- children ----------------------------------------------------------------------------
+    def _written(self, tasks: list[ExecTask], fresh: tuple[bool, ...]) -> None:
+        """``tasks`` were written (``fresh``: each was new, else a duplicate, not written)."""
+        if any(fresh):
+            self._written_mark = self._intake.reads_started
+        for task, new in zip(tasks, fresh, strict=True):
+            request = self._deduped.pop(id(task), None)
+            if request is not None and not new:
+                self._dupes.dropped(request)
+        self._pacing.written(tasks, fresh)
+
+    def _full(self) -> bool:
+        """This worker holds all the tasks it may (it reads no more until one ends)."""
+        return self._budget.want() <= len(self._buffer)
 
     # -- settling ----------------------------------------------------------------------------
     def _finish(self, entry: Entry, verdict: Verdict) -> None:
@@ -328,6 +374,7 @@ class StreamPump:
             return
         self._ledger.pop(entry.task.task_id)
         self._completions.parked(entry, delay_s, why)
+        self._pacing.started(entry.task.task_id)  # (it will not start soon: no need to wait)
 
     def _trouble(self, entry: Entry, delay_s: float, why: DeferReason) -> tuple[str, float]:
         return trouble_wait(self._breaker, self._stats, entry.task.site_id, delay_s, why)
