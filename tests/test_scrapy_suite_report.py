@@ -1,0 +1,71 @@
+"""scrapy_suite's comparison of the two runs: what fails `make test-scrapy-suite` and what not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from scrapy_suite.report import compare, render
+from scrapy_suite.results import Difference, Outcome, Run, load_differences
+
+
+def _run(name: str, **outcomes: str) -> Run:
+    run = Run(name)
+    for nodeid, outcome in outcomes.items():
+        run.outcomes[nodeid] = Outcome(nodeid, outcome, message=f"{nodeid} {outcome}")
+    return run
+
+
+def test_only_an_unlisted_regression_fails_the_run() -> None:
+    stock = _run("stock", a="passed", b="passed", c="passed", d="failed", e="skipped")
+    addon = _run("addon", a="failed", b="failed", c="passed", d="failed", e="skipped")
+    listed = {"b": Difference("b", "bug", "keyless items"), "c": Difference("c", "design", "x")}
+    result = compare(stock, addon, listed)
+    assert [outcome.nodeid for outcome in result.unexpected] == ["a"]
+    assert [outcome.nodeid for outcome, _ in result.known] == ["b"]
+    assert [difference.nodeid for difference in result.now_pass] == ["c"]
+    assert [outcome.nodeid for outcome in result.stock_failures] == ["d"]
+    text = render("2.19.0", ["a"], stock, addon, result)
+    assert "Not in differences.txt: 1" in text
+    assert "Now passes, remove from differences.txt: 1" in text
+
+
+def test_a_test_the_run_never_reached_counts_as_failed() -> None:
+    stock = _run("stock", a="passed")
+    result = compare(stock, _run("addon", a="not run"), {})
+    assert [outcome.nodeid for outcome in result.unexpected] == ["a"]
+
+
+def test_a_run_resumed_after_a_hang_is_read_as_one(tmp_path: Path) -> None:
+    record = tmp_path / "addon.1.jsonl"
+    lines = [{"collected": ["t::a", "t::b", "t::c"]},
+             {"nodeid": "t::a", "outcome": "passed"},
+             {"nodeid": "t::b", "outcome": "failed", "timeout": True, "message": "Timeout"},
+             {"collected": ["t::c"]},
+             {"nodeid": "t::c", "outcome": "skipped"}]
+    record.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    run = Run.load("addon", [record])
+    assert {nodeid: o.outcome for nodeid, o in run.outcomes.items()} == {
+        "t::a": "passed", "t::b": "failed", "t::c": "skipped"}
+    assert run.outcomes["t::b"].timeout and run.not_run() == []
+    assert run.counts("t") == {"passed": 1, "failed": 1, "skipped": 1, "not run": 0}
+
+
+@pytest.mark.parametrize("line", [
+    "tests/x.py::test_a | bug",  # no reason
+    "tests/x.py::test_a | maybe | a reason",  # neither design nor bug
+    "tests/x.py::test_a | bug | ",  # an empty reason
+])
+def test_a_malformed_differences_line_is_refused_with_its_line_number(
+        tmp_path: Path, line: str) -> None:
+    path = tmp_path / "differences.txt"
+    path.write_text(f"# comment\n\n{line}\n")
+    with pytest.raises(ValueError, match=r"differences.txt:3: expected"):
+        load_differences(path)
+
+
+def test_the_repository_list_is_well_formed() -> None:
+    listed = load_differences(Path(__file__).parent.parent / "scrapy_suite" / "differences.txt")
+    assert listed and all(d.nodeid.startswith("tests/test_") for d in listed.values())
