@@ -172,9 +172,7 @@ class StreamScheduler:
         if not self._worker:
             return
         for task in self._chores:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await _cancelled(task)
         if self.pump is not None:
             await self.pump.stop()
         if self._yields is not None:
@@ -233,6 +231,17 @@ class StreamScheduler:
 async def _maybe(result: Deferred[None] | None) -> None:
     if result is not None:  # Scrapy's scheduler returns its dupefilter's open/close result
         await maybe_deferred_to_future(result)
+
+
+async def _cancelled(task: asyncio.Future[None]) -> None:
+    """Cancel ``task`` and wait for its end: again while it runs on, since a cancellation that
+    lands inside a redis-py command can be swallowed there (the chore then went back to its
+    sleep and the close waited for ever)."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=1.0)
+    with contextlib.suppress(asyncio.CancelledError):
+        task.result()
 
 
 __all__ = ["StreamScheduler"]
