@@ -185,7 +185,8 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
 def test_a_redelivered_task_upserts_the_same_keyless_documents(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
         site: KindsSite) -> None:
-    """Its callback yields three keyless items then fails: delivered three times, each
+    """Its callback yields three keyless items then fails with an error that may pass (a bug
+    in the spider is dead-lettered at once instead): delivered three times, each
     delivery upserts the same three documents (keyed by position), never more."""
     url = f"{site.url}/item/2-2"
     worker = as_worker(tmp_path, "kinds_flaky", {"start_url": url}, redis_url, namespace,
