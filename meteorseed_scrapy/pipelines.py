@@ -118,8 +118,9 @@ class UpsertPipeline:
         # task failed (not acked); no need to call Scrape.fail as well.
         if not is_item(item):
             # As stock Scrapy: a callback's str or object() is "scraped" (a feed exporter logs
-            # an error for it and goes on); there is nothing to store and no task to fail.
-            logger.error("Not an item, not stored: %s yielded %r", _origin(), item)
+            # an error for it and goes on); there is nothing to store and no task to fail. A
+            # warning, not an error: Scrapy itself logs nothing for it without a feed.
+            logger.warning("Not an item, not stored: %s yielded %r", _origin(), item)
             if self.stats is not None:
                 self.stats.inc_value("meteorseed/items/not_an_item")
             return item
