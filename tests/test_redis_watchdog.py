@@ -47,6 +47,7 @@ class FakeRedis:
 class FakeEngine:
     def __init__(self) -> None:
         self.closed: list[str] = []
+        self.spider = object()
 
     async def close_spider_async(self, reason: str) -> None:
         self.closed.append(reason)

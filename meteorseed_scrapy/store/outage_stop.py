@@ -31,17 +31,20 @@ REASON = "meteorseed_store_unavailable"
 
 class CrawlStop:
     """Stops the crawl once, for good: ``stop(message)`` logs ``message`` as an error, sets the
-    stat ``stat`` to 1 and closes the spider with ``reason``; ``scrapy crawl`` exits 1."""
+    stat ``stat`` to 1 and closes the spider with ``reason``; ``scrapy crawl`` exits 1, or
+    ``exit_code`` when one is given (the process exits with it once the engine stopped)."""
 
     def __init__(self, crawler: Crawler, reason: str, stat: str,
-                 log: logging.Logger = logger) -> None:
+                 log: logging.Logger = logger, exit_code: int | None = None) -> None:
         self.crawler = crawler
         self.reason = reason
         self.stat = stat
         self._log = log
+        self._exit_code = exit_code
         self.stopped = False
         self._closing: asyncio.Future[None] | None = None
-        crawler.signals.connect(self._engine_stopped, signals.engine_stopped)
+        # weak=False: the owner (a watchdog whose loop has ended) may be gone by then.
+        crawler.signals.connect(self._engine_stopped, signals.engine_stopped, weak=False)
 
     def stop(self, message: str) -> None:
         if self.stopped:
@@ -58,10 +61,16 @@ class CrawlStop:
             self._closing = asyncio.ensure_future(engine.close_spider_async(reason=self.reason))
 
     def _engine_stopped(self) -> None:
-        if self.stopped:
+        if self.stopped and self._exit_code is not None:
+            asyncio.get_running_loop().call_soon(_exit, self._exit_code)
+        elif self.stopped:
             # Scrapy's crawl command exits 1 only for a crawl that did not start, which it
             # tells by the crawler having no spider: the one way to make this stop non-zero.
             self.crawler.spider = None
+
+
+def _exit(code: int) -> None:
+    raise SystemExit(code)
 
 
 class OutageStop:

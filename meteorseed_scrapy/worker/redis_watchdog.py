@@ -17,10 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from scrapy import signals
-
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.scrapy_redis_settings import redact
+from meteorseed_scrapy.store.outage_stop import CrawlStop
 from meteorseed_scrapy.validators import format_duration
 from meteorseed_scrapy.worker.loops import REDIS_DOWN
 
@@ -58,9 +57,9 @@ class RedisWatchdog:
         self.idle_close = idle_close
         self.bound = give_up_after(idle_close)
         self.clock = clock
-        self.gave_up = False
-        self._closing: asyncio.Future[Any] | None = None
-        crawler.signals.connect(self._engine_stopped, signals.engine_stopped)
+        # (not awaited: closing the spider cancels this watchdog, a chore of the scheduler)
+        self._stop = CrawlStop(crawler, REASON, "meteorseed/redis/gave_up", logger,
+                               exit_code=EXIT_ERROR)
 
     async def run(self) -> None:
         reminded = self.clock()
@@ -85,29 +84,14 @@ class RedisWatchdog:
             await asyncio.sleep(PING_EVERY_S)
 
     def _give_up(self, waited: float, exc: BaseException) -> None:
-        self.gave_up = True
-        logger.error(
-            "Redis at %s unreachable for %s (%s): a batch worker (METEORSEED_IDLE_CLOSE = %s) "
-            "waits at most %s for it, closing; %s", self.url, format_duration(waited), exc,
-            format_duration(self.idle_close), format_duration(self.bound), HOW_TO_START)
-        self.crawler.stats.set_value("meteorseed/redis/gave_up", 1)
-        # Not awaited here: closing the spider cancels this task (a chore of the scheduler).
-        self._closing = asyncio.ensure_future(self._close())
+        self._stop.stop(
+            f"Redis at {self.url} unreachable for {format_duration(waited)} ({exc}): a batch "
+            f"worker (METEORSEED_IDLE_CLOSE = {format_duration(self.idle_close)}) waits at most "
+            f"{format_duration(self.bound)} for it, closing; {HOW_TO_START}")
 
-    async def _close(self) -> None:
-        engine = self.crawler.engine
-        close = getattr(engine, "close_spider_async", None)
-        if close is not None:
-            await close(reason=REASON)
-        else:  # Scrapy before 2.14's async engine API
-            from scrapy.utils.defer import maybe_deferred_to_future
-
-            await maybe_deferred_to_future(engine.close_spider(engine.spider, REASON))
-
-    def _engine_stopped(self) -> None:
-        if self.gave_up:  # once the crawl has ended: the process exits non-zero
-            asyncio.get_running_loop().call_soon(_exit)
+    @property
+    def gave_up(self) -> bool:
+        return self._stop.stopped
 
 
-def _exit() -> None:
-    raise SystemExit(EXIT_ERROR)
+__all__ = ["REASON", "RedisWatchdog", "give_up_after"]
