@@ -105,3 +105,19 @@ def stored_docs(store: Path) -> dict[str, dict[str, Any]]:
         except sqlite3.OperationalError:  # the worker has not created the table yet
             return {}
         return {row[0]: json.loads(row[1]) for row in rows}
+
+
+def foreign_tracebacks_removed(log: str) -> str:
+    """The log without the records of libraries that log a traceback and go on.
+
+    tldextract (Scrapy's cookie middleware) logs one when it cannot fetch the
+    public suffix list on an offline machine, then falls back to its snapshot,
+    as it does under stock Scrapy.
+    """
+    records: list[str] = []
+    for line in log.splitlines(keepends=True):
+        if records and not line[:4].isdigit():
+            records[-1] += line
+        else:
+            records.append(line)
+    return "".join(r for r in records if "[tldextract] " not in r.partition("\n")[0])

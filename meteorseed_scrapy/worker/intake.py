@@ -89,8 +89,13 @@ class Intake:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.room.wait(), 0.5 if want <= 0 else 0.05)
             return
-        if self.backlog and await self.take_over(want):
-            return  # a dead worker's tasks first: they have waited already
+        if self.backlog or time.monotonic() >= self._next_reclaim:
+            # A dead worker's tasks before new ones: they have waited already. (Checked here
+            # too, not only on the maintain tick: new tasks would otherwise take every slot
+            # that comes free, and a dead worker's tasks would wait for the backlog's end.)
+            if await self.take_over(want):
+                return
+            self._next_reclaim = time.monotonic() + self._tick()
         self.reads_started += 1
         try:
             deliveries = await self.consumer.read(want, READ_BLOCK_MS)
@@ -172,10 +177,12 @@ class Intake:
         return len(reclaimed)
 
     # -- maintain ----------------------------------------------------------------------------
-    async def maintain_once(self) -> None:
-        claim_idle = self.config.claim_idle
+    def _tick(self) -> float:
         # Half a second at most: a dead worker's tasks move on within CLAIM_IDLE + 0.5 s.
-        tick = max(0.05, min(0.5, claim_idle / 4))
+        return max(0.05, min(0.5, self.config.claim_idle / 4))
+
+    async def maintain_once(self) -> None:
+        tick = self._tick()
         now = time.monotonic()
         held = self.holder.held_refs()
         self.keepalive.hand(held)
