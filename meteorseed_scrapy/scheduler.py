@@ -44,6 +44,7 @@ from meteorseed_scrapy.queue.lanes import LaneWeights
 from meteorseed_scrapy.queue.retention import DeadLetterRetention, housekeeping
 from meteorseed_scrapy.queue.shards import check_shard_count
 from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.scrapy_internals import ScraperPatch, wake_engine
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.yields import YieldReporter
@@ -110,7 +111,7 @@ class StreamScheduler:
             log_local_crawl(reason)
             return
         self._worker = True
-        scrapes = ScrapeTracker(self.crawler)  # (refuses a Scrapy it cannot work with)
+        patch = ScraperPatch(self.crawler)  # (refuses a Scrapy it cannot work with)
         self.redis = async_client(
             self.config.redis_url, decode_responses=True, socket_timeout=10,
             socket_connect_timeout=5, health_check_interval=15,
@@ -140,8 +141,8 @@ class StreamScheduler:
             gate=gate, breaker=breaker, limits_for=self.limits_for, sizes=self.sizes,
             politeness=self.politeness, on_change=self._wake, on_new_urls=new_urls.update,
         )
-        self._scrapes = scrapes
-        scrapes.install(self.pump)
+        self._scrapes = ScrapeTracker(self.crawler, self.pump, patch)
+        self._scrapes.install()
         self.crawler.signals.connect(self._on_idle, signals.spider_idle)
         self.crawler.signals.connect(self._on_opened, signals.spider_opened)
         logger.info(
@@ -213,10 +214,7 @@ class StreamScheduler:
         return self.pump.child(scrape, request)
 
     def _wake(self) -> None:
-        engine = self.crawler.engine
-        slot = getattr(engine, "_slot", None)
-        if slot is not None and getattr(engine.scraper, "slot", None) is not None:
-            slot.nextcall.schedule()
+        wake_engine(self.crawler.engine)
 
     def _on_idle(self, spider: Spider) -> None:
         idle_close = self.config.idle_close

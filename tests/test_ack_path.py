@@ -32,6 +32,8 @@ class _Stats:
         self.values[key] = value
 
 
+DONE = Verdict(Outcome.DONE, status=200)
+
 async def _rig(redis_url: str, namespace: str, n: int
                ) -> tuple[Any, StreamConsumer, Completions, list[Entry]]:
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
@@ -50,7 +52,7 @@ async def _rig(redis_url: str, namespace: str, n: int
     for d in got:
         assert d.task is not None
         entry = Entry(d.task, [d], started=True, response_at=1.0)
-        entry.verdict = Verdict(Outcome.DONE, status=200)
+        entry.verdict = DONE
         entries.append(entry)
     return client, consumer, comp, entries
 
@@ -60,7 +62,7 @@ def test_a_settled_task_is_acked_without_the_flush_loop(redis_url: str,
     async def body() -> None:
         client, _, comp, entries = await _rig(redis_url, namespace, 1)
         try:
-            comp.settled(entries[0])
+            comp.settled(entries[0], DONE)
             # No flush loop runs here: the pipeline left from settled() itself.
             await wait_until(lambda: not comp.busy(), 10)
             assert not comp.needed.is_set()  # nothing left that needed the loop
@@ -88,7 +90,7 @@ def test_tasks_settling_in_the_same_turn_go_in_one_pipeline(redis_url: str,
         consumer.complete = counted  # type: ignore[method-assign]
         try:
             for entry in entries:
-                comp.settled(entry)
+                comp.settled(entry, DONE)
             assert not comp.needed.is_set()  # (the flush loop is not needed for them)
             await wait_until(lambda: not comp.busy(), 10)
             assert sent == [5]
@@ -114,10 +116,10 @@ def test_with_pipelines_on_the_wire_acks_gather_for_the_flush_loop(
 
         consumer.complete = held  # type: ignore[method-assign]
         try:
-            comp.settled(entries[0])
+            comp.settled(entries[0], DONE)
             await wait_until(lambda: not comp.acks, 10)  # its pipeline took it: on the wire
             for entry in entries[1:]:
-                comp.settled(entry)
+                comp.settled(entry, DONE)
             # One pipeline on the wire, the most allowed: the other four wait, together,
             # for the flush loop.
             assert len(comp.acks) == 4 and comp.needed.is_set()
@@ -138,12 +140,12 @@ def test_a_pipeline_cancelled_before_it_started_leaves_nothing_stuck(redis_url: 
     async def body() -> None:
         client, _, comp, entries = await _rig(redis_url, namespace, 2)
         try:
-            comp.settled(entries[0])
+            comp.settled(entries[0], DONE)
             [starting] = comp._completing
             starting.cancel()  # (before its first step: its records are still queued)
             await asyncio.wait([starting])
             await wait_until(lambda: not comp._completing, 10)  # (its callbacks ran)
-            comp.settled(entries[1])  # a new pipeline takes both
+            comp.settled(entries[1], DONE)  # a new pipeline takes both
             await wait_until(lambda: not comp.busy(), 10)
             assert await client.xlen(KeyLayout(namespace).stream) == 0
             assert comp.stats.values["meteorseed/acked"] == 2

@@ -1,15 +1,21 @@
-"""TaskLedger: when a task is settled (and may be acked), and what its completion record says."""
+"""TaskLedger: what it counts, when a task it holds is settled (with :func:`.fate.settled_now`,
+as the pump asks), and what its completion record says."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import pytest
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import Response
+from twisted.python.failure import Failure
 
 from meteorseed_scrapy.queue.delivery import Delivery
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.worker.fate import WhatHappened, settled_now
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
 from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
@@ -63,12 +69,29 @@ def test_distinct_tasks_get_distinct_entries() -> None:
     assert sorted(ledger.refs()) == [(STREAM, "1-0"), (STREAM, "2-0")]
 
 
+OK = Response("https://example.com/a", status=200)
+
+
+def finish(ledger: TaskLedger, task: ExecTask, result: Response | Failure = OK,
+           **facts: object) -> Entry | None:
+    """Record the final hop as the pump does; the entry, or None when not recorded."""
+    return ledger.finish_scrape(task.task_id, WhatHappened(task, result, **facts))  # type: ignore[arg-type]
+
+
+def due(entry: Entry) -> Verdict | None:
+    """The pump's question: is ``entry`` settled now (its scrape's errors as they stand)?"""
+    happened, scrape = entry.happened, entry.scrape
+    if happened is not None and scrape is not None:
+        happened = replace(happened, errors=tuple(scrape.errors), lasting=scrape.lasting)
+    return settled_now(happened, entry.children_pending)
+
+
 def test_done_without_children_settles_at_once() -> None:
     ledger = TaskLedger()
     task = make_task()
     entry = booked(ledger, task)
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is entry
-    assert entry.outcome is Outcome.DONE
+    assert finish(ledger, task) is entry
+    assert due(entry) == Verdict(Outcome.DONE, status=200)
 
 
 def test_done_waits_for_children_to_be_durable() -> None:
@@ -77,10 +100,13 @@ def test_done_waits_for_children_to_be_durable() -> None:
     entry = booked(ledger, task)
     ledger.child_added(task.task_id)
     ledger.child_added(task.task_id)
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is None
-    assert entry.outcome is Outcome.DONE
-    assert ledger.child_durable(task.task_id) is None
+    assert finish(ledger, task) is entry
+    assert due(entry) is None
     assert ledger.child_durable(task.task_id) is entry
+    assert due(entry) is None
+    assert ledger.child_durable(task.task_id) is entry
+    assert due(entry) == Verdict(Outcome.DONE, status=200)
+    assert entry.children == 2 and entry.children_pending == 0
 
 
 def test_children_durable_before_scrape_finishes() -> None:
@@ -88,30 +114,28 @@ def test_children_durable_before_scrape_finishes() -> None:
     task = make_task()
     entry = booked(ledger, task)
     ledger.child_added(task.task_id)
-    assert ledger.child_durable(task.task_id) is None  # the scrape has not finished yet
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is entry
-
-
-@pytest.mark.parametrize("outcome", [Outcome.GONE, Outcome.IGNORED, Outcome.DEAD])
-def test_terminal_outcomes_also_wait_for_children(outcome: Outcome) -> None:
-    ledger = TaskLedger()
-    task = make_task()
-    entry = booked(ledger, task)
-    ledger.child_added(task.task_id)
-    assert ledger.finish_scrape(task.task_id, Verdict(outcome, "why")) is None
     assert ledger.child_durable(task.task_id) is entry
-    assert entry.reason == "why"
+    assert due(entry) is None  # the scrape has not finished yet
+    finish(ledger, task)
+    assert due(entry) is not None
 
 
-def test_failed_settles_at_once_even_with_children_pending() -> None:
+@pytest.mark.parametrize(("result", "outcome"), [
+    (Response("https://example.com/a", status=404), Outcome.GONE),
+    (Failure(IgnoreRequest("no")), Outcome.IGNORED),
+    (Response("https://example.com/a", status=500), Outcome.DEAD),
+])
+def test_terminal_outcomes_also_wait_for_children(result: Response | Failure,
+                                                  outcome: Outcome) -> None:
     ledger = TaskLedger()
     task = make_task()
     entry = booked(ledger, task)
     ledger.child_added(task.task_id)
-    ledger.child_added(task.task_id)
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.FAILED, "callback raised")) is entry
-    assert entry.outcome is Outcome.FAILED
-    assert entry.reason == "callback raised"
+    finish(ledger, task, result)
+    assert due(entry) is None
+    ledger.child_durable(task.task_id)
+    verdict = due(entry)
+    assert verdict is not None and verdict.outcome is outcome
 
 
 def scraped() -> tuple[TaskLedger, ExecTask, Entry, Scrape]:
@@ -122,15 +146,24 @@ def scraped() -> tuple[TaskLedger, ExecTask, Entry, Scrape]:
     return ledger, task, entry, entry.scrape
 
 
+def test_failed_settles_at_once_even_with_children_pending() -> None:
+    ledger, task, entry, scrape = scraped()
+    ledger.child_added(task.task_id)
+    ledger.child_added(task.task_id)
+    scrape.fail("callback raised", transient=True)
+    finish(ledger, task)
+    assert due(entry) == Verdict(Outcome.FAILED, "callback raised", status=200)
+
+
 def test_scrape_errors_that_may_pass_turn_done_into_failed_at_once() -> None:
     ledger, task, entry, scrape = scraped()
     scrape.fail("store down", transient=True)
     scrape.fail("redis timeout", transient=True)
     ledger.child_added(task.task_id)
-    settled = ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE))
-    assert settled is entry  # FAILED: settled even though a child is pending
-    assert entry.outcome is Outcome.FAILED
-    assert entry.reason == "store down; redis timeout"
+    finish(ledger, task)
+    verdict = due(entry)  # FAILED: settled even though a child is pending
+    assert verdict is not None and verdict.outcome is Outcome.FAILED
+    assert verdict.reason == "store down; redis timeout"
 
 
 def test_a_lasting_error_makes_the_task_dead_once_its_children_are_durable() -> None:
@@ -138,48 +171,48 @@ def test_a_lasting_error_makes_the_task_dead_once_its_children_are_durable() -> 
     scrape.fail("store down", transient=True)
     scrape.fail("callback error: ValueError: bug")  # a redelivery would meet it again
     ledger.child_added(task.task_id)
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is None
-    assert ledger.child_durable(task.task_id) is entry
-    assert entry.outcome is Outcome.DEAD
-    assert entry.reason == "store down; callback error: ValueError: bug"
+    finish(ledger, task)
+    assert due(entry) is None
+    ledger.child_durable(task.task_id)
+    verdict = due(entry)
+    assert verdict is not None and verdict.outcome is Outcome.DEAD
+    assert verdict.reason == "store down; callback error: ValueError: bug"
 
 
 def test_a_child_refused_after_its_parent_finished_fails_the_parent() -> None:
     ledger, task, entry, scrape = scraped()
     ledger.child_added(task.task_id)
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE, status=200)) is None
+    finish(ledger, task)
+    assert due(entry) is None
     scrape.fail("yielded request https://example.com/b: ValueError: poison")
-    assert ledger.child_durable(task.task_id) is entry
-    assert entry.verdict == Verdict(Outcome.DEAD, "yielded request https://example.com/b: "
-                                    "ValueError: poison", status=200)
+    ledger.child_durable(task.task_id)
+    assert due(entry) == Verdict(Outcome.DEAD, "yielded request https://example.com/b: "
+                                 "ValueError: poison", status=200)
 
 
 def test_scrape_errors_do_not_hide_a_dead_outcome() -> None:
     ledger, task, entry, scrape = scraped()
     scrape.fail("store down", transient=True)
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DEAD, "HTTP 500 x5")) is entry
-    assert entry.outcome is Outcome.DEAD
-    assert entry.reason == "HTTP 500 x5; store down"
+    finish(ledger, task, Response("https://example.com/a", status=500), retry_times=5)
+    assert due(entry) == Verdict(Outcome.DEAD, "HTTP 500 after 5 retries; store down",
+                                 status=500)
 
 
 def test_scrape_without_errors_stays_done() -> None:
-    ledger = TaskLedger()
-    task = make_task()
-    entry = booked(ledger, task)
-    entry.scrape = Scrape(task)
-    entry.scrape.record_commit("news:1", "{}")
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is entry
-    assert entry.outcome is Outcome.DONE
+    ledger, task, entry, scrape = scraped()
+    scrape.record_commit("news:1", "{}")
+    finish(ledger, task)
+    assert due(entry) == Verdict(Outcome.DONE, status=200)
 
 
 def test_finish_scrape_twice_or_unknown_returns_none() -> None:
     ledger = TaskLedger()
     task = make_task()
     entry = booked(ledger, task)
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE)) is entry
-    assert ledger.finish_scrape(task.task_id, Verdict(Outcome.FAILED, "late")) is None
-    assert entry.outcome is Outcome.DONE  # the first outcome stands
-    assert ledger.finish_scrape("no-such-task", Verdict(Outcome.DONE)) is None
+    assert finish(ledger, task) is entry
+    assert finish(ledger, task, Failure(ValueError("late"))) is None
+    assert due(entry) == Verdict(Outcome.DONE, status=200)  # the first hop's facts stand
+    assert ledger.finish_scrape("no-such-task", WhatHappened(task)) is None
     assert ledger.child_durable("no-such-task") is None
     ledger.child_added("no-such-task")  # ignored, no error
 
@@ -234,7 +267,7 @@ def test_record_fields_with_scrape() -> None:
     scrape.record_commit("news:a", '{"title":"A"}')
     scrape.record_commit("news:b", '{"title":"B"}')
     entry.scrape = scrape
-    ledger.finish_scrape(task.task_id, Verdict(Outcome.DONE, status=200))
+    entry.verdict = Verdict(Outcome.DONE, status=200)
     before = time.time()
     record = json.loads(entry.record())
     assert set(record) == {"outcome", "items", "digest", "status", "at"}
@@ -260,7 +293,7 @@ def test_record_without_scrape() -> None:
     ledger = TaskLedger()
     task = make_task()
     entry = booked(ledger, task)
-    ledger.finish_scrape(task.task_id, Verdict(Outcome.GONE, "HTTP 404", status=404))
+    entry.verdict = Verdict(Outcome.GONE, "HTTP 404", status=404)
     record = json.loads(entry.record())
     assert record["outcome"] == "gone"
     assert record["items"] == 0

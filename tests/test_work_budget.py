@@ -10,8 +10,8 @@ from scrapy.settings import Settings
 from meteorseed_scrapy.queue.delivery import Delivery
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.validators import ConfigError
+from meteorseed_scrapy.worker.fate import WhatHappened
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes
 
 
@@ -73,7 +73,7 @@ def test_settling_counts_scrapes_whose_verdict_is_not_in() -> None:
     assert work.settling() == 0 and work.may_dispatch()
     a.response_at = b.response_at = 1.0
     assert work.settling() == 2 and not work.may_dispatch()
-    ledger.finish_scrape(a.task.task_id, Verdict(Outcome.DONE))
+    ledger.finish_scrape(a.task.task_id, WhatHappened(a.task))
     assert work.settling() == 1 and work.may_dispatch()
 
 
@@ -88,7 +88,7 @@ def test_downloads_in_flight_count_against_max_settling() -> None:
     assert work.settling() == 1 and work.may_dispatch()
     downloads.active = 2
     assert not work.may_dispatch()
-    ledger.finish_scrape(a.task.task_id, Verdict(Outcome.DONE))
+    ledger.finish_scrape(a.task.task_id, WhatHappened(a.task))
     assert work.may_dispatch()
 
 

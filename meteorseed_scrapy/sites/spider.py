@@ -24,6 +24,7 @@ from scrapy.http import Response
 from twisted.internet import task, threads
 
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.scrapy_internals import attach_crawler
 from meteorseed_scrapy.settings import duration_setting, flag_setting, redis_url_from, text_setting
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, find, select_values
@@ -101,7 +102,7 @@ class RuleSpider(scrapy.Spider):
         interval = duration_setting(settings, "METEORSEED_SITES_RELOAD_INTERVAL")
         spider = cls(*args, registry=SiteRegistry(directory, remote=remote).load(),
                      reload_interval=interval, **kwargs)
-        spider._set_crawler(crawler)
+        attach_crawler(spider, crawler)
         crawler.signals.connect(spider._start_reloading, signals.spider_opened)
         crawler.signals.connect(spider._stop_reloading, signals.spider_closed)
         where = " and ".join(p for p in (directory, remote.keys.sites if remote else None) if p)

@@ -28,6 +28,7 @@ from typing import Any
 
 from scrapy import Request
 
+from meteorseed_scrapy.scrapy_internals import opened_by_hand
 from meteorseed_scrapy.task.context import Scrape, task_of
 
 logger = logging.getLogger(__name__)
@@ -51,9 +52,7 @@ def driven_by_shell(crawler: Any) -> bool:
     """Whether Scrapy's shell opened this crawler's spider: it opens it by hand, with
     ``close_if_idle=False``, on a crawler whose ``crawl()`` never ran. Known once the engine
     opens its spider (the scheduler's ``open``), not before."""
-    slot = getattr(getattr(crawler, "engine", None), "_slot", None)
-    return getattr(crawler, "crawling", True) is False \
-        and getattr(slot, "close_if_idle", True) is False
+    return opened_by_hand(crawler)
 
 
 def local_crawl(crawler: Any) -> str | None:

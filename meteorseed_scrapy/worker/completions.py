@@ -27,7 +27,7 @@ from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.worker.children import ChildOutbox
 from meteorseed_scrapy.worker.ledger import Entry
-from meteorseed_scrapy.worker.outcomes import Outcome
+from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -89,17 +89,17 @@ class Completions:
         self.acks.extend((d.ref, 0.0) for d in dups)
         self.needed.set()
 
-    def settled(self, entry: Entry) -> None:
-        """Queue what a settled task needs: an ack, a dead letter, a deferral or a failure note."""
-        verdict = entry.verdict
-        outcome = verdict.outcome if verdict is not None else None
-        self.stats.inc_value(f"meteorseed/outcome/{outcome.value if outcome else 'none'}")
+    def settled(self, entry: Entry, verdict: Verdict) -> None:
+        """Queue what ``verdict`` on a settled task needs: an ack, a dead letter, a deferral or a
+        failure note."""
+        outcome = verdict.outcome
+        self.stats.inc_value(f"meteorseed/outcome/{outcome.value}")
         task = entry.task
-        if verdict is None or outcome is Outcome.FAILED:
+        if outcome is Outcome.FAILED:
             # Left pending: no keep-alive from now on, so it is reclaimed after CLAIM_IDLE.
-            self.failures.append((task, entry.reason))
+            self.failures.append((task, verdict.reason))
             logger.warning("Task %s (%s) failed and will be redelivered: %s",
-                           task.task_id, task.url, entry.reason,
+                           task.task_id, task.url, verdict.reason,
                            extra={"task_id": task.task_id, "seed_id": task.seed_id})
         elif outcome is Outcome.DEFERRED:
             first, *dups = entry.deliveries
@@ -109,7 +109,7 @@ class Completions:
             self.acks.extend((d.ref, 0.0) for d in dups)
         elif outcome is Outcome.DEAD:
             first, *dups = entry.deliveries
-            self.dead.append((first, entry.reason))
+            self.dead.append((first, verdict.reason))
             self.acks.extend((d.ref, 0.0) for d in dups)
         else:
             self.records.append((task, entry.record()))

@@ -1,4 +1,5 @@
-"""Which task is still waiting for what, and when it may be acked.
+"""The book of a worker's tasks: their deliveries, what happened to each, its children still
+on their way to the stream. It only counts; :mod:`.fate` decides when a task is settled.
 
 A task may be acked only when (a) its request's final hop was processed, (b) every item it
 produced was committed by the store stage, and (c) every request its callback yielded is durable
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, after_scrape
+from meteorseed_scrapy.worker.fate import WhatHappened
+from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
 
 @dataclass(eq=False)
@@ -26,7 +28,8 @@ class Entry:
     started: bool = False  # handed to the engine
     scrape: Scrape | None = None
     response_at: float = 0.0  # when the final hop's response reached the scraper
-    verdict: Verdict | None = None  # set once the final hop was processed
+    happened: WhatHappened | None = None  # set once the final hop was processed
+    verdict: Verdict | None = None  # set when it settles (:func:`.fate.fate`)
     children_pending: int = 0
     children: int = 0  # requests its final hop's callback (or errback) yielded
 
@@ -90,13 +93,14 @@ class TaskLedger:
         self._entries[delivery.task.task_id] = entry
         return entry
 
-    def finish_scrape(self, task_id: str, verdict: Verdict) -> Entry | None:
-        """The final hop was processed; returns the entry if it is now settled."""
+    def finish_scrape(self, task_id: str, happened: WhatHappened) -> Entry | None:
+        """The final hop was processed: its facts are recorded, once. Returns the entry (None:
+        not held, or already finished)."""
         entry = self._entries.get(task_id)
-        if entry is None or entry.verdict is not None:
+        if entry is None or entry.happened is not None:
             return None
-        entry.verdict = verdict
-        return self._settled(entry)
+        entry.happened = happened
+        return entry
 
     def child_added(self, task_id: str) -> None:
         entry = self._entries.get(task_id)
@@ -106,20 +110,8 @@ class TaskLedger:
 
     def child_durable(self, task_id: str) -> Entry | None:
         entry = self._entries.get(task_id)
-        if entry is None:
-            return None
-        entry.children_pending -= 1
-        return self._settled(entry)
-
-    def _settled(self, entry: Entry) -> Entry | None:
-        if entry.verdict is None:
-            return None
-        # (the scrape's errors as they stand now: a child refused by the writer fails it late)
-        verdict = after_scrape(entry.verdict, entry.scrape)
-        # A failed task is settled at once: it will not be acked, so its children need not wait.
-        if entry.children_pending > 0 and verdict.outcome is not Outcome.FAILED:
-            return None
-        entry.verdict = verdict
+        if entry is not None:
+            entry.children_pending -= 1
         return entry
 
     def pop(self, task_id: str) -> Entry | None:

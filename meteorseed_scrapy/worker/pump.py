@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -27,27 +26,29 @@ from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.writer import FingerprintError, TaskWriter
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.scrapy_internals import downloads_in_progress
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, Scrape, task_of
-from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
+from meteorseed_scrapy.task.exceptions import TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.dispatcher import Dispatcher
-from meteorseed_scrapy.worker.duplicates import Duplicates
+from meteorseed_scrapy.worker.fate import WhatHappened
 from meteorseed_scrapy.worker.intake import READ_BLOCK_MS, Intake
 from meteorseed_scrapy.worker.keepalive import KeepAlive
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
-from meteorseed_scrapy.worker.loops import REDIS_DOWN, Loops
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, handled, judge, trouble_wait
+from meteorseed_scrapy.worker.loops import Loops
 from meteorseed_scrapy.worker.redis_watch import RedisWatch
-from meteorseed_scrapy.worker.requests import request_to_task, task_to_request
-from meteorseed_scrapy.worker.signals import task_settled
+from meteorseed_scrapy.worker.requests import task_to_request
+from meteorseed_scrapy.worker.settling import Settling
+from meteorseed_scrapy.worker.shutdown import last_writes
 from meteorseed_scrapy.worker.start_pacing import StartPacing
 from meteorseed_scrapy.worker.waiting import WaitingTasks
-from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes, downloading
+from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes
+from meteorseed_scrapy.worker.yielded import YieldedRequests
 
 logger = logging.getLogger(__name__)
 
@@ -67,13 +68,18 @@ class StreamPump:
         self._limits_for = limits_for
         self._on_change = on_change  # work came (or stopped coming): wake the engine
         self._ledger = TaskLedger()
-        self._budget = WorkBudget(self._ledger, sizes, partial(downloading, crawler))
+        self._budget = WorkBudget(self._ledger, sizes, partial(downloads_in_progress, crawler))
         # Entries read but not started, per site, by priority (realtime lane first).
         self._buffer = WaitingTasks(lambda e: consumer.lane_of(e.deliveries[0]) == "realtime")
         self._hops = SiteQueues()  # retries/redirects of tasks we hold, per site
-        self._completions = Completions(consumer, writer, gate, config, self._stats,
-                                        on_child_durable=self._child_durable,
-                                        on_new_urls=on_new_urls, on_written=self._written)
+        self._completions = Completions(
+            consumer, writer, gate, config, self._stats,
+            on_child_durable=lambda parent_id: self._settling.child_durable(parent_id),
+            on_new_urls=on_new_urls,
+            on_written=lambda tasks, fresh: self._yielded.written(tasks, fresh))
+        self._settling = Settling(self._ledger, self._completions, breaker, crawler, spider,
+                                  on_settled=lambda: self._intake.room.set(),
+                                  on_parked=lambda task_id: self._pacing.started(task_id))
         self._desk: PermitDesk | None = None
         self._dispatcher: Dispatcher | None = None
         self._breaker = breaker
@@ -81,7 +87,7 @@ class StreamPump:
             self._desk = PermitDesk(gate, self._stats)
             self._dispatcher = Dispatcher(
                 self._desk, self._buffer, self._hops, limits_for, breaker, budget=self._permits,
-                on_change=on_change, park=self._park, stats=self._stats,
+                on_change=on_change, park=self._settling.park, stats=self._stats,
             )
         self._loops = Loops(consumer, self._stats)
         self._watch = RedisWatch(crawler, consumer, self)
@@ -90,19 +96,16 @@ class StreamPump:
         self._intake = Intake(consumer, gate, self._completions, config, self._stats, self,
                               sizes.read_batch, self._keepalive)
         self._pacing = StartPacing(crawler.engine, self._intake.reads, self._full)
-        self._written_mark = -1  # reads started when new children were last written
-        self._dupes = Duplicates(crawler, spider)  # (refuses a DUPEFILTER_CLASS it cannot honour)
-        self._deduped: dict[int, Request] = {}  # id(task) -> request, until written
+        self._yielded = YieldedRequests(crawler, spider, self._ledger, self._completions,
+                                        self._pacing, lambda: self._intake.reads_started)
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
-        # Runs a given-up task's errback in the scraper (ScrapeTracker.give_up); False: none.
-        self._give_up: Callable[[ExecTask, str], bool] | None = None
 
     # -- life --------------------------------------------------------------------------------
     def start(self) -> None:
         loops = self._loops
         self._keepalive.start()
         self._pacing.install()
-        self._dupes.open()
+        self._yielded.dupes.open()
         loops.start(self._intake.read_once, "read")
         loops.start(self._intake.maintain_once, "reclaim")
         loops.start(self._watch.step, "eviction watch")
@@ -125,31 +128,17 @@ class StreamPump:
         await asyncio.to_thread(self._keepalive.stop)
         if self._desk is not None:
             self._desk.give_back_all()
-        end = time.monotonic() + deadline_s
-        while time.monotonic() < end:
-            try:
-                await self._completions.flush_once()
-                await self._completions.drain()
-                if self._desk is not None:
-                    await self._desk.flush()
-                unsettled = [d for e in self._ledger.entries() for d in e.deliveries]
-                n = await self._consumer.hand_back(unsettled,
-                                                   idle_s=self._config.claim_idle + 3600)
-                if n:
-                    logger.info("Handed %d unfinished task(s) back to the stream", n)
-                    self._stats.inc_value("meteorseed/handed_back", n)
-                if not self._completions.pending():
-                    break
-            except REDIS_DOWN as exc:
-                await asyncio.sleep(min(self._loops.outage.failed(exc, "shutdown"), 1.0))
-        else:
-            self._completions.report_unwritten()
+        await last_writes(
+            self._completions, self._consumer, self._config, self._loops.outage,
+            unsettled=lambda: [d for e in self._ledger.entries() for d in e.deliveries],
+            flush_permits=self._desk.flush if self._desk is not None else None,
+            deadline_s=deadline_s)
         try:
             await self._consumer.membership().leave()
         except Exception as exc:  # (Redis away: the consumer stays listed)
             logger.debug("Could not leave the consumer group: %s", exc)
         self._completions.record_ack_latency()
-        self._dupes.close("finished")
+        self._yielded.dupes.close("finished")
 
     # -- what the scheduler asks -------------------------------------------------------------
     def has_work(self) -> bool:
@@ -157,7 +146,7 @@ class StreamPump:
         written and not yet looked for by a read of this worker (Scrapy's scheduler has a
         request yielded by a callback at once: it must not look empty meanwhile)."""
         return bool(self._hops or self._buffer or self._completions.outbox
-                    or self._intake.reads_done <= self._written_mark)
+                    or self._intake.reads_done <= self._yielded.written_mark)
 
     def quiet_for(self) -> float | None:
         """Seconds since nothing was left to do here and in the namespace (None: busy; only
@@ -198,7 +187,7 @@ class StreamPump:
             try:
                 request = task_to_request(entry.task, self._spider)
             except TaskError as exc:
-                self._finish(entry, Verdict(Outcome.DEAD, f"bad task: {exc}"))
+                self._settling.record(entry, WhatHappened(entry.task, unusable=str(exc)))
                 continue
             timeout = self._limits_for(site).timeout
             if timeout is not None:
@@ -221,33 +210,8 @@ class StreamPump:
         return True
 
     def child(self, scrape: Scrape | None, request: Request) -> bool:
-        """A request yielded by ``scrape``'s callback (None: by ``start()``) becomes a new task,
-        written to the stream before its parent may be acked. False, and the parent's scrape
-        failed, when it cannot be a task (the error names the field); False too when the
-        project's own ``DUPEFILTER_CLASS`` says it is a duplicate (:mod:`.duplicates`)."""
-        parent = scrape.task if scrape is not None else None
-        try:
-            task = request_to_task(request, self._spider, parent)
-            if self._dupes.seen_here(request):
-                return False
-            dedup = self._dupes.dedup(request)
-            # (encoded now, dedup key too, where the error can name the request)
-            self._completions.child(task, scrape, dedup)
-        except TaskError as exc:
-            if scrape is None and isinstance(exc, FingerprintError):
-                raise  # as Scrapy's scheduler: the engine stops reading start()
-            logger.error("Cannot make a task of %s: %s", request, exc)
-            self._stats.inc_value("meteorseed/children/rejected")
-            if scrape is not None:
-                scrape.fail(f"yielded request {request.url}: {exc}")
-            return False
-        if parent is not None:
-            self._ledger.child_added(parent.task_id)
-        else:
-            self._pacing.enqueued(request, task)
-        if dedup:  # (a duplicate is reported with its request once written)
-            self._deduped[id(task)] = request
-        return True
+        """A request yielded by ``scrape``'s callback (None: ``start()``): :mod:`.yielded`."""
+        return self._yielded.child(scrape, request)
 
     def scrape_started(self, request: Request) -> Scrape | None:
         """``request``'s response (or failure) goes to the scraper: its permit comes back. The
@@ -270,11 +234,7 @@ class StreamPump:
         entry = self._ledger.get(task.task_id) if task is not None else None
         if entry is None or (scrape is not None and entry.scrape is not scrape):
             return
-        verdict = judge(entry.task, result, request, self._spider, self._settings, self._stats)
-        scrape = entry.scrape
-        output = entry.children + (scrape.committed + scrape.keyless_items if scrape else 0)
-        self._finish(entry, handled(verdict, request, output > 0 and not
-                                    (scrape and scrape.errors)))
+        self._settling.finished(entry, request, result)
         if self._blocked:  # a scrape finished: next_request() may hand out work again
             self._blocked = False
             self._on_change()
@@ -284,14 +244,13 @@ class StreamPump:
         task = task_of(request)
         if task is None:
             return ""
-        return trouble_wait(self._breaker, self._stats, task.site_id, deferred.delay_s,
-                            deferred.why)[0]
+        return self._settling.trouble(task.site_id, deferred.delay_s, deferred.why)[0]
 
     def give_up_with(self, runner: Callable[[ExecTask, str], bool]) -> None:
         """``runner(task, reason)`` fails a task given up on without being sent again through
         Scrapy's scraper, so that its errback runs (then :meth:`scrape_started` and
         :meth:`finished` settle it); False when it has no errback."""
-        self._give_up = runner
+        self._settling.give_up = runner
 
     # -- what the loops ask (intake.Holder) --------------------------------------------------
     @property
@@ -323,61 +282,9 @@ class StreamPump:
     def read_done(self) -> None:
         self._pacing.progress.set()
 
-    # -- children ----------------------------------------------------------------------------
-    def _written(self, tasks: list[ExecTask], fresh: tuple[bool, ...]) -> None:
-        """``tasks`` were written (``fresh``: each was new, else a duplicate, not written)."""
-        if any(fresh):
-            self._written_mark = self._intake.reads_started
-        for task, new in zip(tasks, fresh, strict=True):
-            request = self._deduped.pop(id(task), None)
-            if request is not None and not new:
-                self._dupes.dropped(request)
-        self._pacing.written(tasks, fresh)
-
     def _full(self) -> bool:
         """This worker holds all the tasks it may (it reads no more until one ends)."""
         return self._budget.want() <= len(self._buffer)
-
-    # -- settling ----------------------------------------------------------------------------
-    def _finish(self, entry: Entry, verdict: Verdict) -> None:
-        if verdict.outcome is Outcome.DEFERRED:
-            reason, delay = self._trouble(entry, verdict.defer_s, verdict.defer_why)
-            verdict = (Verdict(Outcome.DEAD, reason, status=verdict.status) if reason
-                       else replace(verdict, defer_s=delay))
-        settled = self._ledger.finish_scrape(entry.task.task_id, verdict)
-        if settled is not None:
-            self._settle(settled)
-
-    def _child_durable(self, parent_id: str) -> None:
-        settled = self._ledger.child_durable(parent_id)
-        if settled is not None:
-            self._settle(settled)
-
-    def _settle(self, entry: Entry) -> None:
-        self._ledger.pop(entry.task.task_id)
-        self._intake.room.set()  # capacity came free: the reader may fetch the next tasks now
-        self._completions.settled(entry)
-        self._signals.send_catch_log(task_settled, task=entry.task, outcome=entry.outcome,
-                                     reason=entry.reason)
-
-    def _park(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER) -> None:
-        """Put a task that has not started back for later (its site may not be fetched now),
-        or dead-letter it when its site's trouble lasted too long."""
-        reason, delay_s = self._trouble(entry, delay_s, why)
-        if reason:
-            # Its errback runs all the same, once, as at any final failure (stock Scrapy calls
-            # it for a request that never reached the network too).
-            entry.started = True  # (in the scraper: a takeover must not drop its entry)
-            if self._give_up is None or not self._give_up(entry.task, reason):
-                entry.verdict = Verdict(Outcome.DEAD, reason)
-                self._settle(entry)
-            return
-        self._ledger.pop(entry.task.task_id)
-        self._completions.parked(entry, delay_s, why)
-        self._pacing.started(entry.task.task_id)  # (it will not start soon: no need to wait)
-
-    def _trouble(self, entry: Entry, delay_s: float, why: DeferReason) -> tuple[str, float]:
-        return trouble_wait(self._breaker, self._stats, entry.task.site_id, delay_s, why)
 
     # -- permits -----------------------------------------------------------------------------
     def _download_done(self, request: Request) -> None:

@@ -1,17 +1,18 @@
 """Which task Scrapy's scraper works for, and when it is done with a response.
 
 Scrapy says neither which response an item or a yielded request came from, nor when every item
-of a response passed the item pipelines. ``Scraper.enqueue_scrape`` (Scrapy 2.13-2.19) is
-wrapped: while it runs, the scrape of the response's task is current
+of a response passed the item pipelines. ``Scraper.enqueue_scrape`` is wrapped (through
+:mod:`~meteorseed_scrapy.scrapy_internals`, like every private part of Scrapy used here): while
+it runs, the scrape of the response's task is current
 (:data:`~meteorseed_scrapy.task.context.CURRENT_SCRAPE`, inherited by every asyncio task Scrapy
 starts there: callback output, item pipelines, item signals), and the pump hears when its
 Deferred fires. Item and callback errors fail the scrape in progress: its task is not acked.
 
 That Deferred fires several turns of a busy event loop after the scrape's last item was
 committed; so the callback's output is counted too (``handle_spider_output_async`` and
-``_process_spidermw_output_async``, wrapped the same way; Scrapy 2.13+), and a scrape whose
-output ran out and is all through ends there (:meth:`Scrape.when_done`). Where Scrapy lacks
-them, or an output fails, the Deferred ends the scrape as before.
+``_process_spidermw_output_async``, wrapped the same way), and a scrape whose output ran out
+and is all through ends there (:meth:`Scrape.when_done`). Where Scrapy lacks them, or an output
+fails, the Deferred ends the scrape as before.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from scrapy.http import Response
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.python.failure import Failure
 
+from meteorseed_scrapy.scrapy_internals import ScraperPatch
 from meteorseed_scrapy.task.context import (
     CURRENT_OUTPUT,
     CURRENT_SCRAPE,
@@ -45,40 +47,25 @@ TRACEBACK_FRAMES = 4  # of a spider's error, in the reason of its task's dead le
 
 
 class ScrapeTracker:
-    def __init__(self, crawler: Any) -> None:
+    def __init__(self, crawler: Any, pump: StreamPump, patch: ScraperPatch) -> None:
         self.crawler = crawler
-        self._scraper = crawler.engine.scraper
-        self._original = getattr(self._scraper, "enqueue_scrape", None)
-        if not callable(self._original):
-            raise RuntimeError(
-                "StreamScheduler needs Scraper.enqueue_scrape (Scrapy 2.13-2.19); "
-                "this Scrapy version does not have it"
-            )
-        self._pump: StreamPump | None = None
-        # (both or neither: the output is counted where it starts and where it is through)
-        self._handle_output = getattr(self._scraper, "handle_spider_output_async", None)
-        self._process_output = getattr(self._scraper, "_process_spidermw_output_async", None)
-        self._counting = callable(self._handle_output) and callable(self._process_output)
-
-    def install(self, pump: StreamPump) -> None:
         self._pump = pump
-        self._scraper.enqueue_scrape = self._enqueue_scrape
-        if self._counting:
-            self._scraper.handle_spider_output_async = self._counted_output
-            self._scraper._process_spidermw_output_async = self._one_output
-        pump.give_up_with(self.give_up)
+        self._patch = patch
+        self._original = self._patch.enqueue_scrape
+        self._handle_output = self._patch.handle_output
+        self._process_output = self._patch.process_output
+        self._counting = self._patch.counting
+
+    def install(self) -> None:
+        self._patch.install(self._enqueue_scrape, self._counted_output, self._one_output)
+        self._pump.give_up_with(self.give_up)
         self.crawler.signals.connect(self._on_item_error, signals.item_error)
         self.crawler.signals.connect(self._on_spider_error, signals.spider_error)
 
     def uninstall(self) -> None:
-        if self._pump is not None:
-            self._scraper.enqueue_scrape = self._original
-            if self._counting:
-                self._scraper.handle_spider_output_async = self._handle_output
-                self._scraper._process_spidermw_output_async = self._process_output
+        self._patch.restore()
 
     def _enqueue_scrape(self, result: Response | Failure, request: Request) -> Deferred[Any]:
-        assert self._pump is not None and self._original is not None
         scrape = self._pump.scrape_started(request)
         if scrape is None:  # no task of ours (a local request): nor may a leaked one be current
             token = CURRENT_SCRAPE.set(None)
@@ -155,7 +142,6 @@ class ScrapeTracker:
 
     def _finished(self, passthrough: Any, result: Response | Failure, request: Request,
                   scrape: Scrape | None = None) -> Any:
-        assert self._pump is not None
         if isinstance(passthrough, Failure) and scrape is not None:
             # Scrapy's scraper failed, not the spider (or it is closing): delivered again.
             _fail(scrape, "scraper error", passthrough, transient=True)
@@ -185,7 +171,7 @@ async def _count_async(output: AsyncIterator[Any], scrape: Scrape) -> AsyncItera
 
 def _fail_scrape(what: str, failure: Failure) -> None:
     """Mark the scrape in progress (if any) failed: its task is not acked (delivered again
-    when the error may pass, else dead-lettered: :func:`.outcomes.after_scrape`)."""
+    when the error may pass, else dead-lettered: :func:`.fate.after_scrape`)."""
     scrape = current_scrape()
     if scrape is not None:
         _fail(scrape, what, failure, transient=outcomes.transient(failure.value))

@@ -16,8 +16,9 @@ may not be fetched now); or until this worker holds all the tasks it may (it rea
 the engine backs out.
 Never longer than :data:`PACE_MAX_S` (a site waiting for its permits, Redis away).
 
-The iterator is the engine's ``_start`` (Scrapy 2.13-2.19, private): where it is missing, start
-requests are not paced (and the lazy-start pattern sees every start request at once).
+The iterator is the engine's (private: :mod:`~meteorseed_scrapy.scrapy_internals`): where it is
+missing, start requests are not paced (and the lazy-start pattern sees every start request at
+once).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 
 from scrapy import Request
 
+from meteorseed_scrapy.scrapy_internals import replace_start_iterator, start_iterator
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 logger = logging.getLogger(__name__)
@@ -63,11 +65,11 @@ class StartPacing:
 
     def install(self) -> bool:
         """Wrap the engine's start iterator; False (not paced) where it has none."""
-        start = getattr(self._engine, "_start", None)
-        if not isinstance(start, AsyncIterator):
+        start = start_iterator(self._engine)
+        if start is None:
             logger.debug("No start iterator on the engine: start requests are not paced")
             return False
-        self._engine._start = self._paced(start)
+        replace_start_iterator(self._engine, self._paced(start))
         return True
 
     # -- what the pump reports ---------------------------------------------------------------

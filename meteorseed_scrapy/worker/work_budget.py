@@ -51,7 +51,7 @@ class WorkBudget:
     def settling(self) -> int:
         """Tasks whose response reached the scraper and whose scrape (callback, item commits)
         is not finished yet."""
-        return sum(1 for e in self.ledger.entries() if e.response_at and e.verdict is None)
+        return sum(1 for e in self.ledger.entries() if e.response_at and e.happened is None)
 
     def may_dispatch(self) -> bool:
         """Whether new work may go out: the requests downloading and the responses waiting for
@@ -78,10 +78,5 @@ class WorkBudget:
         return max(0, self.sizes.capacity + ahead - self.downloading() - held)
 
 
-def downloading(crawler: Any) -> int:
-    """Downloads in progress in ``crawler``'s engine."""
-    downloader = crawler.engine.downloader
-    return len(downloader.active) if downloader is not None else 0
 
-
-__all__ = ["WorkBudget", "WorkSizes", "downloading"]
+__all__ = ["WorkBudget", "WorkSizes"]

@@ -1,0 +1,165 @@
+"""Every use of a private (or undocumented) part of Scrapy, behind one door.
+
+Checked on Scrapy :data:`CHECKED_ON` (the floor in ``setup.cfg`` to the newest release tried),
+by reading each one's source and by ``tests/test_scrapy_internals.py``, which fails, naming the
+missing part, on a Scrapy that lacks one. A worker crawl checks them too when it opens
+(:func:`check`): an error then, rather than tasks that are never acked.
+
+What is used, and why:
+
+* ``Scraper.enqueue_scrape`` (wrapped): its Deferred fires once per final hop after every item
+  passed the pipelines, the only such moment; while it runs, the task's scrape is current.
+* ``Scraper.handle_spider_output_async`` and ``Scraper._process_spidermw_output_async``
+  (wrapped): a callback's output counted where it starts and where each one is through, so a
+  task settles as soon as its output is (optional: without them, the Deferred above ends it).
+* ``ExecutionEngine._slot.nextcall`` (scheduled): wakes the engine when work came, instead of
+  waiting for its 5 s heartbeat; ``_slot.close_if_idle``: the shell opens a spider by hand.
+* ``ExecutionEngine._start`` (replaced): start requests paced by the stream's reads.
+* ``Downloader.active``: downloads in progress, for the worker's work budget.
+* ``Spider._set_crawler``: a spider built by its own ``from_crawler`` without ``super()``'s.
+* Build order: ``LogSetupMiddleware`` (``observability/logging.py``) is the first component
+  built after ``Crawler.crawl`` replaced the root log handler (no signal marks that moment).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import scrapy
+from scrapy import Spider
+from scrapy.core.downloader import Downloader
+from scrapy.core.engine import ExecutionEngine
+from scrapy.core.scraper import Scraper
+
+#: The Scrapy releases every use below was checked on: setup.cfg's floor, the newest tried.
+CHECKED_ON = ("2.14.0", "2.19.0")
+
+_REQUIRED_METHODS = (
+    (Scraper, "enqueue_scrape"),
+    (Scraper, "handle_spider_output_async"),
+    (Scraper, "_process_spidermw_output_async"),
+    (Spider, "_set_crawler"),
+    (ExecutionEngine, "needs_backout"),
+)
+_REQUIRED_ATTRIBUTES = (  # set on the instance by its __init__
+    ("engine", "_slot"), ("engine", "_start"), ("downloader", "active"), ("scraper", "slot"),
+)
+
+
+def missing(engine: ExecutionEngine | None = None) -> list[str]:
+    """The private parts of Scrapy this project uses that the installed Scrapy lacks; the
+    instance attributes are looked for on ``engine`` (a built engine) when given."""
+    gone = [f"{cls.__name__}.{name}" for cls, name in _REQUIRED_METHODS
+            if not callable(getattr(cls, name, None))]
+    slot = _slot_class()
+    params = inspect.signature(slot.__init__).parameters if slot is not None else {}
+    gone += [f"engine._slot.{name}" for name in ("nextcall", "close_if_idle")
+             if name not in params]
+    if engine is not None:
+        owners = {"engine": engine, "downloader": getattr(engine, "downloader", None),
+                  "scraper": getattr(engine, "scraper", None)}
+        gone += [f"{owner}.{name}" for owner, name in _REQUIRED_ATTRIBUTES
+                 if not hasattr(owners[owner], name)]
+    return gone
+
+
+def check(engine: ExecutionEngine | None = None) -> None:
+    """Raise, naming what is missing, when the installed Scrapy lacks a part used here."""
+    gone = missing(engine)
+    if gone:
+        raise RuntimeError(
+            f"meteorseed_scrapy needs {', '.join(gone)} of Scrapy (checked on Scrapy "
+            f"{CHECKED_ON[0]} to {CHECKED_ON[1]}); Scrapy {scrapy.__version__} lacks "
+            f"{'it' if len(gone) == 1 else 'them'}")
+
+
+def _slot_class() -> Any:
+    from scrapy.core import engine
+
+    return getattr(engine, "_Slot", None)
+
+
+# -- the scraper ---------------------------------------------------------------------------------
+class ScraperPatch:
+    """Three methods of one crawler's scraper, replaced on the instance and put back."""
+
+    def __init__(self, crawler: Any) -> None:
+        self._scraper: Scraper = crawler.engine.scraper
+        enqueue = getattr(self._scraper, "enqueue_scrape", None)
+        if not callable(enqueue):
+            check()
+            raise RuntimeError("Scrapy's scraper has no enqueue_scrape")
+        self.enqueue_scrape: Callable[..., Any] = enqueue
+        self.handle_output: Callable[..., Any] | None = getattr(
+            self._scraper, "handle_spider_output_async", None)
+        self.process_output: Callable[..., Any] | None = getattr(
+            self._scraper, "_process_spidermw_output_async", None)
+        # (both or neither: the output is counted where it starts and where it is through)
+        self.counting = callable(self.handle_output) and callable(self.process_output)
+        self._installed = False
+
+    def install(self, enqueue_scrape: Callable[..., Any], handle_output: Callable[..., Any],
+                process_output: Callable[..., Any]) -> None:
+        scraper: Any = self._scraper
+        scraper.enqueue_scrape = enqueue_scrape
+        if self.counting:
+            scraper.handle_spider_output_async = handle_output
+            scraper._process_spidermw_output_async = process_output
+        self._installed = True
+
+    def restore(self) -> None:
+        if not self._installed:
+            return
+        scraper: Any = self._scraper
+        scraper.enqueue_scrape = self.enqueue_scrape
+        if self.counting:
+            scraper.handle_spider_output_async = self.handle_output
+            scraper._process_spidermw_output_async = self.process_output
+        self._installed = False
+
+
+# -- the engine ----------------------------------------------------------------------------------
+def wake_engine(engine: ExecutionEngine | None) -> None:
+    """Have the engine ask the scheduler for requests on its next turn. Not before its
+    scraper's slot exists: ``needs_backout`` asserts it (it is set late in ``open_spider``)."""
+    slot = getattr(engine, "_slot", None)
+    if slot is not None and getattr(engine and engine.scraper, "slot", None) is not None:
+        slot.nextcall.schedule()
+
+
+def opened_by_hand(crawler: Any) -> bool:
+    """Whether the spider was opened without ``Crawler.crawl`` and not to close when idle:
+    how Scrapy's shell opens it. Known once the engine opened the spider."""
+    slot = getattr(getattr(crawler, "engine", None), "_slot", None)
+    return getattr(crawler, "crawling", True) is False \
+        and getattr(slot, "close_if_idle", True) is False
+
+
+def start_iterator(engine: ExecutionEngine) -> AsyncIterator[Any] | None:
+    """The engine's iterator over the spider's ``start()`` (None: no such thing here)."""
+    start = getattr(engine, "_start", None)
+    return start if isinstance(start, AsyncIterator) else None
+
+
+def replace_start_iterator(engine: ExecutionEngine, start: AsyncIterator[Any]) -> None:
+    engine._start = start
+
+
+def downloads_in_progress(crawler: Any) -> int:
+    """Downloads in progress in ``crawler``'s engine."""
+    downloader: Downloader | None = crawler.engine.downloader
+    return len(downloader.active) if downloader is not None else 0
+
+
+# -- the spider ----------------------------------------------------------------------------------
+def attach_crawler(spider: Spider, crawler: Any) -> None:
+    """What ``Spider.from_crawler`` does besides building: ``spider.crawler``, its settings,
+    ``close`` on ``spider_closed``."""
+    spider._set_crawler(crawler)
+
+
+__all__ = ["CHECKED_ON", "ScraperPatch", "attach_crawler", "check", "downloads_in_progress",
+           "missing", "opened_by_hand", "replace_start_iterator", "start_iterator",
+           "wake_engine"]

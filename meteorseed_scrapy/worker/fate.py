@@ -1,0 +1,143 @@
+"""A task's fate, decided in one place: :func:`fate` takes what happened to it and returns its
+:class:`~.outcomes.Verdict`; :func:`settled_now` says whether it is settled yet.
+
+Both are pure (no Redis, no stats, no clock): the pump gathers the facts (:func:`what_happened`,
+the site's trouble from the breaker, the scrape's errors as they stand) and acts on the verdict;
+the ledger only counts children, the completions only write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from scrapy import Request, Spider
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import Response
+from twisted.python.failure import Failure
+
+from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred, TaskGivenUp
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.lanes import RETRY_LANE
+from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
+from meteorseed_scrapy.worker.requests import status_allowed
+
+REASON_MAX = 2000  # characters of a reason (a dead letter's, a failure note's)
+
+
+@dataclass(frozen=True)
+class WhatHappened:
+    """The facts about one task, from its final hop to its scrape's errors."""
+
+    task: ExecTask
+    result: Response | Failure | None = None  # the final hop's (None: it never got one)
+    retry_times: int = 0  # Scrapy's own retries of the final hop (meta["retry_times"])
+    status_allowed: bool = False  # the spider handles the response's error status itself
+    errback: bool = False  # the request has an errback
+    output: bool = False  # the final hop yielded items or requests, with no error by then
+    given_up: str = ""  # the site's trouble lasted too long: why the wait ended
+    defer_s: float | None = None  # a deferral's wait, capped by the site's give-up time
+    unusable: str = ""  # the task could not become a request: why
+    errors: tuple[str, ...] = ()  # the scrape's errors as they stand
+    lasting: bool = False  # one of them would happen again on a redelivery
+
+
+def fate(happened: WhatHappened) -> Verdict:
+    """How the task ends: the final hop's verdict (:func:`final_hop`), an errback's output
+    handling a final failure, a deferral given up on, then the scrape's errors."""
+    if happened.unusable:
+        return Verdict(Outcome.DEAD, f"bad task: {happened.unusable}")
+    if happened.result is None:  # never scraped: given up on while it waited, or nothing known
+        return Verdict(Outcome.DEAD, happened.given_up) if happened.given_up else Verdict(
+            Outcome.FAILED)
+    verdict = final_hop(happened)
+    if verdict.outcome is Outcome.DEAD and happened.output and happened.errback:
+        # The errback handled the failure, as in Scrapy: done, acked with its output.
+        verdict = Verdict(Outcome.DONE, f"handled by the errback: {verdict.reason}",
+                          status=verdict.status)
+    if verdict.outcome is Outcome.DEFERRED:
+        if happened.given_up:
+            verdict = Verdict(Outcome.DEAD, happened.given_up, status=verdict.status)
+        elif happened.defer_s is not None:
+            verdict = replace(verdict, defer_s=happened.defer_s)
+    return after_scrape(verdict, happened.errors, happened.lasting)
+
+
+def final_hop(happened: WhatHappened) -> Verdict:
+    """The verdict on the task from its final hop's result alone."""
+    task, result = happened.task, happened.result
+    retries = happened.retry_times + task.retry_count
+    if isinstance(result, Failure):
+        deferred = result.value
+        if isinstance(deferred, TaskDeferred):
+            again = task
+            if deferred.count_retry:
+                again = replace(task, retry_count=task.retry_count + 1)
+            # A durable retry waits in the retry lane; a pause goes back to its own lane.
+            return Verdict(Outcome.DEFERRED, deferred.reason, defer_s=deferred.delay_s,
+                           defer_task=again,
+                           defer_lane=RETRY_LANE if deferred.count_retry else "",
+                           defer_why=deferred.why)
+        if isinstance(result.value, TaskGivenUp):
+            return Verdict(Outcome.DEAD, result.value.reason)
+        if isinstance(result.value, IgnoreRequest):
+            return Verdict(Outcome.IGNORED, f"ignored: {result.getErrorMessage()}")
+        error = f"{type(result.value).__name__}: {result.getErrorMessage()}"
+        return Verdict(Outcome.DEAD,
+                       f"download failed after {retries} retries: {error}"[:REASON_MAX])
+    if result is None:
+        return Verdict(Outcome.FAILED)
+    status = result.status
+    if status < 400 or happened.status_allowed:
+        return Verdict(Outcome.DONE, status=status)
+    if status in (404, 410):
+        return Verdict(Outcome.GONE, f"HTTP {status}", status=status)
+    return Verdict(Outcome.DEAD, f"HTTP {status} after {retries} retries", status=status)
+
+
+def after_scrape(verdict: Verdict, errors: tuple[str, ...], lasting: bool) -> Verdict:
+    """``verdict`` once the scrape's errors (an item not committed, a callback or errback
+    error, a yielded request that cannot be written) are known.
+
+    Errors that may all pass (:func:`.outcomes.transient`): FAILED, delivered again (up to
+    ``METEORSEED_MAX_DELIVERIES``). Any other: DEAD at once, the errors as its reason: as on
+    Scrapy, a bug in the spider does not fetch the page again (Scrapy logs it and goes on;
+    here the task is kept, dead-lettered, to requeue once the spider is fixed)."""
+    if not errors:
+        return verdict
+    joined = "; ".join(errors)
+    if verdict.outcome is Outcome.DEAD:
+        return replace(verdict, reason=f"{verdict.reason}; {joined}"[:REASON_MAX])
+    outcome = Outcome.DEAD if lasting else Outcome.FAILED
+    return replace(verdict, outcome=outcome, reason=joined[:REASON_MAX])
+
+
+def settled_now(happened: WhatHappened | None, children_pending: int) -> Verdict | None:
+    """The verdict on a task settled now, or None while it is not: its final hop is not
+    processed yet, or its children are not all durable yet (a failed task settles at once: it
+    will not be acked, so its children need not wait)."""
+    if happened is None:
+        return None
+    verdict = fate(happened)
+    if children_pending > 0 and verdict.outcome is not Outcome.FAILED:
+        return None
+    return verdict
+
+
+def what_happened(task: ExecTask, request: Request, result: Response | Failure, *,
+                  spider: Spider | None, settings: Any, output: bool,
+                  trouble: Callable[[float, DeferReason], tuple[str, float]]) -> WhatHappened:
+    """The facts of ``task``'s final hop; ``trouble(delay, why)`` is the site's say on a
+    deferral (:func:`.outcomes.trouble_wait`): ``(why it is given up on, or "", the wait)``."""
+    given_up, defer_s = "", None
+    if isinstance(result, Failure) and isinstance(result.value, TaskDeferred):
+        given_up, defer_s = trouble(result.value.delay_s, result.value.why)
+    allowed = isinstance(result, Response) and result.status >= 400 and status_allowed(
+        result.status, request, spider, settings)
+    return WhatHappened(task, result, retry_times=request.meta.get("retry_times", 0),
+                        status_allowed=allowed, errback=request.errback is not None,
+                        output=output, given_up=given_up, defer_s=defer_s)
+
+
+__all__ = ["WhatHappened", "after_scrape", "fate", "final_hop", "settled_now", "what_happened"]

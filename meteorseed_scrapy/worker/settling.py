@@ -1,0 +1,108 @@
+"""Acting on a task's fate: the facts of its final hop go to the ledger, and once
+:func:`.fate.settled_now` says it is settled, it leaves the ledger and the completions queue
+what its verdict needs (an ack, a dead letter, a deferral or a failure note). A task that has
+not started may be parked for later instead, or given up on while it waited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from scrapy import Request, Spider
+from scrapy.http import Response
+from twisted.python.failure import Failure
+
+from meteorseed_scrapy.politeness.breaker import Breaker
+from meteorseed_scrapy.task.exceptions import DeferReason
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.worker.completions import Completions
+from meteorseed_scrapy.worker.fate import (
+    WhatHappened,
+    fate,
+    final_hop,
+    settled_now,
+    what_happened,
+)
+from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
+from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, trouble_wait
+from meteorseed_scrapy.worker.signals import task_settled
+
+
+class Settling:
+    def __init__(self, ledger: TaskLedger, completions: Completions, breaker: Breaker,
+                 crawler: Any, spider: Spider | None, *, on_settled: Callable[[], None],
+                 on_parked: Callable[[str], None]) -> None:
+        self._ledger = ledger
+        self._completions = completions
+        self._breaker = breaker
+        self._stats = crawler.stats
+        self._signals = crawler.signals
+        self._settings = crawler.settings
+        self._spider = spider
+        self._on_settled = on_settled  # capacity came free
+        self._on_parked = on_parked  # (task_id) will not start soon
+        # Runs a given-up task's errback in the scraper (ScrapeTracker.give_up); False: none.
+        self.give_up: Callable[[ExecTask, str], bool] | None = None
+
+    def finished(self, entry: Entry, request: Request, result: Response | Failure) -> None:
+        """``entry``'s final hop (``request``) ended with ``result`` and its scrape is over."""
+        scrape = entry.scrape
+        output = entry.children + (scrape.committed + scrape.keyless_items if scrape else 0)
+        self.record(entry, what_happened(
+            entry.task, request, result, spider=self._spider, settings=self._settings,
+            output=output > 0 and not (scrape and scrape.errors),
+            trouble=partial(self.trouble, entry.task.site_id)))
+
+    def record(self, entry: Entry, happened: WhatHappened) -> None:
+        if self._ledger.finish_scrape(entry.task.task_id, happened) is None:
+            return  # (not held, or finished already)
+        hop = final_hop(happened)
+        if hop.outcome is Outcome.GONE:
+            self._stats.inc_value(f"meteorseed/gone/{hop.status}")
+        self._settle_if_due(entry)
+
+    def child_durable(self, parent_id: str) -> None:
+        entry = self._ledger.child_durable(parent_id)
+        if entry is not None:
+            self._settle_if_due(entry)
+
+    def park(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER) -> None:
+        """Put a task that has not started back for later (its site may not be fetched now),
+        or dead-letter it when its site's trouble lasted too long."""
+        reason, delay_s = self.trouble(entry.task.site_id, delay_s, why)
+        if reason:
+            # Its errback runs all the same, once, as at any final failure (stock Scrapy calls
+            # it for a request that never reached the network too).
+            entry.started = True  # (in the scraper: a takeover must not drop its entry)
+            if self.give_up is None or not self.give_up(entry.task, reason):
+                self._settle(entry, fate(WhatHappened(entry.task, given_up=reason)))
+            return
+        self._ledger.pop(entry.task.task_id)
+        self._completions.parked(entry, delay_s, why)
+        self._on_parked(entry.task.task_id)
+
+    def trouble(self, site: str, delay_s: float, why: DeferReason) -> tuple[str, float]:
+        return trouble_wait(self._breaker, self._stats, site, delay_s, why)
+
+    def _settle_if_due(self, entry: Entry) -> None:
+        # (the scrape's errors as they stand now: a child refused by the writer fails it late)
+        happened, scrape = entry.happened, entry.scrape
+        if happened is not None and scrape is not None:
+            happened = replace(happened, errors=tuple(scrape.errors), lasting=scrape.lasting)
+        verdict = settled_now(happened, entry.children_pending)
+        if verdict is not None:
+            self._settle(entry, verdict)
+
+    def _settle(self, entry: Entry, verdict: Verdict) -> None:
+        entry.verdict = verdict
+        self._ledger.pop(entry.task.task_id)
+        self._on_settled()
+        self._completions.settled(entry, verdict)
+        self._signals.send_catch_log(task_settled, task=entry.task, outcome=verdict.outcome,
+                                     reason=verdict.reason)
+
+
+__all__ = ["Settling"]

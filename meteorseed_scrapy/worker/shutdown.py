@@ -1,0 +1,43 @@
+"""A worker's last writes when it stops: what settled tasks left queued is written within a
+deadline (Redis may be away: retried until then), and the tasks still held are handed back to
+the stream for another worker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.settings import WorkerConfig
+from meteorseed_scrapy.worker.completions import Completions
+from meteorseed_scrapy.worker.loops import REDIS_DOWN, Outage
+
+logger = logging.getLogger(__name__)
+
+
+async def last_writes(completions: Completions, consumer: StreamConsumer, config: WorkerConfig,
+                      outage: Outage, *, unsettled: Callable[[], list[Delivery]],
+                      flush_permits: Callable[[], Awaitable[None]] | None,
+                      deadline_s: float) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            await completions.flush_once()
+            await completions.drain()
+            if flush_permits is not None:
+                await flush_permits()
+            n = await consumer.hand_back(unsettled(), idle_s=config.claim_idle + 3600)
+            if n:
+                logger.info("Handed %d unfinished task(s) back to the stream", n)
+                completions.stats.inc_value("meteorseed/handed_back", n)
+            if not completions.pending():
+                return
+        except REDIS_DOWN as exc:
+            await asyncio.sleep(min(outage.failed(exc, "shutdown"), 1.0))
+    completions.report_unwritten()
+
+
+__all__ = ["last_writes"]

@@ -1,0 +1,80 @@
+"""Requests yielded by a callback (or by ``start()``) become new tasks: checked, deduplicated
+by the project's ``DUPEFILTER_CLASS`` (:mod:`.duplicates`), queued to be written to the stream
+(:mod:`.children`) before their parent may be acked; a duplicate is reported once written."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from scrapy import Request, Spider
+
+from meteorseed_scrapy.queue.writer import FingerprintError
+from meteorseed_scrapy.task.context import Scrape
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.worker.completions import Completions
+from meteorseed_scrapy.worker.duplicates import Duplicates
+from meteorseed_scrapy.worker.ledger import TaskLedger
+from meteorseed_scrapy.worker.requests import request_to_task
+from meteorseed_scrapy.worker.start_pacing import StartPacing
+
+logger = logging.getLogger(__name__)
+
+
+class YieldedRequests:
+    def __init__(self, crawler: Any, spider: Spider | None, ledger: TaskLedger,
+                 completions: Completions, pacing: StartPacing,
+                 reads_started: Callable[[], int]) -> None:
+        self._spider = spider
+        self._stats = crawler.stats
+        self._ledger = ledger
+        self._completions = completions
+        self._pacing = pacing
+        self._reads_started = reads_started
+        self.dupes = Duplicates(crawler, spider)  # (refuses a DUPEFILTER_CLASS it cannot honour)
+        self._deduped: dict[int, Request] = {}  # id(task) -> request, until written
+        self.written_mark = -1  # reads started when new children were last written
+
+    def child(self, scrape: Scrape | None, request: Request) -> bool:
+        """A request yielded by ``scrape``'s callback (None: by ``start()``) becomes a new task,
+        written to the stream before its parent may be acked. False, and the parent's scrape
+        failed, when it cannot be a task (the error names the field); False too when the
+        project's own ``DUPEFILTER_CLASS`` says it is a duplicate (:mod:`.duplicates`)."""
+        parent = scrape.task if scrape is not None else None
+        try:
+            task = request_to_task(request, self._spider, parent)
+            if self.dupes.seen_here(request):
+                return False
+            dedup = self.dupes.dedup(request)
+            # (encoded now, dedup key too, where the error can name the request)
+            self._completions.child(task, scrape, dedup)
+        except TaskError as exc:
+            if scrape is None and isinstance(exc, FingerprintError):
+                raise  # as Scrapy's scheduler: the engine stops reading start()
+            logger.error("Cannot make a task of %s: %s", request, exc)
+            self._stats.inc_value("meteorseed/children/rejected")
+            if scrape is not None:
+                scrape.fail(f"yielded request {request.url}: {exc}")
+            return False
+        if parent is not None:
+            self._ledger.child_added(parent.task_id)
+        else:
+            self._pacing.enqueued(request, task)
+        if dedup:  # (a duplicate is reported with its request once written)
+            self._deduped[id(task)] = request
+        return True
+
+    def written(self, tasks: list[ExecTask], fresh: tuple[bool, ...]) -> None:
+        """``tasks`` were written (``fresh``: each was new, else a duplicate, not written)."""
+        if any(fresh):
+            self.written_mark = self._reads_started()
+        for task, new in zip(tasks, fresh, strict=True):
+            request = self._deduped.pop(id(task), None)
+            if request is not None and not new:
+                self.dupes.dropped(request)
+        self._pacing.written(tasks, fresh)
+
+
+__all__ = ["YieldedRequests"]

@@ -1,0 +1,129 @@
+"""scrapy_internals: every private part of Scrapy the project uses is there on the installed
+Scrapy (this test fails, naming it, on one that lacks it), the installed Scrapy is within the
+checked range, and nothing else in the package reaches into Scrapy's privates."""
+
+from __future__ import annotations
+
+import asyncio
+import configparser
+import re
+from pathlib import Path
+
+import pytest
+import scrapy
+from packaging.version import Version
+from scrapy import Spider
+from scrapy.core.engine import ExecutionEngine
+from scrapy.core.scraper import Scraper
+from scrapy.utils.test import get_crawler
+
+from meteorseed_scrapy import scrapy_internals
+from meteorseed_scrapy.scrapy_internals import CHECKED_ON, ScraperPatch, check, missing
+
+PACKAGE = Path(scrapy_internals.__file__).parent
+ROOT = PACKAGE.parent
+
+
+class _Spider(Spider):
+    name = "internals"
+
+
+def _engine() -> ExecutionEngine:
+    async def build() -> ExecutionEngine:  # (download handlers want a running loop)
+        # (no download handler: none is used, and an unused one leaves a session open)
+        crawler = get_crawler(_Spider, {"DOWNLOAD_HANDLERS": {"http": None, "https": None}})
+        crawler.spider = crawler._create_spider()
+        crawler.engine = ExecutionEngine(crawler, lambda _: None)
+        return crawler.engine
+
+    return asyncio.run(build())
+
+
+def test_every_private_part_used_is_in_the_installed_scrapy() -> None:
+    assert missing(_engine()) == [], (
+        f"Scrapy {scrapy.__version__} lacks private parts meteorseed_scrapy uses: "
+        "see meteorseed_scrapy/scrapy_internals.py")
+    check(_engine())
+
+
+def test_the_installed_scrapy_is_in_the_checked_range() -> None:
+    floor, newest = (Version(v) for v in CHECKED_ON)
+    installed = Version(scrapy.__version__)
+    assert floor <= installed, f"Scrapy {installed} is older than the checked floor {floor}"
+    assert Version(f"{installed.major}.{installed.minor}") <= newest, (
+        f"Scrapy {installed} is newer than the newest release checked ({newest}): read "
+        "scrapy_internals.py's list against its source, then raise CHECKED_ON")
+
+
+def test_the_checked_floor_is_setup_cfgs() -> None:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    requirement = next(line for line in config["options"]["install_requires"].splitlines()
+                       if line.strip().startswith("scrapy"))
+    floor = re.search(r">=\s*([\d.]+)", requirement)
+    assert floor is not None
+    assert Version(floor.group(1)) == Version(CHECKED_ON[0])
+
+
+def test_a_scrapy_lacking_a_part_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(Scraper, "_process_spidermw_output_async")
+    monkeypatch.delattr(Spider, "_set_crawler")
+    assert missing() == ["Scraper._process_spidermw_output_async", "Spider._set_crawler"]
+    with pytest.raises(RuntimeError, match=r"Scraper\._process_spidermw_output_async, "
+                       r"Spider\._set_crawler of Scrapy \(checked on Scrapy 2\.14\.0 to "):
+        check()
+
+
+def test_an_engine_lacking_an_attribute_is_named() -> None:
+    engine = _engine()
+    del engine._start
+    del engine.downloader.active
+    assert missing(engine) == ["engine._start", "downloader.active"]
+
+
+def test_a_scraper_without_enqueue_scrape_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = _engine()
+    monkeypatch.delattr(Scraper, "enqueue_scrape")
+    with pytest.raises(RuntimeError, match=r"needs Scraper\.enqueue_scrape"):
+        ScraperPatch(engine.crawler)
+
+
+def test_the_scraper_patch_is_put_back() -> None:
+    engine = _engine()
+    scraper = engine.scraper
+    patch = ScraperPatch(engine.crawler)
+    assert patch.counting
+
+    async def replacement(*args: object) -> None:
+        return None
+
+    patch.install(replacement, replacement, replacement)
+    assert scraper.enqueue_scrape is replacement
+    assert scraper._process_spidermw_output_async is replacement
+    patch.restore()
+    assert scraper.enqueue_scrape == patch.enqueue_scrape
+    assert scraper.handle_spider_output_async == patch.handle_output
+    assert scraper._process_spidermw_output_async == patch.process_output
+
+
+#: A private attribute of Scrapy's engine, scraper, downloader or crawler, or of its Spider class,
+#: read or set outside scrapy_internals (the project's own private names are its business).
+SPIDER_PRIVATE = sorted(n for n in dir(Spider) if n.startswith("_") and not n.startswith("__"))
+PRIVATE = re.compile(r"\b_?(engine|scraper|downloader|crawler)\._[a-z]\w*|"
+                     rf"\b_?spider\.({'|'.join(SPIDER_PRIVATE)})\b|"
+                     r"[\"'](_slot|_start|_set_crawler|_process_spidermw_output_async)[\"']")
+
+
+def offenders(package: Path) -> list[str]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "scrapy_internals.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if PRIVATE.search(line.split("#", 1)[0]):
+                found.append(f"{path.relative_to(package.parent)}:{number}: {line.strip()}")
+    return found
+
+
+def test_no_other_module_touches_scrapys_privates() -> None:
+    assert offenders(PACKAGE) == []
