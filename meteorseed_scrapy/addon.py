@@ -29,24 +29,24 @@ BACKOFF_MIDDLEWARE = "meteorseed_scrapy.middlewares.BackoffMiddleware"
 # Sees every raw outcome before the backoff middleware turns failures into deferrals.
 BREAKER_MIDDLEWARE = "meteorseed_scrapy.middlewares.CircuitBreakerMiddleware"
 # Feeds each response's latency to its site's fleet-wide adaptive limit (politeness/adaptive.py).
-ADAPTIVE_MIDDLEWARE = "meteorseed_scrapy.politeness.adaptive.AdaptiveThrottleMiddleware"
+ADAPTIVE_MIDDLEWARE = "meteorseed_scrapy.middlewares.AdaptiveThrottleMiddleware"
 TRACING_EXTENSION = "meteorseed_scrapy.observability.logging.TracingExtension"
 # Stays off (NotConfigured) unless METEORSEED_METRICS_PORT is set.
 METRICS_EXTENSION = "meteorseed_scrapy.observability.metrics.MetricsExtension"
 # Installs the tracing filter (and JSON formatter) on the handler Scrapy re-creates after the
 # extensions are built, then disables itself.
-LOG_SETUP = "meteorseed_scrapy.observability.logging.LogSetupMiddleware"
-# Per-site hygiene, named by the modules that define it (meteorseed_scrapy.middlewares names them
-# too, for projects that list middlewares by hand): around Scrapy's RobotsTxtMiddleware (100),
+LOG_SETUP = "meteorseed_scrapy.middlewares.LogSetupMiddleware"
+# Per-site hygiene (defined in politeness/; every downloader middleware is registered by its one
+# documented path, meteorseed_scrapy.middlewares): around Scrapy's RobotsTxtMiddleware (100),
 # UserAgentMiddleware (400) and HttpProxyMiddleware (750).
 HYGIENE_MIDDLEWARES = {
-    "meteorseed_scrapy.politeness.blacklist.BlacklistMiddleware": 60,
-    "meteorseed_scrapy.politeness.cookie_warmup.CookieWarmupMiddleware": 90,
+    "meteorseed_scrapy.middlewares.BlacklistMiddleware": 60,
+    "meteorseed_scrapy.middlewares.CookieWarmupMiddleware": 90,
     # Scrapy's, with concurrent first requests to a host all checked (see its docstring): it
     # takes Scrapy's place (add_component), at 100 unless the project placed Scrapy's.
-    "meteorseed_scrapy.politeness.robotstxt.RobotsTxtMiddleware": 100,
-    "meteorseed_scrapy.politeness.user_agents.UserAgentPoolMiddleware": 390,
-    "meteorseed_scrapy.politeness.proxies.ProxyPoolMiddleware": 740,
+    "meteorseed_scrapy.middlewares.RobotsTxtMiddleware": 100,
+    "meteorseed_scrapy.middlewares.UserAgentPoolMiddleware": 390,
+    "meteorseed_scrapy.middlewares.ProxyPoolMiddleware": 740,
 }
 # Scrapy's periodic stats log (off in Scrapy by default): a worker with METEORSEED_IDLE_CLOSE = 0
 # never closes, so its stats would never be dumped. Every LOGSTATS_INTERVAL (60 s) it logs these
@@ -68,7 +68,7 @@ SITES_SPIDER_MODULE = "meteorseed_scrapy.sites.spider"
 #: Warnings said once per process (several crawlers may share one).
 _SAID: set[str] = set()
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
-OUR_ROBOTS = "meteorseed_scrapy.politeness.robotstxt.RobotsTxtMiddleware"
+OUR_ROBOTS = "meteorseed_scrapy.middlewares.RobotsTxtMiddleware"
 
 
 def add_component(settings: Any, name: str, path: str, order: int) -> None:

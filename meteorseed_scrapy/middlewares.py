@@ -1,4 +1,8 @@
-"""Downloader middlewares (the Scrapy-facing faces of politeness).
+"""Downloader middlewares (the Scrapy-facing faces of politeness), every one of them importable
+from here: the one documented path (the site hygiene ones are defined in ``politeness/``).
+Those that use Redis take the crawl's runtime
+(:class:`~meteorseed_scrapy.politeness.runtime.CrawlRuntime`) in ``from_crawler`` and act only
+once it is a worker crawl's: a local crawl (Scrapy's commands, the shell) passes through.
 
 The fleet-wide quota and concurrency cap are enforced where requests are handed out (the
 scheduler leases permits from Redis before dispatch; a middleware that waited would hold a
@@ -12,8 +16,9 @@ download slot). These middlewares classify what comes back:
   burst of 429s to requests in flight together is one); 5xx,
   timeouts and connection errors are retried durably with exponential backoff (the task goes to
   the delayed set in Redis, it holds no slot and survives a crash); 404/410 are terminal.
-  Whether a failure is retried is Scrapy's own decision (:func:`retry_decision`), with its log
-  lines and ``retry/*`` stats, made without Redis.
+  Whether and when a failure is retried is :func:`durable_retry`'s decision, a function of the
+  request and the site's health, made without Redis; whether a retry is left is Scrapy's own
+  (:func:`retry_decision`), with its log lines and ``retry/*`` stats.
 """
 
 from __future__ import annotations
@@ -28,13 +33,15 @@ from scrapy.http import Response
 from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
+from meteorseed_scrapy.observability.logging import LogSetupMiddleware
+from meteorseed_scrapy.politeness.adaptive import AdaptiveThrottleMiddleware
 from meteorseed_scrapy.politeness.blacklist import BlacklistMiddleware
-from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.politeness.cookie_warmup import CookieWarmupMiddleware
-from meteorseed_scrapy.politeness.gate import PAUSE_LEAD_S, PauseResult, SiteGate, granted_at
+from meteorseed_scrapy.politeness.gate import PAUSE_LEAD_S, PauseResult, granted_at
 from meteorseed_scrapy.politeness.policy import Backoff, parse_retry_after
 from meteorseed_scrapy.politeness.proxies import ProxyPoolMiddleware
 from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
+from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.politeness.user_agents import UserAgentPoolMiddleware
 from meteorseed_scrapy.sites.lookup import SiteConfigs, site_configs
@@ -58,6 +65,37 @@ class SiteSlotMiddleware:
             request.meta["download_slot"] = f"site:{task.site_id}"
 
 
+def durable_retry(request: Request, retries: int, reason: str, scrapy_reason: str | Exception,
+                  *, spider: Spider | None, max_retry_times: int, backoff: Backoff,
+                  site_sick: bool) -> TaskDeferred | None:
+    """The durable retry of a task whose download failed now after ``retries`` retries
+    (``reason``: ours, ``scrapy_reason``: as Scrapy's RetryMiddleware names it), or None when it
+    is not retried: ``dont_retry`` in its meta (as in Scrapy), or its retries are used up
+    (:func:`retry_decision`), and the failure ends it.
+
+    A site that looks down (``site_sick``: its breaker open, or this worker's window abnormal)
+    is not the task's fault: its tasks wait without using up a retry, as does a failed probe.
+    ``spider`` (with its crawler) is needed only to count a retry.
+    """
+    if request.meta.get("dont_retry"):
+        return None
+    probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
+    count = not (site_sick or probe)
+    if count and not retry_decision(request, retries, scrapy_reason,
+                                    spider=_deciding(spider), max_retry_times=max_retry_times):
+        return None
+    delay = backoff.compute(retries if count else 0)
+    return TaskDeferred(delay, f"{reason}, retry in {delay:.1f}s", count_retry=count,
+                        why=DeferReason.RETRY if count else DeferReason.SICK)
+
+
+def _deciding(spider: Spider | None) -> Spider:
+    """The spider whose crawler Scrapy's retry decision logs and counts with."""
+    if spider is None or getattr(spider, "crawler", None) is None:
+        raise RuntimeError("BackoffMiddleware needs its crawler's spider to decide retries")
+    return spider
+
+
 def retry_decision(request: Request, retries: int, reason: str | Exception, *,
                    spider: Spider, max_retry_times: int) -> bool:
     """Whether a task that failed now, after ``retries`` durable retries, may be retried once
@@ -76,10 +114,11 @@ def retry_decision(request: Request, retries: int, reason: str | Exception, *,
 class BackoffMiddleware:
     """Turns throttling and transient failures into durable, fleet-wide backoff."""
 
-    def __init__(self, backoff: Backoff, max_retries: int, stats: Any, settings: Any,
+    def __init__(self, runtime: CrawlRuntime, max_retries: int, stats: Any, settings: Any,
                  configs: SiteConfigs | None = None, crawler: Any = None) -> None:
         self.crawler = crawler  # (its spider asks Scrapy whether to retry)
-        self.backoff = backoff
+        self.runtime = runtime  # its gate and breaker, once the crawl is a worker crawl
+        self.backoff = runtime.backoff
         self.max_retries = max_retries
         self.configs = configs  # a site's rule config may set its own limits.retries
         # Scrapy's own lists of what is worth retrying (the RetryMiddleware this replaces).
@@ -90,14 +129,12 @@ class BackoffMiddleware:
         )
         self.stats = stats
         self.settings = settings
-        self.gate: SiteGate | None = None  # bound by the StreamScheduler when it opens
-        self.breaker: Breaker | None = None
         self.faults = SiteFaults("pause", stats)
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> BackoffMiddleware:
         settings = crawler.settings
-        return cls(Backoff.from_settings(settings), settings.getint("RETRY_TIMES", 2),
+        return cls(CrawlRuntime.of(crawler), settings.getint("RETRY_TIMES", 2),
                    crawler.stats, settings, site_configs(crawler), crawler)
 
     def retries_for(self, site: str, request: Request | None = None) -> int:
@@ -111,10 +148,6 @@ class BackoffMiddleware:
             return config.limits.retries
         return self.max_retries
 
-    def bind(self, gate: SiteGate, breaker: Breaker) -> None:
-        self.gate = gate
-        self.breaker = breaker
-
     async def process_response(self, request: Request, response: Response,
                                spider: Spider | None = None) -> Response:
         task = task_of(request)
@@ -124,7 +157,7 @@ class BackoffMiddleware:
         if status_allowed(status, request, spider, self.settings):
             return response
         site = task.site_id
-        if status in PAUSE_CODES and self.gate is not None:
+        if status in PAUSE_CODES and self.runtime.worker:
             delay = await self._pause(request, site, status, response)
             if request.meta.get("dont_retry"):  # the site stays paused; this task ends now
                 return response
@@ -149,13 +182,11 @@ class BackoffMiddleware:
         pause, due back a little ahead of its end (the gate holds it until then). Only a
         request granted its permit after the site's last pause began strikes: a burst of 429s
         to requests in flight together is one strike, the rest confirm its pause."""
-        assert self.gate is not None
         retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
         self.stats.inc_value(f"meteorseed/throttled/{site}/{status}")
-        if self.breaker is not None:  # trouble: the fleet's give-up clock runs
-            self.breaker.throttled(site)
+        self.runtime.breaker.throttled(site)  # trouble: the fleet's give-up clock runs
         try:
-            result: PauseResult = await self.gate.pause(
+            result: PauseResult = await self.runtime.gate.pause(
                 site, retry_after, granted_at(request.meta.get(LEASE_META_KEY)))
         except SITE_ERRORS as exc:  # the site's pause state is corrupt: its task waits alone
             self.faults.failed(site, exc)
@@ -182,58 +213,51 @@ class BackoffMiddleware:
                                 exception, spider)
         return None
 
+    def _spider(self, spider: Spider | None) -> Spider | None:
+        return spider or (self.crawler.spider if self.crawler is not None else None)
+
     def _counted(self, request: Request, retries: int, scrapy_reason: str | Exception,
                  spider: Spider | None) -> bool:
         """Whether the task may use up one more retry (:func:`retry_decision`)."""
         task = task_of(request)
         site = task.site_id if task is not None else ""
-        spider = spider or (self.crawler.spider if self.crawler is not None else None)
-        if spider is None or getattr(spider, "crawler", None) is None:
-            raise RuntimeError("BackoffMiddleware needs its crawler's spider to decide retries")
-        return retry_decision(request, retries, scrapy_reason, spider=spider,
+        return retry_decision(request, retries, scrapy_reason,
+                              spider=_deciding(self._spider(spider)),
                               max_retry_times=self.retries_for(site, request))
 
     def _retry_or_pass(self, request: Request, site: str, retries: int, reason: str,
                        scrapy_reason: str | Exception, spider: Spider | None) -> None:
-        """Raise TaskDeferred for a durable retry, or return when the retries are used up.
-
-        A site that looks down (its breaker open, or this worker's window abnormal) is not the
-        task's fault: its tasks are deferred without using up a retry, as is a failed probe.
-        ``dont_retry`` in the request's meta: never retried (as in Scrapy).
-        """
-        if request.meta.get("dont_retry"):
+        """Raise the task's durable retry (:func:`durable_retry`), or return when the failure
+        ends it."""
+        runtime = self.runtime
+        deferred = durable_retry(
+            request, retries, reason, scrapy_reason, spider=self._spider(spider),
+            max_retry_times=self.retries_for(site, request), backoff=self.backoff,
+            site_sick=runtime.worker and runtime.breaker.unhealthy(site))
+        if deferred is None:
             return
-        sick = self.breaker is not None and self.breaker.unhealthy(site)
-        probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
-        count = not (sick or probe)
-        if count and not self._counted(request, retries, scrapy_reason, spider):
-            return
-        delay = self.backoff.compute(retries if count else 0)
         self.stats.inc_value(f"meteorseed/retry/{site}/{reason.replace(' ', '_')}")
-        raise TaskDeferred(delay, f"{reason}, retry in {delay:.1f}s", count_retry=count,
-                           why=DeferReason.RETRY if count else DeferReason.SICK)
+        raise deferred
 
 
 class CircuitBreakerMiddleware:
     """Feeds each download's outcome (error or not, latency) to the site's circuit breaker."""
 
-    def __init__(self) -> None:
-        self.breaker: Breaker | None = None  # bound by the StreamScheduler when it opens
+    def __init__(self, runtime: CrawlRuntime) -> None:
+        self.runtime = runtime  # its breaker, once the crawl is a worker crawl
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> CircuitBreakerMiddleware:
-        return cls()
-
-    def bind(self, gate: SiteGate, breaker: Breaker) -> None:
-        self.breaker = breaker
+        return cls(CrawlRuntime.of(crawler))
 
     def _record(self, request: Request, error: bool, good: bool = False) -> None:
         task = task_of(request)
-        if task is None or self.breaker is None:
+        if task is None or not self.runtime.worker:
             return
         probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")
-        self.breaker.record(task.site_id, error, request.meta.get("download_latency", 0.0), probe,
-                            task.task_id, good)
+        self.runtime.breaker.record(task.site_id, error,
+                                    request.meta.get("download_latency", 0.0), probe,
+                                    task.task_id, good)
 
     def process_response(self, request: Request, response: Response,
                          spider: Spider | None = None) -> Response:
@@ -247,6 +271,8 @@ class CircuitBreakerMiddleware:
             self._record(request, True)
 
 
-__all__ = ["BackoffMiddleware", "BlacklistMiddleware", "CircuitBreakerMiddleware",
-           "CookieWarmupMiddleware", "ProxyPoolMiddleware", "RobotsTxtMiddleware",
-           "SiteSlotMiddleware", "UserAgentPoolMiddleware"]
+__all__ = ["AdaptiveThrottleMiddleware", "BackoffMiddleware", "BlacklistMiddleware",
+           "CircuitBreakerMiddleware", "CookieWarmupMiddleware", "LogSetupMiddleware",
+           "ProxyPoolMiddleware",
+           "RobotsTxtMiddleware", "SiteSlotMiddleware", "UserAgentPoolMiddleware",
+           "durable_retry", "retry_decision"]

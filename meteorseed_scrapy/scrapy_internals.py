@@ -92,12 +92,12 @@ class ScraperPatch:
             check()
             raise RuntimeError("Scrapy's scraper has no enqueue_scrape")
         self.enqueue_scrape: Callable[..., Any] = enqueue
-        self.handle_output: Callable[..., Any] | None = getattr(
-            self._scraper, "handle_spider_output_async", None)
-        self.process_output: Callable[..., Any] | None = getattr(
-            self._scraper, "_process_spidermw_output_async", None)
+        handle = getattr(self._scraper, "handle_spider_output_async", None)
+        process = getattr(self._scraper, "_process_spidermw_output_async", None)
         # (both or neither: the output is counted where it starts and where it is through)
-        self.counting = callable(self.handle_output) and callable(self.process_output)
+        self.counting = callable(handle) and callable(process)
+        self.handle_output: Callable[..., Any] = handle if callable(handle) else _absent
+        self.process_output: Callable[..., Any] = process if callable(process) else _absent
         self._installed = False
 
     def install(self, enqueue_scrape: Callable[..., Any], handle_output: Callable[..., Any],
@@ -118,6 +118,10 @@ class ScraperPatch:
             scraper.handle_spider_output_async = self.handle_output
             scraper._process_spidermw_output_async = self.process_output
         self._installed = False
+
+
+def _absent(*args: Any) -> Any:
+    raise RuntimeError("not in this Scrapy: never installed")
 
 
 # -- the engine ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
@@ -483,8 +484,8 @@ def test_the_middleware_samples_task_responses_with_a_latency_only() -> None:
     from meteorseed_scrapy.task.exec_task import ExecTask
 
     task = ExecTask.create(seed_id="s", site_id="site", url="http://a.example/1")
-    mw, gate = AdaptiveThrottleMiddleware(), FakeGate()
-    mw.bind(gate, None)
+    gate = FakeGate()
+    mw = AdaptiveThrottleMiddleware(SimpleNamespace(worker=True, gate=gate))  # type: ignore[arg-type]
 
     def response(**meta: Any) -> None:
         request = Request(task.url, meta=meta)
@@ -508,7 +509,8 @@ def test_robots_middleware_records_each_hosts_interval_once_and_retries_a_refuse
     crawler = get_crawler(Spider, {"ROBOTSTXT_OBEY": True})
     mw = RobotsTxtMiddleware(crawler)
     gate = FakeGate(fail=1)
-    mw.bind(gate, None)
+    mw.runtime.gate = gate  # type: ignore[assignment]
+    mw.runtime.open_worker()
 
     class Parser:
         rp = Protego.parse("User-agent: *\nCrawl-delay: 0.5\n")

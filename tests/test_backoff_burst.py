@@ -12,15 +12,17 @@ import pytest
 import redis
 from hypothesis import given
 from hypothesis import strategies as st
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.http import Response
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.middlewares import BackoffMiddleware
 from meteorseed_scrapy.politeness.gate import PAUSE_LEAD_S, SiteGate, granted_at
 from meteorseed_scrapy.politeness.permits import PermitDesk
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
@@ -173,9 +175,12 @@ def test_a_pause_seen_here_holds_back_the_permits_in_hand_and_gives_them_back(
 
 def _middleware(gate: SiteGate) -> tuple[BackoffMiddleware, MemoryStatsCollector]:
     stats = MemoryStatsCollector(SimpleNamespace(settings=Settings()))
-    settings = Settings({"RETRY_HTTP_CODES": [500, 503], "RETRY_EXCEPTIONS": []})
-    mw = BackoffMiddleware(Backoff(1.0, 300.0), 2, stats, settings)
-    mw.gate = gate
+    settings = {"RETRY_HTTP_CODES": [500, 503], "RETRY_EXCEPTIONS": [],
+                "METEORSEED_BACKOFF_BASE": 1.0, "METEORSEED_BACKOFF_MAX": 300.0}
+    runtime = CrawlRuntime.of(get_crawler(Spider, settings_dict=settings))
+    runtime.gate = gate  # (the test's own, on its namespace)
+    runtime.open_worker()
+    mw = BackoffMiddleware(runtime, 2, stats, Settings(settings))
     return mw, stats
 
 

@@ -16,12 +16,12 @@ from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionRefusedError as Refused
 
-from meteorseed_scrapy.middlewares import BackoffMiddleware
+from meteorseed_scrapy.middlewares import BackoffMiddleware, durable_retry
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.task.context import TASK_META_KEY
-from meteorseed_scrapy.task.exceptions import TaskDeferred
+from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY
+from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.requests import request_to_task
@@ -31,7 +31,7 @@ REFUSED = "twisted.internet.error.ConnectionRefusedError"
 
 
 def backoff_middleware(**settings: Any) -> BackoffMiddleware:
-    """The middleware of a crawler whose spider is open (no Redis: no gate bound)."""
+    """The middleware of a crawler whose spider is open (not yet a worker crawl: no Redis)."""
     crawler = get_crawler(Spider, settings_dict={
         "RETRY_HTTP_CODES": [500, 503], "RETRY_EXCEPTIONS": [REFUSED], "RETRY_TIMES": 2,
         **settings})
@@ -46,7 +46,9 @@ async def outcome(redis_url: str, ns: str, meta: dict[str, Any], retry_count: in
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     try:
         mw = backoff_middleware()
-        mw.gate = SiteGate(client, KeyLayout(ns), lambda _site: OPEN, "c1", Backoff(1.0, 300.0))
+        mw.runtime.gate = SiteGate(client, KeyLayout(ns), lambda _site: OPEN, "c1",
+                                   Backoff(1.0, 300.0))
+        mw.runtime.open_worker()
         return await answer(mw, meta, retry_count, result)
     finally:
         await client.aclose()
@@ -97,6 +99,61 @@ def test_retry_meta_keys_decide_and_scrapy_retry_stats_count(
     done, stats = asyncio.run(outcome(redis_url, namespace, meta, retry_count, result))
     assert done == expected
     assert retry_stats(stats) == counted
+
+
+def test_outside_a_worker_crawl_a_429_passes_and_a_500_is_still_decided() -> None:
+    mw = backoff_middleware()  # (its runtime's Redis is never reached)
+    assert asyncio.run(answer(mw, {}, 0, 429)) == ("passed", {})
+    done, stats = asyncio.run(answer(mw, {}, 0, 500))
+    assert done == "deferred" and retry_stats(stats) == {
+        "retry/count": 1, "retry/reason_count/500 Internal Server Error": 1}
+
+
+BACKOFF = Backoff(1.0, 300.0, jitter=0.0)  # (no jitter: delays compared exactly)
+
+
+def spider_of(**settings: Any) -> Spider:
+    crawler = get_crawler(Spider, settings_dict=settings)
+    crawler.spider = crawler._create_spider("retry")
+    return crawler.spider
+
+
+@given(retries=st.integers(0, 12), max_retry_times=st.integers(0, 12),
+       sick=st.booleans(), probe=st.booleans(), dont_retry=st.booleans())
+def test_the_durable_retry_decision_without_redis(retries: int, max_retry_times: int,
+                                                   sick: bool, probe: bool,
+                                                   dont_retry: bool) -> None:
+    spider = spider_of()
+    meta: dict[str, Any] = {"dont_retry": dont_retry}
+    if probe:
+        meta[LEASE_META_KEY] = "lease-1:probe"
+    deferred = durable_retry(Request("https://a.test/1", meta=meta), retries, "HTTP 500",
+                             "500 Internal Server Error", spider=spider,
+                             max_retry_times=max_retry_times, backoff=BACKOFF, site_sick=sick)
+    stats = retry_stats(spider.crawler.stats.get_stats())
+    if dont_retry:
+        assert deferred is None and stats == {}
+    elif sick or probe:  # not the task's fault: waits without using up a retry
+        assert deferred is not None and not deferred.count_retry
+        assert deferred.why is DeferReason.SICK and deferred.delay_s == BACKOFF.compute(0)
+        assert stats == {}
+    elif retries < max_retry_times:  # Scrapy's own rule, log lines and stats
+        assert deferred is not None and deferred.count_retry
+        assert deferred.why is DeferReason.RETRY
+        assert deferred.delay_s == BACKOFF.compute(retries)
+        assert deferred.reason == f"HTTP 500, retry in {deferred.delay_s:.1f}s"
+        assert stats == {"retry/count": 1, "retry/reason_count/500 Internal Server Error": 1}
+    else:
+        assert deferred is None and stats == {"retry/max_reached": 1}
+
+
+def test_counting_a_retry_needs_the_crawlers_spider() -> None:
+    request = Request("https://a.test/1")
+    with pytest.raises(RuntimeError, match="needs its crawler's spider"):
+        durable_retry(request, 0, "HTTP 500", "500", spider=None, max_retry_times=2,
+                      backoff=BACKOFF, site_sick=False)
+    assert durable_retry(request, 0, "HTTP 500", "500", spider=None, max_retry_times=2,
+                         backoff=BACKOFF, site_sick=True) is not None  # (no retry counted)
 
 
 def test_dont_retry_still_pauses_the_site_for_a_429(redis_url: str, namespace: str) -> None:

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider
 from scrapy.http import Response
 
 from meteorseed_scrapy.task.context import task_of
 from meteorseed_scrapy.validators import ConfigError, to_number
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 
 #: Seconds between two flushes of a worker's samples, and between two updates of a site's
 #: delay in Redis (whichever worker's flush comes first after it).
@@ -124,26 +127,26 @@ class AdaptiveState:
 
 class AdaptiveThrottleMiddleware:
     """Feeds each response's ``download_latency`` and status to the fleet-wide adaptive limit
-    of its site (bound to the worker's gate by the StreamScheduler). Requests with
+    of its site in a worker crawl (through the crawl's runtime's gate). Requests with
     ``autothrottle_dont_adjust_delay`` in their meta are left out, as in Scrapy."""
 
-    def __init__(self) -> None:
-        self.gate: Any = None
+    def __init__(self, runtime: CrawlRuntime) -> None:
+        self.runtime = runtime
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> AdaptiveThrottleMiddleware:
-        return cls()
+        # (imported here: the runtime's gate imports this module's samples)
+        from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 
-    def bind(self, gate: Any, breaker: Any) -> None:
-        self.gate = gate
+        return cls(CrawlRuntime.of(crawler))
 
     def process_response(self, request: Request, response: Response,
                          spider: Spider | None = None) -> Response:
         task = task_of(request)
         latency = request.meta.get("download_latency")
-        if task is not None and self.gate is not None and latency is not None \
+        if task is not None and self.runtime.worker and latency is not None \
                 and request.meta.get("autothrottle_dont_adjust_delay") is not True:
-            self.gate.observe(task.site_id, latency, response.status)
+            self.runtime.gate.observe(task.site_id, latency, response.status)
         return response
 
 

@@ -19,6 +19,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.defer import Deferred
 
 from meteorseed_scrapy.politeness.gate import ROBOTS_CAP_REFRESH_S
+from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_config, site_of
 
 # Logged under the name these middlewares always had (users' logging config refers to it).
@@ -34,17 +35,15 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
       await the same Deferred, and turning it into a future consumes its result, so Scrapy lets
       all but the first of them through unchecked. Here each waiter gets its own copy;
     * its ``Crawl-delay`` and ``Request-rate`` for the request's User-Agent cap the site's rate
-      fleet-wide (``SiteGate.cap_by_robots``, bound by the StreamScheduler), unless the site's
-      rule config sets ``limits.ignore_crawl_delay`` (with its reason).
+      fleet-wide in a worker crawl (``SiteGate.cap_by_robots``, the crawl's runtime's gate),
+      unless the site's rule config sets ``limits.ignore_crawl_delay`` (with its reason).
     """
 
-    gate: Any = None
-    #: (site, host, User-Agent) -> monotonic time its robots.txt rate was recorded
-    _capped: dict[tuple[str, str, str], float] | None = None
-
-    def bind(self, gate: Any, breaker: Any) -> None:
-        self.gate = gate
-        self._capped = {}
+    def __init__(self, crawler: Any) -> None:
+        super().__init__(crawler)
+        self.runtime = CrawlRuntime.of(crawler)
+        #: (site, host, User-Agent) -> monotonic time its robots.txt rate was recorded
+        self._capped: dict[tuple[str, str, str], float] = {}
 
     async def process_request(self, request: Request, spider: Spider | None = None) -> None:
         if request.meta.get("dont_obey_robotstxt"):
@@ -52,7 +51,7 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
         if request.url.startswith("data:") or request.url.startswith("file:"):
             return
         rp = await self.robot_parser(request)
-        if self.gate is not None:
+        if self.runtime.worker:
             await self._cap(rp, request)
         self.process_request_2(rp, request)
 
@@ -65,7 +64,7 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
         """Record the robots.txt rate cap of the request's host for its site, once per site,
         host and User-Agent in this worker (its rule config may ignore it, with a reason)."""
         site = site_of(request)
-        if site is None or self._capped is None:
+        if site is None:
             return
         host, agent = urlparse_cached(request).netloc, self._useragent(request)
         seen, now = (site, host, agent), time.monotonic()
@@ -74,7 +73,7 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
         self._capped[seen] = now  # before the await: requests in flight together ask once
         interval = robots_interval(rp, agent)
         try:
-            capped = await self.gate.cap_by_robots(site, host, interval)
+            capped = await self.runtime.gate.cap_by_robots(site, host, interval)
         except (RedisError, OSError, ValueError, TypeError) as exc:
             del self._capped[seen]  # asked again with the site's next request
             logger.warning("Could not record the robots.txt rate of %s for site %s: %s", host,

@@ -99,7 +99,6 @@ class ScrapeTracker:
 
     async def _counted_output(self, output: Iterable[Any] | AsyncIterator[Any], request: Request,
                               response: Response | Failure) -> None:
-        assert self._handle_output is not None
         scrape = current_scrape()
         if scrape is not None:
             output = (_count_async(output, scrape) if isinstance(output, AsyncIterator)
@@ -107,7 +106,6 @@ class ScrapeTracker:
         await self._handle_output(output, request, response)
 
     async def _one_output(self, output: Any, response: Response | Failure) -> None:
-        assert self._process_output is not None
         scrape = current_scrape()
         if scrape is None:
             await self._process_output(output, response)

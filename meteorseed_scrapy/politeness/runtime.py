@@ -1,0 +1,81 @@
+"""A crawl's shared parts, built once per crawler and handed to each component in its
+``from_crawler``: the worker's config and key layout, the site limits, the Redis client, the
+consumer, the fleet-wide gate and breaker, the task writer.
+
+Nothing here reaches Redis when it is built. Whether the crawl is a worker crawl is known only
+when the scheduler opens it (:mod:`~meteorseed_scrapy.task.local_crawl`: Scrapy's commands and
+the shell are local); until :meth:`CrawlRuntime.open_worker` the components that would use Redis
+let every request pass, and a local crawl never connects.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
+from meteorseed_scrapy.politeness.gate import SiteGate, lease_ttl
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
+from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.dedup import project_fingerprinter
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.lanes import LaneWeights
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.settings import WorkerConfig
+from meteorseed_scrapy.sites.lookup import site_configs
+
+_RUNTIMES: WeakKeyDictionary[Any, CrawlRuntime] = WeakKeyDictionary()
+
+
+class CrawlRuntime:
+    def __init__(self, crawler: Any) -> None:
+        settings = crawler.settings
+        self._crawler = crawler
+        self.config = WorkerConfig.from_settings(settings)
+        self.keys = KeyLayout.for_config(self.config)
+        self.lane_weights = LaneWeights.from_settings(settings)
+        self.backoff = Backoff.from_settings(settings)
+        self.breaker_config = BreakerConfig.from_settings(settings)
+        #: The settings' defaults, overridden by the site's rule config (hot-reloaded).
+        self.limits_for = SiteLimitsLookup(SiteLimits.from_settings(settings),
+                                           site_configs(crawler))
+        self.redis: Any = async_client(
+            self.config.redis_url, decode_responses=True, socket_timeout=10,
+            socket_connect_timeout=5, health_check_interval=15,
+        )
+        self.consumer = StreamConsumer(self.redis, self.keys, self.config.consumer,
+                                       self.lane_weights)
+        self.gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer,
+                             self.backoff, self.breaker_config.probe_interval,
+                             lease_ttl_s=lease_ttl(self.config.claim_idle))
+        self.breaker = Breaker(self.redis, self.keys, self.breaker_config, crawler.stats,
+                               lambda site: self.limits_for(site).quota(site))
+        self.worker = False  # set when the scheduler opens a worker crawl
+
+    @classmethod
+    def of(cls, crawler: Any) -> CrawlRuntime:
+        """``crawler``'s runtime, built by the first component that asks."""
+        runtime = _RUNTIMES.get(crawler)
+        if runtime is None:
+            runtime = _RUNTIMES[crawler] = cls(crawler)
+        return runtime
+
+    @cached_property
+    def writer(self) -> TaskWriter:
+        # Child requests are deduplicated by the project's REQUEST_FINGERPRINTER_CLASS if set
+        # (built when first needed: it logs which fingerprinter dedup uses).
+        return TaskWriter(self.redis, self.keys,
+                          fingerprinter=project_fingerprinter(self._crawler))
+
+    def open_worker(self) -> None:
+        """The crawl is a worker crawl: the components use Redis from now on."""
+        self.worker = True
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+__all__ = ["CrawlRuntime"]
