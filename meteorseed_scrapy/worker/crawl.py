@@ -129,4 +129,4 @@ async def _cancelled(task: asyncio.Future[None]) -> None:
         task.result()
 
 
-__all__ = ["WorkerCrawl"]
+__all__ = ["WorkerCrawl", "WorkerSettings"]
