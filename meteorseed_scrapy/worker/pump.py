@@ -4,7 +4,8 @@ The scheduler only calls the verbs below. All network I/O runs in background loo
 reactor's asyncio loop (so ``next_request()`` never waits for Redis): read and maintain
 (:mod:`.intake`), quota (:mod:`.dispatcher`), flush (:mod:`.completions`). A task is acked only
 after its final hop was scraped, every item it produced passed the store stage (which awaits
-its commit), and every request it yielded is durable in the stream.
+its commit), and every request it yielded is durable in the stream; how it ends is decided in
+:mod:`.fate` and acted on by :mod:`.settling`.
 """
 
 from __future__ import annotations
@@ -133,10 +134,6 @@ class StreamPump:
             unsettled=lambda: [d for e in self._ledger.entries() for d in e.deliveries],
             flush_permits=self._desk.flush if self._desk is not None else None,
             deadline_s=deadline_s)
-        try:
-            await self._consumer.membership().leave()
-        except Exception as exc:  # (Redis away: the consumer stays listed)
-            logger.debug("Could not leave the consumer group: %s", exc)
         self._completions.record_ack_latency()
         self._yielded.dupes.close("finished")
 

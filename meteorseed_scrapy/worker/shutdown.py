@@ -1,6 +1,6 @@
 """A worker's last writes when it stops: what settled tasks left queued is written within a
-deadline (Redis may be away: retried until then), and the tasks still held are handed back to
-the stream for another worker."""
+deadline (Redis may be away: retried until then), the tasks still held are handed back to the
+stream for another worker, and the worker leaves the consumer group."""
 
 from __future__ import annotations
 
@@ -34,10 +34,15 @@ async def last_writes(completions: Completions, consumer: StreamConsumer, config
                 logger.info("Handed %d unfinished task(s) back to the stream", n)
                 completions.stats.inc_value("meteorseed/handed_back", n)
             if not completions.pending():
-                return
+                break
         except REDIS_DOWN as exc:
             await asyncio.sleep(min(outage.failed(exc, "shutdown"), 1.0))
-    completions.report_unwritten()
+    else:
+        completions.report_unwritten()
+    try:
+        await consumer.membership().leave()
+    except Exception as exc:  # (Redis away: the consumer stays listed)
+        logger.debug("Could not leave the consumer group: %s", exc)
 
 
 __all__ = ["last_writes"]
