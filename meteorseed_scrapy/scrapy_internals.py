@@ -17,8 +17,9 @@ What is used, and why:
 * ``ExecutionEngine._start`` (replaced): start requests paced by the stream's reads.
 * ``Downloader.active``: downloads in progress, for the worker's work budget.
 * ``Spider._set_crawler``: a spider built by its own ``from_crawler`` without ``super()``'s.
-* Build order: ``LogSetupMiddleware`` (``observability/logging.py``) is the first component
-  built after ``Crawler.crawl`` replaced the root log handler (no signal marks that moment).
+* Build order: ``Crawler.crawl`` replaces the root log handler (``_update_root_log_handler``)
+  right before it builds the engine, whose first component built is the first downloader
+  middleware: :class:`RootHandlerHook` runs there (no signal marks that moment).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from scrapy import Spider
 from scrapy.core.downloader import Downloader
 from scrapy.core.engine import ExecutionEngine
 from scrapy.core.scraper import Scraper
+from scrapy.exceptions import NotConfigured
 
 #: The Scrapy releases every use below was checked on: setup.cfg's floor, the newest tried.
 CHECKED_ON = ("2.14.0", "2.19.0")
@@ -157,6 +159,22 @@ def downloads_in_progress(crawler: Any) -> int:
     return len(downloader.active) if downloader is not None else 0
 
 
+# -- the log handler ------------------------------------------------------------------------------
+class RootHandlerHook:
+    """A downloader middleware at order 0 that is no middleware at all: built right after Scrapy
+    replaced the root log handler, it runs :meth:`on_root_handler` and switches itself off
+    (``NotConfigured``, silently), so it costs nothing per request."""
+
+    @classmethod
+    def on_root_handler(cls, crawler: Any) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> RootHandlerHook:
+        cls.on_root_handler(crawler)
+        raise NotConfigured
+
+
 # -- the spider ----------------------------------------------------------------------------------
 def attach_crawler(spider: Spider, crawler: Any) -> None:
     """What ``Spider.from_crawler`` does besides building: ``spider.crawler``, its settings,
@@ -164,6 +182,6 @@ def attach_crawler(spider: Spider, crawler: Any) -> None:
     spider._set_crawler(crawler)
 
 
-__all__ = ["CHECKED_ON", "ScraperPatch", "attach_crawler", "check", "downloads_in_progress",
-           "missing", "opened_by_hand", "replace_start_iterator", "start_iterator",
-           "wake_engine"]
+__all__ = ["CHECKED_ON", "RootHandlerHook", "ScraperPatch", "attach_crawler", "check",
+           "downloads_in_progress", "missing", "opened_by_hand", "replace_start_iterator",
+           "start_iterator", "wake_engine"]

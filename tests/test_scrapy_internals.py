@@ -127,3 +127,21 @@ def offenders(package: Path) -> list[str]:
 
 def test_no_other_module_touches_scrapys_privates() -> None:
     assert offenders(PACKAGE) == []
+
+
+def test_a_root_handler_hook_runs_once_and_switches_itself_off() -> None:
+    from scrapy.exceptions import NotConfigured
+
+    from meteorseed_scrapy.scrapy_internals import RootHandlerHook
+
+    seen = []
+
+    class Hook(RootHandlerHook):
+        @classmethod
+        def on_root_handler(cls, crawler: object) -> None:
+            seen.append(crawler)
+
+    crawler = get_crawler(_Spider)
+    with pytest.raises(NotConfigured):
+        Hook.from_crawler(crawler)
+    assert seen == [crawler]

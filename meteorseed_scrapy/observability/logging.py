@@ -17,8 +17,8 @@ import logging
 from typing import Any
 
 from scrapy import signals
-from scrapy.exceptions import NotConfigured
 
+from meteorseed_scrapy.scrapy_internals import RootHandlerHook
 from meteorseed_scrapy.settings import flag_setting
 from meteorseed_scrapy.task.context import current_scrape, task_of
 
@@ -114,13 +114,12 @@ class TracingExtension:
         install(list(logging.getLogger().handlers), self.json_lines)
 
 
-class LogSetupMiddleware:
+class LogSetupMiddleware(RootHandlerHook):
     """Not a middleware at all: the first downloader middleware built (order 0) installs the
     filter/formatter on the root handler Scrapy has just replaced, then bows out
-    (``NotConfigured``, silently), so it costs nothing per request."""
+    (:class:`~meteorseed_scrapy.scrapy_internals.RootHandlerHook`)."""
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> LogSetupMiddleware:
+    def on_root_handler(cls, crawler: Any) -> None:
         install(list(logging.getLogger().handlers),
                 flag_setting(crawler.settings, "METEORSEED_LOG_JSON"))
-        raise NotConfigured
