@@ -116,6 +116,8 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_METRICS_PORT": None,  # None/0: no Prometheus endpoint
     "METEORSEED_METRICS_HOST": "127.0.0.1",
     "METEORSEED_METRICS_INTERVAL": 5.0,
+    # Sites with per-site series of their own, per worker (the rest: site="_other").
+    "METEORSEED_METRICS_SITES": 100,
     # Proxy pool (site config ``proxies``): failures in a row before a proxy cools down, and for
     # how many seconds.
     "METEORSEED_PROXY_MAX_FAILURES": 3,

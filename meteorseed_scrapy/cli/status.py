@@ -198,8 +198,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ctx.say()
     if status["consumers"]:
         ctx.say("\n".join(table(status["consumers"], ("name", "pending", "idle_ms"))))
+    elif throughput["finished_total"] or status["dead"]:
+        ctx.say("no consumers now (the workers that read the streams have left)")
     else:
         ctx.say("no consumers (no worker has read the streams yet)")
+    if status["live_workers"] is not None:
+        ctx.say(f"live workers {status['live_workers']} (liveness registry)")
     if status["seen"]:
         ctx.say()
         rows = [{"site": s, "seen_urls": n} for s, n in status["seen"].items()]
@@ -209,6 +213,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ctx.say()
     ctx.say(f"persistence: appendonly={server.get('appendonly', '?')} "
             f"maxmemory-policy={server.get('maxmemory_policy', '?')}")
+    memory = status["redis_memory"]
+    if memory is not None:
+        ctx.say(f"memory: {_mib(memory['used_bytes'])} used of "
+                f"{_mib(memory['max_bytes']) if memory['max_bytes'] else 'no maxmemory'}"
+                + (f" ({memory['used_fraction']:.0%})" if memory["max_bytes"] else ""))
+        if memory["near_limit"]:
+            ctx.say(f"WARNING: Redis memory is at {memory['used_fraction']:.0%} of maxmemory: "
+                    "with 'noeviction' new tasks, acks and retries will be refused when it is "
+                    "full (raise maxmemory, or trim dead letters and seen sets)")
     for warning in server["warnings"]:
         ctx.say(f"WARNING: {warning}")
     return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"

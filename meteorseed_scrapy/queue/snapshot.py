@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from meteorseed_scrapy.queue.delayed import DelayedEntry
@@ -134,6 +134,45 @@ class SiteThrottle:
 
 
 @dataclass(frozen=True)
+class RedisMemory:
+    """Redis's ``INFO memory``: what it holds, the most it may hold, what it does then."""
+
+    used_bytes: int
+    max_bytes: int  # 0: no limit (Redis grows until the machine says no)
+    policy: str  # maxmemory-policy
+
+    #: Past this fraction of ``maxmemory`` the operator is warned (status, alert rules).
+    WARN_FRACTION = 0.8
+
+    @property
+    def fraction(self) -> float | None:
+        return self.used_bytes / self.max_bytes if self.max_bytes else None
+
+    @property
+    def near_limit(self) -> bool:
+        return self.fraction is not None and self.fraction >= self.WARN_FRACTION
+
+    @classmethod
+    def parse(cls, info: Any) -> RedisMemory | None:
+        """From redis-py's parsed ``INFO memory`` (None when Redis refused it: a managed
+        Redis may rename INFO)."""
+        if not isinstance(info, dict):
+            return None
+        try:
+            used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+        except (TypeError, ValueError):
+            return None
+        return cls(used, limit, str(info.get("maxmemory_policy", "")))
+
+    def to_json(self) -> dict[str, Any]:
+        fraction = self.fraction
+        return {"used_bytes": self.used_bytes, "max_bytes": self.max_bytes,
+                "policy": self.policy,
+                "used_fraction": None if fraction is None else round(fraction, 4),
+                "near_limit": self.near_limit}
+
+
+@dataclass(frozen=True)
 class QueueStatus:
     namespace: str
     stream: str  # the first shard's main stream (<ns>:tasks on one Redis)
@@ -146,6 +185,11 @@ class QueueStatus:
     added: int | None  # tasks ever added to the streams (counted); None: unreadable counter
     lag_s: float  # age of the oldest task waiting to be delivered (0 when none waits)
     throttles: tuple[SiteThrottle, ...] = ()  # sites with an adaptive limit or robots cap
+    #: Age of the oldest task waiting per lane (lanes with none waiting: absent).
+    lane_lag_s: dict[str, float] = field(default_factory=dict)
+    #: Workers whose liveness deadline has not passed (the live-worker registry).
+    live_workers: int | None = None
+    memory: RedisMemory | None = None  # None: INFO refused
 
     @property
     def backlog(self) -> int:
@@ -199,8 +243,11 @@ class QueueStatus:
                           for c in self.consumers],
             "throughput": {"added_total": self.added, "finished_total": self.finished},
             "throttles": [t.to_json() for t in self.throttles],
+            "lane_lag_s": {lane: round(lag, 3) for lane, lag in self.lane_lag_s.items()},
+            "live_workers": self.live_workers,
+            "redis_memory": None if self.memory is None else self.memory.to_json(),
         }
 
 
 __all__ = ["ConsumerStatus", "DelayedSite", "DelayedStatus", "Depth", "LaneStatus",
-           "QueueStatus", "ShardStatus", "SiteThrottle", "summarize_delayed"]
+           "QueueStatus", "RedisMemory", "ShardStatus", "SiteThrottle", "summarize_delayed"]

@@ -36,6 +36,7 @@ from meteorseed_scrapy.queue.snapshot import (
     Depth,
     LaneStatus,
     QueueStatus,
+    RedisMemory,
     ShardStatus,
     SiteThrottle,
     summarize_delayed,
@@ -108,8 +109,9 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
               for c in (call("xinfo_groups", s), call("xinfo_consumers", s, keys.group))]
     detail += [call("zrange", shard.delayed, 0, per_shard - 1, withscores=True)
                for shard in shards]
-    replies = yield [*batches, Batch(detail), Batch([call("time")], direct=True)]
-    counted, infos, (clock,) = replies[:len(shards)], replies[-2], replies[-1]
+    replies = yield [*batches, Batch(detail),
+                     Batch([call("time"), call("info", "memory")], direct=True)]
+    counted, infos, (clock, memory) = replies[:len(shards)], replies[-2], replies[-1]
     if isinstance(clock, Exception):
         raise clock
     now = float(clock[0]) + float(clock[1]) / 1e6
@@ -154,14 +156,17 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
     entries = [[DelayedEntry.parse(member, float(score)) for member, score in reply]
                for reply in scanned]
 
-    lag = 0.0
-    if waiting:
-        (firsts,) = yield [Batch([call("xrange", stream, f"({last}", "+", count=1)
-                                  for stream, last in waiting])]
-        ids = [text_of(r[0][0]) for r in firsts if isinstance(r, list) and r]
-        if ids:
-            oldest = min(int(i.split("-", 1)[0]) for i in ids)
-            lag = max(0.0, now - oldest / 1000)
+    lane_of = {s: lane for s, (lane, _band) in keys.stream_lanes.items()}
+    (firsts, (live,)) = yield [
+        Batch([call("xrange", stream, f"({last}", "+", count=1) for stream, last in waiting]),
+        Batch([call("zcount", keys.workers, int(now * 1000), "+inf")])]
+    lane_lag: dict[str, float] = {}
+    for (stream, _last), first in zip(waiting, firsts, strict=True):
+        if isinstance(first, list) and first:
+            age = max(0.0, now - int(text_of(first[0][0]).split("-", 1)[0]) / 1000)
+            lane = lane_of[stream]
+            lane_lag[lane] = max(age, lane_lag.get(lane, 0.0))
+    lag = max(lane_lag.values(), default=0.0)
 
     throttles = yield from _throttles(keys, now)
     return QueueStatus(
@@ -172,7 +177,9 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
         consumers=tuple(ConsumerStatus(name, held, idle, now - idle)
                         for name, (held, idle) in sorted(consumers.items())),
         delayed=summarize_delayed(delayed_total, entries),
-        dead=dead, added=added, lag_s=lag,
+        dead=dead, added=added, lag_s=lag, lane_lag_s=lane_lag,
+        live_workers=live if isinstance(live, int) else None,
+        memory=RedisMemory.parse(memory),
     )
 
 
