@@ -182,7 +182,7 @@ class QueueStatus:
     consumers: tuple[ConsumerStatus, ...]
     delayed: DelayedStatus
     dead: int
-    added: int | None  # tasks ever added to the streams (counted); None: unreadable counter
+    added: int | None  # new tasks ever added to the streams (not re-adds); None: unreadable
     lag_s: float  # age of the oldest task waiting to be delivered (0 when none waits)
     throttles: tuple[SiteThrottle, ...] = ()  # sites with an adaptive limit or robots cap
     #: Age of the oldest task waiting per lane (lanes with none waiting: absent).
@@ -206,9 +206,11 @@ class QueueStatus:
 
     @property
     def finished(self) -> int | None:
-        """Tasks that left the streams (acked, deferred, dead-lettered) since counting began
-        (0 at least: a namespace older than the counter holds tasks it never counted)."""
-        return None if self.added is None else max(0, self.added - self.length)
+        """Tasks settled for good (acked, dead-lettered) since counting began: new tasks
+        neither in a stream nor deferred (0 at least: a namespace older than the counter holds
+        tasks it never counted)."""
+        return None if self.added is None else max(0, self.added - self.length
+                                                   - self.delayed.total)
 
     @property
     def quiet(self) -> bool:

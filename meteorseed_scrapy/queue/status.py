@@ -8,11 +8,13 @@ and the asyncio ones run the same code, on one Redis or a cluster.
 Per shard, the length and pending count of every task stream, the delayed and dead counts and
 the added counter are read in one MULTI (one slot on a cluster): ``backlog = length - pending``
 is exact at one instant (workers XDEL an entry right after XACKing it, so XLEN counts waiting
-plus pending entries), and so is ``finished = added - length``.
+plus pending entries), and so is ``finished = added - length - delayed``.
 
 Throughput works on Redis 6.2 (whose XINFO STREAM has no ``entries-added``): the scripts that
-add tasks to a shard's streams count them in ``<prefix>:counts`` (``lua/counts_lib.lua``);
-tasks that left the streams (acked, deferred, dead-lettered) are ``added - length``.
+add tasks to a shard's streams count them in ``<prefix>:counts`` (``lua/counts_lib.lua``), and
+those that came back from a delayed set apart: ``added`` counts new tasks only, so a task
+re-parked by its site's quota a hundred times is added once; tasks settled for good (acked,
+dead-lettered) are ``added - length - delayed``.
 :class:`Throughput` turns successive snapshots into rates.
 """
 
@@ -73,11 +75,12 @@ def _pending(reply: Any) -> int:
 
 
 def _counter(reply: Any) -> int | None:
-    """The added counter; None when it cannot be read (throughput unknown, not wrong)."""
-    if isinstance(reply, Exception):
+    """New tasks from the counters' ``[added, readded]``; None when they cannot be read
+    (throughput unknown, not wrong)."""
+    if isinstance(reply, Exception) or not isinstance(reply, list) or len(reply) != 2:
         return None
     try:
-        return int(reply or 0)
+        return int(reply[0] or 0) - int(reply[1] or 0)
     except ValueError:
         return None
 
@@ -101,7 +104,7 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
     for shard, own in zip(shards, own_dead, strict=True):
         calls = [c for s in shard.streams
                  for c in (call("xlen", s), call("xpending", s, keys.group))]
-        calls += [call("zcard", shard.delayed), call("hget", shard.counts, "added")]
+        calls += [call("zcard", shard.delayed), call("hmget", shard.counts, "added", "readded")]
         calls += [call("xlen", shard.dead)] if own else []
         batches.append(Batch(calls, transaction=True))
     per_shard = max(1, math.ceil(delayed_scan / len(shards)))  # >= 1: the next due time
@@ -253,14 +256,15 @@ class QueueSampler:
 
 
 class Throughput:
-    """Tasks added to and finished in the task streams per second, over the snapshots of the
-    last ``window_s`` seconds (the growth of ``added`` and of ``added - length``)."""
+    """New tasks added and tasks settled for good per second, over the snapshots of the last
+    ``window_s`` seconds (the growth of ``added`` and of ``finished``: a task re-parked by its
+    site's quota counts in neither)."""
 
     def __init__(self, window_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.window_s = window_s
         self.clock = clock
-        self._samples: deque[tuple[float, int, int]] = deque()  # (t, added, added - length)
+        self._samples: deque[tuple[float, int, int]] = deque()  # (t, added, finished)
 
     def update(self, status: QueueStatus) -> dict[str, Any]:
         out: dict[str, Any] = {"added_per_s": None, "finished_per_s": None, "over_s": 0.0,
@@ -268,11 +272,13 @@ class Throughput:
         if status.added is None:
             self._samples.clear()
             return out
-        now, left = self.clock(), status.added - status.length
+        now, left = self.clock(), status.added - status.length - status.delayed.total
         if self._samples and status.added < self._samples[-1][1]:
             self._samples.clear()  # the counter went back: the namespace was reset
         self._samples.append((now, status.added, left))
-        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+        # Snapshots older than the window go, even the last one before it: a console polled
+        # once in a while shows no rate rather than one over ten minutes.
+        while len(self._samples) > 1 and now - self._samples[0][0] > self.window_s:
             self._samples.popleft()
         then, added0, left0 = self._samples[0]
         span = now - then

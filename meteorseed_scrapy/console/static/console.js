@@ -147,7 +147,9 @@ function rateNote(t) {
   if (t.added_total === null || t.added_total === undefined) {
     return "counter unreadable (see warnings)";
   }
-  if (t.added_per_s === null || t.added_per_s === undefined) return "needs two samples";
+  if (t.added_per_s === null || t.added_per_s === undefined) {
+    return "needs two samples in the last minute";
+  }
   return `over ${fmt(t.over_s)} s`;
 }
 
