@@ -19,6 +19,7 @@ from typing import Any
 from redis.client import NEVER_DECODE
 
 from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.deadletters import letter_id
 from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shares
 from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -272,7 +273,8 @@ class StreamConsumer:
     async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
         """Move ``delivery`` to its shard's dead letters and release its URL (one script when
         its site's dedup root is in that shard, as it is unless the task was put in another
-        shard's stream by hand or by an older layout); returns the dead letter's id.
+        shard's stream by hand or by an older layout); returns the dead letter's id, as
+        ``meteorseed dead show`` takes it.
 
         The dead letter keeps the message whole (:attr:`Delivery.dead_payload`). Refused,
         returning "" and writing nothing, when the entry is no longer pending on this consumer
@@ -300,7 +302,7 @@ class StreamConsumer:
         if release and task is not None:
             await self._release(keys=[self.keys.seen(task.site_id)],
                                 args=["", bytes.fromhex(release)])
-        return str(dead_id)
+        return letter_id(self.keys, shard.index, _text(dead_id))
 
 
 def _text(value: bytes | str) -> str:
