@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from meteorseed_scrapy import console
-from meteorseed_scrapy.api import dead, dispatch, history, monitor, seeds, tasks
+from meteorseed_scrapy.api import dead, dispatch, history, monitor, seeds, site_control, tasks
 from meteorseed_scrapy.api.auth import auth_middleware
 from meteorseed_scrapy.api.config import CONFIG, ApiConfig
 from meteorseed_scrapy.api.openapi import build_spec
@@ -51,6 +51,7 @@ def create_app(config: ApiConfig) -> web.Application:
     r.add_get("/dead-letters", dead.list_dead)
     r.add_get("/dead-letters/{letter_id}", dead.show_dead)
     r.add_post("/dead-letters/{letter_id}/requeue", dead.requeue_dead)
+    site_control.add_routes(r)
     console.add_routes(app)
     return app
 

@@ -17,6 +17,7 @@ from meteorseed_scrapy.politeness.adaptive import (
     AdaptiveState,
     LatencySamples,
 )
+from meteorseed_scrapy.politeness.control import HOLD_KEYS, HOLD_RECHECK_S
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS
 from meteorseed_scrapy.queue import scripts
@@ -115,12 +116,13 @@ class SiteGate:
         reply = await self._gate(
             keys=[*self._quota_keys(site, "bucket", "pause", "leases", "tighten"),
                   *(self.keys.site_own(site, limits.quota(site), w) for w in ("breaker", "probe")),
-                  *self._quota_keys(site, "adaptive", "robots")],
+                  *self._quota_keys(site, "adaptive", "robots"),
+                  *(self.keys.site_own(site, limits.quota(site), w) for w in HOLD_KEYS)],
             args=[limits.rate, limits.burst, limits.concurrency, int(self.lease_ttl_s * 1000),
                   wanted, f"{self._prefix}:{next(self._calls)}", int(self.probe_interval_s * 1000),
                   int(limits.adaptive), round(throttle.start_delay * 1000, 3),
                   throttle.concurrency, max(1, math.floor(throttle.target)),
-                  int(limits.crawl_delay)],
+                  int(limits.crawl_delay), int(HOLD_RECHECK_S * 1000)],
         )
         granted, wait_ms = int(reply[0]), int(reply[1])
         return Grant([str(x) for x in reply[2: 2 + granted]], wait_ms / 1000)

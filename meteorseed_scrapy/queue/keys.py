@@ -65,6 +65,17 @@ key                                 type    holds
                                             renewed while in flight, expire with dead workers
 ``<ns>:{<site>}:pause``             string  present (with a PX expiry) while the site is paused
                                             after a 429/403
+``<ns>:{<site>}:hold``              string  present while an operator holds the site
+                                            (``meteorseed sites pause``): no permit is granted
+``<ns>:{<site>}:override``          hash    ``rate``, ``concurrency`` an operator set
+                                            (``meteorseed sites limit``): they replace the
+                                            site's own until reset
+``<ns>:held`` / ``<ns>:overrides``  hash    site -> JSON (who, when, why): the index of the two
+                                            above, for listing (:mod:`~meteorseed_scrapy.
+                                            politeness.control`)
+``<ns>:events``                     stream  crawl events (``site paused``, ``site resumed``,
+                                            ``site limited``, ...), capped, for other programs
+                                            to read with their own consumer group
 ``<ns>:{<site>}:strikes``           string  ``<n>:<ms>``: n consecutive 429/403 strikes (the
                                             backoff exponent) and the Redis time in ms the
                                             last strike paused the site; a 429 to a request
@@ -244,8 +255,8 @@ class ShardKeys:
 #: allowed ``:`` in a namespace, could make (``prod:eu:tasks`` under ``prod``). A test checks
 #: that every key the layout makes is of one of these kinds.
 KEY_KINDS = frozenset({
-    "adaptive", "counts", "dead", "delayed", "done", "failed", "seed", "seeds", "seen", "shards",
-    "sites", "store", "tasks", "workers",
+    "adaptive", "counts", "dead", "delayed", "done", "events", "failed", "held", "overrides",
+    "seed", "seeds", "seen", "shards", "sites", "store", "tasks", "workers",
 })
 
 
@@ -401,6 +412,22 @@ class KeyLayout:
     def workers(self) -> str:
         """The live-worker registry (zset: consumer -> liveness deadline, Redis time ms)."""
         return f"{self.namespace}:workers"
+
+    @property
+    def held(self) -> str:
+        """Sites an operator holds (hash: site -> JSON ``by``, ``at``, ``reason``)."""
+        return f"{self.namespace}:held"
+
+    @property
+    def overrides(self) -> str:
+        """Sites whose limits an operator overrides (hash: site -> JSON ``rate``,
+        ``concurrency``, ``by``, ``at``)."""
+        return f"{self.namespace}:overrides"
+
+    @property
+    def events(self) -> str:
+        """The namespace's crawl events (stream: ``event``, ``site``, ``by``, ...)."""
+        return f"{self.namespace}:events"
 
     @property
     def adaptive_sites(self) -> str:
