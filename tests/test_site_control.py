@@ -4,6 +4,7 @@ the last request that reaches the site is printed; nothing is lost)."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import signal
@@ -247,3 +248,43 @@ def test_the_api_pauses_resumes_and_limits_naming_bad_fields(
         assert status == 200 and body["reset"] is True
         status, _, body = client.call("POST", "/sites/bad%20site/pause")
         assert status == 422 and body["errors"][0]["field"] == "path.site_id"
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="/usr/bin/chromium is absent")
+def test_the_console_pauses_and_resumes_a_site(redis_url: str, namespace: str,
+                                               sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+    sync_redis.hset(keys.site("news", "bucket"), mapping={"tokens": 1, "ts": 0})  # a known site
+
+    async def flow(base: str) -> list[str]:
+        from playwright.async_api import async_playwright, expect
+
+        errors: list[str] = []
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path="/usr/bin/chromium",
+                                               headless=True, args=["--no-sandbox"])
+            try:
+                page = await browser.new_page()
+                page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+                await page.goto(f"{base}/console/")
+                await page.fill("#token", TOKEN)
+                await page.click("#login-form button[type=submit]")
+                await page.click("nav a[data-page=sites]")
+                cell = page.locator("[data-testid=hold-news]")
+                await cell.locator("button", has_text="Pause").click()
+                await expect(page.locator("#flash")).to_contain_text("news held fleet-wide")
+                await expect(cell).to_contain_text("held by api@")
+                assert sync_redis.exists(keys.site("news", "hold"))
+                await cell.locator("button", has_text="Resume").click()
+                await expect(page.locator("#flash")).to_contain_text("news resumed")
+                await expect(cell.locator("button")).to_have_text("Pause")
+            finally:
+                await browser.close()
+        return errors
+
+    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+        errors = asyncio.run(flow(srv.url))
+    assert [e for e in errors if "401" not in e] == []  # (the page's first call has no token)
+    assert not sync_redis.exists(keys.site("news", "hold"))
+    assert [f["event"] for _i, f in sync_redis.xrange(keys.events)] == ["site paused",
+                                                                      "site resumed"]
