@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.backlog import StreamCount, stream_counts, wait_for_room
-from meteorseed_scrapy.queue.batch_pipeline import SCRIPT_ORDER, ScriptOrder, call_in_order
+from meteorseed_scrapy.queue.batch_pipeline import ScriptOrder, call_in_order
 from meteorseed_scrapy.queue.dedup import (
     RECRAWL_META_KEY,
     Fingerprinter,
@@ -163,23 +163,24 @@ class TaskWriter:
         Every task is encoded before anything is sent, so a task that is too large (or otherwise
         not encodable) raises :class:`TaskError` and nothing of the call is enqueued.
         """
-        return await self.add_encoded([self.encode(task, dedup) for task in tasks])
+        return await self.enqueue([self.encode(task, dedup) for task in tasks])
 
-    async def add_encoded(self, encoded: Sequence[Encoded]) -> AddResult:
-        """Enqueue tasks already encoded by :meth:`encode`, in script calls of
-        :data:`~meteorseed_scrapy.queue.enqueue_calls.CHUNK_SIZE` per stream, all sent in one
-        round trip (concurrently on a cluster); under
-        :data:`~meteorseed_scrapy.queue.batch_pipeline.SCRIPT_ORDER`, behind the call before
-        (see :class:`~meteorseed_scrapy.queue.batch_pipeline.ScriptOrder`)."""
-        sequence = SCRIPT_ORDER.get()
+    async def enqueue(self, encoded: Sequence[Encoded], order: ScriptOrder | None = None
+                      ) -> AddResult:
+        """Enqueue tasks already encoded (by :meth:`encode` or a :meth:`seed_encoder`), in
+        script calls of :data:`~meteorseed_scrapy.queue.enqueue_calls.CHUNK_SIZE` per stream,
+        all sent in one round trip (concurrently on a cluster). With ``order``, written behind
+        the call before it in a caller's sequence (see
+        :class:`~meteorseed_scrapy.queue.batch_pipeline.ScriptOrder`), which is finished when
+        this returns or raises."""
         try:
-            return await self._add_encoded(encoded, sequence)
+            return await self._enqueue(encoded, order)
         finally:
-            if sequence is not None:
-                sequence.finish(sent=False)  # (a failure before sending; else done already)
+            if order is not None:
+                order.finish(sent=False)  # (a failure before sending; else done already)
 
-    async def _add_encoded(self, encoded: Sequence[Encoded], sequence: ScriptOrder | None
-                           ) -> AddResult:
+    async def _enqueue(self, encoded: Sequence[Encoded], sequence: ScriptOrder | None
+                       ) -> AddResult:
         if not encoded:
             if sequence is not None:
                 sequence.finish(sent=True)  # (nothing to send: the next call goes on)
