@@ -1,5 +1,6 @@
-"""One contract, every store: SQLite, mongomock-ng, and a real MongoDB when
-``METEORSEED_TEST_MONGO_URL`` is set (e.g. ``mongodb://127.0.0.1:27017``)."""
+"""One contract, every store: SQLite, a real PostgreSQL (started by the tests, skipped where it
+is not installed), mongomock-ng, and a real MongoDB when ``METEORSEED_TEST_MONGO_URL`` is set
+(e.g. ``mongodb://127.0.0.1:27017``)."""
 
 from __future__ import annotations
 
@@ -49,11 +50,13 @@ def _real_mongo_uri() -> Iterator[str]:
     client.close()
 
 
-@pytest.fixture(params=["sqlite", "mongomock", "mongodb"])
+@pytest.fixture(params=["sqlite", "postgres", "mongomock", "mongodb"])
 def open_(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     """Opens a store (a new connection each call) on one fresh database for this test."""
     if request.param == "sqlite":
         uris: Iterator[str] = iter([f"sqlite:///{tmp_path}/items.db"])
+    elif request.param == "postgres":
+        uris = iter([request.getfixturevalue("postgres_uri")])
     elif request.param == "mongomock":
         uris = iter([f"mongomock://{uuid.uuid4().hex}/testdb"])
     else:
@@ -256,7 +259,7 @@ def test_mongo_database_defaults_to_meteorseed() -> None:
     store.close()
 
 
-@pytest.mark.parametrize("uri", ["redis://x", "postgres://db/x", "items.db", "sqlite://"])
+@pytest.mark.parametrize("uri", ["redis://x", "mysql://db/x", "items.db", "sqlite://"])
 def test_unknown_store_uri_names_the_setting(uri: str) -> None:
     with pytest.raises(ValueError, match="METEORSEED_STORE_URI"):
         open_store(uri)
