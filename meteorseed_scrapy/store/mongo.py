@@ -1,4 +1,11 @@
-"""MongoDB store: database from the URI path (default ``meteorseed``), collection ``items``.
+"""MongoDB store: database from the URI path (default ``meteorseed``), collections
+``<namespace>.items`` and ``<namespace>.anomalies`` (``meteorseed.items`` for the default
+namespace): namespaces sharing a database keep their own documents, ``_id`` unchanged.
+
+On first use the store creates its indexes (:data:`INDEXES`: a site's documents by time, a
+seed's, those with a content fingerprint, and ``updated_at`` for the retention), and renames
+the collections of the layout before namespaces (``items``, ``anomalies``) to its own when it
+has none yet: their documents are given to the namespace of the first store that opens them.
 
 Each document is written with one pipeline-style update per ``_id``::
 
@@ -20,6 +27,7 @@ opened with the same ``<name>`` sees the same data.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -30,12 +38,23 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, InvalidOperation, 
 
 from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_DATABASE = "meteorseed"
 COLLECTION = "items"
 ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
+#: name -> (keys, options) of the indexes on a namespace's items.
+INDEXES: dict[str, tuple[list[tuple[str, int]], dict[str, Any]]] = {
+    "site_time": ([("site_id", 1), ("updated_at", 1)], {}),
+    "seed": ([("seed_id", 1)], {}),
+    "fingerprint": ([("content_fingerprint", 1)],
+                    {"partialFilterExpression": {"content_fingerprint": {"$exists": True}}}),
+    "updated": ([("updated_at", 1)], {}),
+}
 #: pymongo waits 30 s for a server by default; fail faster so the pipeline's own retry loop
 #: (which logs and counts) decides how long to keep trying.
 SERVER_SELECTION_TIMEOUT_MS = 5000
+_NAMESPACE_EXISTS = 48
 _DUPLICATE_KEY = 11000  # two workers upserting one new _id at once: the loser may retry
 #: Server errors about the store, not the document: an outage (credentials refused, no
 #: right to write, disk full, shutting down or stepping down, a time limit hit).
@@ -91,8 +110,37 @@ class MongoStore(Store):
     def __init__(self, client: Any, database: str = DEFAULT_DATABASE, *, owns_client: bool = True):
         self._client = client
         self._owns_client = owns_client
-        self.collection = client[database][COLLECTION]
-        self.anomalies = client[database][ANOMALIES]
+        self.database = client[database]
+        self._ready_for: str | None = None  # the namespace whose collections are set up
+
+    @property
+    def collection(self) -> Any:
+        return self.database[f"{self.namespace}.{COLLECTION}"]
+
+    @property
+    def anomalies(self) -> Any:
+        return self.database[f"{self.namespace}.{ANOMALIES}"]
+
+    def _ready(self) -> None:
+        """Once per namespace: adopt the collections from before namespaces, create indexes."""
+        if self._ready_for == self.namespace:
+            return
+        try:
+            names = set(self.database.list_collection_names())
+            for old, mine in ((COLLECTION, self.collection), (ANOMALIES, self.anomalies)):
+                if old in names and mine.name not in names:
+                    logger.warning("MongoDB: collection %s (written before namespaces) is now "
+                                   "%s, namespace %r's", old, mine.name, self.namespace)
+                    self.database[old].rename(mine.name)
+            for name, (keys, options) in INDEXES.items():
+                self.collection.create_index(keys, name=name, **options)
+        except OperationFailure as exc:
+            if exc.code == _NAMESPACE_EXISTS:  # (another worker renamed it first)
+                return
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
+        except (ConnectionFailure, InvalidOperation) as exc:
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
+        self._ready_for = self.namespace
 
     @classmethod
     def from_uri(cls, uri: str) -> MongoStore:
@@ -116,6 +164,7 @@ class MongoStore(Store):
         operations = [upsert_operation(doc) for doc in last_wins(docs)]
         if not operations:
             return
+        self._ready()
         try:
             collection.bulk_write(operations, ordered=False)
         except (ConnectionFailure, InvalidOperation) as exc:
@@ -130,22 +179,34 @@ class MongoStore(Store):
                 raise StoreUnavailable(f"MongoDB: {exc}") from exc
             raise
 
+    def purge_older_than(self, cutoff: str) -> int:
+        self._ready()
+        try:
+            return int(self.collection.delete_many({"updated_at": {"$lt": cutoff}}).deleted_count)
+        except (ConnectionFailure, InvalidOperation, OperationFailure) as exc:
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
+
     def get(self, doc_id: str) -> dict[str, Any] | None:
+        self._ready()
         doc = self.collection.find_one({"_id": doc_id})
         return None if doc is None else dict(doc)
 
     def count(self) -> int:
+        self._ready()
         return int(self.collection.count_documents({}))
 
     def iter_docs(self) -> Iterator[dict[str, Any]]:
+        self._ready()
         for doc in self.collection.find({}).sort("_id", 1):
             yield dict(doc)
 
     def iter_anomalies(self) -> Iterator[dict[str, Any]]:
+        self._ready()
         for doc in self.anomalies.find({}).sort("_id", 1):
             yield dict(doc)
 
     def count_by_site(self) -> dict[str, int]:
+        self._ready()
         groups = self.collection.aggregate([{"$group": {"_id": "$site_id", "n": {"$sum": 1}}}])
         counts = {str(group["_id"]): int(group["n"]) for group in groups}
         return dict(sorted(counts.items()))

@@ -3,11 +3,17 @@
 Schema (created on first use)::
 
     CREATE TABLE items (
-        _id TEXT PRIMARY KEY,   -- "<site_id>:<unique_key>"
-        doc TEXT NOT NULL       -- the whole document as JSON, "_id" included
+        _id TEXT NOT NULL,        -- "<site_id>:<unique_key>"
+        doc TEXT NOT NULL,        -- the whole document as JSON, "_id" included
+        namespace TEXT NOT NULL,  -- METEORSEED_NAMESPACE: namespaces sharing a file
+        PRIMARY KEY (namespace, _id)
     );
 
-Other tables of the same file (e.g. ``anomalies``) belong to other modules.
+``anomalies`` has the same shape; other tables of the same file belong to other modules.
+Indexes (:data:`INDEXES`) answer "a site's documents by time", "a seed's documents",
+"documents with this content fingerprint" and the retention's "older than". A table of the
+shape before namespaces is rebuilt on first use, its rows given to the namespace of the store
+that opens it (:func:`migrate_table`, logged).
 
 - WAL journal, so readers never block the writer, and ``synchronous=FULL``: a batch reported
   committed survives power loss, not only a process crash (the task is acked right after;
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import random
 import sqlite3
@@ -47,18 +54,29 @@ from typing import Any, TypeVar
 from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable, last_wins
 
 _T = TypeVar("_T")
+logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT = 5.0
 LOCK_ATTEMPTS = 4
-#: Rows per INSERT: 2 variables each, far below SQLITE_MAX_VARIABLE_NUMBER even on old builds (999).
-CHUNK_ROWS = 400
+#: Rows per INSERT: 3 variables each, below SQLITE_MAX_VARIABLE_NUMBER even on old builds (999).
+CHUNK_ROWS = 300
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS items (_id TEXT PRIMARY KEY, doc TEXT NOT NULL)"
 ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
-_ANOMALY_SCHEMA = _SCHEMA.replace("items", ANOMALIES)
+_TABLE = ("CREATE TABLE IF NOT EXISTS {t} (_id TEXT NOT NULL, doc TEXT NOT NULL,"
+          " namespace TEXT NOT NULL, PRIMARY KEY (namespace, _id))")
+_FIELD = "json_extract(doc, '$.{}')"
+#: name -> indexed expressions of ``items`` (each led by the namespace; the fingerprint's only
+#: where there is one: most documents have none).
+INDEXES = {
+    "items_site_time": (f"{_FIELD.format('site_id')}, {_FIELD.format('updated_at')}", ""),
+    "items_seed": (_FIELD.format("seed_id"), ""),
+    "items_fingerprint": (_FIELD.format("content_fingerprint"),
+                          f" WHERE {_FIELD.format('content_fingerprint')} IS NOT NULL"),
+    "items_updated": (_FIELD.format("updated_at"), ""),
+}
 # COALESCE: a row written without first_seen_at (by hand, by an old version) adopts the new one.
 _UPSERT_TAIL = (
-    " ON CONFLICT(_id) DO UPDATE SET doc = json_set(excluded.doc, '$.first_seen_at',"
+    " ON CONFLICT(namespace, _id) DO UPDATE SET doc = json_set(excluded.doc, '$.first_seen_at',"
     " COALESCE(json_extract({table}.doc, '$.first_seen_at'),"
     " json_extract(excluded.doc, '$.first_seen_at')))"
 )
@@ -77,6 +95,18 @@ def sqlite_path(uri: str) -> str:
     if not uri.startswith(prefix) or len(uri) == len(prefix):
         raise ValueError(f"METEORSEED_STORE_URI: expected sqlite:///path.db, got {uri!r}")
     return uri[len(prefix) :]
+
+
+def migrate_table(conn: sqlite3.Connection, table: str, namespace: str) -> None:
+    """Rebuild ``table`` of the shape before namespaces (``_id`` alone the key) with a
+    ``namespace`` column, its rows given to ``namespace`` (in the caller's transaction)."""
+    logger.warning("SQLite: table %s has no namespace column (written before namespaces): its "
+                   "rows now belong to namespace %r", table, namespace)
+    conn.execute(f"ALTER TABLE {table} RENAME TO {table}_before_namespaces")
+    conn.execute(_TABLE.format(t=table))
+    conn.execute(f"INSERT INTO {table} (_id, doc, namespace)"
+                 f" SELECT _id, doc, ? FROM {table}_before_namespaces", (namespace,))
+    conn.execute(f"DROP TABLE {table}_before_namespaces")
 
 
 def _is_transient(exc: sqlite3.Error) -> bool:
@@ -126,8 +156,7 @@ class SQLiteStore(Store):
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
-            conn.execute(_SCHEMA)
-            conn.execute(_ANOMALY_SCHEMA)
+            self._create_schema(conn)
         except BaseException:
             conn.close()
             raise
@@ -135,6 +164,25 @@ class SQLiteStore(Store):
             self.identity = _file_identity(self.path)
         self._conn = conn
         return conn
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        """The tables and indexes, in one transaction; tables of the shape before namespaces
+        (no ``namespace`` column) are rebuilt with their rows given to this store's namespace."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for table in ("items", ANOMALIES):
+                columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
+                if columns and "namespace" not in columns:
+                    migrate_table(conn, table, self.namespace)
+                conn.execute(_TABLE.format(t=table))
+            for name, (expressions, where) in INDEXES.items():
+                conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON items"
+                             f" (namespace, {expressions}){where}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def _check_identity(self) -> None:
         """Raise :class:`StoreLost` unless the path still names the file first opened."""
@@ -194,7 +242,8 @@ class SQLiteStore(Store):
 
     def _upsert(self, table: str, docs: list[dict[str, Any]]) -> None:
         rows = [
-            (doc["_id"], json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+            (doc["_id"], json.dumps(doc, ensure_ascii=False, separators=(",", ":")),
+             self.namespace)
             for doc in last_wins(docs)
         ]
         if not rows:
@@ -206,19 +255,19 @@ class SQLiteStore(Store):
                 # sqlite3_step, so this thread takes the GIL back once instead of three times
                 # (BEGIN, INSERT, COMMIT), each a wait of up to the switch interval while the
                 # reactor thread is busy.
-                values = ",".join(["(?, ?)"] * len(rows))
+                values = ",".join(["(?, ?, ?)"] * len(rows))
                 tail = _UPSERT_TAIL.format(table=table)
-                conn.execute(f"INSERT INTO {table} (_id, doc) VALUES {values}{tail}",
+                conn.execute(f"INSERT INTO {table} (_id, doc, namespace) VALUES {values}{tail}",
                              [value for row in rows for value in row])
                 return
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for start in range(0, len(rows), CHUNK_ROWS):
                     chunk = rows[start : start + CHUNK_ROWS]
-                    values = ",".join(["(?, ?)"] * len(chunk))
+                    values = ",".join(["(?, ?, ?)"] * len(chunk))
                     params = [value for row in chunk for value in row]
                     tail = _UPSERT_TAIL.format(table=table)
-                    sql = f"INSERT INTO {table} (_id, doc) VALUES {values}{tail}"
+                    sql = f"INSERT INTO {table} (_id, doc, namespace) VALUES {values}{tail}"
                     conn.execute(sql, params)
                 conn.execute("COMMIT")
             except BaseException:
@@ -232,36 +281,34 @@ class SQLiteStore(Store):
 
         self._run(write_checked)
 
+    def purge_older_than(self, cutoff: str) -> int:
+        return self._run(lambda conn: conn.execute(
+            f"DELETE FROM items WHERE namespace = ? AND {_FIELD.format('updated_at')} < ?",
+            (self.namespace, cutoff)).rowcount)
+
     # -- reads --------------------------------------------------------------------------
 
+    def _rows(self, sql: str, *params: Any) -> list[Any]:
+        return self._run(lambda conn: conn.execute(sql, (self.namespace, *params)).fetchall())
+
     def get(self, doc_id: str) -> dict[str, Any] | None:
-        row = self._run(
-            lambda conn: conn.execute("SELECT doc FROM items WHERE _id = ?", (doc_id,)).fetchone()
-        )
-        return None if row is None else dict(json.loads(row[0]))
+        rows = self._rows("SELECT doc FROM items WHERE namespace = ? AND _id = ?", doc_id)
+        return dict(json.loads(rows[0][0])) if rows else None
 
     def count(self) -> int:
-        return int(self._run(lambda conn: conn.execute("SELECT COUNT(*) FROM items").fetchone()[0]))
+        return int(self._rows("SELECT COUNT(*) FROM items WHERE namespace = ?")[0][0])
 
     def iter_docs(self) -> Iterator[dict[str, Any]]:
-        rows = self._run(lambda conn: conn.execute("SELECT doc FROM items ORDER BY _id").fetchall())
-        for (doc,) in rows:
+        for (doc,) in self._rows("SELECT doc FROM items WHERE namespace = ? ORDER BY _id"):
             yield json.loads(doc)
 
     def iter_anomalies(self) -> Iterator[dict[str, Any]]:
-        rows = self._run(
-            lambda conn: conn.execute(f"SELECT doc FROM {ANOMALIES} ORDER BY _id").fetchall()
-        )
-        for (doc,) in rows:
+        for (doc,) in self._rows(f"SELECT doc FROM {ANOMALIES} WHERE namespace = ? ORDER BY _id"):
             yield json.loads(doc)
 
     def count_by_site(self) -> dict[str, int]:
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT json_extract(doc, '$.site_id') AS site, COUNT(*) FROM items"
-                " GROUP BY site ORDER BY site"
-            ).fetchall()
-        )
+        rows = self._rows(f"SELECT {_FIELD.format('site_id')} AS site, COUNT(*) FROM items"
+                          " WHERE namespace = ? GROUP BY site ORDER BY site")
         return {str(site): int(n) for site, n in rows}
 
     def close(self) -> None:
