@@ -259,6 +259,9 @@ class FailingCollection:
     def create_index(self, *args: Any, **kwargs: Any) -> None:
         pass
 
+    def index_information(self) -> dict[str, Any]:
+        return {}
+
     def bulk_write(self, operations: list[Any], ordered: bool) -> None:
         raise self.exc
 

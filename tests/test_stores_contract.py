@@ -30,6 +30,7 @@ from meteorseed_scrapy.store.base import (
     utc_timestamp,
 )
 from meteorseed_scrapy.store.mongo import MongoStore
+from meteorseed_scrapy.testing.polling import wait_for
 
 MONGO_ENV = "METEORSEED_TEST_MONGO_URL"
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -381,11 +382,32 @@ def test_retention_deletes_what_was_not_updated_for_that_long(open_: Opener) -> 
     kept.upsert_many([doc("old-elsewhere", at=T0)])
     store = open_("ns", retention=3600)
     now = datetime.now(timezone.utc)
-    store.upsert_many([doc("old", at=T0), doc("recent", at=now - timedelta(minutes=5))])
-    assert store.all_ids() == {"news:recent"}  # purged right after the first write
+    recent = doc("recent", at=now - timedelta(minutes=5))
+    store.upsert_many([doc("old", at=T0), recent])
+    # SQL: purged right after the first write; MongoDB: its TTL monitor (every 60 s on a
+    # server; mongomock-ng expires on every read).
+    wait_for(lambda: store.all_ids() == {"news:recent"}, 120)
+    assert store.get("news:recent") == recent  # (MongoDB's TTL field is not shown)
     assert kept.all_ids() == {"news:old-elsewhere"}  # another namespace's are its own
     assert store.purge_older_than(utc_timestamp(now)) == 1
     assert store.count() == 0
+
+
+def test_mongodb_retention_is_a_ttl_index_and_goes_when_turned_off(open_: Opener) -> None:
+    open_("ns").upsert_many([doc("before", at=T0)])  # written while retention was off
+    store = open_("ns", retention=7200)
+    if not isinstance(store, MongoStore):
+        pytest.skip("MongoDB only: SQL stores purge from the store stage")
+    store.upsert_many([doc("a", at=T0 + timedelta(days=10_000))])
+    assert store.all_ids() == {"news:a"}  # "before" got its date, and expired
+    index = store.collection.index_information()["retention"]
+    assert index["expireAfterSeconds"] == 7200 and index["key"] == [("_updated_date", 1.0)]
+    raw = store.collection.find_one({"_id": "news:a"})
+    assert raw["_updated_date"].replace(tzinfo=timezone.utc) == T0 + timedelta(days=10_000)
+    open_("ns", retention=60).upsert_many([doc("b")])  # another retention: the index follows
+    assert store.collection.index_information()["retention"]["expireAfterSeconds"] == 60
+    open_("ns").upsert_many([doc("c")])  # retention off: nothing expires any more
+    assert "retention" not in store.collection.index_information()
 
 
 def test_retention_setting_is_validated() -> None:

@@ -84,6 +84,11 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    def keep_for(self, seconds: float) -> bool:
+        """True when this back end deletes documents not updated for ``seconds`` by itself
+        (MongoDB's TTL index); else the store stage purges them (:mod:`.retention`)."""
+        return False
+
     def purge_older_than(self, cutoff: str) -> int:
         """Delete the namespace's documents whose ``updated_at`` is before ``cutoff`` (a
         :func:`utc_timestamp`); how many were."""

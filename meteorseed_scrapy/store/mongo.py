@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -51,6 +52,11 @@ INDEXES: dict[str, tuple[list[tuple[str, int]], dict[str, Any]]] = {
                     {"partialFilterExpression": {"content_fingerprint": {"$exists": True}}}),
     "updated": ([("updated_at", 1)], {}),
 }
+#: ``METEORSEED_STORE_RETENTION`` on MongoDB: a TTL index on ``updated_at`` as a BSON date (TTL
+#: indexes ignore strings), kept in a field of its own that reads leave out.
+TTL_FIELD = "_updated_date"
+TTL_INDEX = "retention"
+_HIDDEN = {TTL_FIELD: 0}
 #: pymongo waits 30 s for a server by default; fail faster so the pipeline's own retry loop
 #: (which logs and counts) decides how long to keep trying.
 SERVER_SELECTION_TIMEOUT_MS = 5000
@@ -79,12 +85,22 @@ def database_name(uri: str) -> str:
     return name or DEFAULT_DATABASE
 
 
-def upsert_operation(doc: dict[str, Any]) -> UpdateOne:
+def upsert_operation(doc: dict[str, Any], ttl: bool = False) -> UpdateOne:
+    """The upsert of ``doc``; with ``ttl``, it carries ``updated_at`` as a BSON date too, for
+    the retention's TTL index (:data:`TTL_FIELD`, left out of every read)."""
     keep_first_seen = {"$ifNull": ["$first_seen_at", doc.get("first_seen_at")]}
-    pipeline = [
-        {"$replaceWith": {"$mergeObjects": [{"$literal": doc}, {"first_seen_at": keep_first_seen}]}}
-    ]
+    parts: list[Any] = [{"$literal": doc}, {"first_seen_at": keep_first_seen}]
+    if ttl:
+        parts.append({TTL_FIELD: {"$literal": _as_date(doc.get("updated_at"))}})
+    pipeline = [{"$replaceWith": {"$mergeObjects": parts}}]
     return UpdateOne({"_id": doc["_id"]}, pipeline, upsert=True)
+
+
+def _as_date(stamp: Any) -> datetime:
+    try:
+        return datetime.strptime(str(stamp), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    except ValueError:  # (not written by utc_timestamp: expires counted from now)
+        return datetime.now(timezone.utc)
 
 
 def _retryable_bulk_error(exc: BulkWriteError) -> bool:
@@ -112,6 +128,11 @@ class MongoStore(Store):
         self._owns_client = owns_client
         self.database = client[database]
         self._ready_for: str | None = None  # the namespace whose collections are set up
+        self.retention = 0.0  # seconds; the TTL index's, when > 0
+
+    def keep_for(self, seconds: float) -> bool:
+        self.retention, self._ready_for = seconds, None  # (the TTL index is made at next use)
+        return True
 
     @property
     def collection(self) -> Any:
@@ -134,6 +155,7 @@ class MongoStore(Store):
                     self.database[old].rename(mine.name)
             for name, (keys, options) in INDEXES.items():
                 self.collection.create_index(keys, name=name, **options)
+            self._ttl_index()
         except OperationFailure as exc:
             if exc.code == _NAMESPACE_EXISTS:  # (another worker renamed it first)
                 return
@@ -154,6 +176,24 @@ class MongoStore(Store):
             kwargs["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
         return cls(MongoClient(uri, **kwargs), database)
 
+    def _ttl_index(self) -> None:
+        """The retention's TTL index as configured, or none (retention off: nothing expires)."""
+        seconds = max(1, int(self.retention)) if self.retention > 0 else None
+        existing = self.collection.index_information().get(TTL_INDEX)
+        if existing is not None and existing.get("expireAfterSeconds") != seconds:
+            # (collMod would change it in place; mongomock-ng lacks it, and a moment without
+            # the index only delays an expiry)
+            self.collection.drop_index(TTL_INDEX)
+            existing = None
+        if existing is None and seconds is not None:
+            # Documents written while retention was off get their date now, or never expire.
+            self.collection.update_many(
+                {TTL_FIELD: {"$exists": False}, "updated_at": {"$type": "string"}},
+                [{"$set": {TTL_FIELD: {"$dateFromString": {"dateString": "$updated_at",
+                                                           "onError": "$$NOW"}}}}])
+            self.collection.create_index([(TTL_FIELD, 1)], name=TTL_INDEX,
+                                         expireAfterSeconds=seconds)
+
     def upsert_many(self, docs: list[dict[str, Any]]) -> None:
         self._upsert(self.collection, docs)
 
@@ -161,7 +201,8 @@ class MongoStore(Store):
         self._upsert(self.anomalies, docs)
 
     def _upsert(self, collection: Any, docs: list[dict[str, Any]]) -> None:
-        operations = [upsert_operation(doc) for doc in last_wins(docs)]
+        ttl = self.retention > 0 and collection is self.collection
+        operations = [upsert_operation(doc, ttl) for doc in last_wins(docs)]
         if not operations:
             return
         self._ready()
@@ -188,7 +229,7 @@ class MongoStore(Store):
 
     def get(self, doc_id: str) -> dict[str, Any] | None:
         self._ready()
-        doc = self.collection.find_one({"_id": doc_id})
+        doc = self.collection.find_one({"_id": doc_id}, _HIDDEN)
         return None if doc is None else dict(doc)
 
     def count(self) -> int:
@@ -197,7 +238,7 @@ class MongoStore(Store):
 
     def iter_docs(self) -> Iterator[dict[str, Any]]:
         self._ready()
-        for doc in self.collection.find({}).sort("_id", 1):
+        for doc in self.collection.find({}, _HIDDEN).sort("_id", 1):
             yield dict(doc)
 
     def iter_anomalies(self) -> Iterator[dict[str, Any]]:

@@ -1,9 +1,10 @@
 """``METEORSEED_STORE_RETENTION``: documents not updated for that long are deleted.
 
-A periodic delete in the store thread, after a batch is committed, at most every tenth of the
-retention (and at least every :data:`MAX_INTERVAL`): every back end keeps an index on the
-namespace's ``updated_at`` for it. A failed purge is logged and tried again at the next turn;
-it never fails the batch it follows (those documents are committed).
+MongoDB does it by itself (a TTL index, :mod:`.mongo`). On SQL stores it is a periodic delete
+in the store thread, after a batch is committed, at most every tenth of the retention (and at
+least every :data:`MAX_INTERVAL`), served by the index on the namespace's ``updated_at``. A
+failed purge is logged and tried again at the next turn; it never fails the batch it follows
+(those documents are committed).
 """
 
 from __future__ import annotations
@@ -82,7 +83,9 @@ def bind(store: Store, namespace: str, retention: float) -> Store:
     """``store`` reading and writing ``namespace``'s documents, purged past ``retention`` (s;
     0: never)."""
     store.namespace = namespace  # (set first: a RetainingStore copies it)
-    return RetainingStore(store, retention) if retention > 0 else store
+    if retention <= 0 or store.keep_for(retention):
+        return store
+    return RetainingStore(store, retention)
 
 
 __all__ = ["MAX_INTERVAL", "RetainingStore", "bind"]
