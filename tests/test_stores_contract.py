@@ -67,7 +67,7 @@ def open_(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     uri = next(uris)
     opened: list[Store] = []
 
-    def opener(namespace: str = DEFAULT_NAMESPACE, retention: float = 0.0) -> Store:
+    def opener(namespace: str = DEFAULT_NAMESPACE, retention: float | None = None) -> Store:
         store = open_store(uri, namespace, retention)
         opened.append(store)
         return store
@@ -406,7 +406,9 @@ def test_mongodb_retention_is_a_ttl_index_and_goes_when_turned_off(open_: Opener
     assert raw["_updated_date"].replace(tzinfo=timezone.utc) == T0 + timedelta(days=10_000)
     open_("ns", retention=60).upsert_many([doc("b")])  # another retention: the index follows
     assert store.collection.index_information()["retention"]["expireAfterSeconds"] == 60
-    open_("ns").upsert_many([doc("c")])  # retention off: nothing expires any more
+    open_("ns").upsert_anomalies([doc("r")])  # a store not in charge (the anomaly writer)
+    assert "retention" in store.collection.index_information()
+    open_("ns", retention=0).upsert_many([doc("c")])  # retention off: nothing expires any more
     assert "retention" not in store.collection.index_information()
 
 

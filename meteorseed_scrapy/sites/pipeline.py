@@ -137,7 +137,7 @@ class SitesPipeline:
         if self._store is None or self._executor is None:
             # One thread: the store's connection lives there (SQLite connections do not move).
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="meteorseed-anomalies")
-            self._store = bind(self._store_factory(self.store_uri), self.keys.namespace, 0.0)
+            self._store = bind(self._store_factory(self.store_uri), self.keys.namespace, None)
         await asyncio.get_running_loop().run_in_executor(
             self._executor, self._store.upsert_anomalies, [doc])
         self._inc(f"{item.site_id}/anomalies_stored")

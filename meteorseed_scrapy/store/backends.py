@@ -9,7 +9,8 @@
 
 Opening a store does no I/O: each back end connects on first use. A store reads and writes
 the documents of one namespace (``METEORSEED_NAMESPACE``); with ``retention`` (seconds, see
-:mod:`~meteorseed_scrapy.store.retention`) it deletes those not updated for that long.
+:mod:`~meteorseed_scrapy.store.retention`; only the store stage passes it) it deletes those not
+updated for that long.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def check_store_uri(uri: str) -> str:
     return uri
 
 
-def open_store(uri: str, namespace: str = DEFAULT_NAMESPACE, retention: float = 0.0) -> Store:
+def open_store(uri: str, namespace: str = DEFAULT_NAMESPACE,
+               retention: float | None = None) -> Store:
     """The store for ``uri`` (see the module docstring); unknown schemes raise ``ValueError``."""
     scheme = _scheme(check_store_uri(uri))
     store: Store

@@ -86,7 +86,8 @@ class Store(ABC):
 
     def keep_for(self, seconds: float) -> bool:
         """True when this back end deletes documents not updated for ``seconds`` by itself
-        (MongoDB's TTL index); else the store stage purges them (:mod:`.retention`)."""
+        (MongoDB's TTL index; 0: no longer); else the store stage purges them
+        (:mod:`.retention`)."""
         return False
 
     def purge_older_than(self, cutoff: str) -> int:

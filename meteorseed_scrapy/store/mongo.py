@@ -128,7 +128,8 @@ class MongoStore(Store):
         self._owns_client = owns_client
         self.database = client[database]
         self._ready_for: str | None = None  # the namespace whose collections are set up
-        self.retention = 0.0  # seconds; the TTL index's, when > 0
+        #: Seconds of the TTL index (0: none); None: left as it is (readers, anomaly writer).
+        self.retention: float | None = None
 
     def keep_for(self, seconds: float) -> bool:
         self.retention, self._ready_for = seconds, None  # (the TTL index is made at next use)
@@ -178,6 +179,8 @@ class MongoStore(Store):
 
     def _ttl_index(self) -> None:
         """The retention's TTL index as configured, or none (retention off: nothing expires)."""
+        if self.retention is None:
+            return
         seconds = max(1, int(self.retention)) if self.retention > 0 else None
         existing = self.collection.index_information().get(TTL_INDEX)
         if existing is not None and existing.get("expireAfterSeconds") != seconds:
@@ -201,7 +204,7 @@ class MongoStore(Store):
         self._upsert(self.anomalies, docs)
 
     def _upsert(self, collection: Any, docs: list[dict[str, Any]]) -> None:
-        ttl = self.retention > 0 and collection is self.collection
+        ttl = bool(self.retention) and collection is self.collection
         operations = [upsert_operation(doc, ttl) for doc in last_wins(docs)]
         if not operations:
             return

@@ -79,11 +79,12 @@ class RetainingStore(Store):
         self.inner.close()
 
 
-def bind(store: Store, namespace: str, retention: float) -> Store:
+def bind(store: Store, namespace: str, retention: float | None) -> Store:
     """``store`` reading and writing ``namespace``'s documents, purged past ``retention`` (s;
-    0: never)."""
+    0: never; None: not this store's business, as for readers and the anomaly writer, which
+    must not undo the store stage's MongoDB TTL index)."""
     store.namespace = namespace  # (set first: a RetainingStore copies it)
-    if retention <= 0 or store.keep_for(retention):
+    if retention is None or store.keep_for(retention) or retention <= 0:
         return store
     return RetainingStore(store, retention)
 
