@@ -110,3 +110,24 @@ def test_postgresql_stopped_for_20_s_mid_crawl_acks_nothing_without_its_items(
     print(f"postgres outage: {OUTAGE_S:.0f} s, {len(tasks)} tasks, {len(docs)} documents, "
           f"{stats.get('meteorseed/store/retries')} retries, "
           f"{stats.get('meteorseed/store/batches')} batches")
+
+
+def test_two_namespaces_crawling_the_same_pages_into_one_database_keep_their_own(
+    tmp_path: Path, redis_url: str, sync_redis: redis.Redis, demo_site: DemoSite,
+    postgres_uri: str
+) -> None:
+    urls = [f"{demo_site.url}/shop/product/{i}" for i in range(1, 11)]
+    namespaces = [f"ns{n}-{time.monotonic_ns()}" for n in (1, 2)]
+    tasks = {ns: enqueue(redis_url, ns, urls) for ns in namespaces}
+    workers = [start_worker(tmp_path, redis_url, ns, name=f"w-{ns}",
+                            METEORSEED_STORE_URI=postgres_uri) for ns in namespaces]
+    for worker in workers:
+        assert worker.wait(120) == 0, worker.log()[-3000:]
+    for ns in namespaces:
+        docs = all_done(stored(postgres_uri, ns), tasks[ns], sync_redis, KeyLayout(ns))
+        # The same site_id:unique_key in both: each namespace's document is its own task's.
+        assert {d["task_id"] for d in docs.values()} == {t.task_id for t in tasks[ns]}
+    assert stored(postgres_uri, namespaces[0]).keys() == stored(postgres_uri, namespaces[1]).keys()
+    for ns in namespaces:
+        for key in sync_redis.scan_iter(f"{ns}:*"):
+            sync_redis.delete(key)
