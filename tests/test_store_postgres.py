@@ -80,6 +80,17 @@ def test_a_read_only_database_is_an_outage(postgres_server: PostgresServer,
     assert store.count() == 2
 
 
+def test_a_role_that_may_only_read_and_write_the_tables_works(postgres_uri: str) -> None:
+    open_store(postgres_uri).count()  # the tables and indexes, made by their owner (a DBA)
+    with psycopg.connect(postgres_uri, autocommit=True) as admin:
+        role = f"app_{postgres_uri.rsplit('_', 1)[1]}"
+        admin.execute(f"CREATE ROLE {role} LOGIN")  # (no CREATE on schema public: PG 15)
+        admin.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON items, anomalies TO {role}")
+    with open_store(postgres_uri.replace("postgres@", f"{role}@"), "ns") as store:
+        store.upsert_many([doc("a")])
+        assert store.all_ids() == {"s:a"}
+
+
 def test_a_document_postgresql_cannot_take_fails_alone(postgres_uri: str) -> None:
     store = open_store(postgres_uri)
     commits, stats, told = committer(store)
