@@ -10,10 +10,10 @@ Schema (created on first use)::
     );
 
 ``anomalies`` has the same shape; other tables of the same file belong to other modules.
-Indexes (:data:`INDEXES`) answer "a site's documents by time", "a seed's documents",
+Indexes (:data:`~.sqlite_schema.INDEXES`) answer "a site's documents by time", "a seed's documents",
 "documents with this content fingerprint" and the retention's "older than". A table of the
 shape before namespaces is rebuilt on first use, its rows given to the namespace of the store
-that opens it (:func:`migrate_table`, logged).
+that opens it (:mod:`.sqlite_schema`, logged).
 
 - WAL journal, so readers never block the writer, and ``synchronous=FULL``: a batch reported
   committed survives power loss, not only a process crash (the task is acked right after;
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import random
 import sqlite3
@@ -52,28 +51,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable, last_wins
+from meteorseed_scrapy.store.sqlite_schema import ANOMALIES, FIELD, create_schema
 
 _T = TypeVar("_T")
-logger = logging.getLogger(__name__)
 
 BUSY_TIMEOUT = 5.0
 LOCK_ATTEMPTS = 4
 #: Rows per INSERT: 3 variables each, below SQLITE_MAX_VARIABLE_NUMBER even on old builds (999).
 CHUNK_ROWS = 300
 
-ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
-_TABLE = ("CREATE TABLE IF NOT EXISTS {t} (_id TEXT NOT NULL, doc TEXT NOT NULL,"
-          " namespace TEXT NOT NULL, PRIMARY KEY (namespace, _id))")
-_FIELD = "json_extract(doc, '$.{}')"
-#: name -> indexed expressions of ``items`` (each led by the namespace; the fingerprint's only
-#: where there is one: most documents have none).
-INDEXES = {
-    "items_site_time": (f"{_FIELD.format('site_id')}, {_FIELD.format('updated_at')}", ""),
-    "items_seed": (_FIELD.format("seed_id"), ""),
-    "items_fingerprint": (_FIELD.format("content_fingerprint"),
-                          f" WHERE {_FIELD.format('content_fingerprint')} IS NOT NULL"),
-    "items_updated": (_FIELD.format("updated_at"), ""),
-}
 # COALESCE: a row written without first_seen_at (by hand, by an old version) adopts the new one.
 _UPSERT_TAIL = (
     " ON CONFLICT(namespace, _id) DO UPDATE SET doc = json_set(excluded.doc, '$.first_seen_at',"
@@ -95,18 +81,6 @@ def sqlite_path(uri: str) -> str:
     if not uri.startswith(prefix) or len(uri) == len(prefix):
         raise ValueError(f"METEORSEED_STORE_URI: expected sqlite:///path.db, got {uri!r}")
     return uri[len(prefix) :]
-
-
-def migrate_table(conn: sqlite3.Connection, table: str, namespace: str) -> None:
-    """Rebuild ``table`` of the shape before namespaces (``_id`` alone the key) with a
-    ``namespace`` column, its rows given to ``namespace`` (in the caller's transaction)."""
-    logger.warning("SQLite: table %s has no namespace column (written before namespaces): its "
-                   "rows now belong to namespace %r", table, namespace)
-    conn.execute(f"ALTER TABLE {table} RENAME TO {table}_before_namespaces")
-    conn.execute(_TABLE.format(t=table))
-    conn.execute(f"INSERT INTO {table} (_id, doc, namespace)"
-                 f" SELECT _id, doc, ? FROM {table}_before_namespaces", (namespace,))
-    conn.execute(f"DROP TABLE {table}_before_namespaces")
 
 
 def _is_transient(exc: sqlite3.Error) -> bool:
@@ -156,7 +130,7 @@ class SQLiteStore(Store):
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
-            self._create_schema(conn)
+            create_schema(conn, self.namespace)
         except BaseException:
             conn.close()
             raise
@@ -164,25 +138,6 @@ class SQLiteStore(Store):
             self.identity = _file_identity(self.path)
         self._conn = conn
         return conn
-
-    def _create_schema(self, conn: sqlite3.Connection) -> None:
-        """The tables and indexes, in one transaction; tables of the shape before namespaces
-        (no ``namespace`` column) are rebuilt with their rows given to this store's namespace."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for table in ("items", ANOMALIES):
-                columns = [row[1] for row in conn.execute(f"PRAGMA table_info({table})")]
-                if columns and "namespace" not in columns:
-                    migrate_table(conn, table, self.namespace)
-                conn.execute(_TABLE.format(t=table))
-            for name, (expressions, where) in INDEXES.items():
-                conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON items"
-                             f" (namespace, {expressions}){where}")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     def _check_identity(self) -> None:
         """Raise :class:`StoreLost` unless the path still names the file first opened."""
@@ -283,7 +238,7 @@ class SQLiteStore(Store):
 
     def purge_older_than(self, cutoff: str) -> int:
         return self._run(lambda conn: conn.execute(
-            f"DELETE FROM items WHERE namespace = ? AND {_FIELD.format('updated_at')} < ?",
+            f"DELETE FROM items WHERE namespace = ? AND {FIELD.format('updated_at')} < ?",
             (self.namespace, cutoff)).rowcount)
 
     # -- reads --------------------------------------------------------------------------
@@ -307,7 +262,7 @@ class SQLiteStore(Store):
             yield json.loads(doc)
 
     def count_by_site(self) -> dict[str, int]:
-        rows = self._rows(f"SELECT {_FIELD.format('site_id')} AS site, COUNT(*) FROM items"
+        rows = self._rows(f"SELECT {FIELD.format('site_id')} AS site, COUNT(*) FROM items"
                           " WHERE namespace = ? GROUP BY site ORDER BY site")
         return {str(site): int(n) for site, n in rows}
 
