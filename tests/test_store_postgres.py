@@ -4,6 +4,8 @@ end when the server is back; a document PostgreSQL cannot take fails alone."""
 
 from __future__ import annotations
 
+import multiprocessing
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -119,6 +121,34 @@ def test_a_document_postgresql_cannot_take_fails_alone(postgres_uri: str) -> Non
 ])
 def test_errors_are_classified_by_sqlstate(error: type[Exception], documents: bool) -> None:
     assert document_error(error("x")) is documents
+
+
+def _writer(uri: str, worker: int, batches: int, barrier: Any) -> None:
+    rng = random.Random(worker)
+    store = open_store(uri)
+    barrier.wait()
+    for b in range(batches):
+        shared = [doc(f"shared-{i}", worker=worker, batch=b) for i in range(20)]
+        rng.shuffle(shared)  # each worker its own order: rows locked in another order
+        store.upsert_many([doc(f"w{worker}-{b}-{i}") for i in range(30)] + shared)
+    store.close()
+
+
+def test_concurrent_processes_sharing_documents_lose_nothing(postgres_uri: str) -> None:
+    workers, batches = 4, 30
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(workers)
+    procs = [ctx.Process(target=_writer, args=(postgres_uri, w, batches, barrier))
+             for w in range(workers)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(120)
+    assert [proc.exitcode for proc in procs] == [0] * workers  # (a deadlock raises)
+    with open_store(postgres_uri) as store:
+        assert store.count() == workers * batches * 30 + 20
+        shared = store.get("s:shared-0")
+        assert shared is not None and shared["batch"] == batches - 1
 
 
 def test_store_identity_leaves_credentials_and_options_out() -> None:

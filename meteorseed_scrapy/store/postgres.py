@@ -157,7 +157,9 @@ class PostgresStore(Store):
         self._upsert(ANOMALIES, docs)
 
     def _upsert(self, table: str, docs: list[dict[str, Any]]) -> None:
-        folded = last_wins(docs)
+        # Rows locked in one order by every worker: batches sharing documents wait for one
+        # another instead of deadlocking.
+        folded = sorted(last_wins(docs), key=lambda doc: doc["_id"])
         if not folded:
             return
         # The batch as one JSON array, one parameter: psycopg's array adapter would escape
