@@ -17,7 +17,7 @@ time", "a seed's documents", "documents with this content fingerprint" and the r
   SELECT FROM jsonb_array_elements(<the batch as one JSON array>) ON CONFLICT (namespace, _id)
   DO UPDATE`` that keeps the stored ``first_seen_at``, committed before the call returns (the
   task is acked after that). Duplicates are folded first (one statement may not update a row
-  twice).
+  twice) and rows go in ``_id`` order (workers sharing documents never deadlock).
 - The connection is opened lazily by the thread that first uses it (the pipeline's single store
   thread) and dropped after any error that is not a refused document.
 - Errors are classified by SQLSTATE class: data exceptions (22: a NUL in a string, a number out
