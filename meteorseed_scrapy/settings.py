@@ -76,6 +76,8 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_STORE_BATCH_WAIT": 0.0,
     # Seconds a waiting batch keeps retrying a failing store before its tasks are failed.
     "METEORSEED_STORE_RETRY_MAX": 30.0,
+    # Documents not updated for this long (s) are deleted by the store stage; 0 = kept.
+    "METEORSEED_STORE_RETENTION": 0,
     # Site rule files (meteorseed_scrapy.sites, ``scrapy crawl sites``), whether rules pushed to
     # Redis (``meteorseed sites push``) are loaded too, and how often (s) they are re-checked.
     "METEORSEED_SITES_DIR": "",
@@ -295,6 +297,8 @@ class StoreConfig:
     batch_size: int
     batch_wait: float
     retry_max: float
+    namespace: str = DEFAULTS["METEORSEED_NAMESPACE"]  # (documents are the namespace's own)
+    retention: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> StoreConfig:
@@ -303,4 +307,6 @@ class StoreConfig:
             batch_size=integer_setting(settings, "METEORSEED_STORE_BATCH_SIZE", minimum=1),
             batch_wait=duration_setting(settings, "METEORSEED_STORE_BATCH_WAIT"),
             retry_max=duration_setting(settings, "METEORSEED_STORE_RETRY_MAX", minimum=0.1),
+            namespace=text_setting(settings, "METEORSEED_NAMESPACE"),
+            retention=duration_setting(settings, "METEORSEED_STORE_RETENTION"),
         )

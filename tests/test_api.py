@@ -514,7 +514,7 @@ def test_sites_count_anomalies_from_the_store(redis_url: str, namespace: str,
     from meteorseed_scrapy.store.backends import open_store
 
     uri = f"sqlite:///{tmp_path / 'items.db'}"
-    with open_store(uri) as store:
+    with open_store(uri, namespace) as store:
         store.upsert_anomalies([{"_id": f"news:{i}", "site_id": "news"} for i in range(3)])
     config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN, store_uri=uri)
     with ServerThread(config) as server:

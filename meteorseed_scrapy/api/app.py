@@ -31,7 +31,7 @@ def create_app(config: ApiConfig) -> web.Application:
                           middlewares=[problem_middleware, auth_middleware])
     app[CONFIG] = config
     app[monitor.THROUGHPUT] = Throughput()
-    app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri)
+    app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri, config.namespace)
     app[monitor.KNOWN_SITES] = monitor.KnownSites()
     app[history.HISTORY] = history.History()
     app.cleanup_ctx.append(_lifecycle)

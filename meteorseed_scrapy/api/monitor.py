@@ -139,8 +139,9 @@ class AnomalyCounts:
     TTL_S = 10.0
     MAX_COUNTED = 200_000
 
-    def __init__(self, store_uri: str | None) -> None:
+    def __init__(self, store_uri: str | None, namespace: str) -> None:
         self.store_uri = store_uri
+        self.namespace = namespace  # (the store keeps each namespace's documents apart)
         self.source = redact(store_uri) if store_uri else None
         self.error: str | None = None
         self._cached: tuple[float, dict[str, int]] | None = None
@@ -163,7 +164,7 @@ class AnomalyCounts:
         from meteorseed_scrapy.store.backends import open_store
 
         counts: dict[str, int] = {}
-        with open_store(uri) as store:
+        with open_store(uri, self.namespace) as store:
             for i, doc in enumerate(store.iter_anomalies()):
                 if i >= self.MAX_COUNTED:
                     break
