@@ -44,6 +44,27 @@ class ShardStatus:
 
 
 @dataclass(frozen=True)
+class SpiderStatus:
+    """One task set: a spider's (``spider``), or the default one (None: tasks that name no
+    spider, which every worker reads)."""
+
+    spider: str | None
+    backlog: int
+    pending: int
+    delayed: int
+    workers: int  # live workers that read it
+
+    @property
+    def unserved(self) -> bool:
+        """Tasks wait, and no live worker runs the spider they name."""
+        return self.workers == 0 and (self.backlog + self.delayed) > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spider": self.spider, "backlog": self.backlog, "pending": self.pending,
+                "delayed": self.delayed, "workers": self.workers, "unserved": self.unserved}
+
+
+@dataclass(frozen=True)
 class ConsumerStatus:
     name: str
     pending: int  # summed over every task stream
@@ -146,6 +167,7 @@ class QueueStatus:
     added: int | None  # tasks ever added to the streams (counted); None: unreadable counter
     lag_s: float  # age of the oldest task waiting to be delivered (0 when none waits)
     throttles: tuple[SiteThrottle, ...] = ()  # sites with an adaptive limit or robots cap
+    spiders: tuple[SpiderStatus, ...] = ()  # per task set: the default one, then by spider
 
     @property
     def backlog(self) -> int:
@@ -199,8 +221,9 @@ class QueueStatus:
                           for c in self.consumers],
             "throughput": {"added_total": self.added, "finished_total": self.finished},
             "throttles": [t.to_json() for t in self.throttles],
+            "spiders": [sp.to_json() for sp in self.spiders],
         }
 
 
 __all__ = ["ConsumerStatus", "DelayedSite", "DelayedStatus", "Depth", "LaneStatus",
-           "QueueStatus", "ShardStatus", "SiteThrottle", "summarize_delayed"]
+           "QueueStatus", "ShardStatus", "SiteThrottle", "SpiderStatus", "summarize_delayed"]

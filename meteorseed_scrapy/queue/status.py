@@ -38,8 +38,10 @@ from meteorseed_scrapy.queue.snapshot import (
     QueueStatus,
     ShardStatus,
     SiteThrottle,
+    SpiderStatus,
     summarize_delayed,
 )
+from meteorseed_scrapy.queue.spiders import live_spiders, spiders_of
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
 #: Delayed-set entries read per snapshot (the soonest due, shared between the shards) for the
@@ -91,8 +93,10 @@ def _listing(reply: Any) -> list[dict[Any, Any]]:
 
 
 def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[QueueStatus]:
-    """Three batches in one round trip (a MULTI per shard; consumers, delivery positions and
-    the soonest delayed entries; Redis TIME), then one more for the lag when tasks wait."""
+    """The namespace's spiders and workers (one round trip: :func:`_spider_plan`), then three
+    batches in one round trip (a MULTI per shard; consumers, delivery positions and the
+    soonest delayed entries; Redis TIME), then one more for the lag when tasks wait."""
+    keys, spider_workers, live = yield from _spider_plan(keys)
     shards = keys.shard_keys
     # One Redis keeps every shard's dead letters in <ns>:dead: counted with the first shard.
     own_dead = [k == 0 or len(keys.deads) > 1 for k in range(len(shards))]
@@ -100,14 +104,16 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
     for shard, own in zip(shards, own_dead, strict=True):
         calls = [c for s in shard.streams
                  for c in (call("xlen", s), call("xpending", s, keys.group))]
-        calls += [call("zcard", shard.delayed), call("hget", shard.counts, "added")]
+        calls += [call("zcard", d) for d in shard.delayeds]
+        calls += [call("hget", shard.counts, "added")]
         calls += [call("xlen", shard.dead)] if own else []
         batches.append(Batch(calls, transaction=True))
-    per_shard = max(1, math.ceil(delayed_scan / len(shards)))  # >= 1: the next due time
+    sets = shards[0].task_sets
+    per_set = max(1, math.ceil(delayed_scan / (len(shards) * len(sets))))  # >= 1: next due
     detail = [c for s in keys.streams
               for c in (call("xinfo_groups", s), call("xinfo_consumers", s, keys.group))]
-    detail += [call("zrange", shard.delayed, 0, per_shard - 1, withscores=True)
-               for shard in shards]
+    detail += [call("zrange", d, 0, per_set - 1, withscores=True)
+               for shard in shards for d in shard.delayeds]
     replies = yield [*batches, Batch(detail), Batch([call("time")], direct=True)]
     counted, infos, (clock,) = replies[:len(shards)], replies[-2], replies[-1]
     if isinstance(clock, Exception):
@@ -115,6 +121,7 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
     now = float(clock[0]) + float(clock[1]) / 1e6
 
     bands = {(lane, band): [0, 0] for lane in LANES for band in BANDS}
+    by_set = {spider: [0, 0, 0] for spider in sets}  # backlog, pending, delayed
     rows, lengths = [], {}
     delayed_total = dead = 0
     added: int | None = 0
@@ -127,9 +134,15 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
             depth = bands[shard.stream_lanes[stream]]
             depth[0] += max(0, length - held)
             depth[1] += held
+            own_set = by_set[shard.stream_spiders[stream]]
+            own_set[0] += max(0, length - held)
+            own_set[1] += held
             backlog, pending = backlog + max(0, length - held), pending + held
-        delayed, counter = _int(reply[2 * n]), _counter(reply[2 * n + 1])
-        shard_dead = _int(reply[2 * n + 2]) if own else 0
+        delays = [_int(r) for r in reply[2 * n: 2 * n + len(sets)]]
+        for spider, count in zip(sets, delays, strict=True):
+            by_set[spider][2] += count
+        delayed, counter = sum(delays), _counter(reply[2 * n + len(sets)])
+        shard_dead = _int(reply[2 * n + len(sets) + 1]) if own else 0
         added = None if added is None or counter is None else added + counter
         delayed_total, dead = delayed_total + delayed, dead + shard_dead
         rows.append(ShardStatus(shard.index, shard.stream, backlog, pending, delayed,
@@ -147,7 +160,7 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
             name, idle = text_of(c["name"]), int(c.get("idle") or 0) / 1000
             before = consumers.get(name, (0, idle))
             consumers[name] = (before[0] + int(c.get("pending") or 0), min(before[1], idle))
-    scanned = [infos[2 * len(keys.streams) + k] for k in range(len(shards))]
+    scanned = infos[2 * len(keys.streams):]
     for reply in scanned:
         if isinstance(reply, Exception):
             raise reply
@@ -173,7 +186,30 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
                         for name, (held, idle) in sorted(consumers.items())),
         delayed=summarize_delayed(delayed_total, entries),
         dead=dead, added=added, lag_s=lag,
+        spiders=_spider_rows(by_set, spider_workers, live, now),
     )
+
+
+def _spider_plan(keys: KeyLayout) -> Plan[tuple[KeyLayout, Any, Any]]:
+    """``keys`` with every spider's task set (``<ns>:spiders``), each worker's spider and the
+    live-worker registry (consumer -> liveness deadline, ms)."""
+    (listed,) = yield [Batch([call("smembers", keys.spiders_key),
+                              call("hgetall", keys.spider_workers),
+                              call("zrange", keys.workers, 0, -1, withscores=True)])]
+    names, workers, live = (None if isinstance(r, Exception) else r for r in listed)
+    return keys.with_spiders([*keys.spiders, *spiders_of(names or ())]), workers, live
+
+
+def _spider_rows(by_set: dict[str, list[int]], spider_workers: Any, live: Any, now: float
+                 ) -> tuple[SpiderStatus, ...]:
+    """One row per task set: the default one (every live worker reads it), then each
+    spider's (its own live workers). Workers are counted from the live-worker registry."""
+    alive = [c for c, deadline in live or [] if float(deadline) > now * 1000]
+    per_spider = live_spiders(spider_workers or {}, alive)
+    return tuple(
+        SpiderStatus(spider or None, backlog, pending, delayed,
+                     len(alive) if not spider else per_spider.get(spider, 0))
+        for spider, (backlog, pending, delayed) in by_set.items())
 
 
 def _throttles(keys: KeyLayout, now: float) -> Plan[tuple[SiteThrottle, ...]]:
@@ -215,7 +251,7 @@ def quiet_plan(keys: KeyLayout) -> Plan[bool]:
     on ack) or is deferred in a delayed set: the cheap part of :func:`status_plan` that a
     worker's idle check repeats every tick."""
     calls = [call("xlen", s) for s in keys.streams]
-    calls += [call("zcard", shard.delayed) for shard in keys.shard_keys]
+    calls += [call("zcard", d) for shard in keys.shard_keys for d in shard.delayeds]
     (replies,) = yield [Batch(calls)]
     return not any(_int(r) for r in replies)
 

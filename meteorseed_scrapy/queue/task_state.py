@@ -209,7 +209,7 @@ def _delayed(state: TaskState, keys: KeyLayout, shards: list[ShardKeys], query: 
     else:
         needle = ""
     match = f"*{glob_escape(needle)}*" if needle else None
-    cursors: dict[str, int | None] = {shard.delayed: 0 for shard in shards}
+    cursors: dict[str, int | None] = {d: 0 for shard in shards for d in shard.delayeds}
     read = dict.fromkeys(cursors, 0)
     (sizes,) = yield [Batch([call("zcard", key) for key in cursors])]
     for _ in range(DELAYED_ROUNDS):
