@@ -16,10 +16,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.reads import Batch, Plan, call
 from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.task.validation import TaskError, check_spider
 
 __all__ = ["listed_spiders", "live_spiders", "register_spiders", "register_worker",
+           "registered_plan",
            "spiders_of", "with_registered", "with_registered_sync", "worker_spider"]
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,15 @@ async def register_spiders(redis: Any, keys: KeyLayout, names: Iterable[str]) ->
 async def with_registered(redis: Any, keys: KeyLayout) -> KeyLayout:
     """``keys`` with every listed spider's task set (an async client)."""
     return keys.with_spiders([*keys.spiders, *spiders_of(await redis.smembers(keys.spiders_key))])
+
+
+def registered_plan(keys: KeyLayout) -> Plan[KeyLayout]:
+    """:func:`with_registered` as a step of a read plan (one round trip)."""
+    (replies,) = yield [Batch([call("smembers", keys.spiders_key)])]
+    (names,) = replies
+    if isinstance(names, Exception):
+        raise names
+    return keys.with_spiders([*keys.spiders, *spiders_of(names)])
 
 
 def with_registered_sync(client: Any, keys: KeyLayout) -> KeyLayout:
