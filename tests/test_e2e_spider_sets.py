@@ -12,22 +12,26 @@ from typing import Any, cast
 
 import pytest
 import redis
+from redis.crc import key_slot
 
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import add_tasks, start_worker, stored_docs
+from tests.test_cluster_shards import enqueue
 
 pytestmark = pytest.mark.e2e
 
 SHARED_WARNING = "takes tasks that name no spider, and so do live workers of spider"
 
 
-def seed_tasks(site: DemoSite, spider: str | None, paths: list[str]) -> list[ExecTask]:
-    seed = SeedTask(seed_id=f"seed-{spider}", site_id="demo", task_type="url_list",
+def seed_tasks(site: DemoSite, spider: str | None, paths: list[str], *, site_id: str = "demo"
+               ) -> list[ExecTask]:
+    seed = SeedTask(seed_id=f"seed-{spider}", site_id=site_id, task_type="url_list",
                     payload={"urls": [site.url + p for p in paths]}, spider=spider)
     return [seed.exec_task(site.url + p) for p in paths]
 
@@ -112,3 +116,29 @@ def test_unnamed_tasks_shared_by_two_spiders_warn_once(
     assert warned, [w.log()[-2000:] for w in workers]
     for worker in warned:
         assert worker.log().count(SHARED_WARNING) == 1
+
+
+def test_two_spiders_on_a_cluster_with_shards(tmp_path: Path, cluster: LocalCluster, ns: str,
+                                              demo_site: DemoSite) -> None:
+    """Each spider's task set lives in its shard's slot: scripts over a shard's default and
+    spider streams (read, defer, take-over) work on a Redis Cluster."""
+    shards = 4
+    keys = KeyLayout(ns, shards, cluster=True).with_spiders(["pair_news", "pair_shop"])
+    for shard in keys.shard_keys:
+        slots = {key_slot(k.encode()) for k in (*shard.streams, *shard.delayeds, shard.dead)}
+        assert len(slots) == 1
+    tasks = [*(seed_tasks(demo_site, "pair_news", [f"/news/list/{p}"], site_id=f"news{p}")
+               for p in (1, 2, 3)),
+             *(seed_tasks(demo_site, "pair_shop", [f"/shop/category/{c}"], site_id=f"shop{c}")
+               for c in (1, 2, 3))]
+    store = tmp_path / "items.db"
+    enqueue(cluster.url, KeyLayout(ns, shards, cluster=True), [t for g in tasks for t in g])
+    workers = [start_worker(tmp_path, cluster.url, ns, name=spider, store=store, spider=spider,
+                            METEORSEED_STREAM_SHARDS=shards, METEORSEED_SITE_RATE=100,
+                            METEORSEED_SITE_BURST=20)
+               for spider in ("pair_news", "pair_shop")]
+    for worker in workers:
+        assert worker.wait(240) == 0, worker.log()[-3000:]
+    kinds = {(d["parsed_by"], d["url"].split("/")[3]) for d in stored_docs(store).values()}
+    assert kinds == {("pair_news", "news"), ("pair_shop", "shop")}
+    assert len(stored_docs(store)) == 3 * 11 * 2
