@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scrapy import Request, Spider
 
+from meteorseed_scrapy.api.background import ServerThread
+from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.dispatch import validate_seed
 from meteorseed_scrapy.api.problems import InvalidInput
 from meteorseed_scrapy.cli import main
@@ -26,12 +30,16 @@ from meteorseed_scrapy.queue.keys import KeyLayout, own_key
 from meteorseed_scrapy.queue.liveness import Heartbeat, Liveness
 from meteorseed_scrapy.queue.status import read_status
 from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import SPIDER_MAX, TaskError, check_spider
 from meteorseed_scrapy.testing.clients import run_with_client
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.worker.requests import request_to_task
+from tests.test_api import TOKEN, Client, url_list
+from tests.test_migrate_cli import seed_expand
 
 GOOD = ["shop", "quotes-toscrape", "example.com", "news_2", "ünïcode_spider", "商店",
         "a" * SPIDER_MAX]
@@ -320,3 +328,58 @@ def test_status_shows_the_backlog_per_spider_and_sets_no_worker_runs(
     assert main(["task", tasks[3].task_id, "--redis-url", redis_url, "--namespace", namespace,
                  "--json"], stdout=out, stderr=io.StringIO()) == 0
     assert json.loads(out.getvalue())["places"][0]["stream"] == f"{namespace}:spider:news:tasks"
+
+
+# -- the field flows through every way in ----------------------------------------------------------
+
+
+def test_seed_expand_puts_a_named_seeds_tasks_in_its_spiders_set(
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    lines = [seed(seed_id="a", spider="shop"), seed(seed_id="b"),
+             seed(seed_id="c", spider="shop:eu")]
+    lines[1]["payload"] = {"urls": ["https://shop.example/free"]}
+    (tmp_path / "seeds.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    proc = seed_expand(tmp_path, "seeds.jsonl", "-s", f"METEORSEED_REDIS_URL={redis_url}",
+                       "-s", f"METEORSEED_NAMESPACE={namespace}")
+    assert proc.returncode != 0  # (line 3 was rejected)
+    assert "line 3" in proc.stderr and "spider: must be a spider's name" in proc.stderr
+    keys = KeyLayout(namespace)
+    [(_, fields)] = sync_redis.xrange(keys.stream_for("scheduled", 0, "shop"))
+    assert ExecTask.from_message(fields).url == "https://shop.example/a"
+    [(_, fields)] = sync_redis.xrange(keys.stream)
+    assert ExecTask.from_message(fields).spider is None
+
+
+@pytest.fixture
+def api(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Client]:
+    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN,
+                       sites_dir=str(tmp_path))
+    with ServerThread(config) as running:
+        yield Client(running.url)
+
+
+def test_dispatch_puts_a_named_seeds_tasks_in_its_spiders_realtime_set(
+        api: Client, sync_redis: redis.Redis, namespace: str) -> None:
+    status, _, body = api.call("POST", "/dispatch", {"seeds": [
+        url_list("d1", ["https://news.example/a"], spider="news_spider")]})
+    assert status in (200, 201, 202), body
+    keys = KeyLayout(namespace)
+    stream = keys.stream_for("realtime", 0, "news_spider")
+    wait_for(lambda: sync_redis.xlen(stream) == 1, timeout=30)
+    [(_, fields)] = sync_redis.xrange(stream)
+    assert ExecTask.from_message(fields).spider == "news_spider"
+    status, _, body = api.call("POST", "/dispatch", {"seeds": [
+        url_list("d2", ["https://news.example/b"], spider="news spider")]})
+    assert status == 422
+    assert [e["field"] for e in body["errors"]] == ["seeds[0].spider"]
+
+
+def test_a_registered_seed_keeps_its_spider(redis_url: str, namespace: str) -> None:
+    async def body(client: Any) -> str | None:
+        registry = SeedRegistry(client, KeyLayout(namespace))
+        await registry.put(SeedTask.from_dict(seed(spider="shop", schedule="every 1h")))
+        record = await registry.get("s1")
+        assert record is not None
+        return record.seed.spider
+
+    assert run_with_client(redis_url, body) == "shop"
