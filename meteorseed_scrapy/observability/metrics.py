@@ -161,6 +161,9 @@ class MetricsExtension:
             "pending": Gauge("meteorseed_lane_pending", "Tasks delivered, not acked, per lane",
                              ["lane"], registry=self.registry),
         }
+        # Per task set: each spider's, and "" for tasks that name no spider (docs/spiders.md).
+        self.per_spider = Gauge("meteorseed_spider_backlog", "Tasks waiting per spider",
+                                ["spider"], registry=self.registry)
         self.per_consumer = Gauge("meteorseed_consumer_pending", "Pending tasks per consumer",
                                   ["consumer"], registry=self.registry)
         self.consumer_idle = Gauge("meteorseed_consumer_idle_seconds",
@@ -261,6 +264,9 @@ class MetricsExtension:
                 for lane, depth in sample.lanes.items():
                     self.per_lane["backlog"].labels(lane).set(depth.backlog)
                     self.per_lane["pending"].labels(lane).set(depth.pending)
+                self.per_spider.clear()
+                for row in sample.spiders:
+                    self.per_spider.labels(row.spider or "").set(row.backlog)
                 self.per_consumer.clear()
                 self.consumer_idle.clear()
                 for consumer in sample.consumers:
