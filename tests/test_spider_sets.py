@@ -383,3 +383,30 @@ def test_a_registered_seed_keeps_its_spider(redis_url: str, namespace: str) -> N
         return record.seed.spider
 
     assert run_with_client(redis_url, body) == "shop"
+
+
+def test_pruning_forgets_its_own_spiders_workers_and_leaves_anothers(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    """A long-gone consumer of another spider may still hold tasks of its set: its entry in
+    <ns>:spiders:workers stays, so that take-over keeps leaving it to its own spider."""
+    keys = KeyLayout(namespace)
+    shop_keys, news_keys = keys.with_spiders(["shop"]), keys.with_spiders(["news"])
+
+    async def body(client: Any) -> list[str]:
+        for n, (name, k, spider) in enumerate((("old-shop", shop_keys, "shop"),
+                                               ("old-news", news_keys, "news"),
+                                               ("me", shop_keys, "shop"))):
+            await TaskWriter(client, keys).add([task(n)])
+            consumer = StreamConsumer(client, k, name, spider=spider)
+            await consumer.ensure_group()
+            [delivery] = await consumer.read(10, 0)  # (listed in the default stream)
+            assert await consumer.ack([delivery.ref]) == 1
+        await client.hset(keys.spider_workers, "ghost", "shop")  # (never in a stream)
+        wait_for(lambda: all(c["idle"] > 100 for c in sync_redis.xinfo_consumers(
+            keys.stream, "workers") if c["name"] != "me"), timeout=10, interval=0.02)
+        return await StreamConsumer(client, shop_keys, "me", spider="shop"
+                                    ).membership().prune(0.05)
+
+    assert run_with_client(redis_url, body) == ["old-news", "old-shop"]
+    assert sync_redis.hgetall(keys.spider_workers) == {"old-news": "news", "me": "shop",
+                                                       "ghost": "shop"}

@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.liveness import Liveness
 from meteorseed_scrapy.queue.reads import run_async
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.queue.shards import check_shard_count
 from meteorseed_scrapy.queue.spiders import register_worker
 from meteorseed_scrapy.queue.status import quiet_plan
@@ -100,10 +101,18 @@ class ConsumerGroup:
                 for stream, name in gone:
                     pipe.xgroup_delconsumer(stream, self.keys.group, name)
                 await pipe.execute(raise_on_error=False)
-            # (a worker of another spider, which this one does not see in its streams, is
-            # listed until its own spider's workers prune it)
-            await self.redis.hdel(self.keys.spider_workers, *{name for _, name in gone})
+            await self._forget_spiders(sorted({name for _, name in gone}))
         return sorted({name for _, name in gone})
+
+    async def _forget_spiders(self, names: list[str]) -> None:
+        """Drop pruned consumers from ``<ns>:spiders:workers``, except those of another spider:
+        they may still hold tasks of its set, which this worker does not see; their own
+        spider's workers drop them (take-over leaves them to those: ``StreamConsumer``)."""
+        spiders = await self.redis.hmget(self.keys.spider_workers, names)
+        mine = [name for name, spider in zip(names, spiders, strict=True)
+                if spider is not None and text_of(spider) == (self.spider or "")]
+        if mine:
+            await self.redis.hdel(self.keys.spider_workers, *mine)
 
     async def namespace_quiet(self) -> bool:
         """True when no task waits in any stream, is pending on any consumer or is deferred
