@@ -251,6 +251,10 @@ def test_a_requeued_dead_letter_goes_back_to_its_spiders_set(
                                 "source_id": "1-0", "consumer": "w", "at": "1",
                                 "deliveries": "6"})
     letters = list(deadletters.iter_dead(sync_redis, keys))
+    out = io.StringIO()
+    assert main(["dead", "show", letters[0].id, "--redis-url", redis_url, "--namespace",
+                 namespace], stdout=out, stderr=io.StringIO()) == 0
+    assert "spider:      shop" in out.getvalue()
     result = deadletters.requeue(sync_redis, keys, letters)
     assert len(result.requeued) == 1
     assert sync_redis.xlen(f"{namespace}:spider:shop:tasks") == 1

@@ -87,6 +87,7 @@ class DeadLetter:
             "task_id": self.task.task_id if self.task else None,
             "seed_id": self.task.seed_id if self.task else None,
             "url": self.task.url if self.task else None,
+            "spider": self.task.spider if self.task else None,  # (its set, when requeued)
             "reason": self.fields.get("reason", ""),
             "source_id": self.fields.get("source_id"),
             "consumer": self.fields.get("consumer"),
