@@ -372,6 +372,10 @@ def test_dispatch_puts_a_named_seeds_tasks_in_its_spiders_realtime_set(
     wait_for(lambda: sync_redis.xlen(stream) == 1, timeout=30)
     [(_, fields)] = sync_redis.xrange(stream)
     assert ExecTask.from_message(fields).spider == "news_spider"
+    status, _, body = api.call("GET", "/status")
+    assert status == 200 and stream in body["streams"]
+    assert body["spiders"][1] == {"spider": "news_spider", "backlog": 1, "pending": 0,
+                                  "delayed": 0, "workers": 0, "unserved": True}
     status, _, body = api.call("POST", "/dispatch", {"seeds": [
         url_list("d2", ["https://news.example/b"], spider="news spider")]})
     assert status == 422
