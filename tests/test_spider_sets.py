@@ -172,6 +172,9 @@ def test_writer_routes_each_task_to_its_set_and_lists_the_spider_first(
         f"{namespace}:spider:shop:tasks": 1, f"{namespace}:spider:shop:tasks:scheduled:high": 1,
         f"{namespace}:tasks": 1, f"{namespace}:spider:news:tasks": 1}
     assert sync_redis.smembers(keys.spiders_key) == {"shop", "news"}
+    # Counted in the shard's counter, as every task stream's (status's throughput).
+    assert sync_redis.hget(keys.only.counts, "added") == "4"
+    assert sync_redis.keys(f"{namespace}:spider:*:counts") == []
 
 
 @pytest.mark.parametrize("shards", [1, 2])
