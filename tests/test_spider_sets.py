@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from meteorseed_scrapy.queue import deadletters
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.keys import KeyLayout, own_key
 from meteorseed_scrapy.queue.liveness import Heartbeat, Liveness
+from meteorseed_scrapy.queue.spiders import worker_spider
 from meteorseed_scrapy.queue.status import read_status
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.registry import SeedRegistry
@@ -421,3 +423,12 @@ def test_pruning_forgets_its_own_spiders_workers_and_leaves_anothers(
     assert run_with_client(redis_url, body) == ["old-news", "old-shop"]
     assert sync_redis.hgetall(keys.spider_workers) == {"old-news": "news", "me": "shop",
                                                        "ghost": "shop"}
+
+
+def test_a_spider_whose_name_cannot_name_a_set_reads_the_default_set_and_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    assert worker_spider("shop") == "shop"
+    with caplog.at_level(logging.WARNING):
+        assert worker_spider("my spider") is None
+    assert "Spider name 'my spider' cannot name a task set" in caplog.text
+    assert "takes only tasks that name no spider" in caplog.text
