@@ -23,10 +23,10 @@ from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shar
 from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
-from meteorseed_scrapy.queue.replies import bytes_of, text_of
+from meteorseed_scrapy.queue.replies import bytes_of
 from meteorseed_scrapy.queue.scripts import ScriptPipeline, call_as_bytes
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
-from meteorseed_scrapy.queue.spiders import SharedDefaultSet
+from meteorseed_scrapy.queue.spiders import SharedDefaultSet, foreign_workers
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 
@@ -195,18 +195,10 @@ class StreamConsumer:
                 [self.keys.group, self.consumer, max(0, count - len(out)), *dead])
             out += _claimed(shard.streams, entries)
             holding.update(bytes_of(name) for name in held)
-        holding.update(await self._foreign(dead))
+        # A dead worker of another spider may hold tasks of its set, which this one does not
+        # see: counted as holding, so only its own spider's workers drop it from the registry.
+        holding.update(await foreign_workers(self.redis, self.keys, dead, self.spider))
         return out, holding
-
-    async def _foreign(self, dead: Sequence[bytes | str]) -> list[bytes]:
-        """Those of ``dead`` that ran another spider: they may hold tasks of its set, which
-        this worker does not see (nor take); counted as holding, so that only their own
-        spider's workers, having taken everything, drop them from the registry."""
-        if not dead:
-            return []
-        spiders = await self.redis.hmget(self.keys.spider_workers, list(dead))
-        return [bytes_of(name) for name, spider in zip(dead, spiders, strict=True)
-                if spider is not None and text_of(spider) != (self.spider or "")]
 
     async def touch(self, refs: Sequence[Ref]) -> list[Ref]:
         """Reset the idle time of our pending entries; returns those that are no longer ours."""

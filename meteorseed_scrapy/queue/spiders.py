@@ -12,17 +12,29 @@ Nothing here knows about Scrapy.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.reads import Batch, Plan, call
-from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.replies import bytes_of, text_of
+from meteorseed_scrapy.queue.snapshot import SpiderStatus
 from meteorseed_scrapy.task.validation import TaskError, check_spider
 
-__all__ = ["listed_spiders", "live_spiders", "register_spiders", "register_worker",
-           "registered_plan",
-           "spiders_of", "with_registered", "with_registered_sync", "worker_spider"]
+__all__ = [
+    "foreign_workers",
+    "listed_spiders",
+    "live_spiders",
+    "register_spiders",
+    "register_worker",
+    "registered_plan",
+    "spider_plan",
+    "spider_rows",
+    "spiders_of",
+    "with_registered",
+    "with_registered_sync",
+    "worker_spider",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +111,28 @@ def live_spiders(workers: Mapping[Any, Any], live: Iterable[Any]) -> dict[str, i
     return out
 
 
+def spider_plan(keys: KeyLayout) -> Plan[tuple[KeyLayout, Any, Any]]:
+    """``keys`` with every spider's task set (``<ns>:spiders``), each worker's spider and the
+    live-worker registry (consumer -> liveness deadline, ms)."""
+    (listed,) = yield [Batch([call("smembers", keys.spiders_key),
+                              call("hgetall", keys.spider_workers),
+                              call("zrange", keys.workers, 0, -1, withscores=True)])]
+    names, workers, live = (None if isinstance(r, Exception) else r for r in listed)
+    return keys.with_spiders([*keys.spiders, *spiders_of(names or ())]), workers, live
+
+
+def spider_rows(by_set: dict[str, list[int]], spider_workers: Any, live: Any, now: float
+                ) -> tuple[SpiderStatus, ...]:
+    """One row per task set: the default one (every live worker reads it), then each
+    spider's (its own live workers). Workers are counted from the live-worker registry."""
+    alive = [c for c, deadline in live or [] if float(deadline) > now * 1000]
+    per_spider = live_spiders(spider_workers or {}, alive)
+    return tuple(
+        SpiderStatus(spider or None, backlog, pending, delayed,
+                     len(alive) if not spider else per_spider.get(spider, 0))
+        for spider, (backlog, pending, delayed) in by_set.items())
+
+
 #: Seconds between two looks for other spiders on the default set, until one is found.
 SHARED_CHECK_INTERVAL = 30.0
 
@@ -141,3 +175,14 @@ class SharedDefaultSet:
 def _redis_ms(reply: Any) -> int:
     seconds, micros = reply
     return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def foreign_workers(redis: Any, keys: KeyLayout, dead: Sequence[bytes | str],
+                          spider: str | None) -> list[bytes]:
+    """Those of ``dead`` consumers that ran another spider than ``spider``: they may hold
+    tasks of its set, which a worker of ``spider`` neither sees nor takes."""
+    if not dead:
+        return []
+    spiders = await redis.hmget(keys.spider_workers, list(dead))
+    return [bytes_of(name) for name, theirs in zip(dead, spiders, strict=True)
+            if theirs is not None and text_of(theirs) != (spider or "")]

@@ -38,10 +38,9 @@ from meteorseed_scrapy.queue.snapshot import (
     QueueStatus,
     ShardStatus,
     SiteThrottle,
-    SpiderStatus,
     summarize_delayed,
 )
-from meteorseed_scrapy.queue.spiders import live_spiders, spiders_of
+from meteorseed_scrapy.queue.spiders import spider_plan, spider_rows
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
 #: Delayed-set entries read per snapshot (the soonest due, shared between the shards) for the
@@ -93,10 +92,10 @@ def _listing(reply: Any) -> list[dict[Any, Any]]:
 
 
 def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[QueueStatus]:
-    """The namespace's spiders and workers (one round trip: :func:`_spider_plan`), then three
+    """The namespace's spiders and workers (one round trip: :func:`spider_plan`), then three
     batches in one round trip (a MULTI per shard; consumers, delivery positions and the
     soonest delayed entries; Redis TIME), then one more for the lag when tasks wait."""
-    keys, spider_workers, live = yield from _spider_plan(keys)
+    keys, spider_workers, live = yield from spider_plan(keys)
     shards = keys.shard_keys
     # One Redis keeps every shard's dead letters in <ns>:dead: counted with the first shard.
     own_dead = [k == 0 or len(keys.deads) > 1 for k in range(len(shards))]
@@ -186,30 +185,8 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
                         for name, (held, idle) in sorted(consumers.items())),
         delayed=summarize_delayed(delayed_total, entries),
         dead=dead, added=added, lag_s=lag,
-        spiders=_spider_rows(by_set, spider_workers, live, now),
+        spiders=spider_rows(by_set, spider_workers, live, now),
     )
-
-
-def _spider_plan(keys: KeyLayout) -> Plan[tuple[KeyLayout, Any, Any]]:
-    """``keys`` with every spider's task set (``<ns>:spiders``), each worker's spider and the
-    live-worker registry (consumer -> liveness deadline, ms)."""
-    (listed,) = yield [Batch([call("smembers", keys.spiders_key),
-                              call("hgetall", keys.spider_workers),
-                              call("zrange", keys.workers, 0, -1, withscores=True)])]
-    names, workers, live = (None if isinstance(r, Exception) else r for r in listed)
-    return keys.with_spiders([*keys.spiders, *spiders_of(names or ())]), workers, live
-
-
-def _spider_rows(by_set: dict[str, list[int]], spider_workers: Any, live: Any, now: float
-                 ) -> tuple[SpiderStatus, ...]:
-    """One row per task set: the default one (every live worker reads it), then each
-    spider's (its own live workers). Workers are counted from the live-worker registry."""
-    alive = [c for c, deadline in live or [] if float(deadline) > now * 1000]
-    per_spider = live_spiders(spider_workers or {}, alive)
-    return tuple(
-        SpiderStatus(spider or None, backlog, pending, delayed,
-                     len(alive) if not spider else per_spider.get(spider, 0))
-        for spider, (backlog, pending, delayed) in by_set.items())
 
 
 def _throttles(keys: KeyLayout, now: float) -> Plan[tuple[SiteThrottle, ...]]:
