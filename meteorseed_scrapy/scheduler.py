@@ -43,6 +43,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
 from meteorseed_scrapy.queue.retention import DeadLetterRetention, housekeeping
 from meteorseed_scrapy.queue.shards import check_shard_count
+from meteorseed_scrapy.queue.spiders import worker_spider
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.registry import SeedRegistry
@@ -110,6 +111,9 @@ class StreamScheduler:
             log_local_crawl(reason)
             return
         self._worker = True
+        own = worker_spider(spider.name)  # its task set, besides tasks that name no spider
+        if own is not None:
+            self.keys = self.keys.with_spiders([own])
         scrapes = ScrapeTracker(self.crawler)  # (refuses a Scrapy it cannot work with)
         self.redis = async_client(
             self.config.redis_url, decode_responses=True, socket_timeout=10,
@@ -120,7 +124,8 @@ class StreamScheduler:
             await check_store_identity(self.redis, self.keys, self.crawler.settings)
         except REDIS_DOWN as exc:  # the pump waits for Redis and checks again
             logger.warning("Cannot check the namespace's shard count yet: %s", exc)
-        consumer = StreamConsumer(self.redis, self.keys, self.config.consumer, self.lane_weights)
+        consumer = StreamConsumer(self.redis, self.keys, self.config.consumer, self.lane_weights,
+                                  spider=own)
         gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer, self.backoff,
                         self.breaker_config.probe_interval,
                         lease_ttl_s=lease_ttl(self.config.claim_idle))
@@ -149,6 +154,9 @@ class StreamScheduler:
             "(Redis %s)", self.keys.shard_keys[0].stream, self.keys.shards, self.lane_weights,
             self.config.consumer, self.keys.group, redact(self.config.redis_url),
         )
+        if own is not None:
+            logger.info("Spider %r takes its own tasks (seeds naming \"spider\": %r, and their "
+                        "children) and those that name no spider", own, own)
         self.pump.start()
         self._yields = YieldReporter(SeedRegistry(self.redis, self.keys), new_urls)
         self._chores = [

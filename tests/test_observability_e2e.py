@@ -124,6 +124,7 @@ def test_metrics_endpoint_shows_queue_outcomes_and_latency(
     for lane in ("realtime", "scheduled", "retry"):  # every lane, drained
         assert sample(text, "meteorseed_lane_backlog", lane=lane) == 0, lane
         assert sample(text, "meteorseed_lane_pending", lane=lane) == 0, lane
+    assert sample(text, "meteorseed_spider_backlog", spider="") == 0  # (names no spider)
     log = worker.log()
     assert f"Prometheus metrics on http://127.0.0.1:{port}/metrics" in log
     assert "Traceback" not in log and "Error caught on signal handler" not in log, log[-3000:]

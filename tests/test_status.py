@@ -233,11 +233,11 @@ def test_a_task_re_parked_again_and_again_is_added_once_and_finished_once(
     rates = meter.update(status)
     assert rates["added_per_s"] == 0 and rates["finished_per_s"] == 0
 
-    async def ack(client: Any) -> None:
+    async def ack_it(client: Any) -> None:
         consumer = StreamConsumer(client, keys, "w1")
         await consumer.ack([d.ref for d in await consumer.read(1, 0)])
 
-    run(redis_url, ack)
+    run(redis_url, ack_it)
     status = read_status(sync_redis, keys)
     assert (status.added, status.length, status.finished) == (1, 0, 1)
     assert meter.update(status)["finished_per_s"] == 0.25  # 1 task over the 4 s since

@@ -18,6 +18,7 @@ from aiohttp import web
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.queue.scan import scan_namespace
+from meteorseed_scrapy.queue.spiders import with_registered
 from meteorseed_scrapy.queue.status import QueueSampler, Throughput
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import DEFAULTS
@@ -33,7 +34,7 @@ async def overview(request: web.Request) -> web.Response:
     keys = state.config.keys
     status = await QueueSampler(state.config.redis_url, keys, client=state.client).sample()
     body = status.to_json()
-    body["streams"] = list(keys.streams)
+    body["streams"] = list((await with_registered(state.client, keys)).streams)
     # Rates over the last minute of this server's snapshots; the totals are the snapshot's.
     body["throughput"] = request.app[THROUGHPUT].update(status)
     body["seeds"] = await state.registry.count()

@@ -20,7 +20,7 @@ from meteorseed_scrapy.api.dispatch import LANE
 from meteorseed_scrapy.queue import deadletters
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.seed_task import TASK_TYPES, SeedTask
-from meteorseed_scrapy.task.validation import ID_MAX
+from meteorseed_scrapy.task.validation import ID_MAX, SPIDER_MAX
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 
@@ -75,6 +75,10 @@ _SEED_DETAILS: dict[str, dict[str, Any]] = {
     "meta": {"description": "JSON values; Scrapy's and MeteorSeed's own keys are refused"},
     "lane": {"enum": list(LANES), "default": LANE,
              "description": "stream lane; POST /dispatch defaults to realtime"},
+    "spider": {"type": ["string", "null"], "minLength": 1, "maxLength": SPIDER_MAX,
+               "pattern": r"^[\w.-]+$",
+               "description": "the spider whose workers take its tasks (and their children); "
+                              "null: any worker"},
 }
 
 

@@ -104,8 +104,8 @@ def run_show(args: argparse.Namespace, ctx: Context) -> int:
     if ctx.json:
         ctx.emit_json(shown)
         return EXIT_OK
-    for name in ("id", "site_id", "task_id", "seed_id", "url", "consumer", "deliveries", "at",
-                 "source_id", "requeueable", "error"):
+    for name in ("id", "site_id", "spider", "task_id", "seed_id", "url", "consumer", "deliveries",
+                 "at", "source_id", "requeueable", "error"):
         if shown.get(name) is not None:
             ctx.say(f"{name + ':':<13}{printable(str(shown[name]))}")
     ctx.say("reason:")  # (a traceback: its lines stay lines)

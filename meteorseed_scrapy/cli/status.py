@@ -149,6 +149,15 @@ def _say_delayed(ctx: Context, delayed: dict[str, Any]) -> None:
             f"{_due(delayed['next_due_in_s'])}; {reasons}{sampled}")
 
 
+def _say_spiders(ctx: Context, spiders: list[dict[str, Any]]) -> None:
+    rows = [{"spider": sp["spider"] or "(any: names no spider)", "backlog": sp["backlog"],
+             "pending": sp["pending"], "delayed": sp["delayed"], "workers": sp["workers"],
+             "note": "waiting: no live worker runs this spider" if sp["unserved"] else ""}
+            for sp in spiders]
+    ctx.say("\n".join(table(rows, ("spider", "backlog", "pending", "delayed", "workers",
+                                   "note"))))
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     status = collect(ctx.client, ctx)
     if ctx.json:
@@ -177,6 +186,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             for lane, v in status["lanes"].items()]
     ctx.say("\n".join(table(rows, ("lane", "backlog", "pending",
                                    *(f"backlog_{b}" for b in BANDS)))))
+    if len(status["spiders"]) > 1:  # (named task sets: the backlog per spider)
+        ctx.say()
+        _say_spiders(ctx, status["spiders"])
     if delayed["sites"]:
         ctx.say()
         # (table() escapes each cell: a site id from Redis may hold an escape sequence)

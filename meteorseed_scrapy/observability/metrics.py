@@ -174,6 +174,9 @@ class MetricsExtension:
             "lag": Gauge("meteorseed_lane_lag_seconds", "Age of the oldest task waiting per "
                          "lane (0: none waits)", ["lane"], registry=self.registry),
         }
+        # Per task set: each spider's, and "" for tasks that name no spider (docs/spiders.md).
+        self.per_spider = Gauge("meteorseed_spider_backlog", "Tasks waiting per spider",
+                                ["spider"], registry=self.registry)
         self.per_consumer = Gauge("meteorseed_consumer_pending", "Pending tasks per consumer",
                                   ["consumer"], registry=self.registry)
         self.consumer_idle = Gauge("meteorseed_consumer_idle_seconds",
@@ -280,6 +283,9 @@ class MetricsExtension:
                     self.per_lane["backlog"].labels(lane).set(depth.backlog)
                     self.per_lane["pending"].labels(lane).set(depth.pending)
                     self.per_lane["lag"].labels(lane).set(sample.lane_lag_s.get(lane, 0.0))
+                self.per_spider.clear()
+                for row in sample.spiders:
+                    self.per_spider.labels(row.spider or "").set(row.backlog)
                 self.per_consumer.clear()
                 self.consumer_idle.clear()
                 for consumer in sample.consumers:

@@ -32,6 +32,7 @@ import redis
 
 from meteorseed_scrapy.queue.delayed import SCALE, reason_code, site_of
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.spiders import with_registered_sync
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.validation import TaskError, check_id
 
@@ -107,14 +108,15 @@ def _wake(client: redis.Redis, keys: KeyLayout, site: str) -> int:
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     due = now_ms - 1 + code / SCALE  # (defer.lua's encoding: the reason in the fraction)
     woken = 0
-    for shard in keys.shard_keys:
+    every = with_registered_sync(client, keys)  # each spider's task set has a delayed set too
+    for delayed in (d for shard in every.shard_keys for d in shard.delayeds):
         batch: dict[Any, float] = {}
-        for member, score in _scan(client, shard.delayed):
+        for member, score in _scan(client, delayed):
             if score > due and site_of(member) == site and _is_paused(score, code):
                 batch[member] = due
             if len(batch) >= SCAN_COUNT:
-                woken, batch = woken + _move(client, shard.delayed, batch), {}
-        woken += _move(client, shard.delayed, batch)
+                woken, batch = woken + _move(client, delayed, batch), {}
+        woken += _move(client, delayed, batch)
     return woken
 
 

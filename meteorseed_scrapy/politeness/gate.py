@@ -26,7 +26,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import call_scripts
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
-from meteorseed_scrapy.task.lanes import band_of
+from meteorseed_scrapy.task.lanes import DEFAULT_LANE, band_of
 
 LEASE_TTL_S = 30.0  # the longest lease; renewed every third of its life while in flight
 #: The shortest: renewals ride the permit loop, which runs about once a second.
@@ -267,8 +267,9 @@ class SiteGate:
         ``why`` is recorded with it (``meteorseed status`` counts them by reason). With
         ``owner``, only while the entry is still pending on that consumer; False when not."""
         route = f"{lane or task.lane}:{band_of(task.priority)}"
-        done = await self._defer(
-            keys=[ref[0], self.keys.shard_of_stream(ref[0]).delayed],
+        shard = self.keys.shard_of_stream(ref[0])
+        done = await self._defer(  # (in its task set's delayed set: its spider's workers only)
+            keys=[ref[0], shard.delayed_of(shard.stream_spiders[ref[0]])],
             args=[self.keys.group, ref[1], int(delay_s * 1000), f"{route}|{task.to_message()['t']}",
                   "1", reason_code(why), owner],
         )
@@ -279,9 +280,12 @@ class SiteGate:
         returns seconds until the next is due (-1: none)."""
         calls = []
         for shard in self.keys.shard_keys:
-            routes = [":".join(shard.stream_lanes[s]) for s in shard.streams]
-            calls.append(([shard.delayed, *shard.streams],
-                          [limit, MESSAGE_VERSION, shard.streams.index(shard.stream) + 1, *routes]))
+            for spider in shard.task_sets:  # each task set's delayed set to its own streams
+                streams = shard.set_streams(spider)
+                routes = [":".join(shard.stream_lanes[s]) for s in streams]
+                calls.append(([shard.delayed_of(spider), *streams],
+                              [limit, MESSAGE_VERSION, streams.index(shard.task_stream(
+                                  DEFAULT_LANE, "normal", spider)) + 1, *routes]))
         waits = []
         for moved, wait_ms in await call_scripts(self.redis, self._promote, calls):
             if int(moved) >= limit:

@@ -87,6 +87,7 @@ class DeadLetter:
             "task_id": self.task.task_id if self.task else None,
             "seed_id": self.task.seed_id if self.task else None,
             "url": self.task.url if self.task else None,
+            "spider": self.task.spider if self.task else None,  # (its set, when requeued)
             "reason": self.fields.get("reason", ""),
             "source_id": self.fields.get("source_id"),
             "consumer": self.fields.get("consumer"),
@@ -193,6 +194,9 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
             result.kept.append({"id": letter.id, "error": letter.error})
         else:
             valid.append((letter, letter.task))
+    spiders = {task.spider for _, task in valid if task.spider is not None}
+    if spiders:  # (listed before written, as every writer does)
+        client.sadd(keys.spiders_key, *sorted(spiders))
     by_shard: dict[int, list[tuple[DeadLetter, ExecTask]]] = {}
     for letter, task in valid:
         by_shard.setdefault(letter.shard, []).append((letter, task))
@@ -207,7 +211,7 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
                 # which is the same unless it was put in another shard's stream.
                 shard = keys.shard_keys[k] if len(keys.deads) > 1 else keys.for_site(
                     task.site_id)
-                script_keys += [shard.stream_for(task.lane, task.priority),
+                script_keys += [shard.stream_for(task.lane, task.priority, task.spider),
                                 shard.done(task.task_id), shard.failed(task.task_id),
                                 shard.seen(task.site_id)]
                 try:  # (a site of another shard: its dedup root is elsewhere, left alone)

@@ -44,6 +44,27 @@ class ShardStatus:
 
 
 @dataclass(frozen=True)
+class SpiderStatus:
+    """One task set: a spider's (``spider``), or the default one (None: tasks that name no
+    spider, which every worker reads)."""
+
+    spider: str | None
+    backlog: int
+    pending: int
+    delayed: int
+    workers: int  # live workers that read it
+
+    @property
+    def unserved(self) -> bool:
+        """Tasks wait, and no live worker runs the spider they name."""
+        return self.workers == 0 and (self.backlog + self.delayed) > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spider": self.spider, "backlog": self.backlog, "pending": self.pending,
+                "delayed": self.delayed, "workers": self.workers, "unserved": self.unserved}
+
+
+@dataclass(frozen=True)
 class ConsumerStatus:
     name: str
     pending: int  # summed over every task stream
@@ -190,6 +211,7 @@ class QueueStatus:
     #: Workers whose liveness deadline has not passed (the live-worker registry).
     live_workers: int | None = None
     memory: RedisMemory | None = None  # None: INFO refused
+    spiders: tuple[SpiderStatus, ...] = ()  # per task set: the default one, then by spider
 
     @property
     def backlog(self) -> int:
@@ -248,8 +270,10 @@ class QueueStatus:
             "lane_lag_s": {lane: round(lag, 3) for lane, lag in self.lane_lag_s.items()},
             "live_workers": self.live_workers,
             "redis_memory": None if self.memory is None else self.memory.to_json(),
+            "spiders": [sp.to_json() for sp in self.spiders],
         }
 
 
 __all__ = ["ConsumerStatus", "DelayedSite", "DelayedStatus", "Depth", "LaneStatus",
-           "QueueStatus", "RedisMemory", "ShardStatus", "SiteThrottle", "summarize_delayed"]
+           "QueueStatus", "RedisMemory", "ShardStatus", "SiteThrottle", "SpiderStatus",
+           "summarize_delayed"]

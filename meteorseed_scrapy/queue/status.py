@@ -43,6 +43,7 @@ from meteorseed_scrapy.queue.snapshot import (
     SiteThrottle,
     summarize_delayed,
 )
+from meteorseed_scrapy.queue.spiders import spider_plan, spider_rows
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
 #: Delayed-set entries read per snapshot (the soonest due, shared between the shards) for the
@@ -95,8 +96,10 @@ def _listing(reply: Any) -> list[dict[Any, Any]]:
 
 
 def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[QueueStatus]:
-    """Three batches in one round trip (a MULTI per shard; consumers, delivery positions and
-    the soonest delayed entries; Redis TIME), then one more for the lag when tasks wait."""
+    """The namespace's spiders and workers (one round trip: :func:`spider_plan`), then three
+    batches in one round trip (a MULTI per shard; consumers, delivery positions and the
+    soonest delayed entries; Redis TIME), then one more for the lag when tasks wait."""
+    keys, spider_workers, live = yield from spider_plan(keys)
     shards = keys.shard_keys
     # One Redis keeps every shard's dead letters in <ns>:dead: counted with the first shard.
     own_dead = [k == 0 or len(keys.deads) > 1 for k in range(len(shards))]
@@ -104,14 +107,16 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
     for shard, own in zip(shards, own_dead, strict=True):
         calls = [c for s in shard.streams
                  for c in (call("xlen", s), call("xpending", s, keys.group))]
-        calls += [call("zcard", shard.delayed), call("hmget", shard.counts, "added", "readded")]
+        calls += [call("zcard", d) for d in shard.delayeds]
+        calls += [call("hmget", shard.counts, "added", "readded")]
         calls += [call("xlen", shard.dead)] if own else []
         batches.append(Batch(calls, transaction=True))
-    per_shard = max(1, math.ceil(delayed_scan / len(shards)))  # >= 1: the next due time
+    sets = shards[0].task_sets
+    per_set = max(1, math.ceil(delayed_scan / (len(shards) * len(sets))))  # >= 1: next due
     detail = [c for s in keys.streams
               for c in (call("xinfo_groups", s), call("xinfo_consumers", s, keys.group))]
-    detail += [call("zrange", shard.delayed, 0, per_shard - 1, withscores=True)
-               for shard in shards]
+    detail += [call("zrange", d, 0, per_set - 1, withscores=True)
+               for shard in shards for d in shard.delayeds]
     replies = yield [*batches, Batch(detail),
                      Batch([call("time"), call("info", "memory")], direct=True)]
     counted, infos, (clock, memory) = replies[:len(shards)], replies[-2], replies[-1]
@@ -120,6 +125,7 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
     now = float(clock[0]) + float(clock[1]) / 1e6
 
     bands = {(lane, band): [0, 0] for lane in LANES for band in BANDS}
+    by_set = {spider: [0, 0, 0] for spider in sets}  # backlog, pending, delayed
     rows, lengths = [], {}
     delayed_total = dead = 0
     added: int | None = 0
@@ -132,9 +138,15 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
             depth = bands[shard.stream_lanes[stream]]
             depth[0] += max(0, length - held)
             depth[1] += held
+            own_set = by_set[shard.stream_spiders[stream]]
+            own_set[0] += max(0, length - held)
+            own_set[1] += held
             backlog, pending = backlog + max(0, length - held), pending + held
-        delayed, counter = _int(reply[2 * n]), _counter(reply[2 * n + 1])
-        shard_dead = _int(reply[2 * n + 2]) if own else 0
+        delays = [_int(r) for r in reply[2 * n: 2 * n + len(sets)]]
+        for spider, count in zip(sets, delays, strict=True):
+            by_set[spider][2] += count
+        delayed, counter = sum(delays), _counter(reply[2 * n + len(sets)])
+        shard_dead = _int(reply[2 * n + len(sets) + 1]) if own else 0
         added = None if added is None or counter is None else added + counter
         delayed_total, dead = delayed_total + delayed, dead + shard_dead
         rows.append(ShardStatus(shard.index, shard.stream, backlog, pending, delayed,
@@ -152,7 +164,7 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
             name, idle = text_of(c["name"]), int(c.get("idle") or 0) / 1000
             before = consumers.get(name, (0, idle))
             consumers[name] = (before[0] + int(c.get("pending") or 0), min(before[1], idle))
-    scanned = [infos[2 * len(keys.streams) + k] for k in range(len(shards))]
+    scanned = infos[2 * len(keys.streams):]
     for reply in scanned:
         if isinstance(reply, Exception):
             raise reply
@@ -160,9 +172,8 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
                for reply in scanned]
 
     lane_of = {s: lane for s, (lane, _band) in keys.stream_lanes.items()}
-    (firsts, (live,)) = yield [
-        Batch([call("xrange", stream, f"({last}", "+", count=1) for stream, last in waiting]),
-        Batch([call("zcount", keys.workers, int(now * 1000), "+inf")])]
+    (firsts,) = yield [
+        Batch([call("xrange", stream, f"({last}", "+", count=1) for stream, last in waiting])]
     lane_lag: dict[str, float] = {}
     for (stream, _last), first in zip(waiting, firsts, strict=True):
         if isinstance(first, list) and first:
@@ -181,8 +192,10 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
                         for name, (held, idle) in sorted(consumers.items())),
         delayed=summarize_delayed(delayed_total, entries),
         dead=dead, added=added, lag_s=lag, lane_lag_s=lane_lag,
-        live_workers=live if isinstance(live, int) else None,
+        live_workers=None if live is None else sum(
+            float(deadline) > now * 1000 for _c, deadline in live),
         memory=RedisMemory.parse(memory),
+        spiders=spider_rows(by_set, spider_workers, live, now),
     )
 
 
@@ -225,7 +238,7 @@ def quiet_plan(keys: KeyLayout) -> Plan[bool]:
     on ack) or is deferred in a delayed set: the cheap part of :func:`status_plan` that a
     worker's idle check repeats every tick."""
     calls = [call("xlen", s) for s in keys.streams]
-    calls += [call("zcard", shard.delayed) for shard in keys.shard_keys]
+    calls += [call("zcard", d) for shard in keys.shard_keys for d in shard.delayeds]
     (replies,) = yield [Batch(calls)]
     return not any(_int(r) for r in replies)
 

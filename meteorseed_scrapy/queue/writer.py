@@ -34,6 +34,7 @@ from meteorseed_scrapy.queue.enqueue_calls import (
 )
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count
+from meteorseed_scrapy.queue.spiders import register_spiders
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.validation import TaskError
@@ -73,8 +74,10 @@ class TaskWriter:
         self._scripts = scripts.Scripts(redis)
         self._config_checked = False
         self._last_window: tuple[int | None, str] = (None, "")
-        # (site, lane, priority) -> (task stream, dedup root): the same few for every URL
-        self._routes: dict[tuple[str, str, int], tuple[str, str]] = {}
+        # (site, lane, priority, spider) -> (dedup root, task stream): the same few for every URL
+        self._routes: dict[tuple[str, str, int, str | None], tuple[str, str]] = {}
+        self._spiders_new: set[str] = set()  # task sets to list in the registry before writing
+        self._spiders_listed: set[str] = set()
         if lane is not None and lane not in LANES:
             raise ValueError(f"lane must be one of {', '.join(LANES)}, got {lane!r}")
         self._lane = lane
@@ -91,7 +94,7 @@ class TaskWriter:
         encodable, a URL that cannot be canonicalised, a bad ``meta.recrawl_after``)."""
         if self._lane is not None and task.lane != self._lane:
             task = replace(task, lane=self._lane)
-        route = self._routes.get((task.site_id, task.lane, task.priority))
+        route = self._routes.get((task.site_id, task.lane, task.priority, task.spider))
         if route is None:
             route = self._route(task)
         root, stream = route
@@ -131,8 +134,8 @@ class TaskWriter:
         """
         if self.seed_encoder_reads_tasks(task, dedup):
             return lambda each, canonical, _: self.encode(each, dedup, canonical)
-        root, stream = self._routes.get((task.site_id, task.lane, task.priority)) or (
-            self._route(task))
+        root, stream = self._routes.get((task.site_id, task.lane, task.priority, task.spider)
+                                        ) or self._route(task)
         window = recrawl_window(task)
         new = tuple.__new__
 
@@ -153,8 +156,10 @@ class TaskWriter:
         if len(self._routes) >= 4096:  # (a worker may see many sites: bounded)
             self._routes.clear()
         shard = self._keys.for_site(task.site_id)
-        route = (shard.seen(task.site_id), shard.stream_for(task.lane, task.priority))
-        self._routes[(task.site_id, task.lane, task.priority)] = route
+        route = (shard.seen(task.site_id), shard.stream_for(task.lane, task.priority, task.spider))
+        self._routes[(task.site_id, task.lane, task.priority, task.spider)] = route
+        if task.spider is not None and task.spider not in self._spiders_listed:
+            self._spiders_new.add(task.spider)
         return route
 
     async def add(self, tasks: Sequence[ExecTask], *, dedup: bool = True) -> AddResult:
@@ -190,6 +195,10 @@ class TaskWriter:
             await check_shard_count(self._redis, self._keys)
             for warning in await check_server_config(self._redis):
                 logger.warning("%s", warning)
+        if self._spiders_new:  # listed before written: status and lookups find every set
+            await register_spiders(self._redis, self._keys, self._spiders_new)
+            self._spiders_listed |= self._spiders_new
+            self._spiders_new = set()
         script = self._scripts["enqueue"]
         batch = EnqueueCalls(encoded)
         calls = [self._script_args(sent[0].stream, sent) for sent in batch.sent]
