@@ -17,6 +17,7 @@ from meteorseed_scrapy.sites import format as rule_keys
 from meteorseed_scrapy.sites.model import DEFAULT_NOT_BEFORE, Constraint, FieldRule, Selector
 from meteorseed_scrapy.sites.processors import compile_processor
 from meteorseed_scrapy.sites.reader import ConfigError, Reader
+from meteorseed_scrapy.sites.shown import shown
 
 _FIELD_NAME = re.compile(rule_keys.FIELD_NAME)
 _SOURCES = ("css", "xpath", "path", "jmespath")
@@ -80,7 +81,7 @@ def _constraint(reader: Reader, is_date: bool) -> Constraint:
             text = raw.isoformat() if hasattr(raw, "isoformat") else str(raw)
             not_before = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
         except ValueError:
-            problem = f"expected a date like 1990-01-01, got {raw!r}"
+            problem = f"expected a date like 1990-01-01, got {shown(raw)}"
             raise reader.error("not_before", problem) from None
     min_length = reader.number("min_length", None, integer=True)
     max_length = reader.number("max_length", None, integer=True)
@@ -96,7 +97,7 @@ def _constraint(reader: Reader, is_date: bool) -> Constraint:
 
 def field_rule(name: str, raw: Any, reader: Reader, fmt: str, required: bool) -> FieldRule:
     """Field ``name`` of ``fields:`` (its mapping, or a selector string), checked."""
-    if not _FIELD_NAME.match(name) or name in rule_keys.RESERVED:
+    if not _FIELD_NAME.fullmatch(name) or name in rule_keys.RESERVED:
         raise reader.error(name, "invalid or reserved field name")
     if isinstance(raw, str):
         raw = {"path": raw} if fmt == "json" else {"css": raw}

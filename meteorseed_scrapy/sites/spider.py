@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import scrapy
 from scrapy import signals
 from scrapy.http import Response
+from scrapy.utils.log import failure_to_exc_info
 from twisted.internet import task, threads
+from twisted.python.failure import Failure
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import duration_setting, flag_setting, redis_url_from, text_setting
@@ -33,6 +35,7 @@ from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
 from meteorseed_scrapy.sites.remote import RemoteRules
+from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import task_of
 from meteorseed_scrapy.validators import ConfigError
@@ -132,8 +135,16 @@ class RuleSpider(scrapy.Spider):
         # Stats and reads in a thread; the swap itself happens here, on the reactor thread.
         d = threads.deferToThread(self.registry.poll)
         d.addCallback(self.registry.apply)
-        d.addErrback(lambda failure: logger.error("Site rules reload failed: %s", failure.value))
+        d.addErrback(self._reload_failed)
         d.addBoth(self._poll_done)
+
+    @staticmethod
+    def _reload_failed(failure: Failure) -> None:
+        # The type always: some exceptions (MemoryError, a bare KeyError) have no text.
+        exc = failure.value
+        logger.error("Site rules reload failed: %s%s", type(exc).__name__,
+                     f": {shown(str(exc))}" if str(exc) else "",
+                     exc_info=failure_to_exc_info(failure))
 
     def _poll_done(self, _: Any) -> None:
         self._polling = False
