@@ -12,6 +12,7 @@ from meteorseed_scrapy.politeness.local_limits import local_limits_warning
 from meteorseed_scrapy.setting_checks import InvalidSettings, check_settings
 from meteorseed_scrapy.settings import (
     DEFAULTS,
+    SCRAPY_DEFAULTS,
     apply_environment,
     flag_setting,
     text_setting,
@@ -148,6 +149,8 @@ class MeteorSeedAddon:
         # Retries become durable (the delayed set in Redis) instead of in-memory re-requests.
         settings.set("RETRY_ENABLED", False, priority="addon")
         settings.set("CONCURRENT_ITEMS", CONCURRENT_ITEMS, priority="addon")
+        for name, value in SCRAPY_DEFAULTS.items():  # response size caps (docs/robustness.md)
+            settings.set(name, value, priority="addon")
         for name in ("PERIODIC_LOG_STATS", "PERIODIC_LOG_DELTA"):
             settings.set(name, {"include": list(PERIODIC_LOG_INCLUDE)}, priority="addon")
         for name, value in DEFAULTS.items():

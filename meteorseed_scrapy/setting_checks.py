@@ -82,6 +82,7 @@ def check_settings(settings: Any) -> None:
         duration_setting(settings, name)
     integer_setting(settings, "METEORSEED_PROXY_MAX_FAILURES", minimum=1)
     integer_setting(settings, "METEORSEED_MAX_BACKLOG", minimum=0)
+    integer_setting(settings, "METEORSEED_ROBOTSTXT_MAXSIZE", minimum=1)
 
 
 def checked_names() -> frozenset[str]:

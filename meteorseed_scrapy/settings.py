@@ -87,6 +87,8 @@ DEFAULTS: dict[str, Any] = {
     # Let server-side fetches (sitemaps in serve, the seeder, seed-expand) reach loopback,
     # private, link-local and reserved addresses.
     "METEORSEED_FETCH_PRIVATE_ADDRESSES": False,
+    # Bytes of a robots.txt that are parsed (workers and the sitemap fetcher; Google's 500 KiB).
+    "METEORSEED_ROBOTSTXT_MAXSIZE": 512 * 1024,
     # Fleet-wide per-site limits (a site's rule config may override them).
     "METEORSEED_POLITENESS": True,
     "METEORSEED_SITE_RATE": 2.0,
@@ -123,6 +125,14 @@ DEFAULTS: dict[str, Any] = {
     # The browser of ``render: browser`` sites; empty: PLAYWRIGHT_LAUNCH_OPTIONS'
     # executable_path, else /usr/bin/chromium.
     "METEORSEED_CHROMIUM_PATH": "",
+}
+
+#: Scrapy settings the add-on sets at its priority (a project's own value wins). Scrapy's 1 GiB
+#: ``DOWNLOAD_MAXSIZE`` lets a gzip bomb through; Scrapy holds the decompressed size to it too
+#: (``HttpCompressionMiddleware``), so one page can no longer take gigabytes.
+SCRAPY_DEFAULTS: dict[str, Any] = {
+    "DOWNLOAD_MAXSIZE": 32 * 1024 * 1024,
+    "DOWNLOAD_WARNSIZE": 8 * 1024 * 1024,
 }
 
 
