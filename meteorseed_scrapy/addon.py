@@ -41,6 +41,9 @@ LOG_SETUP = "meteorseed_scrapy.observability.logging.LogSetupMiddleware"
 # too, for projects that list middlewares by hand): around Scrapy's RobotsTxtMiddleware (100),
 # UserAgentMiddleware (400) and HttpProxyMiddleware (750).
 HYGIENE_MIDDLEWARES = {
+    # API tasks and their redirects from public addresses only, before anything is fetched
+    # for them (robots.txt, cookie warm-up): docs/robustness.md
+    "meteorseed_scrapy.address_policy.AddressPolicyMiddleware": 55,
     "meteorseed_scrapy.politeness.blacklist.BlacklistMiddleware": 60,
     "meteorseed_scrapy.politeness.cookie_warmup.CookieWarmupMiddleware": 90,
     # Scrapy's, with concurrent first requests to a host all checked (see its docstring): it
