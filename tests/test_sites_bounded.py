@@ -195,3 +195,32 @@ def test_a_failed_reload_names_its_reason_even_without_text(
     with caplog.at_level(logging.ERROR):
         RuleSpider._reload_failed(Failure(MemoryError()))
     assert re.search(r"Site rules reload failed: MemoryError$", caplog.messages[-1])
+
+
+# -- links per page --------------------------------------------------------------------------
+
+def test_a_page_with_more_links_than_the_cap_follows_the_first_ones_and_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from scrapy import Request
+    from scrapy.statscollectors import MemoryStatsCollector
+    from scrapy.utils.test import get_crawler
+
+    from meteorseed_scrapy.sites.loader import SiteRegistry
+    from meteorseed_scrapy.sites.rulefile import FileResult
+
+    site = parse_text("site_id: shop\nversion: 1\nlist: {links: 'a::attr(href)'}\n"
+                      "fields: {title: 'h1::text'}\n", ".yaml", "shop.yaml")
+    registry = SiteRegistry(None)
+    registry.apply([FileResult("shop.yaml", (0, 0), config=site)])
+    stats = MemoryStatsCollector(get_crawler())
+    spider = RuleSpider(registry=registry, reload_interval=0, max_links=10, stats=stats)
+    url = "http://127.0.0.1/list"
+    body = "".join(f"<a href='/d/{i}'>x</a>" for i in range(5000)).encode()
+    response = HtmlResponse(url, body=body, encoding="utf-8",
+                            request=Request(url, meta={"site_id": "shop"}))
+    with caplog.at_level(logging.WARNING):
+        requests = [r for r in spider.parse_list(response) if isinstance(r, Request)]
+    assert [r.url for r in requests] == [f"http://127.0.0.1/d/{i}" for i in range(10)]
+    assert ("Site shop: http://127.0.0.1/list has 5000 links to follow, more than"
+            " METEORSEED_MAX_LINKS_PER_PAGE (10): the first 10 are followed") in caplog.text
+    assert stats.get_value("meteorseed/sites/shop/links_capped") == 1
