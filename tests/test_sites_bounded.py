@@ -224,3 +224,15 @@ def test_a_page_with_more_links_than_the_cap_follows_the_first_ones_and_says_so(
     assert ("Site shop: http://127.0.0.1/list has 5000 links to follow, more than"
             " METEORSEED_MAX_LINKS_PER_PAGE (10): the first 10 are followed") in caplog.text
     assert stats.get_value("meteorseed/sites/shop/links_capped") == 1
+
+
+@pytest.mark.parametrize("query", ["//p[re:test(., '^(a|aa)+$')]/text()",
+                                   "re:match(//h1/text(), '(a+)+$')",
+                                   "//a[re : replace(@href, 'x', 'g', 'y')]"])
+def test_xpath_regular_expressions_without_a_bound_are_refused(query: str) -> None:
+    text = ("site_id: news\nversion: 1\nlist: {links: 'a::attr(href)'}\n"
+            f"fields:\n  title: {{xpath: \"{query}\"}}\n")
+    with pytest.raises(ConfigError) as info:
+        parse_text(text, ".yaml", "news.yaml")
+    assert info.value.path == "fields.title.xpath"
+    assert "EXSLT regular expressions" in info.value.problem

@@ -20,6 +20,7 @@ from meteorseed_scrapy.sites.reader import ConfigError, Reader
 from meteorseed_scrapy.sites.shown import shown
 
 _FIELD_NAME = re.compile(rule_keys.FIELD_NAME)
+_EXSLT_REGEX = re.compile(r"\bre\s*:\s*(?:test|match|replace)\s*\(")
 _SOURCES = ("css", "xpath", "path", "jmespath")
 #: Processors whose output is a date (date constraints apply by default).
 _DATE_PROCESSORS = frozenset({"date", "date_natural"})
@@ -52,6 +53,11 @@ def _read_selector(sub: Reader, fmt: str) -> Selector:
 
 def check_selector(reader: Reader, key: str, query: str, xpath: bool = False) -> None:
     """A CSS (or XPath) selector that parsel compiles; else an error naming ``key``."""
+    if xpath and _EXSLT_REGEX.search(query):
+        # lxml runs these with Python's re: no time bound, the GIL held (sites/patterns.py)
+        raise reader.error(key, "EXSLT regular expressions (re:test, re:match, re:replace)"
+                                " have no time bound: select the text and use the rule's"
+                                " regex key")
     try:  # compiled now, so a bad selector fails at load time, not on the first page
         probe = Parsel(text="<html></html>")
         probe.xpath(query) if xpath else probe.css(query)
