@@ -12,6 +12,7 @@ from meteorseed_scrapy.politeness.local_limits import local_limits_warning
 from meteorseed_scrapy.setting_checks import InvalidSettings, check_settings
 from meteorseed_scrapy.settings import (
     DEFAULTS,
+    SCRAPY_DEFAULTS,
     apply_environment,
     flag_setting,
     text_setting,
@@ -40,6 +41,9 @@ LOG_SETUP = "meteorseed_scrapy.observability.logging.LogSetupMiddleware"
 # too, for projects that list middlewares by hand): around Scrapy's RobotsTxtMiddleware (100),
 # UserAgentMiddleware (400) and HttpProxyMiddleware (750).
 HYGIENE_MIDDLEWARES = {
+    # API tasks and their redirects from public addresses only, before anything is fetched
+    # for them (robots.txt, cookie warm-up): docs/robustness.md
+    "meteorseed_scrapy.address_policy.AddressPolicyMiddleware": 55,
     "meteorseed_scrapy.politeness.blacklist.BlacklistMiddleware": 60,
     "meteorseed_scrapy.politeness.cookie_warmup.CookieWarmupMiddleware": 90,
     # Scrapy's, with concurrent first requests to a host all checked (see its docstring): it
@@ -148,6 +152,8 @@ class MeteorSeedAddon:
         # Retries become durable (the delayed set in Redis) instead of in-memory re-requests.
         settings.set("RETRY_ENABLED", False, priority="addon")
         settings.set("CONCURRENT_ITEMS", CONCURRENT_ITEMS, priority="addon")
+        for name, value in SCRAPY_DEFAULTS.items():  # response size caps (docs/robustness.md)
+            settings.set(name, value, priority="addon")
         for name in ("PERIODIC_LOG_STATS", "PERIODIC_LOG_DELTA"):
             settings.set(name, {"include": list(PERIODIC_LOG_INCLUDE)}, priority="addon")
         for name, value in DEFAULTS.items():

@@ -150,7 +150,8 @@ class BackoffMiddleware:
         request granted its permit after the site's last pause began strikes: a burst of 429s
         to requests in flight together is one strike, the rest confirm its pause."""
         assert self.gate is not None
-        retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+        retry_after = parse_retry_after(response.headers.get(b"Retry-After"),
+                                        response.headers.get(b"Date"))
         self.stats.inc_value(f"meteorseed/throttled/{site}/{status}")
         if self.breaker is not None:  # trouble: the fleet's give-up clock runs
             self.breaker.throttled(site)

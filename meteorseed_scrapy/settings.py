@@ -83,12 +83,16 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_SITES_DIR": "",
     "METEORSEED_SITES_REDIS": False,
     "METEORSEED_SITES_RELOAD_INTERVAL": 1.0,
+    # Links a site rule follows from one page (list, pagination or detail links, each).
+    "METEORSEED_MAX_LINKS_PER_PAGE": 10_000,
     # Bounds (s) of adaptive seed intervals unless the schedule or the site's rules say.
     "METEORSEED_SCHEDULE_MIN_INTERVAL": 600,
     "METEORSEED_SCHEDULE_MAX_INTERVAL": 7200,
     # Let server-side fetches (sitemaps in serve, the seeder, seed-expand) reach loopback,
     # private, link-local and reserved addresses.
     "METEORSEED_FETCH_PRIVATE_ADDRESSES": False,
+    # Bytes of a robots.txt that are parsed (workers and the sitemap fetcher; Google's 500 KiB).
+    "METEORSEED_ROBOTSTXT_MAXSIZE": 512 * 1024,
     # Fleet-wide per-site limits (a site's rule config may override them).
     "METEORSEED_POLITENESS": True,
     "METEORSEED_SITE_RATE": 2.0,
@@ -127,6 +131,14 @@ DEFAULTS: dict[str, Any] = {
     # The browser of ``render: browser`` sites; empty: PLAYWRIGHT_LAUNCH_OPTIONS'
     # executable_path, else /usr/bin/chromium.
     "METEORSEED_CHROMIUM_PATH": "",
+}
+
+#: Scrapy settings the add-on sets at its priority (a project's own value wins). Scrapy's 1 GiB
+#: ``DOWNLOAD_MAXSIZE`` lets a gzip bomb through; Scrapy holds the decompressed size to it too
+#: (``HttpCompressionMiddleware``), so one page can no longer take gigabytes.
+SCRAPY_DEFAULTS: dict[str, Any] = {
+    "DOWNLOAD_MAXSIZE": 32 * 1024 * 1024,
+    "DOWNLOAD_WARNSIZE": 8 * 1024 * 1024,
 }
 
 

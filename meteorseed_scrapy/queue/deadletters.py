@@ -74,7 +74,8 @@ class DeadLetter:
         try:
             task = ExecTask.from_message({"v": MESSAGE_VERSION, "t": raw})
         except TaskError as exc:
-            return cls(shown, fields, None, f"not a valid task ({exc})", _loose_site(raw),
+            problem = _message_problem(raw) or str(exc)
+            return cls(shown, fields, None, f"not a valid task ({problem})", _loose_site(raw),
                        shard, entry_id)
         return cls(shown, fields, task, "", task.site_id, shard, entry_id)
 
@@ -96,6 +97,24 @@ class DeadLetter:
             "requeueable": self.task is not None,
             "error": self.error or None,
         }
+
+
+def _message_problem(raw: str) -> str | None:
+    """What is wrong with a malformed message dead-lettered as it came (its fields as a JSON
+    object, not a task): read as a task, every one of them would be "task_id: is missing"."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or "task_id" in data:
+        return None
+    try:
+        ExecTask.from_message(data)
+    except TaskError as exc:
+        return f"a malformed message: {exc}"
+    except Exception:  # a shape from_message does not take (nested values): the task error
+        return None
+    return None
 
 
 def _loose_site(raw: str) -> str | None:
