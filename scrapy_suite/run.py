@@ -26,7 +26,7 @@ from typing import IO
 
 import scrapy
 
-from scrapy_suite.plugin import REDIS_URL_ENV, WORKDIR_ENV, start_redis, stop_redis
+from scrapy_suite.plugin import REDIS_URL_ENV, WORKDIR_ENV, SessionRedis
 from scrapy_suite.report import compare, render
 from scrapy_suite.results import Run, load_differences
 
@@ -102,9 +102,9 @@ def run_side(name: str, tree: Path, files: list[str], *, addon: bool, timeout: f
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         if addon:
-            redis = start_redis()
-            stack.callback(stop_redis, redis)
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="scrapy-suite-"))
+            redis = SessionRedis(workdir)
+            stack.callback(redis.close)
             env.update({REDIS_URL_ENV: redis.url, WORKDIR_ENV: workdir})
         with ThreadPoolExecutor(len(groups)) as pool:
             statuses = list(pool.map(
