@@ -9,6 +9,7 @@ own settings, so a test that sets e.g. ``SCHEDULER`` itself still gets its own.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from scrapy.crawler import Crawler
+from scrapy.settings import SETTINGS_PRIORITIES
 
 from meteorseed_scrapy.testing.redis_server import RedisServer
 from scrapy_suite.reaper import reap_on_exit
@@ -28,6 +30,10 @@ ADDON = "meteorseed_scrapy.addon.MeteorSeedAddon"
 REDIS_URL_ENV = "SCRAPY_SUITE_REDIS_URL"
 #: Likewise the directory of the crawlers' SQLite stores (else a temporary one of its own).
 WORKDIR_ENV = "SCRAPY_SUITE_WORKDIR"
+#: More settings for every crawler, as JSON (``{"ROBOTSTXT_OBEY": false}``), at ``project``
+#: priority (above the add-on's) unless the test sets them itself: to tell which of the
+#: add-on's settings a failure comes from.
+SETTINGS_ENV = "SCRAPY_SUITE_SETTINGS"
 PRIORITY = "command"
 IDLE_CLOSE = 1.0
 # The suite's mock server is a single site (127.0.0.1): at the add-on's default fleet-wide
@@ -104,6 +110,9 @@ class _Injection:
             **POLITENESS,
         }.items():
             settings.set(name, value, priority=PRIORITY)
+        for name, value in json.loads(os.environ.get(SETTINGS_ENV) or "{}").items():
+            if (settings.getpriority(name) or 0) < SETTINGS_PRIORITIES["project"]:
+                settings.set(name, value, priority="project")
 
     def close(self) -> None:
         Crawler._apply_settings = self._original  # type: ignore[method-assign,assignment]
