@@ -38,6 +38,16 @@ def test_only_an_unlisted_regression_fails_the_run() -> None:
     assert "Now passes, remove from differences.txt: 1" in text
 
 
+def test_a_failure_that_passed_when_run_once_more_is_reported_apart() -> None:
+    stock = _run("stock", a="passed", b="passed")
+    result = compare(stock, _run("addon", a="failed", b="failed"), {})
+    result.flaky, result.unexpected = result.unexpected[:1], result.unexpected[1:]
+    text = render("2.19.0", ["a", "b"], stock, _run("addon", a="failed", b="failed"), result)
+    assert "Not in differences.txt: 1" in text
+    assert "Failed, then passed when run once more: 1 (these do not fail the run)\n\n- `a`" \
+        in text
+
+
 def test_a_test_the_run_never_reached_counts_as_failed() -> None:
     stock = _run("stock", a="passed")
     result = compare(stock, _run("addon", a="not run"), {})
