@@ -39,6 +39,9 @@ FILES = (
     "test_spider_start.py", "test_spidermiddleware*.py", "test_request_cb_kwargs.py",
     "test_request_left.py", "test_core_scraper.py", "test_pipeline_crawl.py",
     "test_scheduler.py", "test_closespider.py", "test_downloadermiddleware_retry.py",
+    "test_engine_close_spider.py", "test_engine_download.py", "test_engine_stop_download_*.py",
+    "test_request_attribute_binding.py", "test_signals.py", "test_scheduler_base.py",
+    "test_spider_crawl.py", "test_spider_sitemap.py",
 )
 # Seconds before a test counts as hung: the slowest stock test takes under 10 s, and a test
 # whose callback fails waits out the add-on's redelivery backoff (about a minute) first.
