@@ -24,7 +24,9 @@ class ComingTasks:
         self._coming: dict[str, tuple[int, float]] = {}  # task id -> (priority, since)
 
     def added(self, task: ExecTask) -> None:
-        self._coming[task.task_id] = (task.priority, time.monotonic())
+        now = time.monotonic()
+        self._expire(now)  # (most go to other workers in a fleet: none is kept for long)
+        self._coming[task.task_id] = (task.priority, now)
 
     def written(self, tasks: Sequence[ExecTask], fresh: Sequence[bool]) -> None:
         for task, new in zip(tasks, fresh, strict=False):
@@ -36,12 +38,19 @@ class ComingTasks:
 
     def best(self) -> int | None:
         """The highest priority still on its way (None: none)."""
-        if not self._coming:
-            return None
-        since = time.monotonic() - COMING_MAX_S
-        self._coming = {task_id: coming for task_id, coming in self._coming.items()
-                        if coming[1] >= since}
+        self._expire(time.monotonic())
         return max((priority for priority, _ in self._coming.values()), default=None)
+
+    def _expire(self, now: float) -> None:
+        # Oldest first (a dict keeps the order they were added in).
+        while self._coming:
+            task_id, (_, since) = next(iter(self._coming.items()))
+            if now - since <= COMING_MAX_S:
+                return
+            del self._coming[task_id]
+
+    def __len__(self) -> int:
+        return len(self._coming)
 
 
 __all__ = ["COMING_MAX_S", "ComingTasks"]
