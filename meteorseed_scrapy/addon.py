@@ -72,6 +72,10 @@ SITES_SPIDER_MODULE = "meteorseed_scrapy.sites.spider"
 #: Warnings said once per process (several crawlers may share one).
 _SAID: set[str] = set()
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+# Retries are durable (BackoffMiddleware puts the task in the delayed set in Redis), deciding
+# each with Scrapy's own get_retry_request: Scrapy's in-memory RetryMiddleware is off by its
+# place in DOWNLOADER_MIDDLEWARES, so RETRY_ENABLED, RETRY_TIMES… keep their meaning.
+SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 OUR_ROBOTS = "meteorseed_scrapy.politeness.robotstxt.RobotsTxtMiddleware"
 
 
@@ -149,8 +153,9 @@ class MeteorSeedAddon:
                 add_component(settings, setting_name, path, order)
         # robots.txt is obeyed unless the project (or -s) says otherwise.
         settings.set("ROBOTSTXT_OBEY", True, priority="addon")
-        # Retries become durable (the delayed set in Redis) instead of in-memory re-requests.
-        settings.set("RETRY_ENABLED", False, priority="addon")
+        # Unless the project lists it itself (then its in-memory retries come on top).
+        settings.setdefault_in_component_priority_dict(
+            "DOWNLOADER_MIDDLEWARES", load_object(SCRAPY_RETRY), None)
         settings.set("CONCURRENT_ITEMS", CONCURRENT_ITEMS, priority="addon")
         for name, value in SCRAPY_DEFAULTS.items():  # response size caps (docs/robustness.md)
             settings.set(name, value, priority="addon")

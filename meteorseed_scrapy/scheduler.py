@@ -87,6 +87,7 @@ class StreamScheduler:
         self._chores: list[asyncio.Future[None]] = []  # housekeeping, seed yield reports
         self._yields: YieldReporter | None = None
         self._local: Scheduler | None = None  # requests that are no task: Scrapy's own queue
+        self._local_waiting: Counter[int] = Counter()  # the local requests' priorities
         self._worker = False  # a worker crawl (the stream's tasks), not a local one
 
     @classmethod
@@ -202,16 +203,29 @@ class StreamScheduler:
             self.pump is not None and self.pump.has_work())
 
     def next_request(self) -> Request | None:
-        request = self._local.next_request() if self._local is not None else None
-        if request is None and self.pump is not None:
-            request = self.pump.next_request()
+        # Local requests first (someone waits for them), unless the stream holds one of higher
+        # priority for this worker: by priority, as Scrapy's scheduler serves them.
+        pump, local = self.pump, self._local
+        if pump is not None and self._local_waiting \
+                and pump.ahead_of(max(self._local_waiting)):
+            return pump.next_request()
+        request = local.next_request() if local is not None else None
+        if request is not None:
+            self._local_waiting[request.priority] -= 1
+            if self._local_waiting[request.priority] <= 0:
+                del self._local_waiting[request.priority]
+        elif pump is not None:
+            request = pump.next_request()
         return request
 
     def enqueue_request(self, request: Request) -> bool:
         assert self._local is not None
         scrape = current_scrape()
         if self.pump is None or local_request(request, scrape):
-            return self._local.enqueue_request(request)
+            queued = self._local.enqueue_request(request)
+            if queued:
+                self._local_waiting[request.priority] += 1
+            return queued
         task = task_of(request)
         # A request of a task held here, unless that task's own callback yielded it, is a retry
         # or redirect of it: the same task, kept local.
