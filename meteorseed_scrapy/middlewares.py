@@ -33,6 +33,7 @@ from scrapy.http import Response
 from scrapy.utils.misc import load_object
 from scrapy.utils.response import response_status_message
 
+from meteorseed_scrapy.address_policy import AddressPolicyMiddleware
 from meteorseed_scrapy.observability.logging import LogSetupMiddleware
 from meteorseed_scrapy.politeness.adaptive import AdaptiveThrottleMiddleware
 from meteorseed_scrapy.politeness.blacklist import BlacklistMiddleware
@@ -129,6 +130,8 @@ class BackoffMiddleware:
         )
         self.stats = stats
         self.settings = settings
+        # RETRY_ENABLED = False: no task is retried, as if each had meta["dont_retry"].
+        self.enabled = settings.getbool("RETRY_ENABLED", True)
         self.faults = SiteFaults("pause", stats)
 
     @classmethod
@@ -159,7 +162,7 @@ class BackoffMiddleware:
         site = task.site_id
         if status in PAUSE_CODES and self.runtime.worker:
             delay = await self._pause(request, site, status, response)
-            if request.meta.get("dont_retry"):  # the site stays paused; this task ends now
+            if not self._may_retry(request):  # the site stays paused; this task ends now
                 return response
             # A 429 is the site asking us to slow down: the task is held back, not failed. A 403
             # may be for good, so it uses up a retry. Either waits for the site's pause.
@@ -182,7 +185,8 @@ class BackoffMiddleware:
         pause, due back a little ahead of its end (the gate holds it until then). Only a
         request granted its permit after the site's last pause began strikes: a burst of 429s
         to requests in flight together is one strike, the rest confirm its pause."""
-        retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+        retry_after = parse_retry_after(response.headers.get(b"Retry-After"),
+                                        response.headers.get(b"Date"))
         self.stats.inc_value(f"meteorseed/throttled/{site}/{status}")
         self.runtime.breaker.throttled(site)  # trouble: the fleet's give-up clock runs
         try:
@@ -216,6 +220,9 @@ class BackoffMiddleware:
     def _spider(self, spider: Spider | None) -> Spider | None:
         return spider or (self.crawler.spider if self.crawler is not None else None)
 
+    def _may_retry(self, request: Request) -> bool:
+        return self.enabled and not request.meta.get("dont_retry")
+
     def _counted(self, request: Request, retries: int, scrapy_reason: str | Exception,
                  spider: Spider | None) -> bool:
         """Whether the task may use up one more retry (:func:`retry_decision`)."""
@@ -228,7 +235,9 @@ class BackoffMiddleware:
     def _retry_or_pass(self, request: Request, site: str, retries: int, reason: str,
                        scrapy_reason: str | Exception, spider: Spider | None) -> None:
         """Raise the task's durable retry (:func:`durable_retry`), or return when the failure
-        ends it."""
+        ends it. ``RETRY_ENABLED`` off: never retried, as if every task had ``dont_retry``."""
+        if not self.enabled:
+            return
         runtime = self.runtime
         deferred = durable_retry(
             request, retries, reason, scrapy_reason, spider=self._spider(spider),
@@ -271,8 +280,7 @@ class CircuitBreakerMiddleware:
             self._record(request, True)
 
 
-__all__ = ["AdaptiveThrottleMiddleware", "BackoffMiddleware", "BlacklistMiddleware",
-           "CircuitBreakerMiddleware", "CookieWarmupMiddleware", "LogSetupMiddleware",
-           "ProxyPoolMiddleware",
-           "RobotsTxtMiddleware", "SiteSlotMiddleware", "UserAgentPoolMiddleware",
-           "durable_retry", "retry_decision"]
+__all__ = ["AdaptiveThrottleMiddleware", "AddressPolicyMiddleware", "BackoffMiddleware",
+           "BlacklistMiddleware", "CircuitBreakerMiddleware", "CookieWarmupMiddleware",
+           "LogSetupMiddleware", "ProxyPoolMiddleware", "RobotsTxtMiddleware",
+           "SiteSlotMiddleware", "UserAgentPoolMiddleware", "durable_retry", "retry_decision"]

@@ -19,6 +19,7 @@ usually waiting for them (the shell).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 from scrapy import Request, Spider, signals
@@ -48,6 +49,7 @@ class StreamScheduler:
         self.pump: StreamPump | None = None  # a worker crawl's (None: a local crawl)
         self._worker: WorkerCrawl | None = None
         self._local = Scheduler.from_crawler(crawler)  # requests that are no task
+        self._local_waiting: Counter[int] = Counter()  # the local requests' priorities
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> StreamScheduler:
@@ -93,15 +95,28 @@ class StreamScheduler:
             self.pump is not None and self.pump.has_work())
 
     def next_request(self) -> Request | None:
+        # Local requests first (someone waits for them), unless the stream holds one of higher
+        # priority for this worker: by priority, as Scrapy's scheduler serves them.
+        pump = self.pump
+        if pump is not None and self._local_waiting \
+                and pump.ahead_of(max(self._local_waiting)):
+            return pump.next_request()
         request = self._local.next_request()
-        if request is None and self.pump is not None:
-            request = self.pump.next_request()
+        if request is not None:
+            self._local_waiting[request.priority] -= 1
+            if self._local_waiting[request.priority] <= 0:
+                del self._local_waiting[request.priority]
+        elif pump is not None:
+            request = pump.next_request()
         return request
 
     def enqueue_request(self, request: Request) -> bool:
         scrape = current_scrape()
         if self.pump is None or local_request(request, scrape):
-            return self._local.enqueue_request(request)
+            queued = self._local.enqueue_request(request)
+            if queued:
+                self._local_waiting[request.priority] += 1
+            return queued
         task = task_of(request)
         # A request of a task held here, unless that task's own callback yielded it, is a retry
         # or redirect of it: the same task, kept local.

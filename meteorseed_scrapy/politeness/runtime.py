@@ -23,6 +23,7 @@ from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.dedup import project_fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
+from meteorseed_scrapy.queue.spiders import worker_spider
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.sites.lookup import site_configs
@@ -35,7 +36,11 @@ class CrawlRuntime:
         settings = crawler.settings
         self._crawler = crawler
         self.config = WorkerConfig.from_settings(settings)
-        self.keys = KeyLayout.for_config(self.config)
+        spider = getattr(crawler, "spider", None)
+        #: The spider's own task set, read besides the default one (None: the default only).
+        self.spider = worker_spider(spider.name) if spider is not None else None
+        keys = KeyLayout.for_config(self.config)
+        self.keys = keys.with_spiders([self.spider]) if self.spider is not None else keys
         self.lane_weights = LaneWeights.from_settings(settings)
         self.backoff = Backoff.from_settings(settings)
         self.breaker_config = BreakerConfig.from_settings(settings)
@@ -47,7 +52,7 @@ class CrawlRuntime:
             socket_connect_timeout=5, health_check_interval=15,
         )
         self.consumer = StreamConsumer(self.redis, self.keys, self.config.consumer,
-                                       self.lane_weights)
+                                       self.lane_weights, spider=self.spider)
         self.gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer,
                              self.backoff, self.breaker_config.probe_interval,
                              lease_ttl_s=lease_ttl(self.config.claim_idle))

@@ -96,6 +96,10 @@ class WorkerCrawl:
             "(Redis %s)", keys.shard_keys[0].stream, keys.shards, runtime.lane_weights,
             runtime.config.consumer, keys.group, redact(runtime.config.redis_url),
         )
+        own = runtime.spider
+        if own is not None:
+            logger.info("Spider %r takes its own tasks (seeds naming \"spider\": %r, and their "
+                        "children) and those that name no spider", own, own)
         self.pump.start()
         self._chores = [asyncio.ensure_future(chore) for chore in (
             housekeeping(self._config.retention, runtime.consumer.membership(),

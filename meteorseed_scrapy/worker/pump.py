@@ -35,6 +35,7 @@ from meteorseed_scrapy.task.exceptions import TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
+from meteorseed_scrapy.worker.coming import ComingTasks
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.dispatcher import Dispatcher
 from meteorseed_scrapy.worker.fate import WhatHappened
@@ -97,8 +98,10 @@ class StreamPump:
         self._intake = Intake(consumer, gate, self._completions, config, self._stats, self,
                               sizes.read_batch, self._keepalive)
         self._pacing = StartPacing(crawler.engine, self._intake.reads, self._full)
+        self._coming = ComingTasks()  # this worker's new tasks on their way through the stream
         self._yielded = YieldedRequests(crawler, spider, self._ledger, self._completions,
-                                        self._pacing, lambda: self._intake.reads_started)
+                                        self._pacing, self._coming,
+                                        lambda: self._intake.reads_started)
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
 
     # -- life --------------------------------------------------------------------------------
@@ -173,6 +176,13 @@ class StreamPump:
                 request.meta[LEASE_META_KEY] = desk.take(site)
             return request
         return None
+
+    def ahead_of(self, priority: int) -> bool:
+        """A task of higher priority than ``priority`` waits here, or is on its way here
+        (:mod:`.coming`): Scrapy's scheduler would serve it before a request of ``priority``."""
+        best = max((-self._buffer.head(site)[1] for site in self._buffer.sites()), default=None)
+        coming = self._coming.best()
+        return any(p is not None and p > priority for p in (best, coming))
 
     def _start_next(self, site: str) -> Request | None:
         while True:
@@ -261,6 +271,7 @@ class StreamPump:
         entry = self._ledger.add(delivery)
         if entry is not None:  # (else a duplicate delivery, absorbed by the task's entry)
             self._buffer.append(entry.task.site_id, entry)  # (urgent: its lane says)
+            self._coming.arrived(entry.task.task_id)
             self._want_permits()
             self._pacing.booked(entry.task.task_id)
 

@@ -14,6 +14,7 @@ from meteorseed_scrapy.queue.writer import FingerprintError
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.worker.coming import ComingTasks
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.duplicates import Duplicates
 from meteorseed_scrapy.worker.ledger import TaskLedger
@@ -25,13 +26,14 @@ logger = logging.getLogger(__name__)
 
 class YieldedRequests:
     def __init__(self, crawler: Any, spider: Spider | None, ledger: TaskLedger,
-                 completions: Completions, pacing: StartPacing,
+                 completions: Completions, pacing: StartPacing, coming: ComingTasks,
                  reads_started: Callable[[], int]) -> None:
         self._spider = spider
         self._stats = crawler.stats
         self._ledger = ledger
         self._completions = completions
         self._pacing = pacing
+        self._coming = coming  # this worker's new tasks on their way through the stream
         self._reads_started = reads_started
         self.dupes = Duplicates(crawler, spider)  # (refuses a DUPEFILTER_CLASS it cannot honour)
         self._deduped: dict[int, Request] = {}  # id(task) -> request, until written
@@ -50,6 +52,7 @@ class YieldedRequests:
             dedup = self.dupes.dedup(request)
             # (encoded now, dedup key too, where the error can name the request)
             self._completions.child(task, scrape, dedup)
+            self._coming.added(task)
         except TaskError as exc:
             if scrape is None and isinstance(exc, FingerprintError):
                 raise  # as Scrapy's scheduler: the engine stops reading start()
@@ -70,6 +73,7 @@ class YieldedRequests:
         """``tasks`` were written (``fresh``: each was new, else a duplicate, not written)."""
         if any(fresh):
             self.written_mark = self._reads_started()
+        self._coming.written(tasks, fresh)
         for task, new in zip(tasks, fresh, strict=True):
             request = self._deduped.pop(id(task), None)
             if request is not None and not new:
