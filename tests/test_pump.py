@@ -34,6 +34,7 @@ from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.enqueue_calls import AddResult, Encoded
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
+from meteorseed_scrapy.queue.spiders import worker_spider
 from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
@@ -132,10 +133,13 @@ async def pump_on(redis_url: str, namespace: str, writer: type[TaskWriter] = Tas
     })
     crawler.engine = SimpleNamespace(downloader=SimpleNamespace(active=()))  # none in flight
     config = WorkerConfig.from_settings(crawler.settings)
-    keys = KeyLayout.for_config(config)
+    # As a worker crawl's runtime: the spider's own task set besides the default one (a start
+    # request belongs to the crawl's spider).
+    spider = worker_spider(ShopSpider.name)
+    keys = KeyLayout.for_config(config).with_spiders([spider] if spider else [])
     client = aioredis.Redis.from_url(redis_url, decode_responses=True)
     consumer = StreamConsumer(client, keys, config.consumer,
-                              LaneWeights.from_settings(crawler.settings))
+                              LaneWeights.from_settings(crawler.settings), spider=spider)
     limits = SiteLimits.from_settings(crawler.settings)
     gate = SiteGate(client, keys, lambda _site: limits, config.consumer, Backoff(1.0, 300.0))
     breaker = Breaker(client, keys, BreakerConfig(), crawler.stats)
