@@ -21,7 +21,6 @@ from twisted.internet.defer import Deferred
 from meteorseed_scrapy.politeness.gate import ROBOTS_CAP_REFRESH_S
 from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_config, site_of
 
-# Logged under the name these middlewares always had (users' logging config refers to it).
 logger = logging.getLogger(__name__)
 
 
