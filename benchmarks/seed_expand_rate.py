@@ -6,7 +6,7 @@ Both run in this process against one throwaway redis-server (default config), in
 alternate which side goes first (the machine is shared and noisy: the figure is the median of
 the per-round ratios, each from two runs taken one right after the other). The seed side
 is the real path: JSON Lines seeds (url_list lines of 10 000 URLs, 10 % of them duplicates)
-through ``expand_stream`` (parse, validate, canonicalise, fingerprint, encode) and
+through ``expand_lines`` (the engine: parse, validate, canonicalise, fingerprint, encode) and
 ``TaskWriter`` (enqueue.lua: dedup + XADD), with a 30-day re-crawl window by default. The raw
 side XADDs the same number of ready-made task messages in pipelines of 500. Each round also
 prints the CPU time per URL of each side, client (this process) and Redis (INFO cpu): unlike
@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
-from meteorseed_scrapy.seeding.expand import expand_stream
+from meteorseed_scrapy.seeding.expand import expand_lines
+from meteorseed_scrapy.seeding.expand_types import ExpandOptions
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
@@ -107,7 +108,7 @@ async def seed_expand(url: str, n: int, window: int, cpu: Cpu) -> tuple[float, i
     lines = list(seed_lines(n, window))  # read from memory: the file system is not measured
     cpu.start()
     t0 = time.perf_counter()
-    summary = await expand_stream(lines, writer, on_error=print, max_backlog=10 * n)
+    summary = await expand_lines(lines, writer, ExpandOptions(max_backlog=10 * n), on_error=print)
     elapsed = time.perf_counter() - t0
     cpu.stop()
     await client.aclose()

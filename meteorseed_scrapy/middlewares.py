@@ -90,6 +90,8 @@ class BackoffMiddleware:
         )
         self.stats = stats
         self.settings = settings
+        # RETRY_ENABLED = False: no task is retried, as if each had meta["dont_retry"].
+        self.enabled = settings.getbool("RETRY_ENABLED", True)
         self.gate: SiteGate | None = None  # bound by the StreamScheduler when it opens
         self.breaker: Breaker | None = None
         self.faults = SiteFaults("pause", stats)
@@ -126,7 +128,7 @@ class BackoffMiddleware:
         site = task.site_id
         if status in PAUSE_CODES and self.gate is not None:
             delay = await self._pause(request, site, status, response)
-            if request.meta.get("dont_retry"):  # the site stays paused; this task ends now
+            if not self._may_retry(request):  # the site stays paused; this task ends now
                 return response
             # A 429 is the site asking us to slow down: the task is held back, not failed. A 403
             # may be for good, so it uses up a retry. Either waits for the site's pause.
@@ -150,7 +152,8 @@ class BackoffMiddleware:
         request granted its permit after the site's last pause began strikes: a burst of 429s
         to requests in flight together is one strike, the rest confirm its pause."""
         assert self.gate is not None
-        retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+        retry_after = parse_retry_after(response.headers.get(b"Retry-After"),
+                                        response.headers.get(b"Date"))
         self.stats.inc_value(f"meteorseed/throttled/{site}/{status}")
         if self.breaker is not None:  # trouble: the fleet's give-up clock runs
             self.breaker.throttled(site)
@@ -182,6 +185,9 @@ class BackoffMiddleware:
                                 exception, spider)
         return None
 
+    def _may_retry(self, request: Request) -> bool:
+        return self.enabled and not request.meta.get("dont_retry")
+
     def _counted(self, request: Request, retries: int, scrapy_reason: str | Exception,
                  spider: Spider | None) -> bool:
         """Whether the task may use up one more retry (:func:`retry_decision`)."""
@@ -199,9 +205,10 @@ class BackoffMiddleware:
 
         A site that looks down (its breaker open, or this worker's window abnormal) is not the
         task's fault: its tasks are deferred without using up a retry, as is a failed probe.
-        ``dont_retry`` in the request's meta: never retried (as in Scrapy).
+        ``dont_retry`` in the request's meta, or ``RETRY_ENABLED`` off: never retried (as in
+        Scrapy).
         """
-        if request.meta.get("dont_retry"):
+        if not self._may_retry(request):
             return
         sick = self.breaker is not None and self.breaker.unhealthy(site)
         probe = str(request.meta.get(LEASE_META_KEY, "")).endswith(":probe")

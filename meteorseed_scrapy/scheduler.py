@@ -43,6 +43,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import LaneWeights
 from meteorseed_scrapy.queue.retention import DeadLetterRetention, housekeeping
 from meteorseed_scrapy.queue.shards import check_shard_count
+from meteorseed_scrapy.queue.spiders import worker_spider
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.registry import SeedRegistry
@@ -86,6 +87,7 @@ class StreamScheduler:
         self._chores: list[asyncio.Future[None]] = []  # housekeeping, seed yield reports
         self._yields: YieldReporter | None = None
         self._local: Scheduler | None = None  # requests that are no task: Scrapy's own queue
+        self._local_waiting: Counter[int] = Counter()  # the local requests' priorities
         self._worker = False  # a worker crawl (the stream's tasks), not a local one
 
     @classmethod
@@ -110,6 +112,9 @@ class StreamScheduler:
             log_local_crawl(reason)
             return
         self._worker = True
+        own = worker_spider(spider.name)  # its task set, besides tasks that name no spider
+        if own is not None:
+            self.keys = self.keys.with_spiders([own])
         scrapes = ScrapeTracker(self.crawler)  # (refuses a Scrapy it cannot work with)
         self.redis = async_client(
             self.config.redis_url, decode_responses=True, socket_timeout=10,
@@ -120,7 +125,8 @@ class StreamScheduler:
             await check_store_identity(self.redis, self.keys, self.crawler.settings)
         except REDIS_DOWN as exc:  # the pump waits for Redis and checks again
             logger.warning("Cannot check the namespace's shard count yet: %s", exc)
-        consumer = StreamConsumer(self.redis, self.keys, self.config.consumer, self.lane_weights)
+        consumer = StreamConsumer(self.redis, self.keys, self.config.consumer, self.lane_weights,
+                                  spider=own)
         gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer, self.backoff,
                         self.breaker_config.probe_interval,
                         lease_ttl_s=lease_ttl(self.config.claim_idle))
@@ -149,6 +155,9 @@ class StreamScheduler:
             "(Redis %s)", self.keys.shard_keys[0].stream, self.keys.shards, self.lane_weights,
             self.config.consumer, self.keys.group, redact(self.config.redis_url),
         )
+        if own is not None:
+            logger.info("Spider %r takes its own tasks (seeds naming \"spider\": %r, and their "
+                        "children) and those that name no spider", own, own)
         self.pump.start()
         self._yields = YieldReporter(SeedRegistry(self.redis, self.keys), new_urls)
         self._chores = [
@@ -194,16 +203,29 @@ class StreamScheduler:
             self.pump is not None and self.pump.has_work())
 
     def next_request(self) -> Request | None:
-        request = self._local.next_request() if self._local is not None else None
-        if request is None and self.pump is not None:
-            request = self.pump.next_request()
+        # Local requests first (someone waits for them), unless the stream holds one of higher
+        # priority for this worker: by priority, as Scrapy's scheduler serves them.
+        pump, local = self.pump, self._local
+        if pump is not None and self._local_waiting \
+                and pump.ahead_of(max(self._local_waiting)):
+            return pump.next_request()
+        request = local.next_request() if local is not None else None
+        if request is not None:
+            self._local_waiting[request.priority] -= 1
+            if self._local_waiting[request.priority] <= 0:
+                del self._local_waiting[request.priority]
+        elif pump is not None:
+            request = pump.next_request()
         return request
 
     def enqueue_request(self, request: Request) -> bool:
         assert self._local is not None
         scrape = current_scrape()
         if self.pump is None or local_request(request, scrape):
-            return self._local.enqueue_request(request)
+            queued = self._local.enqueue_request(request)
+            if queued:
+                self._local_waiting[request.priority] += 1
+            return queued
         task = task_of(request)
         # A request of a task held here, unless that task's own callback yielded it, is a retry
         # or redirect of it: the same task, kept local.

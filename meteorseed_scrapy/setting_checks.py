@@ -81,7 +81,10 @@ def check_settings(settings: Any) -> None:
                  "METEORSEED_SITES_RELOAD_INTERVAL", "METEORSEED_CONSUMER_PRUNE_IDLE"):
         duration_setting(settings, name)
     integer_setting(settings, "METEORSEED_PROXY_MAX_FAILURES", minimum=1)
+    integer_setting(settings, "METEORSEED_METRICS_SITES", minimum=0)
     integer_setting(settings, "METEORSEED_MAX_BACKLOG", minimum=0)
+    integer_setting(settings, "METEORSEED_ROBOTSTXT_MAXSIZE", minimum=1)
+    integer_setting(settings, "METEORSEED_MAX_LINKS_PER_PAGE", minimum=1)
 
 
 def checked_names() -> frozenset[str]:

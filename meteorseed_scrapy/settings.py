@@ -76,17 +76,23 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_STORE_BATCH_WAIT": 0.0,
     # Seconds a waiting batch keeps retrying a failing store before its tasks are failed.
     "METEORSEED_STORE_RETRY_MAX": 30.0,
+    # Documents not updated for this long (s) are deleted by the store stage; 0 = kept.
+    "METEORSEED_STORE_RETENTION": 0,
     # Site rule files (meteorseed_scrapy.sites, ``scrapy crawl sites``), whether rules pushed to
     # Redis (``meteorseed sites push``) are loaded too, and how often (s) they are re-checked.
     "METEORSEED_SITES_DIR": "",
     "METEORSEED_SITES_REDIS": False,
     "METEORSEED_SITES_RELOAD_INTERVAL": 1.0,
+    # Links a site rule follows from one page (list, pagination or detail links, each).
+    "METEORSEED_MAX_LINKS_PER_PAGE": 10_000,
     # Bounds (s) of adaptive seed intervals unless the schedule or the site's rules say.
     "METEORSEED_SCHEDULE_MIN_INTERVAL": 600,
     "METEORSEED_SCHEDULE_MAX_INTERVAL": 7200,
     # Let server-side fetches (sitemaps in serve, the seeder, seed-expand) reach loopback,
     # private, link-local and reserved addresses.
     "METEORSEED_FETCH_PRIVATE_ADDRESSES": False,
+    # Bytes of a robots.txt that are parsed (workers and the sitemap fetcher; Google's 500 KiB).
+    "METEORSEED_ROBOTSTXT_MAXSIZE": 512 * 1024,
     # Fleet-wide per-site limits (a site's rule config may override them).
     "METEORSEED_POLITENESS": True,
     "METEORSEED_SITE_RATE": 2.0,
@@ -116,6 +122,8 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_METRICS_PORT": None,  # None/0: no Prometheus endpoint
     "METEORSEED_METRICS_HOST": "127.0.0.1",
     "METEORSEED_METRICS_INTERVAL": 5.0,
+    # Sites with per-site series of their own, per worker (the rest: site="_other").
+    "METEORSEED_METRICS_SITES": 100,
     # Proxy pool (site config ``proxies``): failures in a row before a proxy cools down, and for
     # how many seconds.
     "METEORSEED_PROXY_MAX_FAILURES": 3,
@@ -123,6 +131,14 @@ DEFAULTS: dict[str, Any] = {
     # The browser of ``render: browser`` sites; empty: PLAYWRIGHT_LAUNCH_OPTIONS'
     # executable_path, else /usr/bin/chromium.
     "METEORSEED_CHROMIUM_PATH": "",
+}
+
+#: Scrapy settings the add-on sets at its priority (a project's own value wins). Scrapy's 1 GiB
+#: ``DOWNLOAD_MAXSIZE`` lets a gzip bomb through; Scrapy holds the decompressed size to it too
+#: (``HttpCompressionMiddleware``), so one page can no longer take gigabytes.
+SCRAPY_DEFAULTS: dict[str, Any] = {
+    "DOWNLOAD_MAXSIZE": 32 * 1024 * 1024,
+    "DOWNLOAD_WARNSIZE": 8 * 1024 * 1024,
 }
 
 
@@ -293,6 +309,8 @@ class StoreConfig:
     batch_size: int
     batch_wait: float
     retry_max: float
+    namespace: str = DEFAULTS["METEORSEED_NAMESPACE"]  # (documents are the namespace's own)
+    retention: float = 0.0
 
     @classmethod
     def from_settings(cls, settings: Any) -> StoreConfig:
@@ -301,4 +319,6 @@ class StoreConfig:
             batch_size=integer_setting(settings, "METEORSEED_STORE_BATCH_SIZE", minimum=1),
             batch_wait=duration_setting(settings, "METEORSEED_STORE_BATCH_WAIT"),
             retry_max=duration_setting(settings, "METEORSEED_STORE_RETRY_MAX", minimum=0.1),
+            namespace=text_setting(settings, "METEORSEED_NAMESPACE"),
+            retention=duration_setting(settings, "METEORSEED_STORE_RETENTION"),
         )

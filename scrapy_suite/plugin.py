@@ -9,6 +9,7 @@ own settings, so a test that sets e.g. ``SCHEDULER`` itself still gets its own.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -18,8 +19,10 @@ from pathlib import Path
 
 import pytest
 from scrapy.crawler import Crawler
+from scrapy.settings import SETTINGS_PRIORITIES
 
 from meteorseed_scrapy.testing.redis_server import RedisServer
+from scrapy_suite.reaper import reap_on_exit
 
 ADDON = "meteorseed_scrapy.addon.MeteorSeedAddon"
 #: The Redis to use, when the caller started one (``scrapy_suite.run`` does, once for all the
@@ -27,6 +30,10 @@ ADDON = "meteorseed_scrapy.addon.MeteorSeedAddon"
 REDIS_URL_ENV = "SCRAPY_SUITE_REDIS_URL"
 #: Likewise the directory of the crawlers' SQLite stores (else a temporary one of its own).
 WORKDIR_ENV = "SCRAPY_SUITE_WORKDIR"
+#: More settings for every crawler, as JSON (``{"ROBOTSTXT_OBEY": false}``), at ``project``
+#: priority (above the add-on's) unless the test sets them itself: to tell which of the
+#: add-on's settings a failure comes from.
+SETTINGS_ENV = "SCRAPY_SUITE_SETTINGS"
 PRIORITY = "command"
 IDLE_CLOSE = 1.0
 # The suite's mock server is a single site (127.0.0.1): at the add-on's default fleet-wide
@@ -39,31 +46,43 @@ POLITENESS = {
 }
 
 
-def start_redis() -> RedisServer:
-    # appendonly: without it the add-on warns that a Redis restart loses every task, a warning
-    # the tests that count warnings would see.
-    return RedisServer(appendonly=True).start()
+class SessionRedis:
+    """The run's throwaway Redis (appendonly on: without it the add-on warns that a Redis
+    restart loses every task, a warning the tests that count warnings would see). A reaper
+    ends it, and removes its directory and ``directories``, if its owner dies without
+    closing it (pytest-timeout ends a hung pytest with ``os._exit``)."""
 
+    def __init__(self, *directories: str) -> None:
+        self.server = RedisServer(appendonly=True).start()
+        self.url = self.server.url
+        assert self.server.process is not None
+        self._reaper = reap_on_exit(self.server.process.pid, self.server.workdir, *directories)
 
-def stop_redis(redis: RedisServer) -> None:
-    # RedisServer keeps the server's stderr pipe open; Scrapy's suite makes the ResourceWarning
-    # of an unclosed file an error.
-    if redis.process is not None and redis.process.stderr is not None:
-        redis.process.stderr.close()
-    redis.close()
+    def close(self) -> None:
+        # The reaper first: once the server is stopped its pid may be another process's.
+        self._reaper.kill()
+        self._reaper.wait()
+        if self._reaper.stdin is not None:
+            self._reaper.stdin.close()
+        # RedisServer keeps the server's stderr pipe open; Scrapy's suite makes the
+        # ResourceWarning of an unclosed file an error.
+        process = self.server.process
+        if process is not None and process.stderr is not None:
+            process.stderr.close()
+        self.server.close()
 
 
 class _Injection:
     """The session's Redis and temporary directory, and the settings each crawler gets."""
 
     def __init__(self) -> None:
-        self.redis: RedisServer | None = None
-        self.redis_url = os.environ.get(REDIS_URL_ENV, "")
-        if not self.redis_url:
-            self.redis = start_redis()
-            self.redis_url = self.redis.url
         self._own_workdir = not os.environ.get(WORKDIR_ENV)
         self.workdir = Path(os.environ.get(WORKDIR_ENV) or tempfile.mkdtemp(prefix="scrapy-suite-"))
+        self.redis: SessionRedis | None = None
+        self.redis_url = os.environ.get(REDIS_URL_ENV, "")
+        if not self.redis_url:
+            self.redis = SessionRedis(*([str(self.workdir)] if self._own_workdir else []))
+            self.redis_url = self.redis.url
         self.crawlers = 0
         self._original: Callable[[Crawler], None] = Crawler._apply_settings
 
@@ -91,11 +110,14 @@ class _Injection:
             **POLITENESS,
         }.items():
             settings.set(name, value, priority=PRIORITY)
+        for name, value in json.loads(os.environ.get(SETTINGS_ENV) or "{}").items():
+            if (settings.getpriority(name) or 0) < SETTINGS_PRIORITIES["project"]:
+                settings.set(name, value, priority="project")
 
     def close(self) -> None:
         Crawler._apply_settings = self._original  # type: ignore[method-assign,assignment]
         if self.redis is not None:
-            stop_redis(self.redis)
+            self.redis.close()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -23,6 +23,8 @@ class Comparison:
     absent: list[Difference] = field(default_factory=list)
     #: fail on stock Scrapy too (not the add-on's doing)
     stock_failures: list[Outcome] = field(default_factory=list)
+    #: unexpected failures that passed when run once more (they do not fail the run)
+    flaky: list[Outcome] = field(default_factory=list)
 
 
 def compare(stock: Run, addon: Run, differences: dict[str, Difference]) -> Comparison:
@@ -95,6 +97,9 @@ def render(version: str, files: list[str], stock: Run, addon: Run,
               + "".join(f"\n- `{outcome.nodeid}`" for outcome in hung), ""]
     lines += _section(f"## Not in differences.txt: {len(comparison.unexpected)} (these fail "
                       "the run)", [_entry(outcome) for outcome in comparison.unexpected])
+    if comparison.flaky:
+        lines += _section(f"## Failed, then passed when run once more: {len(comparison.flaky)} "
+                          "(these do not fail the run)", map(_entry, comparison.flaky))
     by_reason: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
     for outcome, difference in comparison.known:
         by_reason[(difference.reason, difference.kind)].append(outcome)

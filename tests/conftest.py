@@ -12,6 +12,7 @@ import redis
 
 from meteorseed_scrapy.testing import netns
 from meteorseed_scrapy.testing.cluster import LocalCluster
+from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres
 from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
 
@@ -96,6 +97,18 @@ def refused_port() -> Iterator[int]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         yield int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    with running_postgres() as server:  # (skips where PostgreSQL is not installed)
+        yield server
+
+
+@pytest.fixture
+def postgres_uri(postgres_server: PostgresServer) -> str:
+    """A fresh, empty database on the session's PostgreSQL server."""
+    return postgres_server.create_database(f"test_{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture(scope="session")

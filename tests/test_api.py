@@ -25,6 +25,7 @@ from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.openapi import build_spec
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.testing.polling import wait_for
 
 TOKEN = "s3cret-token"
 ROOT = Path(__file__).resolve().parents[1]
@@ -513,7 +514,7 @@ def test_sites_count_anomalies_from_the_store(redis_url: str, namespace: str,
     from meteorseed_scrapy.store.backends import open_store
 
     uri = f"sqlite:///{tmp_path / 'items.db'}"
-    with open_store(uri) as store:
+    with open_store(uri, namespace) as store:
         store.upsert_anomalies([{"_id": f"news:{i}", "site_id": "news"} for i in range(3)])
     config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN, store_uri=uri)
     with ServerThread(config) as server:
@@ -614,6 +615,8 @@ def test_redis_lost_and_back(namespace: str) -> None:
             client = Client(server.url)
             assert client.call("POST", "/dispatch", url_list(
                 "before", ["https://news.example/1"]))[0] == 202
+            # (its run is recorded as its expansion ends: killed before, it is not there)
+            wait_for(lambda: client.call("GET", "/seeds/before")[2].get("runs") == 1, 30)
             own_redis.kill()
             for path in ("/seeds/before", "/status", "/sites"):
                 assert client.call("GET", path)[0] == 503

@@ -143,8 +143,16 @@ def test_dead_list_show_and_site_filter(
     assert shown["task"]["task_id"] == news.task_id and shown["reason"].startswith("HTTP 503")
     code, text, _ = run(redis_url, namespace, "dead", "show", id_news)
     assert code == 0 and news.url in text and "traceback" in text
-    code, _, err = run(redis_url, namespace, "dead", "show", "1-1")
-    assert code == 1 and "no dead letter 1-1" in err
+    code, _, err = run(redis_url, namespace, "dead", "show", "9-9")
+    assert code == 1 and "no dead letter 9-9" in err
+    # Also by the task id or the task message id it was dead-lettered under (the worker's log
+    # line names the dead letter's own id too).
+    assert run_json(redis_url, namespace, "dead", "show", shop.task_id)["site_id"] == "shop"
+    assert run_json(redis_url, namespace, "dead", "show", "1-1")["id"] == id_news  # source_id
+    code, _, err = run(redis_url, namespace, "dead", "show", "0" * 32)
+    assert code == 1 and "(by task id)" in err
+    code, _, err = run(redis_url, namespace, "dead", "show", "news.test/a")
+    assert code != 0 and "not a dead-letter id, task id or message id" in err
 
 
 def test_requeue_bypasses_dedup_and_clears_notes(

@@ -304,8 +304,9 @@ def test_scrapy_redis_migration_on_cluster(tmp_path: Path, cluster: LocalCluster
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip().splitlines()[-1].endswith(
             "enqueued 6, duplicates 0, rejected 0, removed 6 from scrapy-redis")
-        shard = KeyLayout(ns, SHARDS, cluster=True).for_site("cli")
-        assert sum(client.xlen(stream) for stream in shard.streams) == 6
+        # (in the task set of the spider whose queue they came from, named as the namespace)
+        shard = KeyLayout(ns, SHARDS, cluster=True).with_spiders([ns]).for_site("cli")
+        assert sum(client.xlen(stream) for stream in shard.set_streams(ns)) == 6
     finally:
         client.close()
 

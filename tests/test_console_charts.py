@@ -196,7 +196,7 @@ async def _browse(base: str, shots: Path) -> dict[str, Any]:
             await expect(page.locator("#nav")).to_be_visible()
             note = page.locator("[data-testid=added-note]")
             await expect(note).to_have_text(
-                re.compile(r"^(needs two samples|over [\d.]+ s)$"))
+                re.compile(r"^(needs two samples in the last minute|over [\d.]+ s)$"))
             await expect(note).to_contain_text("over")  # the second refresh has a rate
 
             for chart, series in (("queue", 3), ("throughput", 2), ("sites", 3),

@@ -17,8 +17,10 @@ from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.seeding.expand import expand_stream
-from meteorseed_scrapy.seeding.expanded import CountingWriter, ExpandedSeeds
+from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.seeding.expand import expand_lines
+from meteorseed_scrapy.seeding.expand_types import ExpandOptions
+from meteorseed_scrapy.seeding.expanded import ExpandedSeeds
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from tests.test_api import Client
 from tests.test_seed_expand import run_cli, seed_line, summary_of
@@ -82,8 +84,9 @@ async def _expand(redis_url: str, namespace: str, lines: list[str], batch: int
     keys = KeyLayout(namespace)
     try:
         seeds = ExpandedSeeds(SeedRegistry(client, keys))
-        summary = await expand_stream(seeds.tap(lines), CountingWriter(client, keys, seeds=seeds),
-                                      batch_size=batch, on_error=seeds.rejected)
+        summary = await expand_lines(lines, TaskWriter(client, keys),
+                                     ExpandOptions(batch_size=batch),
+                                     on_error=lambda rejection: None, watcher=seeds)
         await seeds.finish()
         records = await SeedRegistry(client, keys).list(limit=1000)
         return {r.seed.seed_id: (r.last_enqueued or 0, r.last_duplicates or 0,

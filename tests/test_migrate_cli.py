@@ -50,11 +50,14 @@ def test_move_with_scrapy_redis_settings(tmp_path: Path, redis_url: str, namespa
         "read 6 entries (5 requests, 1 start URLs), enqueued 6, duplicates 0, rejected 0, "
         "removed 6 from scrapy-redis")
     assert not client.exists(f"{namespace}:requests", f"{namespace}:start_urls")
-    # Every stream, in the order workers prefer them (priority bands first).
-    entries: Any = [e for s in KeyLayout(namespace).streams for e in sync_redis.xrange(s)]
+    # Every stream, in the order workers prefer them (priority bands first): the spider's own
+    # (the spider of these tests is named as the namespace), for its workers only.
+    keys = KeyLayout(namespace).with_spiders([namespace])
+    entries: Any = [e for s in keys.streams for e in sync_redis.xrange(s)]
     tasks = [ExecTask.from_message(fields) for _, fields in entries]
     assert [t.url for t in tasks][:5] == [f"https://cli.example/{i}" for i in (4, 3, 2, 1, 0)]
     assert {t.site_id for t in tasks} == {"cli"} and {t.seed_id for t in tasks} == {"scrapy-redis"}
+    assert {t.spider for t in tasks} == {namespace}
     client.close()
 
 

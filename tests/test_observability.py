@@ -20,6 +20,7 @@ from scrapy.utils.test import get_crawler
 from meteorseed_scrapy.observability import metrics
 from meteorseed_scrapy.observability.logging import JsonFormatter, TaskContextFilter
 from meteorseed_scrapy.observability.metrics import MetricsExtension, StatsCollector
+from meteorseed_scrapy.observability.site_series import SiteSeries
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.status import QueueSampler
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape
@@ -129,7 +130,7 @@ def test_stats_collector_exposes_outcomes_and_per_site_counters() -> None:
             return stats
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatsCollector(Stats()))
+    registry.register(StatsCollector(Stats(), SiteSeries(Stats(), 10)))
     text = generate_latest(registry).decode()
     assert 'meteorseed_tasks_total{outcome="done"} 7.0' in text
     assert 'meteorseed_tasks_total{outcome="failed"} 0.0' in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
@@ -81,6 +83,13 @@ def test_json_log_lines_carry_the_task_ids(
             assert (doc.get("task_id"), doc.get("seed_id")) == (task.task_id, "seed-ok"), doc
     dead = [d for d in lines if d["message"].startswith("Dead-lettered")]
     assert [(d["task_id"], d["seed_id"]) for d in dead] == [(broken.task_id, "seed-bad")]
+    # The id the line gives is the one `meteorseed dead show` takes.
+    letter = re.search(r"as dead letter (\S+) ", dead[0]["message"])
+    assert letter, dead[0]["message"]
+    out = io.StringIO()
+    assert main(["dead", "show", "--redis-url", redis_url, "--namespace", namespace,
+                 letter.group(1), "--json"], stdout=out, stderr=io.StringIO()) == 0
+    assert json.loads(out.getvalue())["task_id"] == broken.task_id
     unrelated = [d for d in lines if d["message"].startswith("Spider opened")]
     assert unrelated and "task_id" not in unrelated[0]
 
@@ -115,6 +124,7 @@ def test_metrics_endpoint_shows_queue_outcomes_and_latency(
     for lane in ("realtime", "scheduled", "retry"):  # every lane, drained
         assert sample(text, "meteorseed_lane_backlog", lane=lane) == 0, lane
         assert sample(text, "meteorseed_lane_pending", lane=lane) == 0, lane
+    assert sample(text, "meteorseed_spider_backlog", spider="") == 0  # (names no spider)
     log = worker.log()
     assert f"Prometheus metrics on http://127.0.0.1:{port}/metrics" in log
     assert "Traceback" not in log and "Error caught on signal handler" not in log, log[-3000:]

@@ -77,10 +77,10 @@ class BlockingWriter(TaskWriter):
         self.entered = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def add_encoded(self, encoded: Sequence[Encoded]) -> AddResult:
+    async def enqueue(self, encoded: Sequence[Encoded], order: Any = None) -> AddResult:
         self.entered.set()
         await self.release.wait()
-        return await super().add_encoded(encoded)
+        return await super().enqueue(encoded, order)
 
 
 @dataclass

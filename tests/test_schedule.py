@@ -1,15 +1,17 @@
-"""Schedules: ``every`` intervals, the cron parser and its next fire times (checked against a
-brute-force matcher), time zones and DST, and the adaptive interval rule."""
+"""Schedules: ``every`` intervals, the cron parser and its next fire times (checked against
+cronsim), time zones and DST, and the adaptive interval rule."""
 
 from __future__ import annotations
 
 import calendar
 import datetime as dt
 import itertools
-import random
 from typing import Any
 
 import pytest
+from cronsim import CronSim, CronSimError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from meteorseed_scrapy.seeding.adapt import (
     Bounds,
@@ -161,8 +163,8 @@ def test_cron_day_of_month_or_day_of_week() -> None:
     assert nxt("0 0 13 * fri", 2026, 11, 30) == dt.datetime(2026, 12, 4, tzinfo=UTC)
     assert nxt("0 0 13 * fri", 2026, 12, 5) == dt.datetime(2026, 12, 11, tzinfo=UTC)
     assert nxt("0 0 1 * mon", 2026, 12, 29) == dt.datetime(2027, 1, 1, tzinfo=UTC)  # a Friday
-    # a field starting with * is unrestricted: only the other decides
-    assert nxt("0 0 */2 * mon", 2026, 11, 30, 1) == dt.datetime(2026, 12, 7, tzinfo=UTC)
+    # a field starting with * ("*" or "*/n"): both must hold (odd days that are Mondays)
+    assert nxt("0 0 */2 * mon", 2026, 12, 8) == dt.datetime(2026, 12, 21, tzinfo=UTC)
     assert nxt("0 0 13 * *", 2026, 11, 30) == dt.datetime(2026, 12, 13, tzinfo=UTC)
     assert nxt("0 0 * * sun", 2026, 11, 30) == dt.datetime(2026, 12, 6, tzinfo=UTC)
 
@@ -190,67 +192,102 @@ def test_cron_time_zones_and_dst() -> None:
     assert all(b > a for a, b in itertools.pairwise(times))
 
 
-def _brute_next(fields: list[str], after: dt.datetime) -> dt.datetime:
-    """An independent, slow matcher: every minute of every day, with the OR rule."""
-    def values(text: str, low: int, high: int) -> set[int]:
-        out: set[int] = set()
-        for part in text.split(","):
-            span, _, step = part.partition("/")
-            if span == "*":
-                a, b = low, high
-            elif "-" in span:
-                a, b = (int(x) for x in span.split("-"))
-            else:
-                a = b = int(span)
-                if step:
-                    b = high
-            out.update(range(a, b + 1, int(step or 1)))
-        return out
+# -- cron against cronsim (the oracle: a kept library, Vixie's day rule) ----------------------
 
-    minutes, hours = values(fields[0], 0, 59), values(fields[1], 0, 23)
-    days, months = values(fields[2], 1, 31), values(fields[3], 1, 12)
-    weekdays = {d % 7 for d in values(fields[4], 0, 7)}
-    day = after.date()
-    while True:
-        dom, dow = day.day in days, day.isoweekday() % 7 in weekdays
-        star_d, star_w = fields[2].startswith("*"), fields[4].startswith("*")
-        ok = (dom or dow) if not (star_d or star_w) else (dom if star_w else dow)
-        if day.month in months and (ok or (star_d and star_w)):
-            for h in sorted(hours):
-                for m in sorted(minutes):
-                    t = dt.datetime(day.year, day.month, day.day, h, m, tzinfo=UTC)
-                    if t > after:
-                        return t
-        day += dt.timedelta(days=1)
+_FIELD_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
 
 
-def test_cron_matches_a_brute_force_matcher() -> None:
-    rng = random.Random(7)
+@st.composite
+def _cron_field(draw: st.DrawFn, index: int) -> str:
+    """One field in this parser's grammar: ``*``, ``*/n``, ``a``, ``a-b``, ``a-b/n``, ``a/n``,
+    lists of them; steps up to twice the field's span (a step larger than the range)."""
+    low, high = _FIELD_RANGES[index]
 
-    def field(low: int, high: int) -> str:
-        kind = rng.randrange(5)
-        if kind == 0:
-            return "*"
-        if kind == 1:
-            return f"*/{rng.randint(1, max(1, (high - low) // 2))}"
-        if kind == 2:
-            a = rng.randint(low, high)
-            return f"{a}-{rng.randint(a, high)}/{rng.randint(1, 3)}"
-        return ",".join(str(rng.randint(low, high)) for _ in range(rng.randint(1, 3)))
+    def element() -> str:
+        kind = draw(st.integers(0, 5))
+        step = draw(st.integers(1, 2 * (high - low) + 2))
+        a = draw(st.integers(low, high))
+        b = draw(st.integers(a, high))
+        return ("*", f"*/{step}", str(a), f"{a}-{b}", f"{a}-{b}/{step}", f"{a}/{step}")[kind]
 
-    checked = 0
-    while checked < 300:
-        fields = [field(0, 59), field(0, 23), field(1, 28 if rng.random() < 0.7 else 31),
-                  field(1, 12), field(0, 7)]
-        try:
-            cron = CronExpr.parse(" ".join(fields))
-        except TaskError:
-            continue  # e.g. day 31 in months without one
-        start = dt.datetime(2024, 1, 1, tzinfo=UTC) + dt.timedelta(
-            minutes=rng.randrange(5 * 365 * 1440))
-        got = at(cron.next_after(start.timestamp()))
-        assert got == _brute_next(fields, start), " ".join(fields)
-        checked += 1
+    first = element()
+    if first.startswith("*"):
+        return first
+    return ",".join([first] + [element() for _ in range(draw(st.integers(0, 2)))])
+
+
+_CRON = st.tuples(*(_cron_field(i) for i in range(5))).map(" ".join)
+#: Day fields drawn often as the cases that went wrong: */n in DOM or DOW, both restricted.
+_DAY_CASES = st.tuples(
+    st.sampled_from(["0", "30", "*/5", "15"]), st.sampled_from(["0", "*/3", "12"]),
+    st.sampled_from(["*", "*/2", "*/3", "13", "1-7", "29", "30", "31", "*/40", "5/10"]),
+    st.sampled_from(["*", "2", "*/2", "4,6,9,11", "1-3"]),
+    st.sampled_from(["*", "*/2", "5", "1-5", "0", "7", "*/10", "6/2"]),
+).map(" ".join)
+_STARTS = st.integers(0, 10 * 365 * 1440).map(
+    lambda minutes: dt.datetime(2024, 1, 1, tzinfo=UTC) + dt.timedelta(minutes=minutes))
+
+
+def _agrees_with_cronsim(expr: str, start: dt.datetime) -> None:
+    try:
+        cron = CronExpr.parse(expr)
+    except TaskError:
+        with pytest.raises(CronSimError):  # refused here: cronsim refuses it too
+            next(CronSim(expr, start))
+        return
+    oracle = CronSim(expr, start)
+    t = start.timestamp()
+    for _ in range(4):
+        t = cron.next_after(t)
+        assert at(t) == next(oracle), expr
+
+
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(_CRON, _STARTS)
+def test_cron_agrees_with_cronsim(expr: str, start: dt.datetime) -> None:
+    _agrees_with_cronsim(expr, start)
+
+
+@settings(max_examples=1000, deadline=None, derandomize=True)
+@given(_DAY_CASES, _STARTS)
+def test_cron_day_rules_agree_with_cronsim(expr: str, start: dt.datetime) -> None:
+    _agrees_with_cronsim(expr, start)
+
+
+@pytest.mark.parametrize(("expr", "start", "fires"), [
+    # */2 in day-of-month: every other day (1st, 3rd, ...), not every day
+    ("0 0 */2 * *", (2026, 1, 1, 1), [(2026, 1, 3), (2026, 1, 5), (2026, 1, 7)]),
+    # */2 in day-of-week: Sun, Tue, Thu, Sat
+    ("0 0 * * */2", (2026, 1, 1, 1), [(2026, 1, 3), (2026, 1, 4), (2026, 1, 6)]),
+    # "*/2" counts as starting with "*": both fields must hold (odd days that are Mondays)
+    ("0 0 */2 * mon", (2026, 11, 30, 1), [(2026, 12, 7), (2026, 12, 21), (2027, 1, 11)]),
+    # both restricted: either (the 13th or a Friday)
+    ("0 0 13 * fri", (2026, 11, 30), [(2026, 12, 4), (2026, 12, 11), (2026, 12, 13)]),
+    # a step larger than the range: its first value only
+    ("0 0 */40 * *", (2026, 1, 1, 1), [(2026, 2, 1), (2026, 3, 1), (2026, 4, 1)]),
+    # Feb 30 with a weekday: never the 30th, only the Mondays of February
+    ("0 0 30 2 mon", (2026, 1, 1), [(2026, 2, 2), (2026, 2, 9), (2026, 2, 16)]),
+])
+def test_cron_named_day_cases(expr: str, start: tuple[int, ...],
+                              fires: list[tuple[int, ...]]) -> None:
+    t = ts(*start)
+    for expected in fires:
+        t = CronExpr.parse(expr).next_after(t)
+        assert at(t) == at(ts(*expected)), expr
+    _agrees_with_cronsim(expr, at(ts(*start)))
+
+
+@pytest.mark.parametrize(("expr", "field"), [
+    ("0 0 30 2 *", "schedule"), ("0 0 30 2 */2", "schedule"), ("0 0 32 * *", "day-of-month"),
+    ("0 0 * * 8", "day-of-week"), ("0 0 */0 * *", "day-of-month"), ("0 0 * 2-1 *", "month"),
+    ("0 0 * * */x", "day-of-week"), ("0 60/2 * * *", "hour"), ("0 0 1-40 * *", "day-of-month"),
+])
+def test_cron_invalid_fields_are_named(expr: str, field: str) -> None:
+    with pytest.raises(TaskError) as info:
+        CronExpr.parse(expr)
+    assert field in info.value.field
+    with pytest.raises(CronSimError):
+        next(CronSim(expr, dt.datetime(2026, 1, 1)))
 
 
 def test_leap_day_table() -> None:

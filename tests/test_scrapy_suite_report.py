@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from meteorseed_scrapy.testing.polling import wait_for
+from scrapy_suite.plugin import SessionRedis
 from scrapy_suite.report import compare, render
 from scrapy_suite.results import Difference, Outcome, Run, load_differences
 
@@ -30,6 +36,16 @@ def test_only_an_unlisted_regression_fails_the_run() -> None:
     text = render("2.19.0", ["a"], stock, addon, result)
     assert "Not in differences.txt: 1" in text
     assert "Now passes, remove from differences.txt: 1" in text
+
+
+def test_a_failure_that_passed_when_run_once_more_is_reported_apart() -> None:
+    stock = _run("stock", a="passed", b="passed")
+    result = compare(stock, _run("addon", a="failed", b="failed"), {})
+    result.flaky, result.unexpected = result.unexpected[:1], result.unexpected[1:]
+    text = render("2.19.0", ["a", "b"], stock, _run("addon", a="failed", b="failed"), result)
+    assert "Not in differences.txt: 1" in text
+    assert "Failed, then passed when run once more: 1 (these do not fail the run)\n\n- `a`" \
+        in text
 
 
 def test_a_test_the_run_never_reached_counts_as_failed() -> None:
@@ -69,3 +85,45 @@ def test_a_malformed_differences_line_is_refused_with_its_line_number(
 def test_the_repository_list_is_well_formed() -> None:
     listed = load_differences(Path(__file__).parent.parent / "scrapy_suite" / "differences.txt")
     assert listed and all(d.nodeid.startswith("tests/test_") for d in listed.values())
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:  # a zombie is gone too
+        return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.parametrize("ending", ["os._exit(1)", "os.kill(os.getpid(), signal.SIGKILL)"])
+def test_the_session_redis_and_its_directories_go_when_their_owner_dies(
+    tmp_path: Path, ending: str
+) -> None:
+    # What pytest-timeout's thread method does to a hung pytest: no unconfigure, no atexit.
+    stores = tmp_path / "stores"
+    stores.mkdir()
+    script = ("import os, signal, sys\n"
+              "from scrapy_suite.plugin import SessionRedis\n"
+              f"redis = SessionRedis({str(stores)!r})\n"
+              "print(redis.server.process.pid, redis.server.workdir, flush=True)\n"
+              f"{ending}\n")
+    owner = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           timeout=60, check=False)
+    pid_text, workdir = owner.stdout.split()
+    pid = int(pid_text)
+    try:
+        wait_for(lambda: _gone(pid), timeout=30)
+        wait_for(lambda: not Path(workdir).exists() and not stores.exists(), timeout=30)
+    finally:
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_closed_session_redis_is_stopped_and_its_reaper_ends() -> None:
+    redis = SessionRedis()
+    assert redis.server.process is not None
+    pid, reaper = redis.server.process.pid, redis._reaper
+    redis.close()
+    assert _gone(pid)
+    assert reaper.poll() is not None

@@ -1,4 +1,4 @@
-"""Seeds to tasks: line parsing, URL expansion, expand_stream on a real Redis, and the real
+"""Seeds to tasks: line parsing, URL expansion, the expansion engine on a real Redis, and the real
 ``scrapy seed-expand`` command run as a subprocess (inside and outside a Scrapy project)."""
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import redis.asyncio as aioredis
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
-from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
+from meteorseed_scrapy.seeding.expand import expand_lines
+from meteorseed_scrapy.seeding.expand_types import ExpandOptions, ExpandSummary, Rejection
 from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
 from meteorseed_scrapy.seeding.seed_lines import (
     MAX_LINE_BYTES,
@@ -55,8 +56,8 @@ def run_expand(redis_url: str, namespace: str, lines: Any, **kwargs: Any
         client = aioredis.Redis.from_url(redis_url)
         try:
             writer = TaskWriter(client, KeyLayout(namespace))
-            return await expand_stream(
-                lines, writer, on_error=lambda e: errors.append(str(e)), **kwargs
+            return await expand_lines(
+                lines, writer, ExpandOptions(**kwargs), on_error=lambda e: errors.append(str(e))
             )
         finally:
             await client.aclose()
@@ -157,9 +158,9 @@ def test_read_lines_bounds_each_line_and_keeps_line_numbers() -> None:
     assert lines[3:] == [b"y" * 10, b"last"]
 
 
-# -- expand_stream against Redis ---------------------------------------------------------------
+# -- the engine against Redis ------------------------------------------------------------------
 
-def test_expand_stream_enqueues_good_input_and_reports_the_bad(
+def test_expand_lines_enqueues_good_input_and_reports_the_bad(
     redis_url: str, namespace: str, sync_redis: redis.Redis
 ) -> None:
     lines = [
@@ -198,7 +199,7 @@ def test_a_2mb_line_of_10000_urls_is_accepted(
     assert sync_redis.xlen(KeyLayout(namespace).stream) == MAX_URLS_PER_LINE
 
 
-def test_expand_stream_pauses_while_the_backlog_is_over_the_limit(
+def test_expand_lines_pauses_while_the_backlog_is_over_the_limit(
     redis_url: str, namespace: str, sync_redis: redis.Redis
 ) -> None:
     keys = KeyLayout(namespace)

@@ -18,10 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from w3lib.url import canonicalize_url
 
-from meteorseed_scrapy.queue.batch_pipeline import SCRIPT_ORDER, NotSent, ScriptOrder
+from meteorseed_scrapy.queue.batch_pipeline import NotSent, ScriptOrder
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
-from meteorseed_scrapy.seeding.expand import ExpandSummary, expand_stream
+from meteorseed_scrapy.seeding.expand import expand_lines
+from meteorseed_scrapy.seeding.expand_types import ExpandOptions, ExpandSummary
 from meteorseed_scrapy.seeding.seed_urls import (
     MAX_URL_BYTES,
     UrlError,
@@ -188,10 +189,10 @@ def test_task_ids_are_fresh_version_4_uuids() -> None:
         assert (parsed.version, parsed.variant, parsed.hex) == (4, uuid.RFC_4122, each)
 
 
-# -- expand_stream: the fast way and the general way put the same tasks in Redis ---------------
+# -- the engine: the fast way and the general way put the same tasks in Redis ---------------
 
 class GeneralWriter(TaskWriter):
-    """A writer whose encoder reads each task: expand_stream takes the general way."""
+    """A writer whose encoder reads each task: the engine takes the general way."""
 
     def seed_encoder_reads_tasks(self, task: ExecTask, dedup: bool = True) -> bool:
         return True
@@ -204,8 +205,9 @@ def run(redis_url: str, namespace: str, lines: list[str], general: bool) -> list
         client = aioredis.Redis.from_url(redis_url)
         try:
             cls = GeneralWriter if general else TaskWriter
-            await expand_stream(lines, cls(client, KeyLayout(namespace)), batch_size=7,
-                                on_error=lambda e: errors.append(str(e)))
+            await expand_lines(lines, cls(client, KeyLayout(namespace)),
+                               ExpandOptions(batch_size=7),
+                               on_error=lambda e: errors.append(str(e)))
         finally:
             await client.aclose()
 
@@ -224,7 +226,7 @@ def stream_tasks(sync_redis: redis.Redis, namespace: str) -> list[dict[str, Any]
     return out
 
 
-def test_expand_stream_puts_the_same_tasks_either_way(
+def test_the_engine_puts_the_same_tasks_either_way(
     redis_url: str, namespace: str, sync_redis: redis.Redis
 ) -> None:
     urls: list[Any] = [f"https://a.example/{i % 23}?p={i % 5}" for i in range(60)]
@@ -263,21 +265,21 @@ def test_a_raw_newline_in_a_task_json_is_refused_before_sending() -> None:
 # -- overlapped batches: packed while the one before runs, sent in order, never after a failure --
 
 class FailingWriter(TaskWriter):
-    """Fails its ``fail_at``-th add_encoded call (1-based) before sending anything, and flushes
+    """Fails its ``fail_at``-th enqueue call (1-based) before sending anything, and flushes
     Redis's script cache before its ``flush_at``-th."""
 
     def __init__(self, *args: Any, fail_at: int = 0, flush_at: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fail_at, self.flush_at, self.calls = fail_at, flush_at, 0
 
-    async def add_encoded(self, encoded: Any) -> Any:
+    async def enqueue(self, encoded: Any, order: ScriptOrder | None = None) -> Any:
         self.calls += 1
         if self.calls == self.fail_at:
             await asyncio.sleep(0.05)  # (the next batch is packed and waiting by then)
             raise RuntimeError("boom")
         if self.calls == self.flush_at:
             await self._redis.script_flush()
-        return await super().add_encoded(encoded)
+        return await super().enqueue(encoded, order)
 
 
 @pytest.mark.parametrize("single", [False, True], ids=["pipelined", "single-connection"])
@@ -292,7 +294,8 @@ def test_batches_reach_the_stream_in_order_and_none_after_a_failure(
         writer = FailingWriter(client, KeyLayout(namespace), **options)
         summary = ExpandSummary()
         try:
-            await expand_stream(lines, writer, batch_size=5, on_error=print, summary=summary)
+            await expand_lines(lines, writer, ExpandOptions(batch_size=5), on_error=print,
+                               summary=summary)
             return "", summary.enqueued
         except RuntimeError as exc:
             return str(exc), summary.enqueued
@@ -325,12 +328,10 @@ def test_a_call_after_one_that_failed_sends_nothing(
         real = TaskWriter(client, KeyLayout(namespace))
         failed = ScriptOrder()
         failed.finish(sent=False)
-        token = SCRIPT_ORDER.set(ScriptOrder(failed))
         try:
             with pytest.raises(NotSent):
-                await real.add_encoded([item])
+                await real.enqueue([item], ScriptOrder(failed))
         finally:
-            SCRIPT_ORDER.reset(token)
             await client.aclose()
 
     asyncio.run(main())
@@ -365,8 +366,8 @@ def test_repeats_left_out_of_a_call_get_the_answer_the_script_gives(
             writer_module._without_repeats = lambda chunk: (chunk, None)  # type: ignore[assignment]
         try:
             w = TaskWriter(client, KeyLayout(ns))
-            await w.add_encoded(encoded(w, sorted(seen)))
-            result = await w.add_encoded(encoded(w, ids))
+            await w.enqueue(encoded(w, sorted(seen)))
+            result = await w.enqueue(encoded(w, ids))
             entries = []
             for stream in KeyLayout(ns).streams:
                 entries += [json.loads(fields[b"t"])["url"]

@@ -43,6 +43,7 @@ NOT_SETTINGS = {
     "METEORSEED_API_TOKEN": "environment variable of meteorseed serve",
     # Where the test harness finds a redis-server binary (meteorseed_scrapy.testing).
     "METEORSEED_REDIS_SERVER": "environment variable of the test harness",
+    "METEORSEED_POSTGRES_BIN": "environment variable of the test harness",
 }
 #: The defaults /work/shared/CONTRACT.md promises.
 CONTRACT = {

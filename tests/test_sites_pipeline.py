@@ -58,7 +58,7 @@ def test_anomaly_goes_to_the_anomaly_store(pipeline: SitesPipeline, tmp_path: Pa
                    raw={"title": ""}, reasons=["title: required but empty"])
     (dropped,) = run(pipeline, bad)
     assert isinstance(dropped, DropItem) and "kept in the anomalies store" in str(dropped)
-    store = open_store(f"sqlite:///{tmp_path}/s.db")
+    store = open_store(f"sqlite:///{tmp_path}/s.db", pipeline.keys.namespace)
     (doc,) = list(store.iter_anomalies())
     assert doc["_id"] == "news:1" and doc["reasons"] == ["title: required but empty"]
     assert doc["rule_version"] == "7" and doc["fields"] == {"title": None, "body": "x"}

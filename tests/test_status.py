@@ -29,7 +29,7 @@ from meteorseed_scrapy.queue.delayed import (
 )
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.reads import run_async
-from meteorseed_scrapy.queue.snapshot import QueueStatus
+from meteorseed_scrapy.queue.snapshot import QueueStatus, summarize_delayed
 from meteorseed_scrapy.queue.status import (
     QueueSampler,
     Throughput,
@@ -96,8 +96,9 @@ def test_snapshot_counts_every_lane_band_consumer_dead_and_delayed_task(
     assert status.lanes["scheduled"].bands["normal"].backlog == 2
     assert [(c.name, c.pending) for c in status.consumers] == [("w1", 0), ("w2", 1)]
     assert all(c.last_seen_at <= status.at and c.idle_s >= 0 for c in status.consumers)
-    # Seven tasks were added to the streams; four left them (deferred), three are there.
-    assert (status.added, status.finished) == (7, 4)
+    # Seven tasks were added to the streams; four were deferred, three are there: none is
+    # settled for good yet.
+    assert (status.added, status.finished) == (7, 0)
 
     delayed = status.delayed
     assert (delayed.total, delayed.scanned) == (4, 4)
@@ -113,7 +114,7 @@ def test_snapshot_counts_every_lane_band_consumer_dead_and_delayed_task(
     assert body["delayed"]["total"] == 4 and body["delayed"]["reasons"]["retry"] == 2
     assert body["delayed"]["sites"][0]["site_id"] == "news"
     assert 0 < body["delayed"]["next_due_in_s"] <= 5
-    assert body["throughput"] == {"added_total": 7, "finished_total": 4}
+    assert body["throughput"] == {"added_total": 7, "finished_total": 0}
     json.dumps(body, allow_nan=False)  # strict JSON: no NaN/Infinity for the console
 
     # The CLI's synchronous client reads the same snapshot.
@@ -206,6 +207,59 @@ def test_throughput_works_without_entries_added(redis_url: str, namespace: str,
     assert third["added_total"] == 0 and third["added_per_s"] is None
 
 
+def test_a_task_re_parked_again_and_again_is_added_once_and_finished_once(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    """A site's quota re-parks a task (deferred, promoted back, read again) many times: the
+    rates count new tasks and tasks settled for good, not the trips through the delayed set."""
+    keys = KeyLayout(namespace)
+    one = task("news", 1)
+    run(redis_url, lambda c: TaskWriter(c, keys).add([one]))
+    clock = iter(float(t) for t in range(100, 200, 2))
+    meter = Throughput(window_s=60.0, clock=lambda: next(clock))
+    meter.update(read_status(sync_redis, keys))
+
+    async def re_park(client: Any) -> None:
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        gate = gate_for(client, keys)
+        for _ in range(10):
+            [delivery] = await consumer.read(1, 0)
+            assert await gate.defer(delivery.ref, one, 0.0, "", DeferReason.QUOTA)
+            await gate.promote()  # due at once (delay 0): back in its stream
+            assert await client.zcard(keys.delayed) == 0
+
+    run(redis_url, re_park)
+    status = read_status(sync_redis, keys)
+    assert (status.added, status.length, status.finished) == (1, 1, 0)
+    rates = meter.update(status)
+    assert rates["added_per_s"] == 0 and rates["finished_per_s"] == 0
+
+    async def ack_it(client: Any) -> None:
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ack([d.ref for d in await consumer.read(1, 0)])
+
+    run(redis_url, ack_it)
+    status = read_status(sync_redis, keys)
+    assert (status.added, status.length, status.finished) == (1, 0, 1)
+    assert meter.update(status)["finished_per_s"] == 0.25  # 1 task over the 4 s since
+
+
+def test_rates_never_span_more_than_the_window() -> None:
+    """A console polled once in a while: no rate over 769 s where the last minute is meant."""
+    def snapshot(added: int) -> QueueStatus:
+        return QueueStatus(namespace="n", stream="n:tasks", at=0.0, lanes={}, shards=(),
+                           consumers=(), delayed=summarize_delayed(0, []), dead=0,
+                           added=added, lag_s=0.0)
+
+    clock = iter([0.0, 769.0, 779.0])
+    meter = Throughput(window_s=60.0, clock=lambda: next(clock))
+    meter.update(snapshot(0))
+    late = meter.update(snapshot(7690))
+    assert late["added_per_s"] is None and late["over_s"] == 0.0
+    soon = meter.update(snapshot(7700))
+    assert soon["added_per_s"] == 1.0 and soon["over_s"] == 10.0
+
+
 def test_an_unreadable_counter_leaves_throughput_unknown(sync_redis: redis.Redis,
                                                          namespace: str) -> None:
     keys = KeyLayout(namespace)
@@ -242,7 +296,7 @@ def test_sharded_layout_sums_every_shard(redis_url: str, namespace: str,
         return await run_async(client, status_plan(keys, delayed_scan=8))
 
     status = run(redis_url, scenario)
-    assert (status.backlog, status.added, status.finished) == (12, 24, 12)
+    assert (status.backlog, status.added, status.finished) == (12, 24, 0)  # 12 parked
     assert status.delayed.total == 12 and sum(s.delayed for s in status.shards) == 12
     assert 8 <= status.delayed.scanned <= 12  # 2 per shard
     assert set(status.delayed.reasons) == {"quota"}

@@ -254,14 +254,28 @@ def test_an_outage_while_finding_the_culprit_blames_no_one_after_it(tmp_path: Pa
 class FailingCollection:
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
+        self.name = "meteorseed.items"
+
+    def create_index(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def index_information(self) -> dict[str, Any]:
+        return {}
 
     def bulk_write(self, operations: list[Any], ordered: bool) -> None:
         raise self.exc
 
 
+class FailingDatabase(dict):  # type: ignore[type-arg]
+    def __missing__(self, name: str) -> FailingCollection:
+        return self["failing"]
+
+    def list_collection_names(self) -> list[str]:
+        return []
+
+
 def mongo_failing_with(exc: Exception) -> MongoStore:
-    failing = FailingCollection(exc)
-    client = {"meteorseed": {"items": failing, "anomalies": failing}}
+    client = {"meteorseed": FailingDatabase(failing=FailingCollection(exc))}
     return MongoStore(client, owns_client=False)
 
 

@@ -1,8 +1,10 @@
-"""One contract, every store: SQLite, mongomock-ng, and a real MongoDB when
-``METEORSEED_TEST_MONGO_URL`` is set (e.g. ``mongodb://127.0.0.1:27017``)."""
+"""One contract, every store: SQLite, a real PostgreSQL (started by the tests, skipped where it
+is not installed), mongomock-ng, and a real MongoDB when ``METEORSEED_TEST_MONGO_URL`` is set
+(e.g. ``mongodb://127.0.0.1:27017``)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import sqlite3
@@ -18,6 +20,7 @@ import pytest
 from meteorseed_scrapy.store import sqlite as sqlite_module
 from meteorseed_scrapy.store.backends import open_store
 from meteorseed_scrapy.store.base import (
+    DEFAULT_NAMESPACE,
     DocumentError,
     Store,
     StoreUnavailable,
@@ -27,11 +30,12 @@ from meteorseed_scrapy.store.base import (
     utc_timestamp,
 )
 from meteorseed_scrapy.store.mongo import MongoStore
+from meteorseed_scrapy.testing.polling import wait_for
 
 MONGO_ENV = "METEORSEED_TEST_MONGO_URL"
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
-Opener = Callable[[], Store]
+Opener = Callable[..., Store]
 
 
 def _real_mongo_uri() -> Iterator[str]:
@@ -49,11 +53,13 @@ def _real_mongo_uri() -> Iterator[str]:
     client.close()
 
 
-@pytest.fixture(params=["sqlite", "mongomock", "mongodb"])
+@pytest.fixture(params=["sqlite", "postgres", "mongomock", "mongodb"])
 def open_(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     """Opens a store (a new connection each call) on one fresh database for this test."""
     if request.param == "sqlite":
         uris: Iterator[str] = iter([f"sqlite:///{tmp_path}/items.db"])
+    elif request.param == "postgres":
+        uris = iter([request.getfixturevalue("postgres_uri")])
     elif request.param == "mongomock":
         uris = iter([f"mongomock://{uuid.uuid4().hex}/testdb"])
     else:
@@ -61,8 +67,8 @@ def open_(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
     uri = next(uris)
     opened: list[Store] = []
 
-    def opener() -> Store:
-        store = open_store(uri)
+    def opener(namespace: str = DEFAULT_NAMESPACE, retention: float | None = None) -> Store:
+        store = open_store(uri, namespace, retention)
         opened.append(store)
         return store
 
@@ -252,11 +258,11 @@ def test_unreachable_mongodb_is_store_unavailable() -> None:
 def test_mongo_database_defaults_to_meteorseed() -> None:
     store = open_store("mongodb://127.0.0.1:1")
     assert isinstance(store, MongoStore)
-    assert store.collection.full_name == "meteorseed.items"
+    assert store.collection.full_name == "meteorseed.meteorseed.items"  # database, namespace
     store.close()
 
 
-@pytest.mark.parametrize("uri", ["redis://x", "postgres://db/x", "items.db", "sqlite://"])
+@pytest.mark.parametrize("uri", ["redis://x", "mysql://db/x", "items.db", "sqlite://"])
 def test_unknown_store_uri_names_the_setting(uri: str) -> None:
     with pytest.raises(ValueError, match="METEORSEED_STORE_URI"):
         open_store(uri)
@@ -351,5 +357,116 @@ def test_sqlite_anomalies_table_shape(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "a.db") as conn:
         columns = [row[1] for row in conn.execute("PRAGMA table_info(anomalies)")]
         (raw,) = conn.execute("SELECT doc FROM anomalies WHERE _id = 'news:x'").fetchone()
-    assert columns == ["_id", "doc"]
+    assert columns == ["_id", "doc", "namespace"]
     assert '"reasons":["r"]' in raw
+
+
+# -- namespaces, indexes, retention ---------------------------------------------------------
+
+
+def test_namespaces_sharing_a_database_keep_their_own_documents(open_: Opener) -> None:
+    blue, green = open_("blue"), open_("green")
+    blue.upsert_many([doc("a", colour="blue"), doc("b", colour="blue")])
+    green.upsert_many([doc("a", colour="green", at=T0 + timedelta(hours=1))])
+    green.upsert_anomalies([{**doc("x"), "reasons": ["r"]}])
+    assert blue.get("news:a") == doc("a", colour="blue")  # not overwritten
+    assert green.get("news:a") == doc("a", colour="green", at=T0 + timedelta(hours=1))
+    assert (blue.count(), green.count()) == (2, 1)
+    assert blue.count_by_site() == {"news": 2} and green.all_ids() == {"news:a"}
+    assert list(blue.iter_anomalies()) == [] and len(list(green.iter_anomalies())) == 1
+    assert open_().count() == 0  # the default namespace is one more of them
+
+
+def test_retention_deletes_what_was_not_updated_for_that_long(open_: Opener) -> None:
+    kept = open_("other")
+    kept.upsert_many([doc("old-elsewhere", at=T0)])
+    store = open_("ns", retention=3600)
+    now = datetime.now(timezone.utc)
+    recent = doc("recent", at=now - timedelta(minutes=5))
+    store.upsert_many([doc("old", at=T0), recent])
+    # SQL: purged right after the first write; MongoDB: its TTL monitor (every 60 s on a
+    # server; mongomock-ng expires on every read).
+    wait_for(lambda: store.all_ids() == {"news:recent"}, 120)
+    assert store.get("news:recent") == recent  # (MongoDB's TTL field is not shown)
+    assert kept.all_ids() == {"news:old-elsewhere"}  # another namespace's are its own
+    assert store.purge_older_than(utc_timestamp(now)) == 1
+    assert store.count() == 0
+
+
+def test_mongodb_retention_is_a_ttl_index_and_goes_when_turned_off(open_: Opener) -> None:
+    open_("ns").upsert_many([doc("before", at=T0)])  # written while retention was off
+    store = open_("ns", retention=7200)
+    if not isinstance(store, MongoStore):
+        pytest.skip("MongoDB only: SQL stores purge from the store stage")
+    store.upsert_many([doc("a", at=T0 + timedelta(days=10_000))])
+    assert store.all_ids() == {"news:a"}  # "before" got its date, and expired
+    index = store.collection.index_information()["retention"]
+    assert index["expireAfterSeconds"] == 7200 and index["key"] == [("_updated_date", 1.0)]
+    raw = store.collection.find_one({"_id": "news:a"})
+    assert raw["_updated_date"].replace(tzinfo=timezone.utc) == T0 + timedelta(days=10_000)
+    open_("ns", retention=60).upsert_many([doc("b")])  # another retention: the index follows
+    assert store.collection.index_information()["retention"]["expireAfterSeconds"] == 60
+    open_("ns").upsert_anomalies([doc("r")])  # a store not in charge (the anomaly writer)
+    assert "retention" in store.collection.index_information()
+    open_("ns", retention=0).upsert_many([doc("c")])  # retention off: nothing expires any more
+    assert "retention" not in store.collection.index_information()
+
+
+def test_retention_setting_is_validated() -> None:
+    from scrapy.settings import Settings
+
+    from meteorseed_scrapy.settings import DEFAULTS, StoreConfig
+
+    assert DEFAULTS["METEORSEED_STORE_RETENTION"] == 0
+    assert StoreConfig.from_settings(Settings({"METEORSEED_STORE_RETENTION": "30d"})
+                                     ).retention == 30 * 86400
+    with pytest.raises(ValueError, match="METEORSEED_STORE_RETENTION"):
+        StoreConfig.from_settings(Settings({"METEORSEED_STORE_RETENTION": "soon"}))
+
+
+def _index_names(store: Store) -> set[str]:
+    inner = getattr(store, "inner", store)
+    if isinstance(inner, MongoStore):
+        return set(inner.collection.index_information())
+    if isinstance(inner, sqlite_module.SQLiteStore):
+        return {row[1] for row in inner._run(lambda c: c.execute(
+            "SELECT type, name FROM sqlite_master WHERE tbl_name = 'items'").fetchall())}
+    return {row[0] for row in inner._rows(  # type: ignore[attr-defined]
+        "SELECT indexname FROM pg_indexes WHERE tablename = 'items' AND %s::text IS NOT NULL")}
+
+
+def test_the_store_creates_indexes_for_the_questions_people_ask(store: Store) -> None:
+    store.upsert_many([doc("a", content_fingerprint="f" * 40)])
+    names = _index_names(store)
+    for question in ("site_time", "seed", "fingerprint", "updated"):
+        assert any(name.endswith(question) for name in names), (question, names)
+
+
+def test_sqlite_rows_from_before_namespaces_are_adopted(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:  # the shape every earlier version created
+        for table in ("items", "anomalies"):
+            conn.execute(f"CREATE TABLE {table} (_id TEXT PRIMARY KEY, doc TEXT NOT NULL)")
+        conn.execute("INSERT INTO items VALUES ('news:a', ?)", (json.dumps(doc("a")),))
+        conn.execute("INSERT INTO anomalies VALUES ('news:z', ?)", (json.dumps(doc("z")),))
+    conn.close()
+    with open_store(f"sqlite:///{path}", "prod") as store:
+        assert store.get("news:a") == doc("a")
+        assert [d["_id"] for d in store.iter_anomalies()] == ["news:z"]
+        store.upsert_many([doc("a", title="again"), doc("b")])
+        assert store.count() == 2
+    with open_store(f"sqlite:///{path}", "other") as other:
+        assert other.count() == 0
+
+
+def test_mongodb_collections_from_before_namespaces_are_adopted() -> None:
+    uri = f"mongomock://{uuid.uuid4().hex}/db"
+    with open_store(uri) as raw:
+        assert isinstance(raw, MongoStore)
+        raw.database["items"].insert_one(doc("a"))
+        raw.database["anomalies"].insert_one(doc("z"))
+    with open_store(uri, "prod") as store:
+        assert store.get("news:a") == doc("a")
+        assert [d["_id"] for d in store.iter_anomalies()] == ["news:z"]
+    with open_store(uri, "other") as other:
+        assert other.count() == 0

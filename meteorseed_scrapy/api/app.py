@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from meteorseed_scrapy import console
-from meteorseed_scrapy.api import dead, dispatch, history, monitor, seeds, tasks
+from meteorseed_scrapy.api import dead, dispatch, history, monitor, seeds, site_control, tasks
 from meteorseed_scrapy.api.auth import auth_middleware
 from meteorseed_scrapy.api.config import CONFIG, ApiConfig
+from meteorseed_scrapy.api.guard import body_timeout_middleware, local_only_middleware
 from meteorseed_scrapy.api.openapi import build_spec
 from meteorseed_scrapy.api.problems import problem_middleware
 from meteorseed_scrapy.api.state import STATE, ApiState
@@ -28,10 +29,11 @@ def create_app(config: ApiConfig) -> web.Application:
     """The application; Redis is first used by a request, so it starts with Redis down."""
     # client_max_size: aiohttp answers a larger body with 413 before it is read into memory.
     app = web.Application(client_max_size=config.max_body,
-                          middlewares=[problem_middleware, auth_middleware])
+                          middlewares=[local_only_middleware, problem_middleware,
+                                       auth_middleware, body_timeout_middleware])
     app[CONFIG] = config
     app[monitor.THROUGHPUT] = Throughput()
-    app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri)
+    app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri, config.namespace)
     app[monitor.KNOWN_SITES] = monitor.KnownSites()
     app[history.HISTORY] = history.History()
     app.cleanup_ctx.append(_lifecycle)
@@ -51,6 +53,7 @@ def create_app(config: ApiConfig) -> web.Application:
     r.add_get("/dead-letters", dead.list_dead)
     r.add_get("/dead-letters/{letter_id}", dead.show_dead)
     r.add_post("/dead-letters/{letter_id}/requeue", dead.requeue_dead)
+    site_control.add_routes(r)
     console.add_routes(app)
     return app
 

@@ -10,8 +10,7 @@ import asyncio
 import threading
 from types import TracebackType
 
-from aiohttp import web
-
+from meteorseed_scrapy.api import guard
 from meteorseed_scrapy.api.app import create_app
 from meteorseed_scrapy.api.config import ApiConfig
 
@@ -57,10 +56,11 @@ class ServerThread:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        runner = web.AppRunner(create_app(self.config), access_log=None)
+        runner = guard.runner(create_app(self.config))
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.host, self.port)
+            site = guard.GuardedSite(runner, self.host, self.port,
+                                     max_connections=self.config.max_connections)
             await site.start()
             self.port = int(runner.addresses[0][1])
             self._ready.set()

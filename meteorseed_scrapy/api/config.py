@@ -34,6 +34,13 @@ class ApiConfig:
     #: Background expansions (sitemaps, templates, keywords) running at once; a dispatch that
     #: would start more is answered 503 with Retry-After.
     max_expansions: int = 16
+    #: Connections open at once; beyond, the oldest one waiting for a request is closed (or,
+    #: all busy, the new one is answered 503): meteorseed_scrapy.api.guard.
+    max_connections: int = 256
+    #: Seconds a connection may wait for a complete request head (idle, or headers trickling).
+    idle_timeout: float = 10.0
+    #: Seconds a request body may take to arrive (then 408).
+    body_timeout: float = 10.0
     #: ``METEORSEED_STREAM_SHARDS`` of the namespace (``meteorseed serve`` reads the recorded one).
     shards: int = 1
     #: The project's ``REQUEST_FINGERPRINTER_CLASS`` (``meteorseed serve`` run inside a Scrapy
@@ -49,6 +56,11 @@ class ApiConfig:
             raise ValueError(f"max_body: must be at least 1024 bytes, got {self.max_body}")
         if self.max_expansions < 1:
             raise ValueError(f"max_expansions: must be at least 1, got {self.max_expansions}")
+        for name in ("idle_timeout", "body_timeout"):
+            if not getattr(self, name) > 0:  # (also refuses nan)
+                raise ValueError(f"{name}: must be > 0 seconds, got {getattr(self, name)}")
+        if self.max_connections < 1:
+            raise ValueError(f"max_connections: must be at least 1, got {self.max_connections}")
         if self.max_backlog < 0:
             raise ValueError(f"METEORSEED_MAX_BACKLOG: must be >= 0, got {self.max_backlog}")
 

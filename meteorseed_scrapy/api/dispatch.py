@@ -19,6 +19,7 @@ host name is resolved and checked when the sitemap is fetched).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -30,7 +31,7 @@ from aiohttp import web
 from meteorseed_scrapy.api.expansion import MAX_LISTED_ERRORS, RETRY_AFTER_S, Progress, expand_seed
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.seeding.addresses import literal_problem
+from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PUBLIC_ONLY, literal_problem
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.task.seed_task import SeedTask
@@ -118,9 +119,9 @@ async def dispatch(request: web.Request) -> web.Response:
         except InvalidInput as exc:
             errors.extend(exc.errors)
             continue
-        refused = _sitemap_problem(state, seed)
+        refused = _sitemap_problem(state, seed, prefix) or _url_list_problem(state, seed, prefix)
         if refused is not None:
-            errors.append(FieldError(f"{prefix}payload.url", refused))
+            errors.append(refused)
         elif seed.seed_id in seen_ids:
             errors.append(FieldError(f"{prefix}seed_id", f"{seed.seed_id!r} appears twice in "
                                                          "this request"))
@@ -129,6 +130,9 @@ async def dispatch(request: web.Request) -> web.Response:
                                      f"expanded (GET /seeds/{seed.seed_id})"))
         else:
             seen_ids.add(seed.seed_id)
+            # Workers fetch its tasks and their redirects from public addresses only (their
+            # METEORSEED_FETCH_PRIVATE_ADDRESSES aside): meteorseed_scrapy/address_policy.py
+            seed = dataclasses.replace(seed, meta={**seed.meta, POLICY_META_KEY: PUBLIC_ONLY})
             accepted.append((index, prefix, seed))
     if not accepted:
         raise InvalidInput(errors, "no seed was accepted")
@@ -178,14 +182,27 @@ async def dispatch(request: web.Request) -> web.Response:
     }, status=202)
 
 
-def _sitemap_problem(state: ApiState, seed: SeedTask) -> str | None:
+def _sitemap_problem(state: ApiState, seed: SeedTask, prefix: str) -> FieldError | None:
     """Why a sitemap seed's own URL may not be fetched, as far as can be told without DNS."""
     if seed.task_type != "sitemap":
         return None
     url = str(seed.payload.get("url"))
     policy = FetchPolicy.for_site(seed.site_id, state.rules.get(seed.site_id))
-    return policy.domain_problem(url) or literal_problem(
+    problem = policy.domain_problem(url) or literal_problem(
         url, state.config.fetch_private_addresses)
+    return None if problem is None else FieldError(f"{prefix}payload.url", problem)
+
+
+def _url_list_problem(state: ApiState, seed: SeedTask, prefix: str) -> FieldError | None:
+    """The first URL of a url_list seed that is a literal non-public address (names are
+    checked by the workers, resolved: address_policy.py)."""
+    if seed.task_type != "url_list" or state.config.fetch_private_addresses:
+        return None
+    for index, url in enumerate(seed.payload.get("urls") or ()):
+        problem = literal_problem(str(url))
+        if problem is not None:
+            return FieldError(f"{prefix}payload.urls[{index}]", problem)
+    return None
 
 
 async def _start(state: ApiState, index: int, prefix: str, seed: SeedTask,

@@ -1,37 +1,40 @@
 """Expanding one dispatched seed into exec tasks without blocking the server.
 
-The URL generator of a seed (:func:`meteorseed_scrapy.seeding.expand.expand`) may block: a
-sitemap is fetched over HTTP while it is iterated, a million-URL template takes seconds. So it
-is pulled in chunks in a worker thread (for background expansions, a thread of the
-:class:`ExpansionPool`, never one of the default executor that request handlers use), and
-each chunk is checked against the site's rules and
-enqueued through :class:`~meteorseed_scrapy.queue.writer.TaskWriter` (fleet-wide dedup,
-backpressure) on the event loop. :class:`Progress` holds the counts so far, which
+The expansion engine (:func:`meteorseed_scrapy.seeding.expand.expand_seeds`, the one
+``seed-expand`` and the seeder run) with its URLs pulled on threads: a seed's URLs may block
+(a sitemap is fetched over HTTP while it is iterated, a million-URL template takes seconds),
+so they are pulled in chunks on a worker thread (for background expansions, a thread of the
+:class:`ExpansionPool`, never one of the default executor that request handlers use), then
+checked against the site's rules and enqueued (fleet-wide dedup, backpressure) on the event
+loop. :class:`Progress` holds the counts so far, which
 ``GET /seeds/{id}`` shows while a background expansion runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from itertools import islice
+from dataclasses import dataclass, field
 from typing import Any
 
 from meteorseed_scrapy.api.problems import FieldError
-from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE, Encoded
+from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE
 from meteorseed_scrapy.queue.writer import TaskWriter
-from meteorseed_scrapy.seeding.fetch import FetchPolicy, policies
-from meteorseed_scrapy.seeding.seed_urls import UrlError, cached_canonical_url, expand
-from meteorseed_scrapy.seeding.sitemap import SitemapError
+from meteorseed_scrapy.seeding.expand import expand_seeds
+from meteorseed_scrapy.seeding.expand_types import (
+    ExpandOptions,
+    ExpandSummary,
+    Rejection,
+    SeedResult,
+    SeedWatcher,
+)
+from meteorseed_scrapy.seeding.fetch import policies
 from meteorseed_scrapy.sites.lookup import SiteConfigs
-from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
-from meteorseed_scrapy.task.validation import TaskError
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +125,18 @@ class ExpansionPool:
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 
-def _take(items: Iterator[ExecTask | UrlError], n: int) -> list[ExecTask | UrlError]:
-    return list(islice(items, n))
+class _ProgressWatcher(SeedWatcher):
+    """The one seed of a dispatch expansion: its result, and a stop asked for by a cancel."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.result: SeedResult | None = None
+
+    def started(self, result: SeedResult) -> None:
+        self.result = result
+
+    def stop_requested(self) -> bool:
+        return self.progress.stop_requested
 
 
 async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: TaskWriter,
@@ -131,9 +144,10 @@ async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: T
                       keepalive: Callable[[], Awaitable[None]] | None = None, *,
                       pool: ExpansionPool | None = None, private_addresses: bool = False
                       ) -> tuple[str, str | None]:
-    """Expand ``seed`` into the task stream, recording counts and rejections in ``progress``;
-    returns the outcome (``done`` or ``failed``) and why it failed, for the caller to record
-    and then :meth:`Progress.finish` (in that order: a reader seeing ``done`` sees the run).
+    """Expand ``seed`` into the task stream (the expansion engine, URLs pulled on threads),
+    recording counts and rejections in ``progress``; returns the outcome (``done`` or
+    ``failed``) and why it failed, for the caller to record and then :meth:`Progress.finish`
+    (in that order: a reader seeing ``done`` sees the run).
 
     ``prefix`` starts every field path (``seeds[2].``). ``keepalive`` is awaited every
     :data:`KEEPALIVE_S` seconds (the seed's lease). A sitemap that cannot be read fails the
@@ -142,63 +156,49 @@ async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: T
     ``METEORSEED_FETCH_PRIVATE_ADDRESSES``.
     """
     await rules.refresh()
-    stop = threading.Event()  # set when this ends: a sitemap fetch still under way stops too
-    site_policy = policies(rules.get, private_addresses)
+    summary = ExpandSummary()
 
-    def sitemaps(site_id: str) -> FetchPolicy:
-        return replace(site_policy(site_id), stop=stop)
+    def counted(summary: ExpandSummary) -> None:
+        progress.enqueued, progress.duplicates = summary.enqueued, summary.duplicates
 
-    items = expand(seed, sitemaps)  # the payload was checked when the request was validated
-    loop = asyncio.get_running_loop()
-    next_keepalive = time.monotonic() + KEEPALIVE_S
-    try:
-        while True:
-            if keepalive is not None and time.monotonic() >= next_keepalive:
-                await keepalive()
-                next_keepalive = time.monotonic() + KEEPALIVE_S
-            if progress.stop_requested:
-                raise asyncio.CancelledError
-            chunk = await (asyncio.to_thread(_take, items, CHUNK_SIZE) if pool is None else
-                           loop.run_in_executor(pool.executor, _take, items, CHUNK_SIZE))
-            if not chunk or progress.stop_requested:
-                if progress.stop_requested:
-                    raise asyncio.CancelledError
-                break
-            batch = _encode(seed, prefix, chunk, progress, writer, rules)
-            if batch:
-                await writer.wait_for_room(max_backlog, _waiting)
-                result = await writer.add_encoded(batch)
-                progress.enqueued += result.enqueued
-                progress.duplicates += result.duplicates
-    except SitemapError as exc:
-        progress.reject(f"{prefix}payload.url", str(exc))
-        return "failed", str(exc)
-    finally:
-        stop.set()
-    return "done", None
-
-
-def _encode(seed: SeedTask, prefix: str, chunk: list[ExecTask | UrlError], progress: Progress,
-            writer: TaskWriter, rules: SiteConfigs) -> list[Encoded]:
-    batch: list[Encoded] = []
-    for position, item in enumerate(chunk, start=progress.enqueued + progress.duplicates
-                                    + progress.rejected):
-        if isinstance(item, UrlError):
-            position = item.position
-            path, problem = url_field(seed, position), item.reason
-        else:
-            reason = rules.rejects(seed.site_id, item.url)
-            if reason is None:
-                try:
-                    batch.append(writer.encode(item, True, cached_canonical_url(item.url)))
-                    continue
-                except TaskError as exc:  # (expand checked these; a guard)
-                    reason = str(exc)
-            path, problem = url_field(seed, position), f"url: {reason}"
+    def rejected(rejection: Rejection) -> None:
+        position = rejection.url_position
+        if position is None:  # the whole seed: its sitemap
+            progress.reject(f"{prefix}payload.url", rejection.reason)
+            return
+        problem = rejection.reason
         if seed.task_type in ("url_template", "sitemap"):
             problem = f"URL #{position}: {problem}"
-        progress.reject(prefix + path, problem)
-    return batch
+        progress.reject(prefix + url_field(seed, position), problem)
+
+    options = ExpandOptions(
+        batch_size=CHUNK_SIZE, max_backlog=max_backlog, dedup=True, rejects=rules.rejects,
+        sitemaps=policies(rules.get, private_addresses), on_wait=_waiting, on_batch=counted,
+        threads=True, executor=None if pool is None else pool.executor)
+    watcher = _ProgressWatcher(progress)
+    lease = asyncio.ensure_future(_keep(keepalive)) if keepalive is not None else None
+    try:
+        await expand_seeds([(0, seed)], writer, options, on_error=rejected, watcher=watcher,
+                           summary=summary)
+    finally:
+        counted(summary)
+        if lease is not None:
+            lease.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lease
+    error = watcher.result.error if watcher.result is not None else None
+    return ("done", None) if error is None else ("failed", error)
+
+
+async def _keep(keepalive: Callable[[], Awaitable[None]]) -> None:
+    """The seed's lease, renewed while a long expansion runs (a Redis that is down fails the
+    expansion itself: here it is only logged)."""
+    while True:
+        await asyncio.sleep(KEEPALIVE_S)
+        try:
+            await keepalive()
+        except Exception as exc:  # (the registry shares Redis: it may be down too)
+            logger.warning("cannot renew the lease of a seed being expanded: %s", exc)
 
 
 def _waiting(backlog: int) -> None:

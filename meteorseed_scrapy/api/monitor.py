@@ -18,6 +18,7 @@ from aiohttp import web
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.queue.scan import scan_namespace
+from meteorseed_scrapy.queue.spiders import with_registered
 from meteorseed_scrapy.queue.status import QueueSampler, Throughput
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import DEFAULTS
@@ -33,7 +34,7 @@ async def overview(request: web.Request) -> web.Response:
     keys = state.config.keys
     status = await QueueSampler(state.config.redis_url, keys, client=state.client).sample()
     body = status.to_json()
-    body["streams"] = list(keys.streams)
+    body["streams"] = list((await with_registered(state.client, keys)).streams)
     # Rates over the last minute of this server's snapshots; the totals are the snapshot's.
     body["throughput"] = request.app[THROUGHPUT].update(status)
     body["seeds"] = await state.registry.count()
@@ -139,8 +140,9 @@ class AnomalyCounts:
     TTL_S = 10.0
     MAX_COUNTED = 200_000
 
-    def __init__(self, store_uri: str | None) -> None:
+    def __init__(self, store_uri: str | None, namespace: str) -> None:
         self.store_uri = store_uri
+        self.namespace = namespace  # (the store keeps each namespace's documents apart)
         self.source = redact(store_uri) if store_uri else None
         self.error: str | None = None
         self._cached: tuple[float, dict[str, int]] | None = None
@@ -163,7 +165,7 @@ class AnomalyCounts:
         from meteorseed_scrapy.store.backends import open_store
 
         counts: dict[str, int] = {}
-        with open_store(uri) as store:
+        with open_store(uri, self.namespace) as store:
             for i, doc in enumerate(store.iter_anomalies()):
                 if i >= self.MAX_COUNTED:
                     break

@@ -20,7 +20,7 @@ from meteorseed_scrapy.api.dispatch import LANE
 from meteorseed_scrapy.queue import deadletters
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.seed_task import TASK_TYPES, SeedTask
-from meteorseed_scrapy.task.validation import ID_MAX
+from meteorseed_scrapy.task.validation import ID_MAX, SPIDER_MAX
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}
 
@@ -75,6 +75,10 @@ _SEED_DETAILS: dict[str, dict[str, Any]] = {
     "meta": {"description": "JSON values; Scrapy's and MeteorSeed's own keys are refused"},
     "lane": {"enum": list(LANES), "default": LANE,
              "description": "stream lane; POST /dispatch defaults to realtime"},
+    "spider": {"type": ["string", "null"], "minLength": 1, "maxLength": SPIDER_MAX,
+               "pattern": r"^[\w.-]+$",
+               "description": "the spider whose workers take its tasks (and their children); "
+                              "null: any worker"},
 }
 
 
@@ -279,6 +283,7 @@ def build_spec() -> dict[str, Any]:
                 "Put the task back on the stream (bypassing dedup) and drop its dead letter",
                 {**_ok("Requeued", _obj(requeued=_ANY_OBJ)), **_problems(404, 409, 422),
                  **auth}, parameters=[_LETTER_PARAM])},
+            **_control_paths(auth),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
@@ -286,4 +291,27 @@ def build_spec() -> dict[str, Any]:
             "schemas": {"Problem": _obj(type=_STR, title=_STR, status=_INT, detail=_STR,
                                         errors={"type": "array", "items": _FIELD_ERROR})},
         },
+    }
+
+
+def _control_paths(auth: dict[str, Any]) -> dict[str, Any]:
+    """An operator's hand on a site (api/site_control.py)."""
+    site = [{"name": "site_id", "in": "path", "required": True, "schema": _STR}]
+    bad = {**_problems(422), **auth}
+    return {
+        "/controls": {"get": _op("Held sites and overridden limits: who, when, why",
+                                 {**_ok("Per site", _ANY_OBJ), **auth})},
+        "/sites/{site_id}/pause": {"post": _op(
+            "Hold the site fleet-wide: nothing fetched, nothing lost, until resumed",
+            {**_ok("Held", _obj(site_id=_STR, held={"type": "boolean"},
+                                already={"type": "boolean"})), **bad}, parameters=site)},
+        "/sites/{site_id}/resume": {"post": _op(
+            "Let a held site go: its parked tasks due now",
+            {**_ok("Resumed", _obj(site_id=_STR, was_held={"type": "boolean"}, woken=_INT)),
+             **bad}, parameters=site)},
+        "/sites/{site_id}/limit": {"post": _op(
+            "Set the site's rate and/or concurrency fleet-wide until reset",
+            {**_ok("Set", _ANY_OBJ), **bad}, parameters=site,
+            requestBody={"required": True, "content": {"application/json": {"schema": _obj(
+                rate=_NUM, concurrency=_INT, reset={"type": "boolean"})}}})},
     }

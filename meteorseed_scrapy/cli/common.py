@@ -28,6 +28,7 @@ from meteorseed_scrapy.queue.connection import is_cluster_url, sync_client
 from meteorseed_scrapy.queue.dedup import Fingerprinter, settings_fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import stored_shards
+from meteorseed_scrapy.queue.spiders import with_registered_sync
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import (
     DEFAULT_REDIS_URL,
@@ -186,8 +187,8 @@ def layout(client: redis.Redis, url: str, namespace: str) -> KeyLayout:
         keys = KeyLayout(namespace, stream_shards(cli_settings()), is_cluster_url(url))
     except ConfigError as exc:
         raise CliError(str(exc)) from None
-    try:
-        return stored_shards(client, keys)
+    try:  # (every spider's task set too: status, task lookups and dead letters see them all)
+        return with_registered_sync(client, stored_shards(client, keys))
     except RedisError:  # unreachable: the command itself reports it
         return keys
 

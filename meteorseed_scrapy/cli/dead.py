@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from meteorseed_scrapy.cli.common import (
@@ -32,7 +33,8 @@ def register(sub: Any) -> None:
 
     p = actions.add_parser("show", help="one dead letter in full")
     add_target_options(p)
-    p.add_argument("id", help="dead-letter id (from `dead list`)")
+    p.add_argument("id", help="dead-letter id (from `dead list` or the worker's log line), or "
+                              "the task id or task message id it was dead-lettered under")
     p.set_defaults(run=run_show)
 
     p = actions.add_parser(
@@ -90,22 +92,20 @@ def run_list(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
+#: A task id as ``new_task_id`` makes them (uuid4 hex).
+TASK_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
 def run_show(args: argparse.Namespace, ctx: Context) -> int:
-    if not deadletters.LETTER_ID.match(args.id):
-        raise CliError(f"not a dead-letter id: {args.id!r} "
-                       f"(expected {deadletters.LETTER_ID_FORM})")
-    found, _missing = deadletters.fetch(ctx.client, ctx.keys, [args.id])
-    if not found:
-        raise CliError(f"no dead letter {args.id} in {_dead_name(ctx)}", EXIT_INCOMPLETE)
-    letter = found[0]
+    letter = _find(ctx, args.id)
     shown = letter.summary()
     shown["task"] = letter.task.to_dict() if letter.task else None
     shown["payload"] = letter.fields.get("t", "")
     if ctx.json:
         ctx.emit_json(shown)
         return EXIT_OK
-    for name in ("id", "site_id", "task_id", "seed_id", "url", "consumer", "deliveries", "at",
-                 "source_id", "requeueable", "error"):
+    for name in ("id", "site_id", "spider", "task_id", "seed_id", "url", "consumer", "deliveries",
+                 "at", "source_id", "requeueable", "error"):
         if shown.get(name) is not None:
             ctx.say(f"{name + ':':<13}{printable(str(shown[name]))}")
     ctx.say("reason:")  # (a traceback: its lines stay lines)
@@ -115,6 +115,25 @@ def run_show(args: argparse.Namespace, ctx: Context) -> int:
     ctx.say(json.dumps(body, indent=2, ensure_ascii=False) if letter.task
             else printable(str(body)))
     return EXIT_OK
+
+
+def _find(ctx: Context, wanted: str) -> deadletters.DeadLetter:
+    """The dead letter ``wanted`` names: its own id, else the task id or the task message id
+    (``source_id``) it was dead-lettered under (a scan of the dead letters)."""
+    is_letter = bool(deadletters.LETTER_ID.match(wanted))
+    if is_letter:
+        found, _missing = deadletters.fetch(ctx.client, ctx.keys, [wanted])
+        if found:
+            return found[0]
+    elif not TASK_ID.match(wanted):
+        raise CliError(f"not a dead-letter id, task id or message id: {wanted!r} "
+                       f"(expected {deadletters.LETTER_ID_FORM}, or 32 hex digits)")
+    for letter in deadletters.iter_dead(ctx.client, ctx.keys):
+        if letter.fields.get("source_id") == wanted or (
+                letter.task is not None and letter.task.task_id == wanted):
+            return letter
+    raise CliError(f"no dead letter {wanted} in {_dead_name(ctx)}"
+                   + ("" if is_letter else " (by task id)"), EXIT_INCOMPLETE)
 
 
 def run_requeue(args: argparse.Namespace, ctx: Context) -> int:

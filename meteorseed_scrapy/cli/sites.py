@@ -1,4 +1,5 @@
-"""``meteorseed sites push DIR | list | rm SITE... | check DIR | try SITE URL|FILE | schema``.
+"""``meteorseed sites push DIR | list | rm SITE... | check DIR | try SITE URL|FILE | schema``,
+and ``pause | resume | limit | controls`` (:mod:`meteorseed_scrapy.cli.site_control`).
 
 ``push`` validates every rule file of DIR as a worker would and stores them all in one
 transaction, or none when any is bad (each problem printed as ``file: field: problem``).
@@ -22,6 +23,7 @@ from meteorseed_scrapy.cli.common import (
     add_target_options,
     table,
 )
+from meteorseed_scrapy.cli.site_control import register as register_control
 from meteorseed_scrapy.cli.site_try import load_rules, offline_context
 from meteorseed_scrapy.cli.site_try import register as register_try
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
@@ -32,7 +34,7 @@ from meteorseed_scrapy.sites.schema import rule_schema
 
 def register(sub: Any) -> None:
     sites = sub.add_parser("sites", help="site rule files: push, list, rm (in Redis); check,"
-                           " try, schema (files only)")
+                           " try, schema (files only); pause, resume, limit, controls")
     actions = sites.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = actions.add_parser("push", help="validate the rule files of DIR and store them all")
     p.add_argument("directory", type=Path, metavar="DIR")
@@ -52,6 +54,7 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run_offline=run_check)
     register_try(actions)
+    register_control(actions)
     p = actions.add_parser("schema", help="the JSON Schema of the rule-file format")
     p.set_defaults(run_offline=run_schema)
 

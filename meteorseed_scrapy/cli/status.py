@@ -149,6 +149,15 @@ def _say_delayed(ctx: Context, delayed: dict[str, Any]) -> None:
             f"{_due(delayed['next_due_in_s'])}; {reasons}{sampled}")
 
 
+def _say_spiders(ctx: Context, spiders: list[dict[str, Any]]) -> None:
+    rows = [{"spider": sp["spider"] or "(any: names no spider)", "backlog": sp["backlog"],
+             "pending": sp["pending"], "delayed": sp["delayed"], "workers": sp["workers"],
+             "note": "waiting: no live worker runs this spider" if sp["unserved"] else ""}
+            for sp in spiders]
+    ctx.say("\n".join(table(rows, ("spider", "backlog", "pending", "delayed", "workers",
+                                   "note"))))
+
+
 def run(args: argparse.Namespace, ctx: Context) -> int:
     status = collect(ctx.client, ctx)
     if ctx.json:
@@ -177,6 +186,9 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
             for lane, v in status["lanes"].items()]
     ctx.say("\n".join(table(rows, ("lane", "backlog", "pending",
                                    *(f"backlog_{b}" for b in BANDS)))))
+    if len(status["spiders"]) > 1:  # (named task sets: the backlog per spider)
+        ctx.say()
+        _say_spiders(ctx, status["spiders"])
     if delayed["sites"]:
         ctx.say()
         # (table() escapes each cell: a site id from Redis may hold an escape sequence)
@@ -198,8 +210,12 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ctx.say()
     if status["consumers"]:
         ctx.say("\n".join(table(status["consumers"], ("name", "pending", "idle_ms"))))
+    elif throughput["finished_total"] or status["dead"]:
+        ctx.say("no consumers now (the workers that read the streams have left)")
     else:
         ctx.say("no consumers (no worker has read the streams yet)")
+    if status["live_workers"] is not None:
+        ctx.say(f"live workers {status['live_workers']} (liveness registry)")
     if status["seen"]:
         ctx.say()
         rows = [{"site": s, "seen_urls": n} for s, n in status["seen"].items()]
@@ -209,6 +225,19 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
     ctx.say()
     ctx.say(f"persistence: appendonly={server.get('appendonly', '?')} "
             f"maxmemory-policy={server.get('maxmemory_policy', '?')}")
+    memory = status["redis_memory"]
+    if memory is not None:
+        ctx.say(f"memory: {_mib(memory['used_bytes'])} used of "
+                f"{_mib(memory['max_bytes']) if memory['max_bytes'] else 'no maxmemory'}"
+                + (f" ({memory['used_fraction']:.0%})" if memory["max_bytes"] else ""))
+        if memory["near_limit"]:
+            ctx.say(f"WARNING: Redis memory is at {memory['used_fraction']:.0%} of maxmemory: "
+                    "with 'noeviction' new tasks, acks and retries will be refused when it is "
+                    "full (raise maxmemory, or trim dead letters and seen sets)")
     for warning in server["warnings"]:
         ctx.say(f"WARNING: {warning}")
     return 0
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"

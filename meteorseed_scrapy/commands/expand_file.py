@@ -26,8 +26,9 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import ShardMismatch
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
-from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream
-from meteorseed_scrapy.seeding.expanded import CountingWriter, ExpandedSeeds
+from meteorseed_scrapy.seeding.expand import expand_lines
+from meteorseed_scrapy.seeding.expand_types import ExpandOptions, ExpandSummary
+from meteorseed_scrapy.seeding.expanded import ExpandedSeeds
 from meteorseed_scrapy.seeding.fetch import policies
 from meteorseed_scrapy.seeding.progress import Progress
 from meteorseed_scrapy.seeding.registry import SeedRegistry
@@ -90,37 +91,26 @@ async def _expand(
     # Seeds are registered as the dispatch API registers them (seeding/expanded.py).
     seeds = (None if opts.dry_run or opts.no_register
              else ExpandedSeeds(SeedRegistry(client, keys)))
-    lines = read_lines(source) if seeds is None else seeds.tap(read_lines(source))
-    writer = (TaskWriter(client, keys, lane=opts.lane, fingerprinter=fingerprinter())
-              if seeds is None else CountingWriter(client, keys, seeds=seeds, lane=opts.lane,
-                                                   fingerprinter=fingerprinter()))
-
-    def on_error(rejection: Rejection) -> None:
-        if seeds is not None:
-            seeds.rejected(rejection)
-        report_rejection(rejection)
-
+    writer = TaskWriter(client, keys, lane=opts.lane, fingerprinter=fingerprinter())
+    options = ExpandOptions(
+        batch_size=opts.batch_size,
+        max_backlog=max_backlog,
+        dedup=not opts.no_dedup,
+        dry_run=opts.dry_run,
+        rejects=rules.rejects,
+        sitemaps=sitemaps,
+        on_wait=lambda backlog: say(
+            f"{backlog} tasks waiting (more than {max_backlog}); "
+            "pausing until workers catch up"
+        ),
+        on_batch=progress,
+    )
     try:
         if not opts.dry_run:
             await client.ping()  # fail before reading any input when Redis is not there
         await rules.refresh()
-        await expand_stream(
-            lines,
-            writer,
-            batch_size=opts.batch_size,
-            on_error=on_error,
-            max_backlog=max_backlog,
-            dedup=not opts.no_dedup,
-            on_wait=lambda backlog: say(
-                f"{backlog} tasks waiting (more than {max_backlog}); "
-                "pausing until workers catch up"
-            ),
-            summary=summary,
-            dry_run=opts.dry_run,
-            on_batch=progress,
-            rejects=rules.rejects,
-            sitemaps=sitemaps,
-        )
+        await expand_lines(read_lines(source), writer, options, on_error=report_rejection,
+                           watcher=seeds, summary=summary)
         if seeds is not None:
             await seeds.finish()
             for refused in seeds.unregistered:

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection
+    from meteorseed_scrapy.seeding.expand_types import ExpandSummary, Rejection
 
 
 def say(message: str) -> None:

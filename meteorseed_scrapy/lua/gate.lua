@@ -23,6 +23,11 @@
 -- ARGV[11] adaptive burst
 -- ARGV[12] 1: robots.txt Crawl-delay / Request-rate cap the rate (burst 1), and until a worker
 --          has read the site's robots.txt (KEYS[8] absent) one request at a time goes; 0: ignored
+-- KEYS[9]  the site's operator hold (string; present = held: nothing granted, asked again in
+--          an hour or when resumed; politeness/control.py)
+-- KEYS[10] the site's operator override (hash: rate, concurrency; they replace ARGV[1] and
+--          ARGV[3], the burst then at most the rate)
+-- ARGV[13] ms a held site's caller waits before asking again (its tasks are parked meanwhile)
 -- The configured rate and concurrency stay ceilings; a 429's tightening and the breaker's ramp
 -- scale what is left.
 -- Returns {granted, wait_ms, lease_id...}: wait_ms says when asking again makes sense.
@@ -30,6 +35,9 @@
 -- a 429 to the request it carried strikes only when granted after the site's last pause began.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if KEYS[9] and redis.call('EXISTS', KEYS[9]) == 1 then
+  return {0, tonumber(ARGV[13])}
+end
 local paused = redis.call('PTTL', KEYS[2])
 if paused > 0 then
   return {0, paused}
@@ -37,6 +45,17 @@ end
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local cap = tonumber(ARGV[3])
+if KEYS[10] then
+  local override = redis.call('HMGET', KEYS[10], 'rate', 'concurrency')
+  local r, c = tonumber(override[1]), tonumber(override[2])
+  if r and r == r and r > 0 then
+    rate = r
+    burst = math.max(1, math.min(burst, math.floor(r)))
+  end
+  if c and c == c and c >= 1 then
+    cap = math.floor(c)
+  end
+end
 if ARGV[8] == '1' then
   local delay = tonumber(redis.call('HGET', KEYS[7], 'delay') or ARGV[9])
   if delay == nil or delay ~= delay then

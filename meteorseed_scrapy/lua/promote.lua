@@ -26,6 +26,7 @@ for _, member in ipairs(due) do
   end
   redis.call('XADD', stream, '*', 'v', ARGV[2], 't', message)
   count_added(stream, 1)
+  count_field(stream, 'readded', 1)
   redis.call('ZREM', KEYS[1], member)
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -2,10 +2,12 @@
 -- caller computed (its smooth weighted round robin), bands strictly in order within a lane,
 -- and give what an empty lane leaves unused to the others in weight proportion. One round
 -- trip, and never more entries than asked: nothing is delivered that the worker cannot start.
--- KEYS       the task streams, lane by lane, each lane's bands in priority order
+-- KEYS       the task streams, lane by lane, each lane's bands in priority order (a worker of a
+--            named spider reads two task sets: within a band, the default set's stream, then
+--            its spider's; "bands" below are these streams of a lane, in that order)
 -- ARGV[1]    consumer group
 -- ARGV[2]    this consumer
--- ARGV[3]    bands per lane (so #KEYS / ARGV[3] lanes)
+-- ARGV[3]    streams per lane (so #KEYS / ARGV[3] lanes)
 -- ARGV[4..]  the lanes' weights, then the lanes' shares of this read (same lane order)
 -- Returns    {entries, last}: entries in XREADGROUP's reply shape,
 --            {{stream, {{id, {field, value, ...}}, ...}}, ...}; when there are none, last holds

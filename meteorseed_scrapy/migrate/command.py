@@ -23,7 +23,7 @@ from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.dedup import settings_fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
-from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.task.validation import TaskError, check_spider
 from meteorseed_scrapy.task.validation import check_id as _check_id
 
 DEFAULT_SEED_ID = "scrapy-redis"
@@ -68,12 +68,21 @@ def _say(message: str) -> None:
     print(f"seed-expand: {message}", file=sys.stderr, flush=True)
 
 
+def _set_name(spider: str) -> str | None:
+    """The spider's task set, when its name can name one (else any worker's)."""
+    try:
+        return check_spider(spider)
+    except TaskError:
+        return None
+
+
 def run_migration(settings: Any, redis_url: str, keys: KeyLayout, opts: argparse.Namespace,
                   max_backlog: int, redact: Any) -> int:
     """Run it, print the summary; returns the exit code."""
     spider = opts.from_scrapy_redis
     source = ScrapyRedisSource.from_settings(settings, spider)
-    origin = Origin(site_id=opts.site_id or spider, seed_id=opts.seed_id or DEFAULT_SEED_ID)
+    origin = Origin(site_id=opts.site_id or spider, seed_id=opts.seed_id or DEFAULT_SEED_ID,
+                    spider=_set_name(spider))
     summary: list[MigrationSummary] = []
     try:  # the migrated URLs are keyed as the project's workers key their dedup records
         fingerprinter = settings_fingerprinter(settings)

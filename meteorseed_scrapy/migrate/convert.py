@@ -35,6 +35,7 @@ class Origin:
 
     site_id: str
     seed_id: str
+    spider: str | None = None  # the spider whose queue they come from: its workers take them
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
             meta=meta,
             cb_kwargs=dict(cb_kwargs),
             priority=data.get("priority", 0),
+            spider=origin.spider,
         )
         task.to_message()  # too large for a message: refuse this entry, not the whole batch
     except TaskError as exc:

@@ -7,7 +7,8 @@ free one, so several workers on one host, e.g. scrapyd jobs, each get one). Serv
 own thread; nothing it does at scrape time touches Redis or the reactor:
 
 * counters read from Scrapy's stats when scraped (a dict copy): task outcomes
-  (``meteorseed/outcome/*``), per-site retries, throttles and breaker transitions;
+  (``meteorseed/outcome/*``), and the per-site series of
+  :mod:`~meteorseed_scrapy.observability.site_series` (a bounded number of sites);
 * gauges of the queue (backlog, pending, lag, pending per consumer) that a background asyncio
   task samples every ``METEORSEED_METRICS_INTERVAL`` seconds with its own Redis client;
 * the ingest latency histogram (task ``created_at`` -> committed) and the breaker state per
@@ -30,9 +31,17 @@ from typing import Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from meteorseed_scrapy.observability.site_series import OTHER, SiteSeries
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.status import QueueSampler
-from meteorseed_scrapy.settings import duration_setting, redis_url_from, setting, text_setting
+from meteorseed_scrapy.settings import (
+    DEFAULTS,
+    duration_setting,
+    integer_setting,
+    redis_url_from,
+    setting,
+    text_setting,
+)
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.local_crawl import command_of
 from meteorseed_scrapy.validators import ConfigError, to_integer
@@ -43,26 +52,17 @@ logger = logging.getLogger(__name__)
 
 try:
     from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
-    from prometheus_client.core import CounterMetricFamily, Metric
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
     from prometheus_client.registry import Collector
 except ImportError:  # pragma: no cover - depends on the install
     CollectorRegistry = None  # type: ignore[assignment,misc]
     Collector = object  # type: ignore[assignment,misc]
 
-#: Stats prefixes exposed as ``meteorseed_<name>_total{site, <label>}`` counters.
-SITE_COUNTERS = {
-    "meteorseed/retry/": ("site_retries", "reason", "Durable retries per site, by reason"),
-    "meteorseed/throttled/": ("site_throttled", "status", "429/403 answers per site"),
-    "meteorseed/breaker/": ("site_breaker_transitions", "state",
-                            "Circuit breaker transitions per site, by the new state"),
-}
 PLAIN_COUNTERS = (
     ("acked", "meteorseed/acked"), ("read", "meteorseed/read"),
     ("reclaimed", "meteorseed/reclaimed"), ("dead_lettered", "meteorseed/dead"),
     ("redis_errors", "meteorseed/redis/errors"),
 )
-#: Breaker states (health.lua) as gauge values; "ramp" is the half-open recovery.
-BREAKER_STATES = {"closed": 0, "ramp": 1, "open": 2}
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 4 * 3600,
                    86400, float("inf"))
 SETTING = "METEORSEED_METRICS_PORT"
@@ -101,10 +101,12 @@ def port_range(raw: Any) -> tuple[int, int] | None:
 
 
 class StatsCollector(Collector):
-    """Turns the crawler's stats into Prometheus metrics at scrape time."""
+    """Turns the crawler's stats (and the per-site series) into Prometheus metrics at scrape
+    time."""
 
-    def __init__(self, stats: Any) -> None:
+    def __init__(self, stats: Any, sites: SiteSeries) -> None:
         self.stats = stats
+        self.sites = sites
 
     def describe(self) -> list[Metric]:
         return []
@@ -119,17 +121,17 @@ class StatsCollector(Collector):
         yield outcomes
         for name, key in PLAIN_COUNTERS:
             yield CounterMetricFamily(f"meteorseed_{name}", f"Stat {key}", value=stats.get(key, 0))
-        for prefix, (name, label, doc) in SITE_COUNTERS.items():
-            family = CounterMetricFamily(f"meteorseed_{name}", doc, labels=["site", label])
-            for key, value in stats.items():
-                if key.startswith(prefix) and "/" in key[len(prefix):]:
-                    site, _, kind = key[len(prefix):].rpartition("/")
-                    family.add_metric([site, kind], value)
+        for kind, name, doc, labels, values in self.sites.families():
+            family: Metric = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+                f"meteorseed_{name}", doc, labels=labels)
+            for label_values, value in values.items():
+                family.add_metric(list(label_values), value)  # type: ignore[attr-defined]
             yield family
 
 
 class MetricsExtension:
-    def __init__(self, crawler: Any, host: str, ports: tuple[int, int], interval: float) -> None:
+    def __init__(self, crawler: Any, host: str, ports: tuple[int, int], interval: float,
+                 site_limit: int = DEFAULTS["METEORSEED_METRICS_SITES"]) -> None:
         if CollectorRegistry is None:
             raise NotConfigured("METEORSEED_METRICS_PORT needs prometheus-client "
                                 "(pip install 'meteorseed-scrapy[metrics]')")
@@ -137,7 +139,8 @@ class MetricsExtension:
         self.host, self.ports, self.interval = host, ports, interval
         self.port: int | None = None  # the one bound, once the spider opens
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(StatsCollector(crawler.stats))
+        self.sites = SiteSeries(crawler.stats, site_limit)
+        self.registry.register(StatsCollector(crawler.stats, self.sites))
         self.latency = Histogram(
             "meteorseed_ingest_latency_seconds", "Task created_at -> its items committed",
             buckets=LATENCY_BUCKETS, registry=self.registry,
@@ -154,20 +157,30 @@ class MetricsExtension:
                             registry=self.registry),
             "delayed": gauge("meteorseed_queue_delayed", "Tasks deferred in the delayed sets "
                              "(retries, paused or sick sites, parked)", registry=self.registry),
+            "dead": gauge("meteorseed_dead_letters", "Dead letters kept (every shard)",
+                          registry=self.registry),
+            "live": gauge("meteorseed_live_workers", "Workers whose liveness has not lapsed",
+                          registry=self.registry),
+            "memory": gauge("meteorseed_redis_used_memory_bytes", "Redis used_memory",
+                            registry=self.registry),
+            "maxmemory": gauge("meteorseed_redis_maxmemory_bytes", "Redis maxmemory "
+                               "(0: no limit)", registry=self.registry),
         }
         self.per_lane = {
             "backlog": Gauge("meteorseed_lane_backlog", "Tasks waiting per lane", ["lane"],
                              registry=self.registry),
             "pending": Gauge("meteorseed_lane_pending", "Tasks delivered, not acked, per lane",
                              ["lane"], registry=self.registry),
+            "lag": Gauge("meteorseed_lane_lag_seconds", "Age of the oldest task waiting per "
+                         "lane (0: none waits)", ["lane"], registry=self.registry),
         }
+        # Per task set: each spider's, and "" for tasks that name no spider (docs/spiders.md).
+        self.per_spider = Gauge("meteorseed_spider_backlog", "Tasks waiting per spider",
+                                ["spider"], registry=self.registry)
         self.per_consumer = Gauge("meteorseed_consumer_pending", "Pending tasks per consumer",
                                   ["consumer"], registry=self.registry)
         self.consumer_idle = Gauge("meteorseed_consumer_idle_seconds",
                                    "Idle time per consumer", ["consumer"], registry=self.registry)
-        self.breaker_state = Gauge("meteorseed_site_breaker_state",
-                                   "Breaker state per site (0 closed, 1 half-open, 2 open)",
-                                   ["site"], registry=self.registry)
         # Fleet-wide adaptive limits and robots.txt caps (docs/politeness.md), per quota.
         self.per_site = {
             "target_rate": Gauge("meteorseed_site_target_rate", "Requests a second the site "
@@ -194,7 +207,8 @@ class MetricsExtension:
         if command_of(crawler.spidercls) is not None:  # `scrapy fetch`...: no worker to watch
             raise NotConfigured("a crawl of one of Scrapy's commands is not a worker")
         ext = cls(crawler, text_setting(settings, "METEORSEED_METRICS_HOST"), ports,
-                  duration_setting(settings, "METEORSEED_METRICS_INTERVAL", minimum=0.1))
+                  duration_setting(settings, "METEORSEED_METRICS_INTERVAL", minimum=0.1),
+                  integer_setting(settings, "METEORSEED_METRICS_SITES", minimum=0))
         crawler.signals.connect(ext.spider_opened, signals.spider_opened)
         crawler.signals.connect(ext.spider_closed, signals.spider_closed)
         crawler.signals.connect(ext.task_settled, task_settled)
@@ -237,11 +251,12 @@ class MetricsExtension:
 
     # -- feeding -----------------------------------------------------------------------------
     def task_settled(self, task: ExecTask, outcome: Outcome, reason: str) -> None:
+        self.sites.settled(task.site_id, outcome.value)
         if outcome in COMMITTED and task.created_at:
             self.latency.observe(max(0.0, time.time() - task.created_at))
 
     def breaker_state_changed(self, site: str, state: str) -> None:
-        self.breaker_state.labels(site).set(BREAKER_STATES.get(state, -1))
+        self.sites.breaker(site, state)
 
     async def _sample_forever(self) -> None:
         assert self.sampler is not None
@@ -258,9 +273,19 @@ class MetricsExtension:
                 self.gauges["lag"].set(sample.lag_s)
                 self.gauges["length"].set(sample.length)
                 self.gauges["delayed"].set(sample.delayed.total)
+                self.gauges["dead"].set(sample.dead)
+                if sample.live_workers is not None:
+                    self.gauges["live"].set(sample.live_workers)
+                if sample.memory is not None:
+                    self.gauges["memory"].set(sample.memory.used_bytes)
+                    self.gauges["maxmemory"].set(sample.memory.max_bytes)
                 for lane, depth in sample.lanes.items():
                     self.per_lane["backlog"].labels(lane).set(depth.backlog)
                     self.per_lane["pending"].labels(lane).set(depth.pending)
+                    self.per_lane["lag"].labels(lane).set(sample.lane_lag_s.get(lane, 0.0))
+                self.per_spider.clear()
+                for row in sample.spiders:
+                    self.per_spider.labels(row.spider or "").set(row.backlog)
                 self.per_consumer.clear()
                 self.consumer_idle.clear()
                 for consumer in sample.consumers:
@@ -269,6 +294,8 @@ class MetricsExtension:
                 for gauge in self.per_site.values():
                     gauge.clear()
                 for site in sample.throttles:
+                    if self.sites.label(site.site_id) == OTHER:
+                        continue  # (a gauge is not summed: past the bound, not shown)
                     self.per_site["in_flight"].labels(site.site_id).set(site.in_flight)
                     if site.target_rate is not None:
                         self.per_site["target_rate"].labels(site.site_id).set(site.target_rate)

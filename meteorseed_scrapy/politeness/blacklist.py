@@ -6,6 +6,7 @@ from scrapy import Request, Spider
 from scrapy.exceptions import IgnoreRequest
 
 from meteorseed_scrapy.sites.lookup import SiteMiddleware
+from meteorseed_scrapy.sites.patterns import PatternTimeout
 
 
 class BlacklistMiddleware(SiteMiddleware):
@@ -17,7 +18,12 @@ class BlacklistMiddleware(SiteMiddleware):
         if not config.robots:
             request.meta.setdefault("dont_obey_robotstxt", True)
         for pattern in config.blacklist:
-            if pattern.search(request.url):
+            try:
+                found_in = pattern.search(request.url)
+            except PatternTimeout as exc:  # bounded: the URL is refused, saying why
+                found_in = exc
+            if found_in:
                 if self.stats is not None:
                     self.stats.inc_value(f"meteorseed/blacklisted/{site}")
-                raise IgnoreRequest(f"blacklisted by site {site}: pattern {pattern.pattern!r}")
+                raise IgnoreRequest(f"blacklisted by site {site}: pattern {pattern.pattern!r}"
+                                    + (f" ({found_in})" if isinstance(found_in, Exception) else ""))

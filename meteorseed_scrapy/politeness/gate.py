@@ -17,6 +17,7 @@ from meteorseed_scrapy.politeness.adaptive import (
     AdaptiveState,
     LatencySamples,
 )
+from meteorseed_scrapy.politeness.control import HOLD_KEYS, HOLD_RECHECK_S
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS
 from meteorseed_scrapy.queue import scripts
@@ -25,7 +26,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import call_scripts
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
-from meteorseed_scrapy.task.lanes import band_of
+from meteorseed_scrapy.task.lanes import DEFAULT_LANE, band_of
 
 LEASE_TTL_S = 30.0  # the longest lease; renewed every third of its life while in flight
 #: The shortest: renewals ride the permit loop, which runs about once a second.
@@ -115,12 +116,13 @@ class SiteGate:
         reply = await self._gate(
             keys=[*self._quota_keys(site, "bucket", "pause", "leases", "tighten"),
                   *(self.keys.site_own(site, limits.quota(site), w) for w in ("breaker", "probe")),
-                  *self._quota_keys(site, "adaptive", "robots")],
+                  *self._quota_keys(site, "adaptive", "robots"),
+                  *(self.keys.site_own(site, limits.quota(site), w) for w in HOLD_KEYS)],
             args=[limits.rate, limits.burst, limits.concurrency, int(self.lease_ttl_s * 1000),
                   wanted, f"{self._prefix}:{next(self._calls)}", int(self.probe_interval_s * 1000),
                   int(limits.adaptive), round(throttle.start_delay * 1000, 3),
                   throttle.concurrency, max(1, math.floor(throttle.target)),
-                  int(limits.crawl_delay)],
+                  int(limits.crawl_delay), int(HOLD_RECHECK_S * 1000)],
         )
         granted, wait_ms = int(reply[0]), int(reply[1])
         return Grant([str(x) for x in reply[2: 2 + granted]], wait_ms / 1000)
@@ -261,8 +263,9 @@ class SiteGate:
         ``why`` is recorded with it (``meteorseed status`` counts them by reason). With
         ``owner``, only while the entry is still pending on that consumer; False when not."""
         route = f"{lane or task.lane}:{band_of(task.priority)}"
-        done = await self._defer(
-            keys=[ref[0], self.keys.shard_of_stream(ref[0]).delayed],
+        shard = self.keys.shard_of_stream(ref[0])
+        done = await self._defer(  # (in its task set's delayed set: its spider's workers only)
+            keys=[ref[0], shard.delayed_of(shard.stream_spiders[ref[0]])],
             args=[self.keys.group, ref[1], int(delay_s * 1000), f"{route}|{task.to_message()['t']}",
                   "1", reason_code(why), owner],
         )
@@ -273,9 +276,12 @@ class SiteGate:
         returns seconds until the next is due (-1: none)."""
         calls = []
         for shard in self.keys.shard_keys:
-            routes = [":".join(shard.stream_lanes[s]) for s in shard.streams]
-            calls.append(([shard.delayed, *shard.streams],
-                          [limit, MESSAGE_VERSION, shard.streams.index(shard.stream) + 1, *routes]))
+            for spider in shard.task_sets:  # each task set's delayed set to its own streams
+                streams = shard.set_streams(spider)
+                routes = [":".join(shard.stream_lanes[s]) for s in streams]
+                calls.append(([shard.delayed_of(spider), *streams],
+                              [limit, MESSAGE_VERSION, streams.index(shard.task_stream(
+                                  DEFAULT_LANE, "normal", spider)) + 1, *routes]))
         waits = []
         for moved, wait_ms in await call_scripts(self.redis, self._promote, calls):
             if int(moved) >= limit:

@@ -15,6 +15,11 @@ from typing import Any
 from meteorseed_scrapy.politeness.gate import SiteGate, group_by_site
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 
+#: The longest a site with tasks waiting here goes without asking the gate again, whatever
+#: wait the gate said (its tasks are parked for that wait): an operator may resume a held site,
+#: or change its limits, meanwhile.
+RECHECK_CAP_S = 5.0
+
 
 class SiteQueues:
     """FIFO queues per site, with a round-robin order over sites. An ``urgent`` item (a
@@ -150,7 +155,7 @@ class PermitDesk:
                     self._order.append(site)
                 self.retry_at.pop(site, None)
             else:
-                self.retry_at[site] = now + grant.wait_s
+                self.retry_at[site] = now + min(grant.wait_s, RECHECK_CAP_S)
                 waits[site] = grant.wait_s
                 self.stats.inc_value(f"meteorseed/quota/wait_s/{site}", grant.wait_s)
         for site in [s for s in self._order if s not in demand and not self.available.get(s)]:

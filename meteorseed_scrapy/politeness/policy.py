@@ -92,8 +92,11 @@ class Backoff:
         return delay + random.uniform(0, delay * self.jitter)
 
 
-def parse_retry_after(value: bytes | str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None when absent/bad."""
+def parse_retry_after(value: bytes | str | None,
+                      date: bytes | str | None = None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date); None when absent/bad.
+    An HTTP date counts from the response's ``Date`` header when it has one (the server's
+    clock, not this worker's, which may be off by an hour), else from now."""
     if not value:
         return None
     text = value.decode("latin-1") if isinstance(value, bytes) else value
@@ -103,12 +106,23 @@ def parse_retry_after(value: bytes | str | None) -> float | None:
     except ValueError:
         pass
     import datetime as dt
+
+    when = _http_date(text)
+    if when is None:
+        return None
+    sent = _http_date(date.decode("latin-1") if isinstance(date, bytes) else date)
+    return max(0.0, (when - (sent or dt.datetime.now(dt.timezone.utc))).total_seconds())
+
+
+def _http_date(text: str | None) -> Any:
+    """An HTTP date as an aware datetime, or None."""
+    import datetime as dt
     from email.utils import parsedate_to_datetime
 
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
+    if not text:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return max(0.0, (when - dt.datetime.now(dt.timezone.utc)).total_seconds())
+    try:
+        when = parsedate_to_datetime(text.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.timezone.utc)

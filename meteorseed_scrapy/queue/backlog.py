@@ -17,6 +17,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.spiders import with_registered
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ async def stream_counts(redis: Any, keys: KeyLayout) -> dict[str, StreamCount]:
     """Waiting and pending tasks per task stream of every shard, read in one MULTI per shard so
     the counts of a stream agree."""
     out: dict[str, StreamCount] = {}
+    keys = await with_registered(redis, keys)  # (every spider's task set counts too)
     for shard in keys.shard_keys:
         out.update(await shard_stream_counts(redis, shard.streams, keys.group))
     return out

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,13 +16,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 
-__all__ = ["SCRIPT_ORDER", "NotSent", "ScriptOrder", "call_in_order"]
+__all__ = ["NotSent", "ScriptOrder", "call_in_order"]
 
 
 class ScriptOrder:
-    """One :meth:`~meteorseed_scrapy.queue.writer.TaskWriter.add_encoded` call in a caller's
-    sequence of them (``seed-expand``'s batches), made under :data:`SCRIPT_ORDER` with the call
-    before it as ``after``.
+    """One :meth:`~meteorseed_scrapy.queue.writer.TaskWriter.enqueue` call in a caller's
+    sequence of them (the expansion engine's batches), given the call before it as ``after``.
 
     Its scripts are written to Redis right behind those of the call before, on the same
     connection, without waiting for their replies: Redis runs them back to back and in order
@@ -56,7 +54,7 @@ class ScriptOrder:
         if self.after is not None:
             await asyncio.wait([self.after.sent])
             if self.after.sent.exception() is not None:
-                raise NotSent("the add_encoded call before this one was not sent")
+                raise NotSent("the enqueue call before this one was not sent")
 
     async def wait_done(self) -> None:
         if self.after is not None:
@@ -72,15 +70,9 @@ class _Lane:
     broken: bool = False  # a connection failed: one call at a time from then on
 
 
-#: Set around the start of an :meth:`~meteorseed_scrapy.queue.writer.TaskWriter.add_encoded`
-#: task by a caller that keeps two of them going (see :class:`ScriptOrder`). A context
-#: variable: it reaches the writer through any subclass's ``add_encoded``.
-SCRIPT_ORDER: ContextVar[ScriptOrder | None] = ContextVar("SCRIPT_ORDER", default=None)
-
-
 class NotSent(Exception):
-    """An :meth:`~meteorseed_scrapy.queue.writer.TaskWriter.add_encoded` call under
-    :data:`SCRIPT_ORDER` whose call before was not sent (it failed first): nothing of it was
+    """An :meth:`~meteorseed_scrapy.queue.writer.TaskWriter.enqueue` call with an order
+    whose call before was not sent (it failed first): nothing of it was
     sent either."""
 
 

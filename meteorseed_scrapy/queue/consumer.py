@@ -19,6 +19,7 @@ from typing import Any
 from redis.client import NEVER_DECODE
 
 from meteorseed_scrapy.queue import scripts
+from meteorseed_scrapy.queue.deadletters import letter_id
 from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shares
 from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -26,8 +27,9 @@ from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeigh
 from meteorseed_scrapy.queue.replies import bytes_of
 from meteorseed_scrapy.queue.scripts import ScriptPipeline, call_as_bytes
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
+from meteorseed_scrapy.queue.spiders import SharedDefaultSet, foreign_workers
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.task.lanes import BANDS, LANES
+from meteorseed_scrapy.task.lanes import LANES
 
 __all__ = ["StreamConsumer"]
 
@@ -45,10 +47,14 @@ class StreamConsumer:
     """
 
     def __init__(self, redis: Any, keys: KeyLayout, consumer: str,
-                 weights: LaneWeights | None = None) -> None:
+                 weights: LaneWeights | None = None, spider: str | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.consumer = consumer
+        # The worker's spider: ``keys`` holds its task set (when its name can name one) besides
+        # the default set; listed in the namespace at ensure_group.
+        self.spider = spider
+        self._shared = SharedDefaultSet(redis, keys, consumer, spider)
         self.streams = keys.streams
         self.shards = keys.shard_keys
         # stream -> (its shard's number, 1-based index among the shard's streams)
@@ -93,7 +99,7 @@ class StreamConsumer:
     def membership(self) -> ConsumerGroup:
         """This consumer's membership of the group (leave, prune, quiet and durability checks:
         :class:`~meteorseed_scrapy.queue.group.ConsumerGroup`), under the same name."""
-        return ConsumerGroup(self.redis, self.keys, self.consumer)
+        return ConsumerGroup(self.redis, self.keys, self.consumer, self.spider)
 
     async def ensure_group(self) -> None:
         """:meth:`ConsumerGroup.ensure` (every task stream's group, the shard count)."""
@@ -108,6 +114,8 @@ class StreamConsumer:
         reply, last = await self._read_shards(count)
         if not reply and block_ms > 0 and await self._wait(last, block_ms):
             reply, _ = await self._read_shards(count)
+        if any(not self.keys.stream_spiders[stream] for stream, _ in reply):
+            await self._shared.took_unnamed(time.monotonic())
         # Decoding never raises: a malformed entry is delivered with its error, to be
         # dead-lettered alone, and the rest of the batch goes on.
         return [Delivery.decode(stream, _text(msg_id), _pairs(flat), 1)
@@ -124,7 +132,8 @@ class StreamConsumer:
             streams = self.shards[k].streams
             got, ids = await call_as_bytes(
                 self.redis, self._read, streams,
-                [self.keys.group, self.consumer, len(BANDS), *self.shares.weights, *shares],
+                [self.keys.group, self.consumer, self.shards[k].streams_per_lane,
+                 *self.shares.weights, *shares],
             )
             last.update(zip(streams, (_text(i) for i in ids or []), strict=False))
             taken = [0] * lanes
@@ -187,6 +196,9 @@ class StreamConsumer:
                 [self.keys.group, self.consumer, max(0, count - len(out)), *dead])
             out += _claimed(shard.streams, entries)
             holding.update(bytes_of(name) for name in held)
+        # A dead worker of another spider may hold tasks of its set, which this one does not
+        # see: counted as holding, so only its own spider's workers drop it from the registry.
+        holding.update(await foreign_workers(self.redis, self.keys, dead, self.spider))
         return out, holding
 
     async def touch(self, refs: Sequence[Ref]) -> list[Ref]:
@@ -259,7 +271,8 @@ class StreamConsumer:
     async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
         """Move ``delivery`` to its shard's dead letters and release its URL (one script when
         its site's dedup root is in that shard, as it is unless the task was put in another
-        shard's stream by hand or by an older layout); returns the dead letter's id.
+        shard's stream by hand or by an older layout); returns the dead letter's id, as
+        ``meteorseed dead show`` takes it.
 
         The dead letter keeps the message whole (:attr:`Delivery.dead_payload`). Refused,
         returning "" and writing nothing, when the entry is no longer pending on this consumer
@@ -287,7 +300,7 @@ class StreamConsumer:
         if release and task is not None:
             await self._release(keys=[self.keys.seen(task.site_id)],
                                 args=["", bytes.fromhex(release)])
-        return str(dead_id)
+        return letter_id(self.keys, shard.index, _text(dead_id))
 
 
 def _text(value: bytes | str) -> str:

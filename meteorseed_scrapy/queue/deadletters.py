@@ -74,7 +74,8 @@ class DeadLetter:
         try:
             task = ExecTask.from_message({"v": MESSAGE_VERSION, "t": raw})
         except TaskError as exc:
-            return cls(shown, fields, None, f"not a valid task ({exc})", _loose_site(raw),
+            problem = _message_problem(raw) or str(exc)
+            return cls(shown, fields, None, f"not a valid task ({problem})", _loose_site(raw),
                        shard, entry_id)
         return cls(shown, fields, task, "", task.site_id, shard, entry_id)
 
@@ -87,6 +88,7 @@ class DeadLetter:
             "task_id": self.task.task_id if self.task else None,
             "seed_id": self.task.seed_id if self.task else None,
             "url": self.task.url if self.task else None,
+            "spider": self.task.spider if self.task else None,  # (its set, when requeued)
             "reason": self.fields.get("reason", ""),
             "source_id": self.fields.get("source_id"),
             "consumer": self.fields.get("consumer"),
@@ -95,6 +97,24 @@ class DeadLetter:
             "requeueable": self.task is not None,
             "error": self.error or None,
         }
+
+
+def _message_problem(raw: str) -> str | None:
+    """What is wrong with a malformed message dead-lettered as it came (its fields as a JSON
+    object, not a task): read as a task, every one of them would be "task_id: is missing"."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or "task_id" in data:
+        return None
+    try:
+        ExecTask.from_message(data)
+    except TaskError as exc:
+        return f"a malformed message: {exc}"
+    except Exception:  # a shape from_message does not take (nested values): the task error
+        return None
+    return None
 
 
 def _loose_site(raw: str) -> str | None:
@@ -193,6 +213,9 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
             result.kept.append({"id": letter.id, "error": letter.error})
         else:
             valid.append((letter, letter.task))
+    spiders = {task.spider for _, task in valid if task.spider is not None}
+    if spiders:  # (listed before written, as every writer does)
+        client.sadd(keys.spiders_key, *sorted(spiders))
     by_shard: dict[int, list[tuple[DeadLetter, ExecTask]]] = {}
     for letter, task in valid:
         by_shard.setdefault(letter.shard, []).append((letter, task))
@@ -207,7 +230,7 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
                 # which is the same unless it was put in another shard's stream.
                 shard = keys.shard_keys[k] if len(keys.deads) > 1 else keys.for_site(
                     task.site_id)
-                script_keys += [shard.stream_for(task.lane, task.priority),
+                script_keys += [shard.stream_for(task.lane, task.priority, task.spider),
                                 shard.done(task.task_id), shard.failed(task.task_id),
                                 shard.seen(task.site_id)]
                 try:  # (a site of another shard: its dedup root is elsewhere, left alone)

@@ -18,7 +18,9 @@ from redis.exceptions import ResponseError
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.liveness import Liveness
 from meteorseed_scrapy.queue.reads import run_async
+from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.queue.shards import check_shard_count
+from meteorseed_scrapy.queue.spiders import register_worker
 from meteorseed_scrapy.queue.status import quiet_plan
 
 __all__ = ["ConsumerGroup"]
@@ -29,10 +31,12 @@ logger = logging.getLogger(__name__)
 class ConsumerGroup:
     """The group of every task stream of ``keys``, as seen by the consumer named ``consumer``."""
 
-    def __init__(self, redis: Any, keys: KeyLayout, consumer: str) -> None:
+    def __init__(self, redis: Any, keys: KeyLayout, consumer: str,
+                 spider: str | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.consumer = consumer
+        self.spider = spider  # the worker's spider, listed in <ns>:spiders:workers
         self.streams = keys.streams
 
     async def ensure(self) -> None:
@@ -43,6 +47,8 @@ class ConsumerGroup:
             for stream in self.streams:
                 pipe.xgroup_create(stream, self.keys.group, id="0", mkstream=True)
             replies = await pipe.execute(raise_on_error=False)
+        if self.spider is not None:
+            await register_worker(self.redis, self.keys, self.consumer, self.spider)
         for reply in replies:
             if isinstance(reply, Exception) and "BUSYGROUP" not in str(reply):
                 raise reply
@@ -60,9 +66,11 @@ class ConsumerGroup:
             held = await pipe.execute(raise_on_error=False)
         empty = [s for s, reply in zip(self.streams, held, strict=True)
                  if isinstance(reply, list) and not reply]
+        holding = any(isinstance(reply, list) and reply for reply in held)
         try:
-            await Liveness(self.redis, self.keys, self.consumer).leave(
-                holding=any(isinstance(reply, list) and reply for reply in held))
+            await Liveness(self.redis, self.keys, self.consumer).leave(holding=holding)
+            if not holding:
+                await self.redis.hdel(self.keys.spider_workers, self.consumer)
         except ResponseError as exc:  # (a registry key of another type: never listed)
             logger.debug("Could not leave the live-worker registry: %s", exc)
         if not empty:
@@ -93,7 +101,18 @@ class ConsumerGroup:
                 for stream, name in gone:
                     pipe.xgroup_delconsumer(stream, self.keys.group, name)
                 await pipe.execute(raise_on_error=False)
+            await self._forget_spiders(sorted({name for _, name in gone}))
         return sorted({name for _, name in gone})
+
+    async def _forget_spiders(self, names: list[str]) -> None:
+        """Drop pruned consumers from ``<ns>:spiders:workers``, except those of another spider:
+        they may still hold tasks of its set, which this worker does not see; their own
+        spider's workers drop them (take-over leaves them to those: ``StreamConsumer``)."""
+        spiders = await self.redis.hmget(self.keys.spider_workers, names)
+        mine = [name for name, spider in zip(names, spiders, strict=True)
+                if spider is not None and text_of(spider) == (self.spider or "")]
+        if mine:
+            await self.redis.hdel(self.keys.spider_workers, *mine)
 
     async def namespace_quiet(self) -> bool:
         """True when no task waits in any stream, is pending on any consumer or is deferred

@@ -30,6 +30,18 @@ key                                 type    holds
                                             which is ``<ns>:tasks``. Workers read them weighted
                                             by lane (``METEORSEED_LANE_WEIGHTS``), bands strictly
                                             in order; see ``docs/lanes.md``.
+``<ns>:spider:<name>:tasks...``     stream  the task set of spider ``<name>`` (a task whose
+                                            ``spider`` field names it, and its children): the
+                                            same lanes and bands (``...:tasks``,
+                                            ``...:tasks:<lane>:<band>``) and its own delayed
+                                            set ``<ns>:spider:<name>:delayed``; read only by
+                                            that spider's workers (they also read the default
+                                            set, tasks naming no spider). Tagged:
+                                            ``<ns>:{s<k>}:spider:<name>:...``. docs/spiders.md
+``<ns>:spiders``                    set     the spider names with a task set (added by a
+                                            writer before it writes one's first task)
+``<ns>:spiders:workers``            hash    consumer -> its spider's name, set at a worker's
+                                            start; with ``<ns>:workers``, who reads which set
 ``<ns>:dead``                       stream  dead letters: ``t`` (original message or raw fields),
                                             ``reason``, ``source_id``, ``consumer``, ``at``,
                                             ``deliveries``
@@ -65,6 +77,17 @@ key                                 type    holds
                                             renewed while in flight, expire with dead workers
 ``<ns>:{<site>}:pause``             string  present (with a PX expiry) while the site is paused
                                             after a 429/403
+``<ns>:{<site>}:hold``              string  present while an operator holds the site
+                                            (``meteorseed sites pause``): no permit is granted
+``<ns>:{<site>}:override``          hash    ``rate``, ``concurrency`` an operator set
+                                            (``meteorseed sites limit``): they replace the
+                                            site's own until reset
+``<ns>:held`` / ``<ns>:overrides``  hash    site -> JSON (who, when, why): the index of the two
+                                            above, for listing (:mod:`~meteorseed_scrapy.
+                                            politeness.control`)
+``<ns>:events``                     stream  crawl events (``site paused``, ``site resumed``,
+                                            ``site limited``, ...), capped, for other programs
+                                            to read with their own consumer group
 ``<ns>:{<site>}:strikes``           string  ``<n>:<ms>``: n consecutive 429/403 strikes (the
                                             backoff exponent) and the Redis time in ms the
                                             last strike paused the site; a 429 to a request
@@ -141,7 +164,8 @@ key                                 type    holds
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -155,6 +179,7 @@ from meteorseed_scrapy.settings import (
     text_setting,
 )
 from meteorseed_scrapy.task.lanes import BANDS, DEFAULT_LANE, LANES, band_of
+from meteorseed_scrapy.task.validation import check_spider
 from meteorseed_scrapy.validators import ConfigError
 
 GROUP = "workers"
@@ -172,13 +197,16 @@ class ShardKeys:
 
     Untagged (one shard on one Redis) these are the historical names (``<ns>:tasks``, ...);
     tagged they all carry the shard's hash tag (``<ns>:{s<k>}:tasks``, ...), so every script
-    and MULTI over them stays in one Redis Cluster slot.
+    and MULTI over them stays in one Redis Cluster slot. ``spiders`` are the named task sets
+    this view includes besides the default one (tasks that name no spider): each has its own
+    task streams and delayed set (``<prefix>:spider:<name>:tasks...``, same slot).
     """
 
     namespace: str
     index: int = 0
     tagged: bool = False
     cluster: bool = False  # dead letters per shard (on one Redis: the one ``<ns>:dead``)
+    spiders: tuple[str, ...] = ()
 
     @property
     def prefix(self) -> str:
@@ -188,28 +216,69 @@ class ShardKeys:
     def stream(self) -> str:
         return f"{self.prefix}:tasks"
 
-    def task_stream(self, lane: str, band: str) -> str:
-        """The stream of one lane and band (``<prefix>:tasks`` for scheduled/normal)."""
+    def _set_prefix(self, spider: str | None) -> str:
+        """Where a task set's keys start: the shard's prefix, or its spider's under it."""
+        if not spider:
+            return self.prefix
+        check_spider(spider)
+        return f"{self.prefix}:spider:{spider}"
+
+    def task_stream(self, lane: str, band: str, spider: str | None = None) -> str:
+        """The stream of one lane and band (``<prefix>:tasks`` for scheduled/normal) of the
+        default task set, or of ``spider``'s (``<prefix>:spider:<spider>:tasks...``)."""
         if lane not in LANES or band not in BANDS:
             raise ValueError(f"no task stream for lane {lane!r}, band {band!r}")
+        base = f"{self._set_prefix(spider)}:tasks"
         if lane == DEFAULT_LANE and band == "normal":
-            return self.stream
+            return base
         # Named after the main stream, so a tagged shard keeps all its lanes in its slot.
-        return f"{self.stream}:{lane}:{band}"
+        return f"{base}:{lane}:{band}"
+
+    @property
+    def task_sets(self) -> tuple[str, ...]:
+        """The task sets of this view: "" (the default set), then each spider's."""
+        return ("", *self.spiders)
 
     @cached_property
     def streams(self) -> tuple[str, ...]:
-        """Every task stream, lane by lane in :data:`LANES` order, bands in :data:`BANDS` order."""
-        return tuple(self.task_stream(lane, band) for lane in LANES for band in BANDS)
+        """Every task stream of the view, lane by lane in :data:`LANES` order, bands in
+        :data:`BANDS` order, and within a band each task set (default first): what
+        ``read.lua`` reads as one lane's streams in order."""
+        return tuple(self.task_stream(lane, band, spider) for lane in LANES for band in BANDS
+                     for spider in self.task_sets)
+
+    @property
+    def streams_per_lane(self) -> int:
+        return len(BANDS) * len(self.task_sets)
 
     @cached_property
     def stream_lanes(self) -> dict[str, tuple[str, str]]:
         """Task stream -> its (lane, band)."""
-        return {self.task_stream(lane, band): (lane, band) for lane in LANES for band in BANDS}
+        return {self.task_stream(lane, band, spider): (lane, band) for lane in LANES
+                for band in BANDS for spider in self.task_sets}
 
-    def stream_for(self, lane: str, priority: int) -> str:
-        """Where a task of ``lane`` and ``priority`` waits."""
-        return self.task_stream(lane, band_of(priority))
+    @cached_property
+    def stream_spiders(self) -> dict[str, str]:
+        """Task stream -> the spider of its set ("" for the default set)."""
+        return {self.task_stream(lane, band, spider): spider for lane in LANES
+                for band in BANDS for spider in self.task_sets}
+
+    def set_streams(self, spider: str) -> tuple[str, ...]:
+        """The task streams of one set ("": the default), in lane and band order."""
+        return tuple(self.task_stream(lane, band, spider) for lane in LANES for band in BANDS)
+
+    def stream_for(self, lane: str, priority: int, spider: str | None = None) -> str:
+        """Where a task of ``lane``, ``priority`` and ``spider`` waits."""
+        return self.task_stream(lane, band_of(priority), spider)
+
+    def delayed_of(self, spider: str | None) -> str:
+        """A task set's delayed set (``<prefix>:delayed`` for the default set)."""
+        return f"{self._set_prefix(spider)}:delayed"
+
+    @cached_property
+    def delayeds(self) -> tuple[str, ...]:
+        """The delayed set of every task set of the view (default first)."""
+        return tuple(self.delayed_of(spider) for spider in self.task_sets)
 
     @property
     def dead(self) -> str:
@@ -219,7 +288,8 @@ class ShardKeys:
 
     @property
     def delayed(self) -> str:
-        return f"{self.prefix}:delayed"
+        """The default task set's delayed set (see :meth:`delayed_of`)."""
+        return self.delayed_of(None)
 
     @property
     def counts(self) -> str:
@@ -244,8 +314,8 @@ class ShardKeys:
 #: allowed ``:`` in a namespace, could make (``prod:eu:tasks`` under ``prod``). A test checks
 #: that every key the layout makes is of one of these kinds.
 KEY_KINDS = frozenset({
-    "adaptive", "counts", "dead", "delayed", "done", "failed", "seed", "seeds", "seen", "shards",
-    "sites", "store", "tasks", "workers",
+    "adaptive", "counts", "dead", "delayed", "done", "events", "failed", "held", "overrides",
+    "seed", "seeds", "seen", "shards", "sites", "spider", "spiders", "store", "tasks", "workers",
 })
 
 
@@ -284,9 +354,14 @@ class KeyLayout:
     namespace: str = DEFAULTS["METEORSEED_NAMESPACE"]
     shards: int = 1
     cluster: bool = False
+    #: The named task sets this layout includes besides the default one: a worker's own
+    #: spider, or every spider of the namespace (:attr:`spiders_key`) for status and lookups.
+    spiders: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)
+        for spider in self.spiders:
+            check_spider(spider)
         if type(self.shards) is not int or not 1 <= self.shards <= MAX_SHARDS:
             raise ConfigError(SHARDS_SETTING, f"expected an integer from 1 to {MAX_SHARDS}, "
                               f"got {self.shards!r}")
@@ -303,6 +378,10 @@ class KeyLayout:
         """The layout of a worker's config."""
         return cls(config.namespace, config.shards, is_cluster_url(config.redis_url))
 
+    def with_spiders(self, spiders: Iterable[str]) -> KeyLayout:
+        """This layout with the task sets of ``spiders`` (sorted, without repeats)."""
+        return replace(self, spiders=tuple(sorted(set(spiders))))
+
     @property
     def group(self) -> str:
         return GROUP
@@ -315,7 +394,7 @@ class KeyLayout:
     @cached_property
     def shard_keys(self) -> tuple[ShardKeys, ...]:
         """Every shard, in index order."""
-        return tuple(ShardKeys(self.namespace, k, self.tagged, self.cluster)
+        return tuple(ShardKeys(self.namespace, k, self.tagged, self.cluster, self.spiders)
                      for k in range(self.shards))
 
     def for_site(self, site_id: str) -> ShardKeys:
@@ -346,8 +425,8 @@ class KeyLayout:
     def task_stream(self, lane: str, band: str) -> str:
         return self.only.task_stream(lane, band)
 
-    def stream_for(self, lane: str, priority: int) -> str:
-        return self.only.stream_for(lane, priority)
+    def stream_for(self, lane: str, priority: int, spider: str | None = None) -> str:
+        return self.only.stream_for(lane, priority, spider)
 
     @property
     def dead(self) -> str:
@@ -377,6 +456,11 @@ class KeyLayout:
         return {s: lb for shard in self.shard_keys for s, lb in shard.stream_lanes.items()}
 
     @cached_property
+    def stream_spiders(self) -> dict[str, str]:
+        """Task stream (of any shard) -> the spider of its task set ("": the default set)."""
+        return {s: sp for shard in self.shard_keys for s, sp in shard.stream_spiders.items()}
+
+    @cached_property
     def deads(self) -> tuple[str, ...]:
         """Every dead-letter stream: ``(<ns>:dead,)`` on one Redis, one per shard on a
         cluster (``<ns>:{s<k>}:dead``)."""
@@ -398,9 +482,37 @@ class KeyLayout:
         return self.for_site(site_id).seen(site_id)
 
     @property
+    def spiders_key(self) -> str:
+        """The spiders that have task sets in the namespace (set), added to by every writer
+        before it writes a named task: what status, lookups and ``reset`` go through."""
+        return f"{self.namespace}:spiders"
+
+    @property
+    def spider_workers(self) -> str:
+        """Each worker's spider (hash: consumer -> spider name), written at its start: with
+        the live-worker registry, who takes which task set (status, the shared warning)."""
+        return f"{self.namespace}:spiders:workers"
+
+    @property
     def workers(self) -> str:
         """The live-worker registry (zset: consumer -> liveness deadline, Redis time ms)."""
         return f"{self.namespace}:workers"
+
+    @property
+    def held(self) -> str:
+        """Sites an operator holds (hash: site -> JSON ``by``, ``at``, ``reason``)."""
+        return f"{self.namespace}:held"
+
+    @property
+    def overrides(self) -> str:
+        """Sites whose limits an operator overrides (hash: site -> JSON ``rate``,
+        ``concurrency``, ``by``, ``at``)."""
+        return f"{self.namespace}:overrides"
+
+    @property
+    def events(self) -> str:
+        """The namespace's crawl events (stream: ``event``, ``site``, ``by``, ...)."""
+        return f"{self.namespace}:events"
 
     @property
     def adaptive_sites(self) -> str:

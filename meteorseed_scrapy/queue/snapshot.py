@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from meteorseed_scrapy.queue.delayed import DelayedEntry
@@ -41,6 +41,27 @@ class ShardStatus:
     pending: int
     delayed: int
     dead: int | None  # None: the shards share one dead-letter stream (one Redis)
+
+
+@dataclass(frozen=True)
+class SpiderStatus:
+    """One task set: a spider's (``spider``), or the default one (None: tasks that name no
+    spider, which every worker reads)."""
+
+    spider: str | None
+    backlog: int
+    pending: int
+    delayed: int
+    workers: int  # live workers that read it
+
+    @property
+    def unserved(self) -> bool:
+        """Tasks wait, and no live worker runs the spider they name."""
+        return self.workers == 0 and (self.backlog + self.delayed) > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spider": self.spider, "backlog": self.backlog, "pending": self.pending,
+                "delayed": self.delayed, "workers": self.workers, "unserved": self.unserved}
 
 
 @dataclass(frozen=True)
@@ -134,6 +155,45 @@ class SiteThrottle:
 
 
 @dataclass(frozen=True)
+class RedisMemory:
+    """Redis's ``INFO memory``: what it holds, the most it may hold, what it does then."""
+
+    used_bytes: int
+    max_bytes: int  # 0: no limit (Redis grows until the machine says no)
+    policy: str  # maxmemory-policy
+
+    #: Past this fraction of ``maxmemory`` the operator is warned (status, alert rules).
+    WARN_FRACTION = 0.8
+
+    @property
+    def fraction(self) -> float | None:
+        return self.used_bytes / self.max_bytes if self.max_bytes else None
+
+    @property
+    def near_limit(self) -> bool:
+        return self.fraction is not None and self.fraction >= self.WARN_FRACTION
+
+    @classmethod
+    def parse(cls, info: Any) -> RedisMemory | None:
+        """From redis-py's parsed ``INFO memory`` (None when Redis refused it: a managed
+        Redis may rename INFO)."""
+        if not isinstance(info, dict):
+            return None
+        try:
+            used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+        except (TypeError, ValueError):
+            return None
+        return cls(used, limit, str(info.get("maxmemory_policy", "")))
+
+    def to_json(self) -> dict[str, Any]:
+        fraction = self.fraction
+        return {"used_bytes": self.used_bytes, "max_bytes": self.max_bytes,
+                "policy": self.policy,
+                "used_fraction": None if fraction is None else round(fraction, 4),
+                "near_limit": self.near_limit}
+
+
+@dataclass(frozen=True)
 class QueueStatus:
     namespace: str
     stream: str  # the first shard's main stream (<ns>:tasks on one Redis)
@@ -143,9 +203,15 @@ class QueueStatus:
     consumers: tuple[ConsumerStatus, ...]
     delayed: DelayedStatus
     dead: int
-    added: int | None  # tasks ever added to the streams (counted); None: unreadable counter
+    added: int | None  # new tasks ever added to the streams (not re-adds); None: unreadable
     lag_s: float  # age of the oldest task waiting to be delivered (0 when none waits)
     throttles: tuple[SiteThrottle, ...] = ()  # sites with an adaptive limit or robots cap
+    #: Age of the oldest task waiting per lane (lanes with none waiting: absent).
+    lane_lag_s: dict[str, float] = field(default_factory=dict)
+    #: Workers whose liveness deadline has not passed (the live-worker registry).
+    live_workers: int | None = None
+    memory: RedisMemory | None = None  # None: INFO refused
+    spiders: tuple[SpiderStatus, ...] = ()  # per task set: the default one, then by spider
 
     @property
     def backlog(self) -> int:
@@ -162,9 +228,11 @@ class QueueStatus:
 
     @property
     def finished(self) -> int | None:
-        """Tasks that left the streams (acked, deferred, dead-lettered) since counting began
-        (0 at least: a namespace older than the counter holds tasks it never counted)."""
-        return None if self.added is None else max(0, self.added - self.length)
+        """Tasks settled for good (acked, dead-lettered) since counting began: new tasks
+        neither in a stream nor deferred (0 at least: a namespace older than the counter holds
+        tasks it never counted)."""
+        return None if self.added is None else max(0, self.added - self.length
+                                                   - self.delayed.total)
 
     @property
     def quiet(self) -> bool:
@@ -199,8 +267,13 @@ class QueueStatus:
                           for c in self.consumers],
             "throughput": {"added_total": self.added, "finished_total": self.finished},
             "throttles": [t.to_json() for t in self.throttles],
+            "lane_lag_s": {lane: round(lag, 3) for lane, lag in self.lane_lag_s.items()},
+            "live_workers": self.live_workers,
+            "redis_memory": None if self.memory is None else self.memory.to_json(),
+            "spiders": [sp.to_json() for sp in self.spiders],
         }
 
 
 __all__ = ["ConsumerStatus", "DelayedSite", "DelayedStatus", "Depth", "LaneStatus",
-           "QueueStatus", "ShardStatus", "SiteThrottle", "summarize_delayed"]
+           "QueueStatus", "RedisMemory", "ShardStatus", "SiteThrottle", "SpiderStatus",
+           "summarize_delayed"]

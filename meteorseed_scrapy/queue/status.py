@@ -8,11 +8,13 @@ and the asyncio ones run the same code, on one Redis or a cluster.
 Per shard, the length and pending count of every task stream, the delayed and dead counts and
 the added counter are read in one MULTI (one slot on a cluster): ``backlog = length - pending``
 is exact at one instant (workers XDEL an entry right after XACKing it, so XLEN counts waiting
-plus pending entries), and so is ``finished = added - length``.
+plus pending entries), and so is ``finished = added - length - delayed``.
 
 Throughput works on Redis 6.2 (whose XINFO STREAM has no ``entries-added``): the scripts that
-add tasks to a shard's streams count them in ``<prefix>:counts`` (``lua/counts_lib.lua``);
-tasks that left the streams (acked, deferred, dead-lettered) are ``added - length``.
+add tasks to a shard's streams count them in ``<prefix>:counts`` (``lua/counts_lib.lua``), and
+those that came back from a delayed set apart: ``added`` counts new tasks only, so a task
+re-parked by its site's quota a hundred times is added once; tasks settled for good (acked,
+dead-lettered) are ``added - length - delayed``.
 :class:`Throughput` turns successive snapshots into rates.
 """
 
@@ -36,10 +38,12 @@ from meteorseed_scrapy.queue.snapshot import (
     Depth,
     LaneStatus,
     QueueStatus,
+    RedisMemory,
     ShardStatus,
     SiteThrottle,
     summarize_delayed,
 )
+from meteorseed_scrapy.queue.spiders import spider_plan, spider_rows
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
 #: Delayed-set entries read per snapshot (the soonest due, shared between the shards) for the
@@ -72,11 +76,12 @@ def _pending(reply: Any) -> int:
 
 
 def _counter(reply: Any) -> int | None:
-    """The added counter; None when it cannot be read (throughput unknown, not wrong)."""
-    if isinstance(reply, Exception):
+    """New tasks from the counters' ``[added, readded]``; None when they cannot be read
+    (throughput unknown, not wrong)."""
+    if isinstance(reply, Exception) or not isinstance(reply, list) or len(reply) != 2:
         return None
     try:
-        return int(reply or 0)
+        return int(reply[0] or 0) - int(reply[1] or 0)
     except ValueError:
         return None
 
@@ -91,8 +96,10 @@ def _listing(reply: Any) -> list[dict[Any, Any]]:
 
 
 def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[QueueStatus]:
-    """Three batches in one round trip (a MULTI per shard; consumers, delivery positions and
-    the soonest delayed entries; Redis TIME), then one more for the lag when tasks wait."""
+    """The namespace's spiders and workers (one round trip: :func:`spider_plan`), then three
+    batches in one round trip (a MULTI per shard; consumers, delivery positions and the
+    soonest delayed entries; Redis TIME), then one more for the lag when tasks wait."""
+    keys, spider_workers, live = yield from spider_plan(keys)
     shards = keys.shard_keys
     # One Redis keeps every shard's dead letters in <ns>:dead: counted with the first shard.
     own_dead = [k == 0 or len(keys.deads) > 1 for k in range(len(shards))]
@@ -100,21 +107,25 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
     for shard, own in zip(shards, own_dead, strict=True):
         calls = [c for s in shard.streams
                  for c in (call("xlen", s), call("xpending", s, keys.group))]
-        calls += [call("zcard", shard.delayed), call("hget", shard.counts, "added")]
+        calls += [call("zcard", d) for d in shard.delayeds]
+        calls += [call("hmget", shard.counts, "added", "readded")]
         calls += [call("xlen", shard.dead)] if own else []
         batches.append(Batch(calls, transaction=True))
-    per_shard = max(1, math.ceil(delayed_scan / len(shards)))  # >= 1: the next due time
+    sets = shards[0].task_sets
+    per_set = max(1, math.ceil(delayed_scan / (len(shards) * len(sets))))  # >= 1: next due
     detail = [c for s in keys.streams
               for c in (call("xinfo_groups", s), call("xinfo_consumers", s, keys.group))]
-    detail += [call("zrange", shard.delayed, 0, per_shard - 1, withscores=True)
-               for shard in shards]
-    replies = yield [*batches, Batch(detail), Batch([call("time")], direct=True)]
-    counted, infos, (clock,) = replies[:len(shards)], replies[-2], replies[-1]
+    detail += [call("zrange", d, 0, per_set - 1, withscores=True)
+               for shard in shards for d in shard.delayeds]
+    replies = yield [*batches, Batch(detail),
+                     Batch([call("time"), call("info", "memory")], direct=True)]
+    counted, infos, (clock, memory) = replies[:len(shards)], replies[-2], replies[-1]
     if isinstance(clock, Exception):
         raise clock
     now = float(clock[0]) + float(clock[1]) / 1e6
 
     bands = {(lane, band): [0, 0] for lane in LANES for band in BANDS}
+    by_set = {spider: [0, 0, 0] for spider in sets}  # backlog, pending, delayed
     rows, lengths = [], {}
     delayed_total = dead = 0
     added: int | None = 0
@@ -127,9 +138,15 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
             depth = bands[shard.stream_lanes[stream]]
             depth[0] += max(0, length - held)
             depth[1] += held
+            own_set = by_set[shard.stream_spiders[stream]]
+            own_set[0] += max(0, length - held)
+            own_set[1] += held
             backlog, pending = backlog + max(0, length - held), pending + held
-        delayed, counter = _int(reply[2 * n]), _counter(reply[2 * n + 1])
-        shard_dead = _int(reply[2 * n + 2]) if own else 0
+        delays = [_int(r) for r in reply[2 * n: 2 * n + len(sets)]]
+        for spider, count in zip(sets, delays, strict=True):
+            by_set[spider][2] += count
+        delayed, counter = sum(delays), _counter(reply[2 * n + len(sets)])
+        shard_dead = _int(reply[2 * n + len(sets) + 1]) if own else 0
         added = None if added is None or counter is None else added + counter
         delayed_total, dead = delayed_total + delayed, dead + shard_dead
         rows.append(ShardStatus(shard.index, shard.stream, backlog, pending, delayed,
@@ -147,21 +164,23 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
             name, idle = text_of(c["name"]), int(c.get("idle") or 0) / 1000
             before = consumers.get(name, (0, idle))
             consumers[name] = (before[0] + int(c.get("pending") or 0), min(before[1], idle))
-    scanned = [infos[2 * len(keys.streams) + k] for k in range(len(shards))]
+    scanned = infos[2 * len(keys.streams):]
     for reply in scanned:
         if isinstance(reply, Exception):
             raise reply
     entries = [[DelayedEntry.parse(member, float(score)) for member, score in reply]
                for reply in scanned]
 
-    lag = 0.0
-    if waiting:
-        (firsts,) = yield [Batch([call("xrange", stream, f"({last}", "+", count=1)
-                                  for stream, last in waiting])]
-        ids = [text_of(r[0][0]) for r in firsts if isinstance(r, list) and r]
-        if ids:
-            oldest = min(int(i.split("-", 1)[0]) for i in ids)
-            lag = max(0.0, now - oldest / 1000)
+    lane_of = {s: lane for s, (lane, _band) in keys.stream_lanes.items()}
+    (firsts,) = yield [
+        Batch([call("xrange", stream, f"({last}", "+", count=1) for stream, last in waiting])]
+    lane_lag: dict[str, float] = {}
+    for (stream, _last), first in zip(waiting, firsts, strict=True):
+        if isinstance(first, list) and first:
+            age = max(0.0, now - int(text_of(first[0][0]).split("-", 1)[0]) / 1000)
+            lane = lane_of[stream]
+            lane_lag[lane] = max(age, lane_lag.get(lane, 0.0))
+    lag = max(lane_lag.values(), default=0.0)
 
     throttles = yield from _throttles(keys, now)
     return QueueStatus(
@@ -172,7 +191,11 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
         consumers=tuple(ConsumerStatus(name, held, idle, now - idle)
                         for name, (held, idle) in sorted(consumers.items())),
         delayed=summarize_delayed(delayed_total, entries),
-        dead=dead, added=added, lag_s=lag,
+        dead=dead, added=added, lag_s=lag, lane_lag_s=lane_lag,
+        live_workers=None if live is None else sum(
+            float(deadline) > now * 1000 for _c, deadline in live),
+        memory=RedisMemory.parse(memory),
+        spiders=spider_rows(by_set, spider_workers, live, now),
     )
 
 
@@ -215,7 +238,7 @@ def quiet_plan(keys: KeyLayout) -> Plan[bool]:
     on ack) or is deferred in a delayed set: the cheap part of :func:`status_plan` that a
     worker's idle check repeats every tick."""
     calls = [call("xlen", s) for s in keys.streams]
-    calls += [call("zcard", shard.delayed) for shard in keys.shard_keys]
+    calls += [call("zcard", d) for shard in keys.shard_keys for d in shard.delayeds]
     (replies,) = yield [Batch(calls)]
     return not any(_int(r) for r in replies)
 
@@ -246,14 +269,15 @@ class QueueSampler:
 
 
 class Throughput:
-    """Tasks added to and finished in the task streams per second, over the snapshots of the
-    last ``window_s`` seconds (the growth of ``added`` and of ``added - length``)."""
+    """New tasks added and tasks settled for good per second, over the snapshots of the last
+    ``window_s`` seconds (the growth of ``added`` and of ``finished``: a task re-parked by its
+    site's quota counts in neither)."""
 
     def __init__(self, window_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.window_s = window_s
         self.clock = clock
-        self._samples: deque[tuple[float, int, int]] = deque()  # (t, added, added - length)
+        self._samples: deque[tuple[float, int, int]] = deque()  # (t, added, finished)
 
     def update(self, status: QueueStatus) -> dict[str, Any]:
         out: dict[str, Any] = {"added_per_s": None, "finished_per_s": None, "over_s": 0.0,
@@ -261,11 +285,13 @@ class Throughput:
         if status.added is None:
             self._samples.clear()
             return out
-        now, left = self.clock(), status.added - status.length
+        now, left = self.clock(), status.added - status.length - status.delayed.total
         if self._samples and status.added < self._samples[-1][1]:
             self._samples.clear()  # the counter went back: the namespace was reset
         self._samples.append((now, status.added, left))
-        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window_s:
+        # Snapshots older than the window go, even the last one before it: a console polled
+        # once in a while shows no rate rather than one over ten minutes.
+        while len(self._samples) > 1 and now - self._samples[0][0] > self.window_s:
             self._samples.popleft()
         then, added0, left0 = self._samples[0]
         span = now - then

@@ -25,6 +25,7 @@ from meteorseed_scrapy.queue.reads import Batch, Plan, call
 from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.queue.scan import glob_escape
 from meteorseed_scrapy.queue.scripts import script_source
+from meteorseed_scrapy.queue.spiders import registered_plan
 from meteorseed_scrapy.queue.task_places import (
     decode_task,
     record_dead,
@@ -74,6 +75,7 @@ def _last_delivered(groups: Any, group: str) -> str | None:
 
 def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
     """Read plan of a query's :class:`TaskState` (run it with ``run_sync``/``run_async``)."""
+    keys = yield from registered_plan(keys)  # (every spider's task set is searched too)
     shards = [keys.for_site(query.site_id)] if query.site_id else list(keys.shard_keys)
     streams = [s for shard in shards for s in shard.streams]
     deads = list(dict.fromkeys(shard.dead for shard in shards))
@@ -209,7 +211,7 @@ def _delayed(state: TaskState, keys: KeyLayout, shards: list[ShardKeys], query: 
     else:
         needle = ""
     match = f"*{glob_escape(needle)}*" if needle else None
-    cursors: dict[str, int | None] = {shard.delayed: 0 for shard in shards}
+    cursors: dict[str, int | None] = {d: 0 for shard in shards for d in shard.delayeds}
     read = dict.fromkeys(cursors, 0)
     (sizes,) = yield [Batch([call("zcard", key) for key in cursors])]
     for _ in range(DELAYED_ROUNDS):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.backlog import StreamCount, stream_counts, wait_for_room
-from meteorseed_scrapy.queue.batch_pipeline import SCRIPT_ORDER, ScriptOrder, call_in_order
+from meteorseed_scrapy.queue.batch_pipeline import ScriptOrder, call_in_order
 from meteorseed_scrapy.queue.dedup import (
     RECRAWL_META_KEY,
     Fingerprinter,
@@ -34,6 +34,7 @@ from meteorseed_scrapy.queue.enqueue_calls import (
 )
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count
+from meteorseed_scrapy.queue.spiders import register_spiders
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.validation import TaskError
@@ -73,8 +74,10 @@ class TaskWriter:
         self._scripts = scripts.Scripts(redis)
         self._config_checked = False
         self._last_window: tuple[int | None, str] = (None, "")
-        # (site, lane, priority) -> (task stream, dedup root): the same few for every URL
-        self._routes: dict[tuple[str, str, int], tuple[str, str]] = {}
+        # (site, lane, priority, spider) -> (dedup root, task stream): the same few for every URL
+        self._routes: dict[tuple[str, str, int, str | None], tuple[str, str]] = {}
+        self._spiders_new: set[str] = set()  # task sets to list in the registry before writing
+        self._spiders_listed: set[str] = set()
         if lane is not None and lane not in LANES:
             raise ValueError(f"lane must be one of {', '.join(LANES)}, got {lane!r}")
         self._lane = lane
@@ -91,7 +94,7 @@ class TaskWriter:
         encodable, a URL that cannot be canonicalised, a bad ``meta.recrawl_after``)."""
         if self._lane is not None and task.lane != self._lane:
             task = replace(task, lane=self._lane)
-        route = self._routes.get((task.site_id, task.lane, task.priority))
+        route = self._routes.get((task.site_id, task.lane, task.priority, task.spider))
         if route is None:
             route = self._route(task)
         root, stream = route
@@ -131,8 +134,8 @@ class TaskWriter:
         """
         if self.seed_encoder_reads_tasks(task, dedup):
             return lambda each, canonical, _: self.encode(each, dedup, canonical)
-        root, stream = self._routes.get((task.site_id, task.lane, task.priority)) or (
-            self._route(task))
+        root, stream = self._routes.get((task.site_id, task.lane, task.priority, task.spider)
+                                        ) or self._route(task)
         window = recrawl_window(task)
         new = tuple.__new__
 
@@ -153,8 +156,10 @@ class TaskWriter:
         if len(self._routes) >= 4096:  # (a worker may see many sites: bounded)
             self._routes.clear()
         shard = self._keys.for_site(task.site_id)
-        route = (shard.seen(task.site_id), shard.stream_for(task.lane, task.priority))
-        self._routes[(task.site_id, task.lane, task.priority)] = route
+        route = (shard.seen(task.site_id), shard.stream_for(task.lane, task.priority, task.spider))
+        self._routes[(task.site_id, task.lane, task.priority, task.spider)] = route
+        if task.spider is not None and task.spider not in self._spiders_listed:
+            self._spiders_new.add(task.spider)
         return route
 
     async def add(self, tasks: Sequence[ExecTask], *, dedup: bool = True) -> AddResult:
@@ -163,23 +168,24 @@ class TaskWriter:
         Every task is encoded before anything is sent, so a task that is too large (or otherwise
         not encodable) raises :class:`TaskError` and nothing of the call is enqueued.
         """
-        return await self.add_encoded([self.encode(task, dedup) for task in tasks])
+        return await self.enqueue([self.encode(task, dedup) for task in tasks])
 
-    async def add_encoded(self, encoded: Sequence[Encoded]) -> AddResult:
-        """Enqueue tasks already encoded by :meth:`encode`, in script calls of
-        :data:`~meteorseed_scrapy.queue.enqueue_calls.CHUNK_SIZE` per stream, all sent in one
-        round trip (concurrently on a cluster); under
-        :data:`~meteorseed_scrapy.queue.batch_pipeline.SCRIPT_ORDER`, behind the call before
-        (see :class:`~meteorseed_scrapy.queue.batch_pipeline.ScriptOrder`)."""
-        sequence = SCRIPT_ORDER.get()
+    async def enqueue(self, encoded: Sequence[Encoded], order: ScriptOrder | None = None
+                      ) -> AddResult:
+        """Enqueue tasks already encoded (by :meth:`encode` or a :meth:`seed_encoder`), in
+        script calls of :data:`~meteorseed_scrapy.queue.enqueue_calls.CHUNK_SIZE` per stream,
+        all sent in one round trip (concurrently on a cluster). With ``order``, written behind
+        the call before it in a caller's sequence (see
+        :class:`~meteorseed_scrapy.queue.batch_pipeline.ScriptOrder`), which is finished when
+        this returns or raises."""
         try:
-            return await self._add_encoded(encoded, sequence)
+            return await self._enqueue(encoded, order)
         finally:
-            if sequence is not None:
-                sequence.finish(sent=False)  # (a failure before sending; else done already)
+            if order is not None:
+                order.finish(sent=False)  # (a failure before sending; else done already)
 
-    async def _add_encoded(self, encoded: Sequence[Encoded], sequence: ScriptOrder | None
-                           ) -> AddResult:
+    async def _enqueue(self, encoded: Sequence[Encoded], sequence: ScriptOrder | None
+                       ) -> AddResult:
         if not encoded:
             if sequence is not None:
                 sequence.finish(sent=True)  # (nothing to send: the next call goes on)
@@ -189,6 +195,10 @@ class TaskWriter:
             await check_shard_count(self._redis, self._keys)
             for warning in await check_server_config(self._redis):
                 logger.warning("%s", warning)
+        if self._spiders_new:  # listed before written: status and lookups find every set
+            await register_spiders(self._redis, self._keys, self._spiders_new)
+            self._spiders_listed |= self._spiders_new
+            self._spiders_new = set()
         script = self._scripts["enqueue"]
         batch = EnqueueCalls(encoded)
         calls = [self._script_args(sent[0].stream, sent) for sent in batch.sent]

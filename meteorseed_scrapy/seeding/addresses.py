@@ -9,6 +9,10 @@ import socket
 from urllib.parse import urlsplit
 
 PRIVATE_SETTING = "METEORSEED_FETCH_PRIVATE_ADDRESSES"
+#: Request meta key (value :data:`PUBLIC_ONLY`) of tasks that came through the API: workers
+#: fetch them, and their redirects, only from public addresses (address_policy.py).
+POLICY_META_KEY = "address_policy"
+PUBLIC_ONLY = "public"
 #: NAT64's well-known prefix: its addresses stand for IPv4 ones (64:ff9b::a00:1 is 10.0.0.1).
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -75,4 +79,5 @@ def _refusal(host: str, ip: _IP, problem: str) -> str:
             "reach such addresses")
 
 
-__all__ = ["PRIVATE_SETTING", "AddressError", "address_problem", "literal_problem", "resolve"]
+__all__ = ["POLICY_META_KEY", "PRIVATE_SETTING", "PUBLIC_ONLY", "AddressError", "address_problem",
+           "literal_problem", "resolve"]

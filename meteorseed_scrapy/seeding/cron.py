@@ -5,8 +5,9 @@
 and day names ``sun``-``sat`` (case-insensitive; day 7 is Sunday too), and the macros
 ``@yearly`` ``@annually`` ``@monthly`` ``@weekly`` ``@daily`` ``@midnight`` ``@hourly``.
 
-Day-of-month and day-of-week follow Vixie cron's rule: when both are restricted (neither field
-starts with ``*``) a day matches if *either* matches; otherwise the restricted one decides.
+Day-of-month and day-of-week follow Vixie cron's rule (and cronsim's, which the tests check
+against): when neither field starts with ``*`` a day matches if *either* matches; otherwise
+it must match *both* (so ``*/2`` in day-of-month is every other day, not every day).
 Times are wall-clock times in the expression's zone (UTC by default). A wall time skipped by a
 DST change fires once right after the change (the offset before it applies); a wall time that
 occurs twice fires once, at its first occurrence.
@@ -95,7 +96,7 @@ class CronExpr:
     days: frozenset[int]
     months: frozenset[int]
     weekdays: frozenset[int]  # 0 = Sunday
-    day_star: bool  # day-of-month field starts with "*" (unrestricted, Vixie's test)
+    day_star: bool  # day-of-month field starts with "*" ("*" or "*/n": Vixie's test)
     weekday_star: bool
 
     @classmethod
@@ -128,12 +129,9 @@ class CronExpr:
     def _day_matches(self, day: dt.date) -> bool:
         in_month = day.day in self.days
         in_week = (day.weekday() + 1) % 7 in self.weekdays
-        if self.day_star and self.weekday_star:
-            return True
-        if self.day_star:
-            return in_week
-        if self.weekday_star:
-            return in_month
+        if self.day_star or self.weekday_star:
+            # (a "*/n" field is a restriction too: both must hold, as in Vixie cron)
+            return in_month and in_week
         return in_month or in_week  # both restricted: either (Vixie cron)
 
     def next_after(self, after: float, tz: ZoneInfo | None = None) -> float:

@@ -1,30 +1,37 @@
-"""Seeds (JSON Lines) to exec tasks, streaming: one line, one URL at a time, bounded memory.
+"""The one seed-expansion engine: parsed seeds to exec tasks in the task streams, in batches,
+with bounded memory (one URL at a time), backpressure and dedup. ``scrapy seed-expand``
+(:func:`expand_lines`), ``POST /dispatch`` and the seeder (:func:`expand_seeds`) all run it.
 
 Errors are data here, not exceptions that stop the run: a bad line is rejected with its line
-number and reason, a bad URL inside a good line with its 0-based position in ``payload.urls``,
-and everything else still goes to the stream.
-
-Reading lines is :mod:`.seed_lines`, checking a seed's payload :mod:`.payload`, one seed's URLs
-:mod:`.seed_urls`; :func:`expand_stream` puts them together.
+number and reason, a bad URL inside a good seed with its 0-based position, and everything else
+still goes to the stream. Each seed's counts fill in its :class:`SeedResult` as its batches are
+answered; a :class:`SeedWatcher` learns of each seed. Reading lines is :mod:`.seed_lines`, one
+seed's URLs :mod:`.seed_urls`; the options and results are :mod:`.expand_types`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import replace
+from itertools import islice, pairwise
 from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy.queue.batch_pipeline import SCRIPT_ORDER, ScriptOrder
-from meteorseed_scrapy.seeding.fetch import FetchPolicy
-from meteorseed_scrapy.seeding.seed_lines import (
-    SeedLineError,
-    parse_seed_line,
+from meteorseed_scrapy.queue.batch_pipeline import ScriptOrder
+from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE
+from meteorseed_scrapy.seeding.expand_types import (
+    ExpandOptions,
+    ExpandSummary,
+    Rejection,
+    SeedResult,
+    SeedWatcher,
 )
+from meteorseed_scrapy.seeding.fetch import FetchPolicy
+from meteorseed_scrapy.seeding.seed_lines import parse_lines
 from meteorseed_scrapy.seeding.seed_urls import UrlError, expand_checked
 from meteorseed_scrapy.seeding.sitemap import SitemapError
-from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
@@ -38,195 +45,232 @@ logger = logging.getLogger(__name__)
 #: URLs built between two yields to the event loop while a batch is in flight (other tasks of
 #: the loop go on; a batch's scripts are written before its flush returns).
 _YIELD_EVERY = 100
+_NO_WATCHER = SeedWatcher()
+#: A batch's seeds: (seed, first index, end index) of each run of its tasks.
+_Segments = list[tuple[SeedResult, int, int]]
 
 
-@dataclass(frozen=True)
-class Rejection:
-    """One rejected input: a whole line (``url_position`` None) or one URL of a line."""
-
-    lineno: int
-    reason: str
-    url_position: int | None = None  # 0-based index in payload.urls
-
-    def __str__(self) -> str:
-        if self.url_position is None:
-            return f"line {self.lineno}: {self.reason}"
-        return f"line {self.lineno}, url {self.url_position}: {self.reason}"
+async def expand_lines(lines: Iterable[str | bytes], writer: TaskWriter, options: ExpandOptions,
+                       *, on_error: Callable[[Rejection], None],
+                       watcher: SeedWatcher | None = None,
+                       summary: ExpandSummary | None = None) -> ExpandSummary:
+    """:func:`expand_seeds` of JSON Lines seeds (``scrapy seed-expand``): line numbers start
+    at 1, blank lines are skipped (but counted as read), a bad line is rejected alone."""
+    summary = summary if summary is not None else ExpandSummary()
+    return await expand_seeds(parse_lines(lines, on_error, summary), writer, options,
+                              on_error=on_error, watcher=watcher, summary=summary)
 
 
-@dataclass
-class ExpandSummary:
-    """Counts of one :func:`expand_stream` run (filled in as it goes)."""
+async def expand_seeds(seeds: Iterable[tuple[int, SeedTask]], writer: TaskWriter,
+                       options: ExpandOptions, *, on_error: Callable[[Rejection], None],
+                       watcher: SeedWatcher | None = None,
+                       summary: ExpandSummary | None = None) -> ExpandSummary:
+    """Expand ``(line number, seed)`` pairs into exec tasks, enqueued in batches.
 
-    lines: int = 0
-    expanded: int = 0  # valid tasks produced (sent, or counted by a dry run)
-    enqueued: int = 0
-    duplicates: int = 0
-    bad_lines: int = 0
-    bad_urls: int = 0
-
-    @property
-    def rejected(self) -> int:
-        return self.bad_lines + self.bad_urls
-
-    def count(self, result: AddResult) -> None:
-        """Add what one batch's enqueue did."""
-        self.enqueued += result.enqueued
-        self.duplicates += result.duplicates
-
-    def __str__(self) -> str:
-        return (
-            f"read {self.lines} lines, enqueued {self.enqueued}, "
-            f"duplicates {self.duplicates}, rejected {self.rejected}"
-        )
-
-
-async def expand_stream(
-    lines: Iterable[str | bytes],
-    writer: TaskWriter,
-    *,
-    batch_size: int = 500,
-    on_error: Callable[[Rejection], None],
-    max_backlog: int = DEFAULTS["METEORSEED_MAX_BACKLOG"],
-    dedup: bool = True,
-    on_wait: Callable[[int], None] | None = None,
-    summary: ExpandSummary | None = None,
-    dry_run: bool = False,
-    on_batch: Callable[[ExpandSummary], None] | None = None,
-    rejects: Callable[[str, str], str | None] | None = None,
-    sitemaps: Callable[[str], FetchPolicy] | None = None,
-) -> ExpandSummary:
-    """Expand JSON Lines seeds into exec tasks and enqueue them in batches of ``batch_size``.
-
-    Line numbers start at 1; blank lines are skipped (but counted as read). Before each batch
-    the writer waits while the stream's backlog is above ``max_backlog``, calling ``on_wait``.
     Pass ``summary`` to keep the counts when Redis fails half-way (the exception propagates).
-    ``dry_run`` expands, validates and counts (``summary.expanded``) but sends nothing to
-    Redis. ``on_batch`` is called after each batch (progress reports). ``rejects(site_id,
-    url)`` says why a URL may not be enqueued for its site (outside its allowed domains, on its
-    blacklist: see :meth:`~meteorseed_scrapy.sites.lookup.SiteConfigs.rejects`), or None.
-    ``sitemaps(site_id)`` is how a site's sitemaps are fetched (default: the safe policy).
-
     While Redis runs one batch's script, the next batch is built, and sent behind it (in
     order, on the same connection) before its reply is in: Python's work and Redis's overlap
     instead of adding up, and Redis does not idle between two batches.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    summary = summary if summary is not None else ExpandSummary()
-    batch: list[Encoded] = []
-    in_flight: asyncio.Task[AddResult] | None = None
-    order: ScriptOrder | None = None  # of the batch in flight
-    # Tasks that may still be sent before the backlog must be looked at again: workers only
-    # ever shrink it, so after a look showing room for N, N more cannot pass the limit. (One
-    # look per batch was a round trip with Redis idle, for every 500 URLs.)
-    room = 0
-
-    async def settle() -> None:
-        nonlocal in_flight
-        if in_flight is not None:
-            task, in_flight = in_flight, None
-            summary.count(await task)
-
-    async def flush() -> None:
-        nonlocal in_flight, room, order
-        if not batch:
-            return
-        summary.expanded += len(batch)
-        if not dry_run:
-            if room < len(batch):
-                await settle()  # (so that the look at the backlog counts the batch before)
-                backlog = await writer.wait_for_room(max_backlog, on_wait or _ignore_wait)
-                room = max_backlog - backlog
-            room -= len(batch)
-            # Two batches going at once: this one is written to Redis behind the one before,
-            # on its connection, before that one's reply is in (ScriptOrder), so Redis goes
-            # from one to the next without waiting for a round trip and this one's packing.
-            order = ScriptOrder(order)
-            token = SCRIPT_ORDER.set(order)
-            try:
-                task = asyncio.ensure_future(writer.add_encoded(list(batch)))
-            finally:
-                SCRIPT_ORDER.reset(token)
-            # (a writer whose add_encoded fails or returns before TaskWriter's: the next batch
-            # must not wait for this one for ever)
-            task.add_done_callback(_finisher(order))
-            # (it goes out now, behind the one before)
-            sent: list[asyncio.Future[Any]] = [order.sent, task]
-            await asyncio.wait(sent, return_when=asyncio.FIRST_COMPLETED)
-            try:
-                await settle()
-            except BaseException:
-                # The one before failed (or this run is cancelled): this one was written
-                # already, or is not sent at all; its reply is awaited, never left behind.
-                await asyncio.wait([task])
-                if not task.cancelled() and task.exception() is None:
-                    summary.count(task.result())
-                raise
-            in_flight = task
-        batch.clear()
-        if on_batch is not None:
-            on_batch(summary)
-
-    def as_template(template: ExecTask) -> bool:
-        return not writer.seed_encoder_reads_tasks(template, dedup)
-
-    append = batch.append
+    run = _Run(writer, options, on_error, watcher or _NO_WATCHER,
+               summary if summary is not None else ExpandSummary())
     try:
-        for lineno, seed in parse_lines(lines, on_error, summary):
-            # The tasks of one seed share its site, lane, priority and meta: one encoder each.
-            encode: Callable[[ExecTask, str, str], Encoded] | None = None
-            try:
-                # (task: the seed's template for most URLs, when the encoder reads no more)
-                for position, item in enumerate(expand_checked(seed, sitemaps, as_template)):
+        for lineno, seed in seeds:
+            await run.seed(lineno, seed)
+        await run.flush()
+    finally:
+        await run.settle()
+    logger.debug("expansion done: %s", run.summary)
+    return run.summary
+
+
+class _Run:
+    """One run of the engine: the batch being built and the one in flight."""
+
+    def __init__(self, writer: TaskWriter, options: ExpandOptions,
+                 on_error: Callable[[Rejection], None], watcher: SeedWatcher,
+                 summary: ExpandSummary) -> None:
+        self.writer, self.options, self.on_error = writer, options, on_error
+        self.watcher, self.summary = watcher, summary
+        self.batch: list[Encoded] = []
+        self.segments: list[tuple[SeedResult, int]] = []  # (seed, first index) in the batch
+        self.in_flight: tuple[asyncio.Task[AddResult], _Segments] | None = None
+        self.order: ScriptOrder | None = None  # of the batch in flight
+        # Tasks that may still be sent before the backlog must be looked at again: workers
+        # only ever shrink it, so after a look showing room for N, N more cannot pass the
+        # limit. (One look per batch was a round trip with Redis idle, for every 500 URLs.)
+        self.room = 0
+
+    def as_template(self, template: ExecTask) -> bool:
+        return not self.writer.seed_encoder_reads_tasks(template, self.options.dedup)
+
+    async def seed(self, lineno: int, seed: SeedTask) -> None:
+        """Expand one seed into the batches."""
+        result = SeedResult(seed, lineno)
+        self.watcher.started(result)
+        self.segments.append((result, len(self.batch)))
+        options, summary, on_error, batch = self.options, self.summary, self.on_error, self.batch
+        rejects, batch_size, append = options.rejects, options.batch_size, batch.append
+        stop = threading.Event()  # set when this seed ends: a sitemap fetch under way stops
+        # The tasks of one seed share its site, lane, priority and meta: one encoder each.
+        encode: Callable[[ExecTask, str, str], Encoded] | None = None
+        position = -1
+        try:
+            items = expand_checked(seed, self._sitemaps(stop), self.as_template)
+            more: bool | SitemapError = True
+            while more is True:
+                chunk, more = await self._pull(items)
+                for item in chunk:
+                    position += 1
                     if isinstance(item, UrlError):
-                        summary.bad_urls += 1
-                        on_error(Rejection(lineno, item.reason, item.position))
+                        self._reject(result, Rejection(lineno, item.reason, item.position))
                         continue
                     task, canonical, payload, url = item
                     if rejects is not None:
                         reason = rejects(seed.site_id, url)
                         if reason is not None:
-                            summary.bad_urls += 1
-                            on_error(Rejection(lineno, f"url: {reason}", position))
+                            self._reject(result, Rejection(lineno, f"url: {reason}", position))
                             continue
                     try:
                         if encode is None:
-                            encode = writer.seed_encoder(task, dedup)
+                            encode = self.writer.seed_encoder(task, options.dedup)
                         append(encode(task, canonical, payload))
                     except TaskError as exc:  # (expand checked these; a guard, not a path)
-                        summary.bad_urls += 1
-                        on_error(Rejection(lineno, str(exc)))
+                        self._reject(result, Rejection(lineno, str(exc), position))
                         continue
                     if len(batch) >= batch_size:
-                        await flush()
-                    elif in_flight is not None and len(batch) % _YIELD_EVERY == 0:
+                        await self.flush(result)
+                    elif self.in_flight is not None and len(batch) % _YIELD_EVERY == 0:
                         await asyncio.sleep(0)
-            except SitemapError as exc:
-                summary.bad_lines += 1
-                on_error(Rejection(lineno, str(exc)))
-        await flush()
-    finally:
-        await settle()
-    logger.debug("expand_stream done: %s", summary)
-    return summary
-
-
-def parse_lines(lines: Iterable[str | bytes], on_error: Callable[[Rejection], None],
-                summary: ExpandSummary) -> Iterator[tuple[int, SeedTask]]:
-    """``(line number, seed)`` of each valid seed line; a bad line is reported to ``on_error``
-    and counted in ``summary.bad_lines``, every line (blank ones too) in ``summary.lines``."""
-    for lineno, line in enumerate(lines, start=1):
-        summary.lines += 1
-        if not line or line.isspace():  # (isspace: no copy of a 2 MiB line)
-            continue
-        try:
-            seed = parse_seed_line(line, lineno)
-        except SeedLineError as exc:
+            if isinstance(more, SitemapError):
+                raise more  # (after the URLs that came before it)
+        except (SitemapError, TaskError) as exc:  # (its sitemap, or a payload checked now)
             summary.bad_lines += 1
-            on_error(Rejection(lineno, exc.reason))
-            continue
-        yield lineno, seed
+            result.rejected += 1
+            result.error = str(exc)
+            on_error(Rejection(lineno, str(exc)))
+        finally:
+            stop.set()
+        result.expanded = True
+        if self.segments[-1][1] == len(batch):  # (its last entry: none of its tasks wait here)
+            self.segments.pop()
+            self._maybe_finished(result)  # (else once the batch holding its last tasks is)
+
+    def _sitemaps(self, stop: threading.Event) -> Callable[[str], FetchPolicy]:
+        policy = self.options.sitemaps
+
+        def sitemaps(site_id: str) -> FetchPolicy:
+            return replace(policy(site_id) if policy is not None else FetchPolicy(), stop=stop)
+
+        return sitemaps
+
+    async def _pull(self, items: Iterator[Any]) -> tuple[list[Any], bool | SitemapError]:
+        """The next URLs of ``items``, pulled here or on threads (``options.threads``), and
+        whether there may be more (or the sitemap that failed after them)."""
+        if self.watcher.stop_requested():
+            raise asyncio.CancelledError
+        if self.options.threads:
+            size = CHUNK_SIZE
+            chunk, error = await asyncio.get_running_loop().run_in_executor(
+                self.options.executor, _take, items, size)
+            if self.watcher.stop_requested():
+                raise asyncio.CancelledError
+        else:
+            size = _YIELD_EVERY
+            chunk, error = _take(items, size)
+        return chunk, error if error is not None else len(chunk) == size
+
+    def _reject(self, result: SeedResult, rejection: Rejection) -> None:
+        self.summary.bad_urls += 1
+        result.rejected += 1
+        self.on_error(rejection)
+
+    def _maybe_finished(self, result: SeedResult) -> None:
+        if result.expanded and result.batches == 0:
+            self.watcher.finished(result)
+
+    async def settle(self) -> None:
+        """Wait for the batch in flight and count what it did."""
+        if self.in_flight is None:
+            return
+        (task, segments), self.in_flight = self.in_flight, None
+        self._count(await task, segments)
+
+    def _count(self, result: AddResult, segments: _Segments) -> None:
+        """Add what one batch did to the run's and its seeds' counts."""
+        self.summary.count(result)
+        fresh, whole = result.fresh, len(result.fresh) == (segments[-1][2] if segments else 0)
+        for seed, start, end in segments:
+            seed.batches -= 1
+            if whole:
+                enqueued = sum(fresh[start:end])
+                seed.enqueued += enqueued
+                seed.duplicates += end - start - enqueued
+            elif len(segments) == 1:  # (a writer that did not say which task was fresh)
+                seed.enqueued += result.enqueued
+                seed.duplicates += result.duplicates
+            self._maybe_finished(seed)
+
+    async def flush(self, current: SeedResult | None = None) -> None:
+        """Send the batch (behind the one in flight); ``current``: the seed being expanded,
+        whose tasks go on in the next batch."""
+        batch, summary, options = self.batch, self.summary, self.options
+        if not batch:
+            return
+        summary.expanded += len(batch)
+        marks: list[tuple[SeedResult | None, int]] = [*self.segments, (None, len(batch))]
+        segments: _Segments = [(seed, start, end) for (seed, start), (_, end)
+                               in pairwise(marks) if end > start and seed is not None]
+        self.segments = [(current, 0)] if current is not None else []
+        if not options.dry_run:
+            await self._send(list(batch), segments)
+        batch.clear()
+        if options.dry_run:
+            for seed, _, _ in segments:
+                self._maybe_finished(seed)
+        if options.on_batch is not None:
+            options.on_batch(summary)
+
+    async def _send(self, batch: list[Encoded], segments: _Segments) -> None:
+        options, writer = self.options, self.writer
+        if self.room < len(batch):
+            await self.settle()  # (so that the look at the backlog counts the batch before)
+            backlog = await writer.wait_for_room(options.max_backlog,
+                                                 options.on_wait or _ignore_wait)
+            self.room = options.max_backlog - backlog
+        self.room -= len(batch)
+        await self.watcher.before_send()
+        for seed, _, _ in segments:
+            seed.batches += 1
+        # Two batches going at once: this one is written to Redis behind the one before, on
+        # its connection, before that one's reply is in (ScriptOrder), so Redis goes from
+        # one to the next without waiting for a round trip and this one's packing.
+        self.order = order = ScriptOrder(self.order)
+        task = asyncio.ensure_future(writer.enqueue(batch, order))
+        # (a writer whose enqueue fails or returns before TaskWriter's: the next batch must
+        # not wait for this one for ever)
+        task.add_done_callback(_finisher(order))
+        sent: list[asyncio.Future[Any]] = [order.sent, task]
+        await asyncio.wait(sent, return_when=asyncio.FIRST_COMPLETED)  # (it goes out now)
+        try:
+            await self.settle()
+        except BaseException:
+            # The one before failed (or this run is cancelled): this one was written already,
+            # or is not sent at all; its reply is awaited, never left behind.
+            await asyncio.wait([task])
+            if not task.cancelled() and task.exception() is None:
+                self._count(task.result(), segments)
+            raise
+        self.in_flight = (task, segments)
+
+
+def _take(items: Iterator[Any], size: int) -> tuple[list[Any], SitemapError | None]:
+    chunk: list[Any] = []
+    try:
+        chunk.extend(islice(items, size))  # (what came before a failing sitemap is kept)
+    except SitemapError as exc:
+        return chunk, exc
+    return chunk, None
 
 
 def _ignore_wait(backlog: int) -> None:
@@ -240,4 +284,4 @@ def _finisher(order: ScriptOrder) -> Callable[[asyncio.Future[AddResult]], None]
     return finish
 
 
-__all__ = ["ExpandSummary", "Rejection", "expand_stream", "parse_lines"]
+__all__ = ["expand_lines", "expand_seeds"]

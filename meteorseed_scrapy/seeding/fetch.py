@@ -29,6 +29,7 @@ from protego import Protego
 
 from meteorseed_scrapy.seeding.addresses import AddressError, resolve
 from meteorseed_scrapy.seeding.deadline import Deadline
+from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.task.validation import TaskError, check_url
 
@@ -39,7 +40,7 @@ FETCH_DEADLINE = 120.0
 #: Seconds one socket operation may wait (a server that stops sending altogether).
 READ_TIMEOUT = 30.0
 MAX_REDIRECTS = 5
-MAX_ROBOTS_BYTES = 512 * 1024  # what Google reads of a robots.txt
+MAX_ROBOTS_BYTES = DEFAULTS["METEORSEED_ROBOTSTXT_MAXSIZE"]  # the workers' cap (Google's)
 DEFAULT_USER_AGENT = "meteorseed-seed-expand"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 

@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.seeding.expand import ExpandSummary
+    from meteorseed_scrapy.seeding.expand_types import ExpandSummary
 
 
 class Progress:

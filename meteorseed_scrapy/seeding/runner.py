@@ -29,7 +29,7 @@ from meteorseed_scrapy.seeding.adapt import (
     Bounds,
     site_bounds,
 )
-from meteorseed_scrapy.seeding.expand import Rejection
+from meteorseed_scrapy.seeding.expand_types import Rejection
 from meteorseed_scrapy.seeding.fetch import policies
 from meteorseed_scrapy.seeding.schedule import parse_interval
 from meteorseed_scrapy.seeding.seed_lines import read_lines

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO
 
+from meteorseed_scrapy.seeding.expand_types import ExpandSummary, Rejection
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
@@ -95,4 +96,21 @@ def read_lines(stream: IO[bytes], max_bytes: int = MAX_LINE_BYTES) -> Iterator[b
         yield chunk
 
 
-__all__ = ["MAX_LINE_BYTES", "SeedLineError", "parse_seed_line", "read_lines"]
+def parse_lines(lines: Iterable[str | bytes], on_error: Callable[[Rejection], None],
+                summary: ExpandSummary) -> Iterator[tuple[int, SeedTask]]:
+    """``(line number, seed)`` of each valid seed line; a bad line is reported to ``on_error``
+    and counted in ``summary.bad_lines``, every line (blank ones too) in ``summary.lines``."""
+    for lineno, line in enumerate(lines, start=1):
+        summary.lines += 1
+        if not line or line.isspace():  # (isspace: no copy of a 2 MiB line)
+            continue
+        try:
+            seed = parse_seed_line(line, lineno)
+        except SeedLineError as exc:
+            summary.bad_lines += 1
+            on_error(Rejection(lineno, exc.reason))
+            continue
+        yield lineno, seed
+
+
+__all__ = ["MAX_LINE_BYTES", "SeedLineError", "parse_lines", "parse_seed_line", "read_lines"]

@@ -1,5 +1,5 @@
 """The long-running seeder: claims due seeds from the registry, expands each one with the
-streaming machinery (:func:`~meteorseed_scrapy.seeding.expand.expand_stream`: dedup,
+expansion engine (:func:`~meteorseed_scrapy.seeding.expand.expand_seeds`: dedup,
 backpressure), records the run and lets the registry reschedule it.
 
 Run it as ``scrapy seed-expand --watch [FILE|-]`` or ``meteorseed seeder``; any number may run
@@ -16,22 +16,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor
-from meteorseed_scrapy.seeding.expand import ExpandSummary, Rejection, expand_stream, parse_lines
+from meteorseed_scrapy.seeding.expand import expand_seeds
+from meteorseed_scrapy.seeding.expand_types import (
+    ExpandOptions,
+    ExpandSummary,
+    Rejection,
+    SeedResult,
+    SeedWatcher,
+)
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
-from meteorseed_scrapy.seeding.records import SeedRecord, seed_to_dict
+from meteorseed_scrapy.seeding.records import SeedRecord
 from meteorseed_scrapy.seeding.registry import SeedRegistry
-from meteorseed_scrapy.seeding.threaded import expand_on_thread
+from meteorseed_scrapy.seeding.seed_lines import parse_lines
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.validators import format_duration
 
@@ -44,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 #: Seed types whose expanded URLs are the items themselves (deduplicated on every run).
 ITEM_SEED_TYPES = frozenset({"sitemap"})
-#: Seed types whose expansion blocks on I/O (fetched by the seeder): run on a thread.
+#: Seed types whose expansion blocks on I/O (fetched by the seeder): pulled on threads.
 BLOCKING_SEED_TYPES = frozenset({"sitemap"})
 
 
@@ -100,14 +106,16 @@ class Seeder:
                  rejects: Callable[[str, str], str | None] | None = None,
                  sitemaps: Callable[[str], FetchPolicy] | None = None) -> None:
         # No I/O here.
-        self._rejects = rejects  # site rules: allowed domains, blacklist
-        self._sitemaps = sitemaps  # how each site's sitemaps are fetched (default: safe)
         self.config = config or SeederConfig()
+        self._options = ExpandOptions(
+            batch_size=self.config.batch_size, max_backlog=self.config.max_backlog,
+            rejects=rejects,  # site rules: allowed domains, blacklist
+            sitemaps=sitemaps,  # how each site's sitemaps are fetched (default: safe)
+            on_wait=on_wait)
         self.registry = SeedRegistry(redis, keys, bounds_for or (lambda site_id: Bounds()))
         self.writer = TaskWriter(redis, keys, fingerprinter=self.config.fingerprinter)
         self._redis = redis
         self._on_run = on_run
-        self._on_wait = on_wait
         self._outage_since: float | None = None
         self.runs = 0
         self.outages = 0
@@ -200,21 +208,15 @@ class Seeder:
         seed = record.seed
         started_at = await self._now()
         dedup = seed.task_type in ITEM_SEED_TYPES
-        rejections: list[Rejection] = []
         summary = ExpandSummary()
+        watcher = _Watcher()
         renewal = asyncio.ensure_future(self._renew(seed.seed_id))
         error: str | None = None
         try:
-            line = json.dumps(seed_to_dict(seed), ensure_ascii=False)
-            options: dict[str, Any] = {
-                "batch_size": self.config.batch_size, "on_error": rejections.append,
-                "max_backlog": self.config.max_backlog, "dedup": dedup,
-                "on_wait": self._on_wait, "rejects": self._rejects, "sitemaps": self._sitemaps}
-            if seed.task_type in BLOCKING_SEED_TYPES:
-                await expand_on_thread(self._redis, self.registry.keys, line, summary,
-                                       fingerprinter=self.writer.fingerprinter, **options)
-            else:
-                await expand_stream([line], self.writer, summary=summary, **options)
+            options = replace(self._options, dedup=dedup,
+                              threads=seed.task_type in BLOCKING_SEED_TYPES)
+            await expand_seeds([(1, seed)], self.writer, options, on_error=_ignore,
+                               watcher=watcher, summary=summary)
         except (RedisError, OSError):
             raise  # an outage: the lease runs out and the seed is run again later
         except Exception as exc:  # a bug must not stop the seeder: make it visible instead
@@ -224,8 +226,8 @@ class Seeder:
             renewal.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewal
-        if error is None and summary.bad_lines:
-            error = next((r.reason for r in rejections if r.url_position is None), "failed")
+        if error is None and watcher.result is not None:
+            error = watcher.result.error
         ok = error is None
         after = await self.registry.record_run(
             seed.seed_id, started_at=started_at, ok=ok, error=error,
@@ -250,6 +252,19 @@ class Seeder:
                 await self.registry.renew(seed_id, self.config.lease_s)
             except (RedisError, OSError) as exc:
                 logger.warning("seeder: cannot renew the lease of seed %s: %s", seed_id, exc)
+
+
+class _Watcher(SeedWatcher):
+    """Holds the one seed's result of a run."""
+
+    result: SeedResult | None = None
+
+    def started(self, result: SeedResult) -> None:
+        self.result = result
+
+
+def _ignore(rejection: Rejection) -> None:
+    pass  # (counted in the run's summary; the registry keeps the counts)
 
 
 def _log_run(seed_id: str, summary: ExpandSummary, error: str | None,

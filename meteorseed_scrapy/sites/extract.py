@@ -21,6 +21,7 @@ from parsel import Selector as Parsel
 from parsel.csstranslator import HTMLTranslator
 
 from meteorseed_scrapy.sites.model import FieldRule, Selector
+from meteorseed_scrapy.sites.patterns import PatternTimeout
 from meteorseed_scrapy.sites.processors import Context, ProcessorError, collapse
 
 #: Elements whose content is never text of the page.
@@ -163,12 +164,10 @@ def select_values(scope: Any, select: Selector, url: str, *, text: bool = False,
         else:
             values = [serialise(node) for node in nodes]
     if select.regex is not None:
-        matched = []
-        for value in values:
-            match = select.regex.search(value) if isinstance(value, str) else None
-            if match is not None:
-                matched.append(match.group(1) if match.groups() else match.group(0))
-        values = matched
+        try:
+            values = list(select.regex.first_groups(values))
+        except PatternTimeout as exc:  # a time bound, not a stall: the field is an anomaly
+            raise ProcessorError(str(exc)) from None
     return [collapse(v) if isinstance(v, str) else v for v in values if v is not None]
 
 

@@ -17,8 +17,10 @@ from meteorseed_scrapy.sites import format as rule_keys
 from meteorseed_scrapy.sites.model import DEFAULT_NOT_BEFORE, Constraint, FieldRule, Selector
 from meteorseed_scrapy.sites.processors import compile_processor
 from meteorseed_scrapy.sites.reader import ConfigError, Reader
+from meteorseed_scrapy.sites.shown import shown
 
 _FIELD_NAME = re.compile(rule_keys.FIELD_NAME)
+_EXSLT_REGEX = re.compile(r"\bre\s*:\s*(?:test|match|replace)\s*\(")
 _SOURCES = ("css", "xpath", "path", "jmespath")
 #: Processors whose output is a date (date constraints apply by default).
 _DATE_PROCESSORS = frozenset({"date", "date_natural"})
@@ -51,6 +53,11 @@ def _read_selector(sub: Reader, fmt: str) -> Selector:
 
 def check_selector(reader: Reader, key: str, query: str, xpath: bool = False) -> None:
     """A CSS (or XPath) selector that parsel compiles; else an error naming ``key``."""
+    if xpath and _EXSLT_REGEX.search(query):
+        # lxml runs these with Python's re: no time bound, the GIL held (sites/patterns.py)
+        raise reader.error(key, "EXSLT regular expressions (re:test, re:match, re:replace)"
+                                " have no time bound: select the text and use the rule's"
+                                " regex key")
     try:  # compiled now, so a bad selector fails at load time, not on the first page
         probe = Parsel(text="<html></html>")
         probe.xpath(query) if xpath else probe.css(query)
@@ -80,7 +87,7 @@ def _constraint(reader: Reader, is_date: bool) -> Constraint:
             text = raw.isoformat() if hasattr(raw, "isoformat") else str(raw)
             not_before = datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
         except ValueError:
-            problem = f"expected a date like 1990-01-01, got {raw!r}"
+            problem = f"expected a date like 1990-01-01, got {shown(raw)}"
             raise reader.error("not_before", problem) from None
     min_length = reader.number("min_length", None, integer=True)
     max_length = reader.number("max_length", None, integer=True)
@@ -96,7 +103,7 @@ def _constraint(reader: Reader, is_date: bool) -> Constraint:
 
 def field_rule(name: str, raw: Any, reader: Reader, fmt: str, required: bool) -> FieldRule:
     """Field ``name`` of ``fields:`` (its mapping, or a selector string), checked."""
-    if not _FIELD_NAME.match(name) or name in rule_keys.RESERVED:
+    if not _FIELD_NAME.fullmatch(name) or name in rule_keys.RESERVED:
         raise reader.error(name, "invalid or reserved field name")
     if isinstance(raw, str):
         raw = {"path": raw} if fmt == "json" else {"css": raw}

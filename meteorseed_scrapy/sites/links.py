@@ -19,6 +19,7 @@ allowed domains and blacklist apply.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
@@ -34,6 +35,7 @@ from w3lib.url import canonicalize_url, safe_url_string
 
 from meteorseed_scrapy.sites.extract import find, select_values, xpath_of
 from meteorseed_scrapy.sites.model import Selector, SiteConfig
+from meteorseed_scrapy.sites.patterns import PatternTimeout
 from meteorseed_scrapy.sites.processors import ProcessorError
 
 logger = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ def links(config: SiteConfig, scope: Any, rule: Selector, response: Response) ->
         return []  # a binary body has no links to read
     try:
         found = _found(config, scope, rule, response)
-    except ProcessorError as exc:  # a JMESPath type error on this page's data
+    except ProcessorError as exc:  # a JMESPath type error on this page's data, a regex timeout
         logger.warning("Site %s: link rule failed on %s: %s", config.site_id, response.url, exc)
         return []
     out: list[Link] = []
@@ -100,6 +102,7 @@ def _found(config: SiteConfig, scope: Any, rule: Selector,
         return [(link.url, link.nofollow) for link in extractor.extract_links(response)]
     base = get_base_url(response)
     out = []
+    deadline = time.monotonic() + rule.regex.budget if rule.regex is not None else None
     for node in nodes:
         if isinstance(node, etree._Element):
             owner, value = node, node.get(rule.attr or "href")
@@ -111,7 +114,10 @@ def _found(config: SiteConfig, scope: Any, rule: Selector,
         if value is None:
             continue
         if rule.regex is not None:
-            match = rule.regex.search(value)
+            try:
+                match = rule.regex.search(value, deadline)
+            except PatternTimeout as exc:
+                raise ProcessorError(str(exc)) from None
             if match is None:
                 continue
             value = match.group(1) if match.groups() else match.group(0)

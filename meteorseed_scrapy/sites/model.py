@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from scrapy.linkextractors import IGNORED_EXTENSIONS
 
+from meteorseed_scrapy.sites.patterns import PatternTimeout, RulePattern
 from meteorseed_scrapy.sites.processors import Processor
 
 DEFAULT_NOT_BEFORE = datetime(1990, 1, 1, tzinfo=timezone.utc)
@@ -25,7 +25,7 @@ class Selector:
     path: str | None = None
     from_url: bool = False
     attr: str | None = None
-    regex: re.Pattern[str] | None = None
+    regex: RulePattern | None = None
     jmespath: str | None = None
 
 
@@ -122,7 +122,7 @@ class SiteConfig:
     proxies: tuple[str, ...] = ()
     robots: bool = True
     cookie_warmup: bool = False  # GET the home page before the first request (per worker)
-    blacklist: tuple[re.Pattern[str], ...] = ()
+    blacklist: tuple[RulePattern, ...] = ()
     recrawl_after: float | None = None
     schedule: dict[str, Any] = field(default_factory=dict)
     dedup: Dedup = field(default_factory=Dedup)
@@ -131,7 +131,7 @@ class SiteConfig:
 
     def allows(self, url: str) -> bool:
         """Whether a link may be followed: on an allowed domain and on no blacklist pattern."""
-        if any(pattern.search(url) for pattern in self.blacklist):
+        if self._blacklisted(url) is not None:
             return False
         if not self.allowed_domains:
             return True
@@ -145,14 +145,26 @@ class SiteConfig:
         None when it is."""
         if self.allows(url):
             return None
-        for pattern in self.blacklist:
-            if pattern.search(url):
-                return f"matches the blacklist pattern {pattern.pattern!r} of site {self.site_id}"
+        blacklisted = self._blacklisted(url)
+        if blacklisted is not None:
+            return blacklisted
         from urllib.parse import urlsplit
 
         host = (urlsplit(url).hostname or "").lower()
         return (f"host {host!r} is not in the allowed domains of site {self.site_id}"
                 f" ({', '.join(self.allowed_domains)})")
+
+    def _blacklisted(self, url: str) -> str | None:
+        """Why ``url`` is blacklisted, or None; a pattern that runs out of time on it counts as
+        a match (the URL is not fetched, and the reason says why)."""
+        for pattern in self.blacklist:
+            try:
+                if pattern.search(url):
+                    return (f"matches the blacklist pattern {pattern.pattern!r} of site"
+                            f" {self.site_id}")
+            except PatternTimeout as exc:
+                return f"blacklist of site {self.site_id}: {exc}"
+        return None
 
 
 __all__ = ["DEFAULT_NOT_BEFORE", "Constraint", "Dedup", "FieldRule", "Follow", "Limits",

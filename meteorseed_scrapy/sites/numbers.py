@@ -19,6 +19,8 @@ import unicodedata
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from meteorseed_scrapy.sites.shown import shown
+
 #: Thousands separators besides the other decimal character: apostrophes (de-CH) and a space
 #: (after NFKC, no-break and narrow no-break spaces are plain spaces).
 _GROUP_MARKS = "'\u2019 "
@@ -82,7 +84,7 @@ def parse_amount(body: str, decimal: str) -> Decimal:
 def read_number(value: Any, decimal: str) -> Decimal | float | int:
     """The first number in ``value`` (text), or a JSON number as it is."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise NumberError(f"expected text or a number, got {value!r}"[:120])
+        raise NumberError(f"expected text or a number, got {shown(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise NumberError(f"not a finite number: {value!r}")
     if not isinstance(value, str):
@@ -119,7 +121,7 @@ def read_price(value: Any, decimal: str | None, currency: str | None
     from price_parser import Price  # imported on first use: only price rules pay for it
 
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise NumberError(f"expected a price text, got {value!r}"[:120])
+        raise NumberError(f"expected a price text, got {shown(value)}")
     if not isinstance(value, str):
         return to_float(read_number(value, "." if decimal is None else decimal)), currency
     text = normalise(value).replace("\u2212", "-")

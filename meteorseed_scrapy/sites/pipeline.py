@@ -27,6 +27,7 @@ from meteorseed_scrapy.sites.model import Dedup
 from meteorseed_scrapy.sites.reposts import RepostIndex, content_fingerprint
 from meteorseed_scrapy.store.backends import check_store_uri, open_store
 from meteorseed_scrapy.store.base import Store, check_fields, utc_timestamp
+from meteorseed_scrapy.store.retention import bind
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import current_scrape
 
@@ -136,7 +137,7 @@ class SitesPipeline:
         if self._store is None or self._executor is None:
             # One thread: the store's connection lives there (SQLite connections do not move).
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="meteorseed-anomalies")
-            self._store = self._store_factory(self.store_uri)
+            self._store = bind(self._store_factory(self.store_uri), self.keys.namespace, None)
         await asyncio.get_running_loop().run_in_executor(
             self._executor, self._store.upsert_anomalies, [doc])
         self._inc(f"{item.site_id}/anomalies_stored")

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from meteorseed_scrapy.sites import dates
 from meteorseed_scrapy.sites.numbers import NumberError, read_number, read_price, to_float, to_int
 from meteorseed_scrapy.sites.reader import ConfigError, Reader
+from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.sites.spec import Key, section, string, strings
 
 
@@ -97,7 +98,7 @@ def make_date(formats: tuple[str, ...], zone: ZoneInfo | timezone) -> Processor:
 
     def process(value: Any, ctx: Context) -> str:
         if not isinstance(value, str):
-            raise ProcessorError(f"expected a date string, got {value!r}"[:120])
+            raise ProcessorError(f"expected a date string, got {shown(value)}")
         text = collapse(value)
         moment: datetime | None = None
         for fmt in formats:
@@ -127,7 +128,7 @@ def make_natural_date(languages: tuple[str, ...], date_order: str | None,
 
     def process(value: Any, ctx: Context) -> str:
         if not isinstance(value, str):
-            raise ProcessorError(f"expected a date string, got {value!r}"[:120])
+            raise ProcessorError(f"expected a date string, got {shown(value)}")
         try:
             return iso_utc(parse(collapse(value), ctx.fetched_at or datetime.now(timezone.utc)))
         except dates.DateError as exc:

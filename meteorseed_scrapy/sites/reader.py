@@ -9,11 +9,12 @@ string choices come from the declaration.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from meteorseed_scrapy import validators
+from meteorseed_scrapy.sites.patterns import RulePattern, compile_pattern
+from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.sites.spec import Key
 
 
@@ -81,11 +82,11 @@ class Reader:
         if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)  # YAML reads `version: 3` as a number; a string is meant
         if not isinstance(value, str) or (required and not value.strip()):
-            raise self.error(key, f"expected a non-empty string, got {value!r}"[:200])
+            raise self.error(key, f"expected a non-empty string, got {shown(value)}")
         declared = self.spec_of(key)
         choices = choices or (declared.enum if declared is not None else ())
         if choices and value not in choices:
-            raise self.error(key, f"must be one of {', '.join(choices)}, got {value!r}")
+            raise self.error(key, f"must be one of {', '.join(choices)}, got {shown(value)}")
         return value
 
     def number(self, key: str, default: float | None, *, minimum: float = 0,
@@ -105,7 +106,7 @@ class Reader:
         if value is None:
             return default
         if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {value!r}"[:200])
+            raise self.error(key, f"expected true or false, got {shown(value)}")
         return value
 
     def duration(self, key: str, default: float | None) -> float | None:
@@ -130,7 +131,7 @@ class Reader:
         for index, element in enumerate(value):
             if not isinstance(element, str) or not element:
                 raise ConfigError(self.source, f"{self.at(key)}[{index}]",
-                                  f"expected a non-empty string, got {element!r}"[:200])
+                                  f"expected a non-empty string, got {shown(element)}")
         return tuple(value)
 
     def str_map(self, key: str) -> dict[str, str]:
@@ -144,11 +145,12 @@ class Reader:
             out[str(name)] = value
         return out
 
-    def pattern(self, key: str, value: str) -> re.Pattern[str]:
+    def pattern(self, key: str, value: str) -> RulePattern:
         try:
-            return re.compile(value)
-        except re.error as exc:
-            raise self.error(key, f"invalid regular expression {value!r}: {exc}") from None
+            return compile_pattern(value)
+        except ValueError as exc:
+            shown = value if len(value) <= 200 else value[:197] + "..."
+            raise self.error(key, f"invalid regular expression {shown!r}: {exc}") from None
 
     def done(self) -> None:
         """Reject keys nobody read: almost always a typo."""

@@ -16,11 +16,16 @@ import yaml
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.schema import parse_site
+from meteorseed_scrapy.sites.shown import shown
 
 if TYPE_CHECKING:  # (importlib.resources.abc is Python 3.11+; only annotations use it)
     from importlib.resources.abc import Traversable
 
 SUFFIXES = (".yaml", ".yml", ".json")
+#: A rule file larger than this is refused unread (the largest real one is a few kB).
+MAX_FILE_BYTES = 1 << 20
+#: Nodes a YAML rule file may have once its aliases are expanded.
+MAX_NODES = 100_000
 Stamp = tuple[int, int]  # (mtime_ns, size); pushed rules: (digest prefix, size)
 # A file; ``pkg://<package>/<dir>/<file>`` for package data; ``redis:<key>/<site_id>`` for a
 # pushed rule file.
@@ -42,7 +47,9 @@ def load_file(path: Path | Traversable, source: str | None = None) -> SiteConfig
     raise :class:`ConfigError`."""
     source = source or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)  # never more than the cap into memory
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(source, "", f"cannot read: {exc}") from None
     return parse_text(text, Path(path.name).suffix, source)
@@ -50,12 +57,54 @@ def load_file(path: Path | Traversable, source: str | None = None) -> SiteConfig
 
 def parse_text(text: str, suffix: str, source: str) -> SiteConfig:
     """Validate the text of a rule file (``suffix`` ``.json``: JSON, else YAML)."""
+    if len(text) > MAX_FILE_BYTES:
+        raise ConfigError(source, "", f"larger than {MAX_FILE_BYTES} bytes: not a rule file")
+    kind = "JSON" if suffix == ".json" else "YAML"
     try:
-        data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if suffix == ".json" else yaml.load(text, _BoundedLoader)
+    except ExpansionError as exc:
+        raise ConfigError(source, "", f"{kind}: {exc}") from None
     except (ValueError, RecursionError, yaml.YAMLError) as exc:  # also too deeply nested
-        kind = "JSON" if suffix == ".json" else "YAML"
-        raise ConfigError(source, "", f"not valid {kind}: {exc}") from None
+        raise ConfigError(source, "", f"not valid {kind}: {shown(str(exc))}") from None
     return parse_site(data, source)
 
 
-__all__ = ["SUFFIXES", "FileResult", "Source", "Stamp", "load_file", "parse_text"]
+class ExpansionError(ValueError):
+    """A YAML document whose aliases expand beyond :data:`MAX_NODES`, or refer to themselves."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, refusing a document whose aliases expand it beyond
+    :data:`MAX_NODES` nodes (an "anchor bomb": nine nested levels of ten aliases make a
+    billion nodes out of a few hundred bytes, which every later walk over the value pays)."""
+
+    def compose_document(self) -> yaml.Node | None:
+        node = super().compose_document()
+        if node is not None:
+            _expanded_size(node, {})
+        return node
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int | None]) -> int:
+    """Nodes in ``node`` with every alias expanded (shared nodes are weighed once: linear in
+    the document, not in its expansion); :class:`ExpansionError` past the bound."""
+    known = sizes.get(id(node), 0)
+    if known is None:
+        raise ExpansionError("an alias refers to a node that contains it")
+    if known:
+        return known
+    sizes[id(node)] = None  # in progress: meeting it again is a cycle
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, sizes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(key, sizes) + _expanded_size(value, sizes)
+                    for key, value in node.value)
+    if size > MAX_NODES:
+        raise ExpansionError(f"aliases expand the document beyond {MAX_NODES} nodes")
+    sizes[id(node)] = size
+    return size
+
+
+__all__ = ["MAX_FILE_BYTES", "MAX_NODES", "SUFFIXES", "ExpansionError", "FileResult", "Source",
+           "Stamp", "load_file", "parse_text"]

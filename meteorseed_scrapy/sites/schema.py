@@ -19,6 +19,7 @@ from meteorseed_scrapy.sites import format as rule_keys
 from meteorseed_scrapy.sites.field_rules import check_selector, field_rule, section_selector
 from meteorseed_scrapy.sites.model import Dedup, Follow, Limits, Rendering, SiteConfig
 from meteorseed_scrapy.sites.reader import Reader
+from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.sites.spec import json_schema
 
 _SITE_ID = re.compile(rule_keys.SITE_ID)
@@ -39,8 +40,8 @@ def parse_site(data: Any, source: str) -> SiteConfig:
     top = Reader(data, source, spec=FORMAT)
     site_id = top.string("site_id", required=True)
     assert site_id is not None
-    if not _SITE_ID.match(site_id):
-        raise top.error("site_id", f"letters, digits and _ . - only, got {site_id!r}")
+    if not _SITE_ID.fullmatch(site_id):
+        raise top.error("site_id", f"letters, digits and _ . - only, got {shown(site_id)}")
     version = top.string("version", required=True, numbers=True)
     fmt = top.string("format", "html") or "html"
     required_names = set(top.str_list("required"))
@@ -54,7 +55,7 @@ def parse_site(data: Any, source: str) -> SiteConfig:
         raise top.error("required", f"names {name!r}, which is not among the fields")
     unique_key = top.string("unique_key", "url") or "url"
     if unique_key != "url" and unique_key not in names:
-        raise top.error("unique_key", f"must be 'url' or a field name, got {unique_key!r}")
+        raise top.error("unique_key", f"must be 'url' or a field name, got {shown(unique_key)}")
     listing = top.section("list")
     list_items = section_selector(listing, "items", fmt)
     if list_items is not None and unique_key == "url":
@@ -111,7 +112,7 @@ def parse_site(data: Any, source: str) -> SiteConfig:
     )
     for proxy in config.proxies:
         if not re.match(r"^(https?|socks5h?)://", proxy):
-            raise top.error("proxies", f"expected http(s):// or socks5:// URLs, got {proxy!r}")
+            raise top.error("proxies", f"expected http(s):// or socks5:// URLs, got {shown(proxy)}")
     if not config.list_links and not config.list_items and config.start == "list" \
             and not config.pagination:
         raise listing.error("links", "a list-start site needs list.links, list.items or"
@@ -159,8 +160,9 @@ def _shown(value: Any) -> str:
 
 def _quota_key(limits: Reader) -> str | None:
     key = limits.string("quota_key")
-    if key is not None and not _QUOTA_KEY.match(key):
-        raise limits.error("quota_key", f"expected letters, digits, '_.:-' (1-200), got {key!r}")
+    if key is not None and not _QUOTA_KEY.fullmatch(key):
+        raise limits.error("quota_key",
+                           f"expected letters, digits, '_.:-' (1-200), got {shown(key)}")
     return key
 
 
@@ -174,7 +176,7 @@ def _ignore_reason(limits: Reader) -> str | None:
     reason = limits.string("ignore_crawl_delay")
     if reason is not None and not _IGNORE_REASON.fullmatch(reason):
         raise limits.error("ignore_crawl_delay", "expected the reason robots.txt's rate is"
-                           f" ignored (3-200 characters, one line), got {reason!r}"[:300])
+                           f" ignored (3-200 characters, one line), got {shown(reason)}")
     return reason
 
 

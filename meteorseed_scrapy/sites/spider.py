@@ -21,18 +21,28 @@ from typing import TYPE_CHECKING, Any
 import scrapy
 from scrapy import signals
 from scrapy.http import Response
+from scrapy.utils.log import failure_to_exc_info
 from twisted.internet import task, threads
+from twisted.python.failure import Failure
 
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.settings import duration_setting, flag_setting, redis_url_from, text_setting
+from meteorseed_scrapy.settings import (
+    DEFAULTS,
+    duration_setting,
+    flag_setting,
+    integer_setting,
+    redis_url_from,
+    text_setting,
+)
 from meteorseed_scrapy.sites import render
 from meteorseed_scrapy.sites.extract import extract, find, select_values
 from meteorseed_scrapy.sites.links import follow
 from meteorseed_scrapy.sites.loader import SiteRegistry, rules_dir
-from meteorseed_scrapy.sites.model import SiteConfig
+from meteorseed_scrapy.sites.model import Selector, SiteConfig
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
 from meteorseed_scrapy.sites.remote import RemoteRules
+from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import task_of
 from meteorseed_scrapy.validators import ConfigError
@@ -56,12 +66,14 @@ class RuleSpider(scrapy.Spider):
 
     def __init__(self, *args: Any, registry: SiteRegistry | None = None,
                  reload_interval: float = 1.0, stats: StatsCollector | None = None,
+                 max_links: int = DEFAULTS["METEORSEED_MAX_LINKS_PER_PAGE"],
                  **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if registry is None:
             raise ConfigError("METEORSEED_SITES_DIR", "the sites spider needs a rules directory")
         self.registry = registry
         self.reload_interval = reload_interval
+        self.max_links = max_links
         self.stats = stats
         self.tracker = AnomalyTracker(stats)
         self._seen: Counter[str] = Counter()
@@ -100,7 +112,9 @@ class RuleSpider(scrapy.Spider):
             directory = None
         interval = duration_setting(settings, "METEORSEED_SITES_RELOAD_INTERVAL")
         spider = cls(*args, registry=SiteRegistry(directory, remote=remote).load(),
-                     reload_interval=interval, **kwargs)
+                     reload_interval=interval, **kwargs,
+                     max_links=integer_setting(settings, "METEORSEED_MAX_LINKS_PER_PAGE",
+                                               minimum=1))
         spider._set_crawler(crawler)
         crawler.signals.connect(spider._start_reloading, signals.spider_opened)
         crawler.signals.connect(spider._stop_reloading, signals.spider_closed)
@@ -132,8 +146,16 @@ class RuleSpider(scrapy.Spider):
         # Stats and reads in a thread; the swap itself happens here, on the reactor thread.
         d = threads.deferToThread(self.registry.poll)
         d.addCallback(self.registry.apply)
-        d.addErrback(lambda failure: logger.error("Site rules reload failed: %s", failure.value))
+        d.addErrback(self._reload_failed)
         d.addBoth(self._poll_done)
+
+    @staticmethod
+    def _reload_failed(failure: Failure) -> None:
+        # The type always: some exceptions (MemoryError, a bare KeyError) have no text.
+        exc = failure.value
+        logger.error("Site rules reload failed: %s%s", type(exc).__name__,
+                     f": {shown(str(exc))}" if str(exc) else "",
+                     exc_info=failure_to_exc_info(failure))
 
     def _poll_done(self, _: Any) -> None:
         self._polling = False
@@ -161,10 +183,10 @@ class RuleSpider(scrapy.Spider):
                                             else find(scope, config.list_items)):
                 yield self._item(config, element, response.url, removed, index)
         if config.list_links is not None:
-            for url in follow(config, scope, config.list_links, response):
+            for url in self._follow(config, scope, config.list_links, response):
                 yield scrapy.Request(url, callback=self.parse_detail, meta={"sites_depth": 1})
         if config.pagination is not None and page < config.max_pages:
-            for url in follow(config, scope, config.pagination, response):
+            for url in self._follow(config, scope, config.pagination, response):
                 yield scrapy.Request(url, callback=self.parse_list, meta={"sites_page": page + 1})
 
     def parse_detail(self, response: Response, **kwargs: Any) -> Output:
@@ -175,7 +197,7 @@ class RuleSpider(scrapy.Spider):
         yield self._item(config, scope, response.url, self._removed(config, response))
         depth = int(response.meta.get("sites_depth", 1))
         if config.detail_links is not None and depth < config.max_depth:
-            for url in follow(config, scope, config.detail_links, response):
+            for url in self._follow(config, scope, config.detail_links, response):
                 yield scrapy.Request(url, callback=self.parse_detail,
                                      meta={"sites_depth": depth + 1})
 
@@ -239,6 +261,20 @@ class RuleSpider(scrapy.Spider):
                         for name in fields)
         logger.info("Sample of site %s (rule version %s, 1 in %d) from %s:%s", config.site_id,
                     config.version, config.sample_every, url, lines)
+
+    def _follow(self, config: SiteConfig, scope: Any, rule: Selector,
+                response: Response) -> list[str]:
+        """What ``rule`` follows on the page, at most ``max_links`` of it: a page of a million
+        links would otherwise hold its task until a million children are written."""
+        urls = follow(config, scope, rule, response)
+        if len(urls) > self.max_links:
+            logger.warning("Site %s: %s has %d links to follow, more than"
+                           " METEORSEED_MAX_LINKS_PER_PAGE (%d): the first %d are followed",
+                           config.site_id, response.url, len(urls), self.max_links,
+                           self.max_links)
+            self._inc(f"{config.site_id}/links_capped")
+            urls = urls[:self.max_links]
+        return urls
 
     def _inc(self, name: str) -> None:
         if self.stats is not None:

@@ -3,18 +3,24 @@
 
 - ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db`` -> :class:`SQLiteStore`
 - ``mongodb://…`` / ``mongodb+srv://…`` -> :class:`MongoStore`
+- ``postgresql://…`` / ``postgres://…`` -> :class:`PostgresStore` (needs the ``postgres`` extra)
 - ``mongomock://<name>/<db>`` -> :class:`MongoStore` over an in-process mongomock-ng server
   (tests only; needs the ``dev`` extra)
 
-Opening a store does no I/O: each back end connects on first use.
+Opening a store does no I/O: each back end connects on first use. A store reads and writes
+the documents of one namespace (``METEORSEED_NAMESPACE``); with ``retention`` (seconds, see
+:mod:`~meteorseed_scrapy.store.retention`; only the store stage passes it) it deletes those not
+updated for that long.
 """
 
 from __future__ import annotations
 
-from meteorseed_scrapy.store.base import Store
+from meteorseed_scrapy.store.base import DEFAULT_NAMESPACE, Store
+from meteorseed_scrapy.store.retention import bind
 from meteorseed_scrapy.store.sqlite import SQLiteStore, sqlite_path
 
-_SCHEMES = ("sqlite", "mongodb", "mongodb+srv", "mongomock")
+_SCHEMES = ("sqlite", "mongodb", "mongodb+srv", "mongomock", "postgresql", "postgres")
+POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 
 def _scheme(uri: str) -> str:
@@ -28,19 +34,27 @@ def check_store_uri(uri: str) -> str:
         shown = uri.split("@")[-1] if "@" in uri else uri  # never echo a password
         raise ValueError(
             f"METEORSEED_STORE_URI: unsupported store {shown!r}; expected sqlite:///path.db, "
-            "mongodb://host/db or mongodb+srv://host/db"
+            "postgresql://user@host/db, mongodb://host/db or mongodb+srv://host/db"
         )
     if _scheme(uri) == "sqlite":
         sqlite_path(uri)  # rejects "sqlite://" without a path now, not at the first write
     return uri
 
 
-def open_store(uri: str) -> Store:
+def open_store(uri: str, namespace: str = DEFAULT_NAMESPACE,
+               retention: float | None = None) -> Store:
     """The store for ``uri`` (see the module docstring); unknown schemes raise ``ValueError``."""
     scheme = _scheme(check_store_uri(uri))
+    store: Store
     if scheme == "sqlite":
-        return SQLiteStore.from_uri(uri)
-    # Imported here: SQLite users need not pay for importing pymongo.
-    from meteorseed_scrapy.store.mongo import MongoStore
+        store = SQLiteStore.from_uri(uri)
+    elif scheme in POSTGRES_SCHEMES:
+        # Imported here: users of other stores need not install psycopg, nor pymongo.
+        from meteorseed_scrapy.store.postgres import PostgresStore
 
-    return MongoStore.from_uri(uri)
+        store = PostgresStore.from_uri(uri)
+    else:
+        from meteorseed_scrapy.store.mongo import MongoStore
+
+        store = MongoStore.from_uri(uri)
+    return bind(store, namespace, retention)

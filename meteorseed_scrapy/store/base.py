@@ -20,6 +20,8 @@ from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any
 
+from meteorseed_scrapy.settings import DEFAULTS
+
 #: Bookkeeping fields the store stage sets; an item may carry them only with the same value.
 RESERVED_FIELDS = ("_id", "site_id", "seed_id", "task_id", "updated_at", "first_seen_at")
 _MAX_UNIQUE_KEY = 1000
@@ -45,8 +47,18 @@ class DocumentError(ValueError):
         self.field = field
 
 
+#: The namespace a store opened without one reads and writes.
+DEFAULT_NAMESPACE: str = DEFAULTS["METEORSEED_NAMESPACE"]
+
+
 class Store(ABC):
-    """A keyed document store with idempotent batch upserts."""
+    """A keyed document store with idempotent batch upserts.
+
+    Documents belong to :attr:`namespace` (set before the first call): namespaces sharing one
+    database keep their own documents, each namespace's ``_id`` unique.
+    """
+
+    namespace: str = DEFAULT_NAMESPACE
 
     @abstractmethod
     def upsert_many(self, docs: list[dict[str, Any]]) -> None:
@@ -71,6 +83,17 @@ class Store(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def keep_for(self, seconds: float) -> bool:
+        """True when this back end deletes documents not updated for ``seconds`` by itself
+        (MongoDB's TTL index; 0: no longer); else the store stage purges them
+        (:mod:`.retention`)."""
+        return False
+
+    def purge_older_than(self, cutoff: str) -> int:
+        """Delete the namespace's documents whose ``updated_at`` is before ``cutoff`` (a
+        :func:`utc_timestamp`); how many were."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no retention")
 
     def all_ids(self) -> set[str]:
         return {doc["_id"] for doc in self.iter_docs()}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store.backends import open_store
 from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable
+from meteorseed_scrapy.store.retention import bind
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -74,7 +75,8 @@ class GroupCommitter:
         if self._store is None or self._executor is None:
             # One thread: the store's connection lives there and batches stay in order.
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="meteorseed-store")
-            self._store = self._store_factory(self.config.uri)  # connects lazily, on first write
+            self._store = bind(self._store_factory(self.config.uri),  # connects lazily
+                               self.config.namespace, self.config.retention)
         return self._store, self._executor
 
     async def close(self) -> None:

@@ -37,10 +37,12 @@ def store_identity(uri: str) -> str:
     if scheme == "sqlite":
         path = sqlite_path(uri)
         return "sqlite:///" + (path if path == ":memory:" else os.path.realpath(path))
-    from meteorseed_scrapy.store.mongo import database_name  # (SQLite users: no pymongo)
-
     parts = urlsplit(uri)
     hosts = ",".join(sorted(parts.netloc.rpartition("@")[2].lower().split(",")))
+    if scheme in ("postgresql", "postgres"):
+        return f"postgresql://{hosts}/{parts.path.lstrip('/')}"
+    from meteorseed_scrapy.store.mongo import database_name  # (SQLite users: no pymongo)
+
     return f"{scheme}://{hosts}/{database_name(uri)}"
 
 

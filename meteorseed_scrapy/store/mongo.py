@@ -1,4 +1,11 @@
-"""MongoDB store: database from the URI path (default ``meteorseed``), collection ``items``.
+"""MongoDB store: database from the URI path (default ``meteorseed``), collections
+``<namespace>.items`` and ``<namespace>.anomalies`` (``meteorseed.items`` for the default
+namespace): namespaces sharing a database keep their own documents, ``_id`` unchanged.
+
+On first use the store creates its indexes (:data:`INDEXES`: a site's documents by time, a
+seed's, those with a content fingerprint, and ``updated_at`` for the retention), and renames
+the collections of the layout before namespaces (``items``, ``anomalies``) to its own when it
+has none yet: their documents are given to the namespace of the first store that opens them.
 
 Each document is written with one pipeline-style update per ``_id``::
 
@@ -20,8 +27,10 @@ opened with the same ``<name>`` sees the same data.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -30,12 +39,28 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, InvalidOperation, 
 
 from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_DATABASE = "meteorseed"
 COLLECTION = "items"
 ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
+#: name -> (keys, options) of the indexes on a namespace's items.
+INDEXES: dict[str, tuple[list[tuple[str, int]], dict[str, Any]]] = {
+    "site_time": ([("site_id", 1), ("updated_at", 1)], {}),
+    "seed": ([("seed_id", 1)], {}),
+    "fingerprint": ([("content_fingerprint", 1)],
+                    {"partialFilterExpression": {"content_fingerprint": {"$exists": True}}}),
+    "updated": ([("updated_at", 1)], {}),
+}
+#: ``METEORSEED_STORE_RETENTION`` on MongoDB: a TTL index on ``updated_at`` as a BSON date (TTL
+#: indexes ignore strings), kept in a field of its own that reads leave out.
+TTL_FIELD = "_updated_date"
+TTL_INDEX = "retention"
+_HIDDEN = {TTL_FIELD: 0}
 #: pymongo waits 30 s for a server by default; fail faster so the pipeline's own retry loop
 #: (which logs and counts) decides how long to keep trying.
 SERVER_SELECTION_TIMEOUT_MS = 5000
+_NAMESPACE_EXISTS = 48
 _DUPLICATE_KEY = 11000  # two workers upserting one new _id at once: the loser may retry
 #: Server errors about the store, not the document: an outage (credentials refused, no
 #: right to write, disk full, shutting down or stepping down, a time limit hit).
@@ -60,12 +85,22 @@ def database_name(uri: str) -> str:
     return name or DEFAULT_DATABASE
 
 
-def upsert_operation(doc: dict[str, Any]) -> UpdateOne:
+def upsert_operation(doc: dict[str, Any], ttl: bool = False) -> UpdateOne:
+    """The upsert of ``doc``; with ``ttl``, it carries ``updated_at`` as a BSON date too, for
+    the retention's TTL index (:data:`TTL_FIELD`, left out of every read)."""
     keep_first_seen = {"$ifNull": ["$first_seen_at", doc.get("first_seen_at")]}
-    pipeline = [
-        {"$replaceWith": {"$mergeObjects": [{"$literal": doc}, {"first_seen_at": keep_first_seen}]}}
-    ]
+    parts: list[Any] = [{"$literal": doc}, {"first_seen_at": keep_first_seen}]
+    if ttl:
+        parts.append({TTL_FIELD: {"$literal": _as_date(doc.get("updated_at"))}})
+    pipeline = [{"$replaceWith": {"$mergeObjects": parts}}]
     return UpdateOne({"_id": doc["_id"]}, pipeline, upsert=True)
+
+
+def _as_date(stamp: Any) -> datetime:
+    try:
+        return datetime.strptime(str(stamp), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    except ValueError:  # (not written by utc_timestamp: expires counted from now)
+        return datetime.now(timezone.utc)
 
 
 def _retryable_bulk_error(exc: BulkWriteError) -> bool:
@@ -91,8 +126,44 @@ class MongoStore(Store):
     def __init__(self, client: Any, database: str = DEFAULT_DATABASE, *, owns_client: bool = True):
         self._client = client
         self._owns_client = owns_client
-        self.collection = client[database][COLLECTION]
-        self.anomalies = client[database][ANOMALIES]
+        self.database = client[database]
+        self._ready_for: str | None = None  # the namespace whose collections are set up
+        #: Seconds of the TTL index (0: none); None: left as it is (readers, anomaly writer).
+        self.retention: float | None = None
+
+    def keep_for(self, seconds: float) -> bool:
+        self.retention, self._ready_for = seconds, None  # (the TTL index is made at next use)
+        return True
+
+    @property
+    def collection(self) -> Any:
+        return self.database[f"{self.namespace}.{COLLECTION}"]
+
+    @property
+    def anomalies(self) -> Any:
+        return self.database[f"{self.namespace}.{ANOMALIES}"]
+
+    def _ready(self) -> None:
+        """Once per namespace: adopt the collections from before namespaces, create indexes."""
+        if self._ready_for == self.namespace:
+            return
+        try:
+            names = set(self.database.list_collection_names())
+            for old, mine in ((COLLECTION, self.collection), (ANOMALIES, self.anomalies)):
+                if old in names and mine.name not in names:
+                    logger.warning("MongoDB: collection %s (written before namespaces) is now "
+                                   "%s, namespace %r's", old, mine.name, self.namespace)
+                    self.database[old].rename(mine.name)
+            for name, (keys, options) in INDEXES.items():
+                self.collection.create_index(keys, name=name, **options)
+            self._ttl_index()
+        except OperationFailure as exc:
+            if exc.code == _NAMESPACE_EXISTS:  # (another worker renamed it first)
+                return
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
+        except (ConnectionFailure, InvalidOperation) as exc:
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
+        self._ready_for = self.namespace
 
     @classmethod
     def from_uri(cls, uri: str) -> MongoStore:
@@ -106,6 +177,26 @@ class MongoStore(Store):
             kwargs["serverSelectionTimeoutMS"] = SERVER_SELECTION_TIMEOUT_MS
         return cls(MongoClient(uri, **kwargs), database)
 
+    def _ttl_index(self) -> None:
+        """The retention's TTL index as configured, or none (retention off: nothing expires)."""
+        if self.retention is None:
+            return
+        seconds = max(1, int(self.retention)) if self.retention > 0 else None
+        existing = self.collection.index_information().get(TTL_INDEX)
+        if existing is not None and existing.get("expireAfterSeconds") != seconds:
+            # (collMod would change it in place; mongomock-ng lacks it, and a moment without
+            # the index only delays an expiry)
+            self.collection.drop_index(TTL_INDEX)
+            existing = None
+        if existing is None and seconds is not None:
+            # Documents written while retention was off get their date now, or never expire.
+            self.collection.update_many(
+                {TTL_FIELD: {"$exists": False}, "updated_at": {"$type": "string"}},
+                [{"$set": {TTL_FIELD: {"$dateFromString": {"dateString": "$updated_at",
+                                                           "onError": "$$NOW"}}}}])
+            self.collection.create_index([(TTL_FIELD, 1)], name=TTL_INDEX,
+                                         expireAfterSeconds=seconds)
+
     def upsert_many(self, docs: list[dict[str, Any]]) -> None:
         self._upsert(self.collection, docs)
 
@@ -113,9 +204,11 @@ class MongoStore(Store):
         self._upsert(self.anomalies, docs)
 
     def _upsert(self, collection: Any, docs: list[dict[str, Any]]) -> None:
-        operations = [upsert_operation(doc) for doc in last_wins(docs)]
+        ttl = bool(self.retention) and collection is self.collection
+        operations = [upsert_operation(doc, ttl) for doc in last_wins(docs)]
         if not operations:
             return
+        self._ready()
         try:
             collection.bulk_write(operations, ordered=False)
         except (ConnectionFailure, InvalidOperation) as exc:
@@ -130,22 +223,34 @@ class MongoStore(Store):
                 raise StoreUnavailable(f"MongoDB: {exc}") from exc
             raise
 
+    def purge_older_than(self, cutoff: str) -> int:
+        self._ready()
+        try:
+            return int(self.collection.delete_many({"updated_at": {"$lt": cutoff}}).deleted_count)
+        except (ConnectionFailure, InvalidOperation, OperationFailure) as exc:
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
+
     def get(self, doc_id: str) -> dict[str, Any] | None:
-        doc = self.collection.find_one({"_id": doc_id})
+        self._ready()
+        doc = self.collection.find_one({"_id": doc_id}, _HIDDEN)
         return None if doc is None else dict(doc)
 
     def count(self) -> int:
+        self._ready()
         return int(self.collection.count_documents({}))
 
     def iter_docs(self) -> Iterator[dict[str, Any]]:
-        for doc in self.collection.find({}).sort("_id", 1):
+        self._ready()
+        for doc in self.collection.find({}, _HIDDEN).sort("_id", 1):
             yield dict(doc)
 
     def iter_anomalies(self) -> Iterator[dict[str, Any]]:
+        self._ready()
         for doc in self.anomalies.find({}).sort("_id", 1):
             yield dict(doc)
 
     def count_by_site(self) -> dict[str, int]:
+        self._ready()
         groups = self.collection.aggregate([{"$group": {"_id": "$site_id", "n": {"$sum": 1}}}])
         counts = {str(group["_id"]): int(group["n"]) for group in groups}
         return dict(sorted(counts.items()))

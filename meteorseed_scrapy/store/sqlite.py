@@ -3,11 +3,17 @@
 Schema (created on first use)::
 
     CREATE TABLE items (
-        _id TEXT PRIMARY KEY,   -- "<site_id>:<unique_key>"
-        doc TEXT NOT NULL       -- the whole document as JSON, "_id" included
+        _id TEXT NOT NULL,        -- "<site_id>:<unique_key>"
+        doc TEXT NOT NULL,        -- the whole document as JSON, "_id" included
+        namespace TEXT NOT NULL,  -- METEORSEED_NAMESPACE: namespaces sharing a file
+        PRIMARY KEY (namespace, _id)
     );
 
-Other tables of the same file (e.g. ``anomalies``) belong to other modules.
+``anomalies`` has the same shape; other tables of the same file belong to other modules.
+Indexes (:data:`~.sqlite_schema.INDEXES`) answer "a site's documents by time", "a seed's documents",
+"documents with this content fingerprint" and the retention's "older than". A table of the
+shape before namespaces is rebuilt on first use, its rows given to the namespace of the store
+that opens it (:mod:`.sqlite_schema`, logged).
 
 - WAL journal, so readers never block the writer, and ``synchronous=FULL``: a batch reported
   committed survives power loss, not only a process crash (the task is acked right after;
@@ -45,20 +51,18 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable, last_wins
+from meteorseed_scrapy.store.sqlite_schema import ANOMALIES, FIELD, create_schema
 
 _T = TypeVar("_T")
 
 BUSY_TIMEOUT = 5.0
 LOCK_ATTEMPTS = 4
-#: Rows per INSERT: 2 variables each, far below SQLITE_MAX_VARIABLE_NUMBER even on old builds (999).
-CHUNK_ROWS = 400
+#: Rows per INSERT: 3 variables each, below SQLITE_MAX_VARIABLE_NUMBER even on old builds (999).
+CHUNK_ROWS = 300
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS items (_id TEXT PRIMARY KEY, doc TEXT NOT NULL)"
-ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
-_ANOMALY_SCHEMA = _SCHEMA.replace("items", ANOMALIES)
 # COALESCE: a row written without first_seen_at (by hand, by an old version) adopts the new one.
 _UPSERT_TAIL = (
-    " ON CONFLICT(_id) DO UPDATE SET doc = json_set(excluded.doc, '$.first_seen_at',"
+    " ON CONFLICT(namespace, _id) DO UPDATE SET doc = json_set(excluded.doc, '$.first_seen_at',"
     " COALESCE(json_extract({table}.doc, '$.first_seen_at'),"
     " json_extract(excluded.doc, '$.first_seen_at')))"
 )
@@ -126,8 +130,7 @@ class SQLiteStore(Store):
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
-            conn.execute(_SCHEMA)
-            conn.execute(_ANOMALY_SCHEMA)
+            create_schema(conn, self.namespace)
         except BaseException:
             conn.close()
             raise
@@ -194,7 +197,8 @@ class SQLiteStore(Store):
 
     def _upsert(self, table: str, docs: list[dict[str, Any]]) -> None:
         rows = [
-            (doc["_id"], json.dumps(doc, ensure_ascii=False, separators=(",", ":")))
+            (doc["_id"], json.dumps(doc, ensure_ascii=False, separators=(",", ":")),
+             self.namespace)
             for doc in last_wins(docs)
         ]
         if not rows:
@@ -206,19 +210,19 @@ class SQLiteStore(Store):
                 # sqlite3_step, so this thread takes the GIL back once instead of three times
                 # (BEGIN, INSERT, COMMIT), each a wait of up to the switch interval while the
                 # reactor thread is busy.
-                values = ",".join(["(?, ?)"] * len(rows))
+                values = ",".join(["(?, ?, ?)"] * len(rows))
                 tail = _UPSERT_TAIL.format(table=table)
-                conn.execute(f"INSERT INTO {table} (_id, doc) VALUES {values}{tail}",
+                conn.execute(f"INSERT INTO {table} (_id, doc, namespace) VALUES {values}{tail}",
                              [value for row in rows for value in row])
                 return
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for start in range(0, len(rows), CHUNK_ROWS):
                     chunk = rows[start : start + CHUNK_ROWS]
-                    values = ",".join(["(?, ?)"] * len(chunk))
+                    values = ",".join(["(?, ?, ?)"] * len(chunk))
                     params = [value for row in chunk for value in row]
                     tail = _UPSERT_TAIL.format(table=table)
-                    sql = f"INSERT INTO {table} (_id, doc) VALUES {values}{tail}"
+                    sql = f"INSERT INTO {table} (_id, doc, namespace) VALUES {values}{tail}"
                     conn.execute(sql, params)
                 conn.execute("COMMIT")
             except BaseException:
@@ -232,36 +236,34 @@ class SQLiteStore(Store):
 
         self._run(write_checked)
 
+    def purge_older_than(self, cutoff: str) -> int:
+        return self._run(lambda conn: conn.execute(
+            f"DELETE FROM items WHERE namespace = ? AND {FIELD.format('updated_at')} < ?",
+            (self.namespace, cutoff)).rowcount)
+
     # -- reads --------------------------------------------------------------------------
 
+    def _rows(self, sql: str, *params: Any) -> list[Any]:
+        return self._run(lambda conn: conn.execute(sql, (self.namespace, *params)).fetchall())
+
     def get(self, doc_id: str) -> dict[str, Any] | None:
-        row = self._run(
-            lambda conn: conn.execute("SELECT doc FROM items WHERE _id = ?", (doc_id,)).fetchone()
-        )
-        return None if row is None else dict(json.loads(row[0]))
+        rows = self._rows("SELECT doc FROM items WHERE namespace = ? AND _id = ?", doc_id)
+        return dict(json.loads(rows[0][0])) if rows else None
 
     def count(self) -> int:
-        return int(self._run(lambda conn: conn.execute("SELECT COUNT(*) FROM items").fetchone()[0]))
+        return int(self._rows("SELECT COUNT(*) FROM items WHERE namespace = ?")[0][0])
 
     def iter_docs(self) -> Iterator[dict[str, Any]]:
-        rows = self._run(lambda conn: conn.execute("SELECT doc FROM items ORDER BY _id").fetchall())
-        for (doc,) in rows:
+        for (doc,) in self._rows("SELECT doc FROM items WHERE namespace = ? ORDER BY _id"):
             yield json.loads(doc)
 
     def iter_anomalies(self) -> Iterator[dict[str, Any]]:
-        rows = self._run(
-            lambda conn: conn.execute(f"SELECT doc FROM {ANOMALIES} ORDER BY _id").fetchall()
-        )
-        for (doc,) in rows:
+        for (doc,) in self._rows(f"SELECT doc FROM {ANOMALIES} WHERE namespace = ? ORDER BY _id"):
             yield json.loads(doc)
 
     def count_by_site(self) -> dict[str, int]:
-        rows = self._run(
-            lambda conn: conn.execute(
-                "SELECT json_extract(doc, '$.site_id') AS site, COUNT(*) FROM items"
-                " GROUP BY site ORDER BY site"
-            ).fetchall()
-        )
+        rows = self._rows(f"SELECT {FIELD.format('site_id')} AS site, COUNT(*) FROM items"
+                          " WHERE namespace = ? GROUP BY site ORDER BY site")
         return {str(site): int(n) for site, n in rows}
 
     def close(self) -> None:

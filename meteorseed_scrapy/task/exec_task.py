@@ -21,6 +21,7 @@ from meteorseed_scrapy.task.validation import (
     check_id,
     check_json_safe,
     check_lane,
+    check_spider,
     check_url,
 )
 
@@ -57,6 +58,9 @@ class ExecTask:
     retry_count: int = 0
     created_at: float = 0.0
     lane: str = DEFAULT_LANE  # realtime / scheduled / retry: which task streams it waits in
+    # The spider whose workers take it (its own task streams); None: any worker's (the default
+    # streams, as every task was before spiders were named). Children inherit it.
+    spider: str | None = None
     # The rest of a scrapy.Request (Request.to_dict's fields); the defaults are what a message
     # written before they existed means.
     body_b64: str = ""  # the body, base64, when it is not UTF-8 text (then ``body`` is empty)
@@ -106,6 +110,7 @@ class ExecTask:
         if not isinstance(self.created_at, (int, float)) or isinstance(self.created_at, bool):
             raise TaskError("created_at", "must be a number (epoch seconds)")
         check_lane(self.lane)
+        check_spider(self.spider)
         check_request_fields(self)
 
     @classmethod
@@ -149,6 +154,8 @@ class ExecTask:
             out["retry_count"] = self.retry_count
         if self.lane != DEFAULT_LANE:
             out["lane"] = self.lane
+        if self.spider is not None:
+            out["spider"] = self.spider
         for name in ("body_b64", "cookies", "flags", "request_class", "request_attrs"):
             value = getattr(self, name)
             if value:

@@ -18,6 +18,7 @@ from meteorseed_scrapy.task.validation import (
     check_json_safe,
     check_lane,
     check_meta_keys,
+    check_spider,
     check_url,
 )
 
@@ -57,6 +58,7 @@ class SeedTask:
     callback: str | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     lane: str = DEFAULT_LANE
+    spider: str | None = None  # the spider whose workers take its tasks (None: any)
 
     def __post_init__(self) -> None:
         check_id("seed_id", self.seed_id)
@@ -77,6 +79,7 @@ class SeedTask:
         check_meta_keys(self.meta)  # seeds come from outside the crawl: no download controls
         check_json_safe("meta", dict(self.meta))
         check_lane(self.lane)
+        check_spider(self.spider)
 
     @classmethod
     def from_dict(cls, data: Any) -> SeedTask:
@@ -159,6 +162,7 @@ class SeedTask:
                 priority=self.priority,
                 meta=meta,
                 lane=self.lane,
+                spider=self.spider,
                 **extra,
             )
         except TaskError as exc:

@@ -131,6 +131,30 @@ def check_meta_keys(meta: Mapping[Any, Any], name: str = "meta") -> None:
                                              "rule config or a middleware, not by a seed)")
 
 
+#: Longest spider name a task may carry (it is part of Redis key names).
+SPIDER_MAX = 100
+#: A spider name as a task carries it: word characters (letters and digits of any script,
+#: ``_``), ``-`` and ``.``; no ``:`` (it separates the parts of a key), no braces (Redis Cluster
+#: hash tags), no spaces or control characters. Scrapy's own names (``genspider``) all fit.
+_SPIDER_NAME = re.compile(r"[\w.-]+")
+
+
+def check_spider(value: Any, name: str = "spider") -> str | None:
+    """``value`` if it may name the spider whose workers take a task (None: any worker),
+    else :class:`TaskError` naming ``name``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TaskError(name, f"must be a non-empty string (a spider's name), got {value!r}"
+                        [:300])
+    if len(value) > SPIDER_MAX:
+        raise TaskError(name, f"must be at most {SPIDER_MAX} characters, got {len(value)}")
+    if not _SPIDER_NAME.fullmatch(value) or not value.isprintable():
+        raise TaskError(name, "must be a spider's name: letters, digits, '_', '-' and '.' "
+                              f"only (no ':', spaces or braces), got {value!r}"[:300])
+    return value
+
+
 def check_lane(value: Any) -> None:
     if value not in LANES:
         raise TaskError("lane", f"must be one of {', '.join(LANES)}, got {value!r}"[:300])
@@ -147,7 +171,7 @@ def check_json_safe(name: str, value: Any) -> None:
         raise TaskError(name, f"is not JSON-serialisable ({exc}): {value!r}"[:300]) from None
 
 
-__all__ = ["ID_MAX", "RESERVED_META_KEYS", "RESERVED_META_PREFIXES", "SPIDER_OWN_NAMES",
-           "TASK_SCHEMES", "WEB_SCHEMES",
+__all__ = ["ID_MAX", "RESERVED_META_KEYS", "RESERVED_META_PREFIXES", "SPIDER_MAX",
+           "SPIDER_OWN_NAMES", "TASK_SCHEMES", "WEB_SCHEMES",
            "TaskError", "check_callback", "check_id", "check_json_safe", "check_lane",
-           "check_meta_keys", "check_url"]
+           "check_meta_keys", "check_spider", "check_url"]

@@ -64,7 +64,7 @@ class ChildOutbox:
         while self.queue:
             batch = self.queue[:1 if alone else BATCH]
             try:
-                result = await self.writer.add_encoded([child.encoded for child in batch])
+                result = await self.writer.enqueue([child.encoded for child in batch])
             except REDIS_FAILURES:
                 raise
             except Exception as exc:

@@ -163,8 +163,10 @@ class Completions:
                                        "seed_id": task and task.seed_id})
                     continue
                 self.stats.inc_value("meteorseed/dead")
-                logger.error("Dead-lettered task message %s (%s): %s", delivery.msg_id,
-                             task.url if task else "undecodable", reason,
+                logger.error("Dead-lettered task %s (%s) as dead letter %s "
+                             "(meteorseed dead show %s): %s",
+                             task.task_id if task else f"message {delivery.msg_id}",
+                             task.url if task else "undecodable", dead_id, dead_id, reason,
                              extra={"task_id": task and task.task_id,
                                     "seed_id": task and task.seed_id})
             while self.deferrals:

@@ -74,6 +74,7 @@ class Intake:
         # The last reclaim took all it asked for: more may wait, and the read loop takes them
         # (as capacity comes free) before it reads new tasks.
         self.backlog = False
+        self._taking = asyncio.Lock()
         # Reads of new tasks started and ended: a read started after a task was written and
         # ended without it says that it went to another worker.
         self.reads_started = self.reads_done = 0
@@ -149,6 +150,12 @@ class Intake:
         """Take up to ``want`` tasks of dead workers: at once from a worker whose liveness
         lapsed (:mod:`~meteorseed_scrapy.queue.liveness`), else once idle for CLAIM_IDLE
         (workers that never registered, failed tasks)."""
+        if self._taking.locked():
+            return 0  # the other loop is taking over already: not twice the tasks wanted
+        async with self._taking:
+            return await self._take_over(want)
+
+    async def _take_over(self, want: int) -> int:
         claim_idle = self.config.claim_idle
         count = min(want, 100)
         reclaimed: list[Delivery] = []

@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.worker.stall import StallWatch
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,8 @@ class Outage:
     #: before it ended, failing now): the same outage, not a new one to log.
     TAIL_S = 5.0
 
-    def __init__(self) -> None:
+    def __init__(self, stalls: StallWatch | None = None) -> None:
+        self.stalls = stalls or StallWatch()
         self.since: float | None = None
         self.failures = 0
         self._back: tuple[float, float] | None = None  # (when it came back, outage start)
@@ -51,6 +53,11 @@ class Outage:
                              where, exc)
                 return delay
             self.since, self._tail = now, False
+            stall = self.stalls.explains(now)
+            if stall is not None:  # the loop was blocked, Redis was not gone (stall.py)
+                logger.info("Redis timed out during %s after the event loop was blocked for"
+                            " %.1f s (%s); retrying", where, stall, exc)
+                return delay
             logger.warning(
                 "Redis unavailable during %s (%s): worker paused, nothing is lost; retrying",
                 where, exc,
@@ -89,9 +96,11 @@ class Loops:
               urgent: Callable[[], bool] | None = None) -> None:
         """Run ``step`` until stopped; with ``event``, wait for it between steps (at most 1 s,
         or 0.05 s while ``urgent()``)."""
+        self.outage.stalls.start()  # (once: a blocked loop is told from a Redis outage)
         self.tasks.append(asyncio.ensure_future(self._run(step, where, event, urgent)))
 
     async def cancel(self) -> None:
+        self.outage.stalls.stop()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)

@@ -34,6 +34,7 @@ from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
+from meteorseed_scrapy.worker.coming import ComingTasks
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.dispatcher import Dispatcher
 from meteorseed_scrapy.worker.duplicates import Duplicates
@@ -91,6 +92,7 @@ class StreamPump:
                               sizes.read_batch, self._keepalive)
         self._pacing = StartPacing(crawler.engine, self._intake.reads, self._full)
         self._written_mark = -1  # reads started when new children were last written
+        self._coming = ComingTasks()  # this worker's new tasks on their way through the stream
         self._dupes = Duplicates(crawler, spider)  # (refuses a DUPEFILTER_CLASS it cannot honour)
         self._deduped: dict[int, Request] = {}  # id(task) -> request, until written
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
@@ -188,6 +190,13 @@ class StreamPump:
             return request
         return None
 
+    def ahead_of(self, priority: int) -> bool:
+        """A task of higher priority than ``priority`` waits here, or is on its way here
+        (:mod:`.coming`): Scrapy's scheduler would serve it before a request of ``priority``."""
+        best = max((-self._buffer.head(site)[1] for site in self._buffer.sites()), default=None)
+        coming = self._coming.best()
+        return any(p is not None and p > priority for p in (best, coming))
+
     def _start_next(self, site: str) -> Request | None:
         while True:
             entry: Entry | None = self._buffer.pop(site)
@@ -233,6 +242,7 @@ class StreamPump:
             dedup = self._dupes.dedup(request)
             # (encoded now, dedup key too, where the error can name the request)
             self._completions.child(task, scrape, dedup)
+            self._coming.added(task)
         except TaskError as exc:
             if scrape is None and isinstance(exc, FingerprintError):
                 raise  # as Scrapy's scheduler: the engine stops reading start()
@@ -305,6 +315,7 @@ class StreamPump:
         entry = self._ledger.add(delivery)
         if entry is not None:  # (else a duplicate delivery, absorbed by the task's entry)
             self._buffer.append(entry.task.site_id, entry)  # (urgent: its lane says)
+            self._coming.arrived(entry.task.task_id)
             self._want_permits()
             self._pacing.booked(entry.task.task_id)
 
@@ -328,6 +339,7 @@ class StreamPump:
         """``tasks`` were written (``fresh``: each was new, else a duplicate, not written)."""
         if any(fresh):
             self._written_mark = self._intake.reads_started
+        self._coming.written(tasks, fresh)
         for task, new in zip(tasks, fresh, strict=True):
             request = self._deduped.pop(id(task), None)
             if request is not None and not new:

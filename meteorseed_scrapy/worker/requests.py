@@ -24,7 +24,12 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.request_fields import REQUEST_ATTRIBUTES
 from meteorseed_scrapy.task.tagged import decode_tagged, encode_tagged
-from meteorseed_scrapy.task.validation import TaskError, check_callback, check_json_safe
+from meteorseed_scrapy.task.validation import (
+    TaskError,
+    check_callback,
+    check_json_safe,
+    check_spider,
+)
 
 #: Per-download meta keys that Scrapy's own middlewares set; a new task starts without them.
 _DOWNLOAD_META = frozenset({
@@ -159,6 +164,14 @@ def _check_retry_meta(meta: dict[str, Any]) -> None:
                         [:300])
 
 
+def _own_spider(spider: Spider | None) -> str | None:
+    """The task set of ``spider``'s own requests: its name, when it can name one."""
+    try:
+        return check_spider(getattr(spider, "name", None))
+    except TaskError:
+        return None
+
+
 def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | None) -> ExecTask:
     """A new exec task for a request yielded by ``parent``'s callback (or by ``start()``)."""
     meta = {k: encode_tagged(f"meta.{k}", v) for k, v in request.meta.items()
@@ -211,6 +224,8 @@ def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | 
         request_attrs=attrs,
         # Children stay in their parent's lane (a realtime page's links are realtime too).
         lane=parent.lane if parent is not None else DEFAULT_LANE,
+        # ... and belong to its spider; a start request to the spider that made it.
+        spider=parent.spider if parent is not None else _own_spider(spider),
     )
     if class_path is not None:
         task_to_request(task, spider)  # a subclass that cannot be rebuilt is refused now

@@ -147,7 +147,9 @@ function rateNote(t) {
   if (t.added_total === null || t.added_total === undefined) {
     return "counter unreadable (see warnings)";
   }
-  if (t.added_per_s === null || t.added_per_s === undefined) return "needs two samples";
+  if (t.added_per_s === null || t.added_per_s === undefined) {
+    return "needs two samples in the last minute";
+  }
   return `over ${fmt(t.over_s)} s`;
 }
 
@@ -214,8 +216,10 @@ function showDelayed(delayed) {
 }
 
 async function showSites() {
-  const [result, status] = await Promise.all([api("GET", "/sites"), api("GET", "/status")]);
+  const [result, status, controls] = await Promise.all([api("GET", "/sites"),
+    api("GET", "/status"), api("GET", "/controls")]);
   if (result.status !== 200) { flash(problemText(result)); return; }
+  const held = controls.status === 200 ? controls.data : {};
   // Fleet-wide adaptive limits and robots.txt caps, from the queue snapshot (docs/politeness.md).
   const throttles = status.status === 200 ? (status.data.throttles || []) : [];
   $("sites-adaptive").replaceChildren(table([
@@ -237,11 +241,37 @@ async function showSites() {
     { key: "rate_factor", label: "Rate factor", cls: "num" },
     { key: "rate_limit", label: "Rate limit", cls: "num" },
     { key: "anomalies", label: "Anomalies", cls: "num" },
+    { label: "Hold", render: (r) => holdCell(r.site_id, held[r.site_id] || {}) },
   ], result.data.sites, "No site has any state yet."));
   const d = result.data;
   $("sites-note").textContent = d.anomalies_error ? `Anomalies unavailable: ${d.anomalies_error}`
     : d.anomalies_source ? `Anomalies from ${d.anomalies_source}.`
       : "Anomalies: start serve with --store-uri to count them.";
+}
+
+// Pause / resume a site fleet-wide (POST /sites/{id}/pause|resume; docs/operations.md).
+function holdCell(site, control) {
+  const testid = `hold-${site}`;
+  if (control.held) {
+    return el("span", { "data-testid": testid }, `held by ${control.held.by} `,
+      el("button", { type: "button", onclick: () => siteControl(site, "resume") }, "Resume"));
+  }
+  const limit = control.override ? `limited to ${fmt(control.override.rate)} req/s ` : "";
+  return el("span", { "data-testid": testid }, limit,
+    el("button", { type: "button", class: "secondary",
+      onclick: () => siteControl(site, "pause") }, "Pause"));
+}
+
+async function siteControl(site, action) {
+  const body = action === "pause" ? { reason: "from the console" } : undefined;
+  const result = await guarded(() => api("POST",
+    `/sites/${encodeURIComponent(site)}/${action}`, body));
+  if (!result) return;
+  if (result.status === 200) {
+    flash(action === "pause" ? `${site} held fleet-wide.`
+      : `${site} resumed: ${result.data.woken} parked task(s) due now.`, true);
+  } else flash(problemText(result));
+  await guarded(showSites);
 }
 
 async function showDead() {

@@ -1,0 +1,142 @@
+"""A fleet's throughput with one pathological page among normal ones (issue 22.5).
+
+A site rule's field regex (``--regex``, ``^(a+)+$`` by default) backtracks exponentially
+on a run of ``a`` that does not end the text. One page of the crawl has such a title
+(``--letters`` of them and a ``!``), the ``--pages`` others are ordinary. ``--workers``
+``scrapy crawl sites`` workers (the test project's settings) crawl them all from one Redis;
+the figure is the wall time from the first task to the last stored item, and items per
+second. Run it against two checkouts to compare:
+
+    .venv/bin/python benchmarks/pathological_page.py --code /path/to/old/checkout
+    .venv/bin/python benchmarks/pathological_page.py            # this checkout
+
+With Python's ``re`` (before) the worker holding that page is blocked with the GIL held: its
+keep-alive thread cannot renew the heartbeat, the task is taken over by the next worker,
+which blocks too. With the rule engine's time bound, the page costs its 0.25 s budget and is
+an anomaly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO)]
+
+from meteorseed_scrapy.queue.keys import KeyLayout  # noqa: E402
+from meteorseed_scrapy.queue.writer import TaskWriter  # noqa: E402
+from meteorseed_scrapy.task.exec_task import ExecTask  # noqa: E402
+from meteorseed_scrapy.testing.clients import run_with_client  # noqa: E402
+from meteorseed_scrapy.testing.redis_server import RedisServer  # noqa: E402
+
+PROJECT = REPO / "tests" / "e2e_project"
+RULES = """site_id: bench
+version: 1
+start: detail
+list: {links: "a::attr(href)"}
+fields:
+  title: {css: "h1::text", regex: '%s'}
+  body: "p::text"
+"""
+
+
+def serve(letters: int) -> http.server.ThreadingHTTPServer:
+    bad = "a" * letters + "!"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            title = bad if self.path == "/bad" else f"page {self.path}"
+            body = f"<html><body><h1>{title}</h1><p>text</p></body></html>".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stored(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db) as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM items").fetchone()[0])
+    except sqlite3.OperationalError:
+        return 0
+
+
+def run(code: Path, pages: int, letters: int, workers: int, timeout: float, regex: str) -> None:
+    work = Path(tempfile.mkdtemp(prefix="meteorseed-pathological-"))
+    (work / "sites").mkdir()
+    (work / "sites" / "bench.yaml").write_text(RULES % regex.replace("'", "''"))
+    site = serve(letters)
+    base = f"http://127.0.0.1:{site.server_address[1]}"
+    urls = [f"{base}/p/{i}" for i in range(pages // 2)] + [f"{base}/bad"] + [
+        f"{base}/p/{i}" for i in range(pages // 2, pages)]
+    with RedisServer() as redis:
+        tasks = [ExecTask.create(seed_id="bench", site_id="bench", url=u,
+                                 callback="parse_detail") for u in urls]
+        run_with_client(redis.url, lambda c: TaskWriter(c, KeyLayout("bench")).add(tasks))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code), str(PROJECT)]))
+        env.pop("SCRAPY_SETTINGS_MODULE", None)
+        db = work / "items.db"
+        procs = []
+        started = time.monotonic()
+        for n in range(workers):
+            args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "sites"]
+            for key, value in {
+                    "METEORSEED_REDIS_URL": redis.url, "METEORSEED_NAMESPACE": "bench",
+                    "METEORSEED_STORE_URI": f"sqlite:///{db}", "METEORSEED_IDLE_CLOSE": 5,
+                    "METEORSEED_SITES_DIR": str(work / "sites"), "METEORSEED_CONSUMER": f"w{n}",
+                    "LOG_FILE": str(work / f"w{n}.log")}.items():
+                args += ["-s", f"{key}={value}"]
+            procs.append(subprocess.Popen(args, cwd=PROJECT, env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        last, count = started, 0
+        while time.monotonic() - started < timeout and any(p.poll() is None for p in procs):
+            now = stored(db)
+            if now != count:
+                count, last = now, time.monotonic()
+            time.sleep(0.2)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        count = stored(db)
+    site.shutdown()
+    elapsed = last - started
+    print(f"code {code}: {workers} workers, {pages} pages + 1 with {letters} a's, {regex}: "
+          f"{count} items stored in {elapsed:.1f} s ({count / elapsed:.1f} items/s); "
+          f"logs in {work}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--code", type=Path, default=REPO, help="checkout whose add-on runs")
+    parser.add_argument("--pages", type=int, default=1000)
+    parser.add_argument("--letters", type=int, default=27)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--regex", default="^(a+)+$", help="the title field's regex (the "
+                        "report's; ^(a|aa)+$ defeats the regex module's own shortcuts too)")
+    args = parser.parse_args()
+    run(args.code.resolve(), args.pages, args.letters, args.workers, args.timeout, args.regex)
+
+
+if __name__ == "__main__":
+    main()

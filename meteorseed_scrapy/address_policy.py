@@ -1,0 +1,100 @@
+"""Worker-side address policy: a task that came through the API is fetched, redirects
+included, only from public addresses.
+
+Whoever can call ``/dispatch`` chooses the URLs workers fetch, and what they fetch is stored
+(and can be read back): a seed naming ``http://169.254.169.254/`` (cloud metadata),
+``http://127.0.0.1:6379/`` or an intranet host, or a public page redirecting there, would turn
+the fleet into a proxy into its own network. The API marks the seeds it accepts
+(``meta["address_policy"] = "public"``, kept by their tasks and by Scrapy's redirects, which
+copy the request's meta), and this middleware refuses such a request when its host is, or
+resolves to, a loopback, private, link-local, multicast, reserved or otherwise non-global
+address (:func:`~meteorseed_scrapy.seeding.addresses.address_problem`, the sitemap fetcher's
+rule). The name is resolved through the reactor's resolver, Scrapy's caching one: the address
+checked is the address the download connects to. ``METEORSEED_FETCH_PRIVATE_ADDRESSES`` (the
+sitemap fetcher's switch) lets the operator allow them.
+
+Why only API tasks: every test site, and many projects' own targets, are on loopback or an
+intranet; the spider's own ``start()`` and ``seed-expand``'s files are the operator's choice,
+the API's callers are not. A refused request is ignored (``IgnoreRequest``) with a warning
+naming the URL and the address, and ``meteorseed/address_policy/refused``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from scrapy import Request, Spider
+from scrapy.crawler import Crawler
+from scrapy.exceptions import IgnoreRequest
+from scrapy.utils.defer import maybe_deferred_to_future
+from scrapy.utils.httpobj import urlparse_cached
+
+from meteorseed_scrapy.seeding.addresses import (
+    POLICY_META_KEY,
+    PRIVATE_SETTING,
+    PUBLIC_ONLY,
+    address_problem,
+)
+from meteorseed_scrapy.settings import flag_setting
+
+logger = logging.getLogger(__name__)
+STAT = "meteorseed/address_policy/refused"
+
+
+Resolve = Callable[[str], Awaitable[str]]
+
+
+async def reactor_resolve(host: str) -> str:
+    """``host``'s address from the reactor's resolver (Scrapy's caching one, which the
+    download then uses too)."""
+    from twisted.internet import reactor
+
+    address: Any = await maybe_deferred_to_future(
+        reactor.resolve(host))  # type: ignore[arg-type]
+    return str(address)
+
+
+class AddressPolicyMiddleware:
+    def __init__(self, crawler: Crawler, allow_private: bool,
+                 resolve: Resolve = reactor_resolve) -> None:
+        self.crawler = crawler
+        self.allow_private = allow_private
+        self.resolve = resolve
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> AddressPolicyMiddleware:
+        return cls(crawler, flag_setting(crawler.settings, PRIVATE_SETTING))
+
+    async def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        if self.allow_private or request.meta.get(POLICY_META_KEY) != PUBLIC_ONLY:
+            return
+        host = urlparse_cached(request).hostname or ""
+        problem = await self.problem(host)
+        if problem is None:
+            return
+        if self.crawler.stats is not None:
+            self.crawler.stats.inc_value(STAT)
+        reason = (f"refused {request.url}: {problem} (a task from the API; set "
+                  f"{PRIVATE_SETTING} to allow such addresses)")
+        logger.warning("Address policy: %s", reason)
+        raise IgnoreRequest(reason)
+
+    async def problem(self, host: str) -> str | None:
+        """Why ``host`` may not be fetched, or None: its address is global."""
+        try:
+            ip = ipaddress.ip_address(host.strip("[]"))
+            shown = str(ip)
+        except ValueError:
+            try:
+                ip = ipaddress.ip_address(await self.resolve(host))
+            except Exception as exc:  # unresolvable: the download would fail the same way
+                return f"{host!r} cannot be resolved ({exc})"
+            shown = f"{host} ({ip})"
+        problem = address_problem(ip)
+        return None if problem is None else f"{shown} is {problem}"
+
+
+__all__ = ["STAT", "AddressPolicyMiddleware", "reactor_resolve"]

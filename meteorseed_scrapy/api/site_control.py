@@ -1,0 +1,115 @@
+"""``POST /sites/{site_id}/pause|resume|limit``: the operator's hand on a site over HTTP, as
+``meteorseed sites pause|resume|limit`` (:mod:`meteorseed_scrapy.politeness.control`). Who acts
+is recorded as ``api@<peer address>``: the API has one token, not users."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from aiohttp import web
+
+from meteorseed_scrapy.api.problems import FieldError, InvalidInput
+from meteorseed_scrapy.api.state import STATE, ApiState
+from meteorseed_scrapy.politeness import control
+from meteorseed_scrapy.validators import ConfigError, to_integer, to_number
+
+#: The body of ``limit`` and the fields it may hold.
+LIMIT_FIELDS = frozenset({"rate", "concurrency", "reset"})
+
+
+def _who(request: web.Request) -> str:
+    return f"api@{request.remote or 'unknown'}"
+
+
+async def _ref(request: web.Request, state: ApiState) -> control.SiteRef:
+    site = request.match_info["site_id"]
+    await state.rules.refresh()
+    config = state.rules.get(site)
+    try:
+        return control.SiteRef(site, (config.limits.quota_key if config else None) or "")
+    except ValueError as exc:
+        raise InvalidInput([FieldError("path.site_id", str(exc))]) from None
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise InvalidInput([FieldError("body", "is not a JSON object")]) from None
+    if not isinstance(data, dict):
+        raise InvalidInput([FieldError("body", "is not a JSON object")])
+    return data
+
+
+async def pause(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    ref = await _ref(request, state)
+    body = await _body(request)
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > 500:
+        raise InvalidInput([FieldError("reason", "must be a string of at most 500 characters")])
+    new = await asyncio.to_thread(control.hold, state.sync_client, state.config.keys, ref,
+                                  _who(request), reason)
+    return web.json_response({"site_id": ref.site, "held": True, "already": not new})
+
+
+async def resume(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    ref = await _ref(request, state)
+    woken = await asyncio.to_thread(control.release, state.sync_client, state.config.keys, ref,
+                                    _who(request))
+    return web.json_response({"site_id": ref.site, "was_held": woken is not None,
+                              "woken": woken or 0})
+
+
+async def limit(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    ref = await _ref(request, state)
+    body = await _body(request)
+    errors = [FieldError(k, "unknown field") for k in sorted(set(body) - LIMIT_FIELDS)]
+    if body.get("reset") is True:
+        if set(body) != {"reset"}:
+            errors.append(FieldError("reset", "goes alone (no rate, no concurrency)"))
+        if errors:
+            raise InvalidInput(errors)
+        gone = await asyncio.to_thread(control.unlimit, state.sync_client, state.config.keys,
+                                       ref, _who(request))
+        return web.json_response({"site_id": ref.site, "reset": gone})
+    rate = concurrency = None
+    try:
+        if body.get("rate") is not None:
+            rate = to_number(body["rate"], "rate", positive=True)
+    except ConfigError as exc:
+        errors.append(FieldError("rate", exc.problem))
+    try:
+        if body.get("concurrency") is not None:
+            concurrency = to_integer(body["concurrency"], "concurrency", minimum=1)
+    except ConfigError as exc:
+        errors.append(FieldError("concurrency", exc.problem))
+    if "reset" in body and body["reset"] is not True:
+        errors.append(FieldError("reset", "must be true when given"))
+    if not errors and rate is None and concurrency is None:
+        errors.append(FieldError("body", "give rate, concurrency, both, or reset: true"))
+    if errors:
+        raise InvalidInput(errors)
+    await asyncio.to_thread(control.limit, state.sync_client, state.config.keys, ref,
+                            _who(request), rate=rate, concurrency=concurrency)
+    return web.json_response({"site_id": ref.site, "rate": rate, "concurrency": concurrency})
+
+
+async def controls(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    found = await asyncio.to_thread(control.controls, state.sync_client, state.config.keys)
+    return web.json_response(found)
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/controls", controls)
+    router.add_post("/sites/{site_id}/pause", pause)
+    router.add_post("/sites/{site_id}/resume", resume)
+    router.add_post("/sites/{site_id}/limit", limit)

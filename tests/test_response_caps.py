@@ -1,0 +1,84 @@
+"""Response size caps the add-on sets: a gzip bomb is refused at DOWNLOAD_MAXSIZE by Scrapy's
+own HttpCompressionMiddleware (its decompressed size counts), and only the first
+METEORSEED_ROBOTSTXT_MAXSIZE bytes of a robots.txt are parsed."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+from typing import Any
+
+import pytest
+from scrapy import Request, Spider
+from scrapy.downloadermiddlewares.httpcompression import HttpCompressionMiddleware
+from scrapy.downloadermiddlewares.robotstxt import (
+    RobotsTxtMiddleware as ScrapyRobotsTxtMiddleware,
+)
+from scrapy.exceptions import IgnoreRequest
+from scrapy.http import HtmlResponse, TextResponse
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+
+from meteorseed_scrapy.addon import MeteorSeedAddon
+from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
+from meteorseed_scrapy.setting_checks import check_settings
+from meteorseed_scrapy.settings import DEFAULTS, SCRAPY_DEFAULTS
+from meteorseed_scrapy.validators import ConfigError
+
+
+def addon_settings(**project: Any) -> Settings:
+    settings = Settings()
+    settings.setdict(project, priority="project")
+    MeteorSeedAddon().update_settings(settings)
+    return settings
+
+
+def test_the_addon_caps_response_sizes_and_a_project_value_wins() -> None:
+    settings = addon_settings()
+    assert settings.getint("DOWNLOAD_MAXSIZE") == SCRAPY_DEFAULTS["DOWNLOAD_MAXSIZE"] \
+        == 32 * 1024 * 1024  # not Scrapy's 1 GiB
+    assert settings.getint("DOWNLOAD_WARNSIZE") == 8 * 1024 * 1024
+    assert addon_settings(DOWNLOAD_MAXSIZE=0).getint("DOWNLOAD_MAXSIZE") == 0
+
+
+def test_a_gzip_bomb_is_refused_at_the_cap_while_decompressing(
+        caplog: pytest.LogCaptureFixture) -> None:
+    settings = addon_settings()
+    crawler = get_crawler(Spider, {"DOWNLOAD_MAXSIZE": settings.getint("DOWNLOAD_MAXSIZE")})
+    middleware = HttpCompressionMiddleware.from_crawler(crawler)
+    bomb = gzip.compress(b"\0" * (64 * 1024 * 1024), compresslevel=9)  # 64 MiB from ~64 kB
+    assert len(bomb) < 100_000
+    request = Request("http://127.0.0.1/bomb")
+    response = HtmlResponse(request.url, body=bomb, request=request,
+                            headers={"Content-Encoding": "gzip"})
+    with caplog.at_level(logging.WARNING), pytest.raises(IgnoreRequest) as info:
+        middleware.process_response(request, response)
+    assert "exceeded DOWNLOAD_MAXSIZE (33554432 B) during decompression" in str(info.value)
+
+
+def test_only_the_first_bytes_of_a_huge_robots_txt_are_parsed(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    cap = DEFAULTS["METEORSEED_ROBOTSTXT_MAXSIZE"]
+    crawler = get_crawler(Spider, {"ROBOTSTXT_OBEY": True})
+    middleware = RobotsTxtMiddleware(crawler)
+    parsed: list[bytes] = []
+
+    async def parse(self: Any, response: TextResponse, netloc: str, request: Request) -> None:
+        parsed.append(response.body)
+
+    monkeypatch.setattr(ScrapyRobotsTxtMiddleware, "_parse_robots", parse)
+    body = b"User-agent: *\nDisallow: /early\n" + b"#" * (50 * 1024 * 1024) + b"\nAllow: /\n"
+    response = TextResponse("http://127.0.0.1/robots.txt", body=body)
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(middleware._parse_robots(response, "127.0.0.1", Request("http://x/")))
+    assert [len(b) for b in parsed] == [cap]
+    assert parsed[0].startswith(b"User-agent: *\nDisallow: /early\n")
+    assert f"robots.txt of 127.0.0.1 is {len(body)} bytes: only its first {cap} are read" \
+        in caplog.text
+
+
+@pytest.mark.parametrize("value", [0, -1, "big", 1.5])
+def test_an_invalid_robots_cap_is_refused_naming_the_setting(value: object) -> None:
+    with pytest.raises(ConfigError, match="METEORSEED_ROBOTSTXT_MAXSIZE"):
+        check_settings(Settings({"METEORSEED_ROBOTSTXT_MAXSIZE": value}))
