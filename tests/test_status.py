@@ -236,7 +236,7 @@ def test_a_task_re_parked_again_and_again_is_added_once_and_finished_once(
 
     async def ack_it(client: Any) -> None:
         consumer = StreamConsumer(client, keys, "w1")
-        await consumer.ack([d.ref for d in await consumer.read(1, 0)])
+        await ack(consumer, [d.ref for d in await consumer.read(1, 0)])
 
     run(redis_url, ack_it)
     status = read_status(sync_redis, keys)
