@@ -1,5 +1,5 @@
 # make demo: the whole flow on this machine (Redis, demo site, seed-expand, two workers).
-# make test: lint (ruff, mypy) and the whole test suite.
+# make test: lint (ruff, mypy) and the whole test suite (TEST_JOBS=2 files at a time).
 # make dist: the wheel of the package, in dist/ (to install into your own project).
 # make test-floors: the core suite with every direct dependency at the floor setup.cfg names.
 # make test-pythons: test-floors on each Python 3.10-3.13 this machine has.
@@ -34,13 +34,20 @@ REDIS_TESTS = tests/test_consumer.py tests/test_writer.py tests/test_dedup*.py t
 	tests/test_lanes.py tests/test_lanes_cli.py tests/test_e2e_lanes.py tests/test_registry.py \
 	tests/test_seeder.py tests/test_retention.py tests/test_site_limits.py tests/test_spider_sets.py
 
+# The test files run on TEST_JOBS pytest-xdist workers, each file on one worker (--dist loadfile:
+# module fixtures built once, tests in file order), each worker with its own Redis server and
+# free ports. Most tests wait (on worker processes, on Redis, on timers) more than they compute,
+# so more workers than cores can pay (TEST_JOBS=4); TEST_JOBS=0 runs the files one after another, in this process.
+TEST_JOBS ?= 2
+PYTEST_JOBS = -n $(TEST_JOBS) --dist loadfile
+
 test: venv lint
 	@used=$$($(REDIS_INFO)) || exit 1; again=$$($(REDIS_INFO) --rerun) || exit 1; \
 	echo "== Redis under test: $$used"; \
-	status=0; $(BIN)/pytest || status=$$?; \
+	status=0; $(BIN)/pytest $(PYTEST_JOBS) || status=$$?; \
 	if [ -n "$$again" ]; then \
 		echo "== again on Redis $$(METEORSEED_REDIS_SERVER="$$again" $(REDIS_INFO)): $(REDIS_TESTS)"; \
-		METEORSEED_REDIS_SERVER="$$again" $(BIN)/pytest -q $(REDIS_TESTS) || status=$$?; \
+		METEORSEED_REDIS_SERVER="$$again" $(BIN)/pytest -q $(PYTEST_JOBS) $(REDIS_TESTS) || status=$$?; \
 	else \
 		echo "== no second run: no other Redis to run the stream and Lua tests on"; \
 	fi; \

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import redis
 
+from meteorseed_scrapy.testing import netns
 from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres
 from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
@@ -19,6 +23,26 @@ def pytest_report_header() -> str:
         return f"redis-server: {describe(find_redis_server())}"
     except RuntimeError as exc:  # the tests needing Redis fail with this reason, the rest run
         return f"redis-server: none ({exc})"
+
+
+def _builds_namespaces(module: ModuleType) -> bool:
+    return any(value is netns or getattr(value, "__module__", None) == netns.__name__
+               for value in vars(module).values())
+
+
+@pytest.fixture(autouse=True)
+def one_fleet_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests that build network namespaces (:mod:`meteorseed_scrapy.testing.netns`) run one at
+    a time on this machine, across pytest-xdist's workers (``make test``) and other runs: two
+    fleets built at once could pick the same free subnets."""
+    if not _builds_namespaces(request.module):
+        yield
+        return
+    import fcntl  # (namespaces are Linux-only, and so is the lock)
+
+    with open(Path(tempfile.gettempdir()) / "meteorseed-netns.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.cluster import SLOTS, LocalCluster
+from tests.queue_helpers import paused_for as pause_left
 
 T = TypeVar("T")
 DAY = 86400
@@ -145,7 +146,7 @@ def test_the_site_gate_works_on_a_cluster_for_sites_on_different_nodes(
             again = await gate.acquire(site, 5)  # one lease back, one token left
             paused = await gate.pause(site, retry_after=30)
             out[site] = (len(first.lease_ids), len(again.lease_ids), paused.strikes,
-                         await gate.paused_for(site), len((await gate.acquire(site, 1)).lease_ids))
+                         await pause_left(gate, site), len((await gate.acquire(site, 1)).lease_ids))
         return out
 
     result = run(cluster.url, body, decode_responses=True)

@@ -25,6 +25,7 @@ from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
+from tests.queue_helpers import ack, record_completions
 
 T = TypeVar("T")
 
@@ -228,8 +229,8 @@ def test_record_completions_writes_records_with_ttl(
 
     async def body(client: Redis) -> list[str | None]:
         consumer = StreamConsumer(client, keys, "worker-a")
-        await consumer.record_completions([(t1, record), (t2, "{}")], 60)
-        await consumer.record_completions([], 60)
+        await record_completions(consumer, [(t1, record), (t2, "{}")], 60)
+        await record_completions(consumer, [], 60)
         return await TaskRecords(client, keys).completion_records([t1, t2, t3])
 
     assert arun(redis_url, body) == [record, "{}", None]
@@ -252,11 +253,11 @@ def test_ack_acks_and_deletes_entries(
         await consumer.read(10, 100)
         out: dict[str, Any] = {"before": (sync_redis.xlen(keys.stream),
                                           pending_count(sync_redis, keys))}
-        out["empty"] = await consumer.ack([])
-        out["first"] = await consumer.ack([(keys.stream, id1)])
+        out["empty"] = await ack(consumer, [])
+        out["first"] = await ack(consumer, [(keys.stream, id1)])
         out["after_first"] = (sync_redis.xlen(keys.stream), pending_count(sync_redis, keys))
-        out["again"] = await consumer.ack([(keys.stream, id1)])
-        out["second"] = await consumer.ack([(keys.stream, id2)])
+        out["again"] = await ack(consumer, [(keys.stream, id1)])
+        out["second"] = await ack(consumer, [(keys.stream, id2)])
         return out
 
     out = arun(redis_url, body)
@@ -279,7 +280,7 @@ def test_ack_many_at_once(redis_url: str, keys: KeyLayout, sync_redis: redis.Red
         consumer = StreamConsumer(client, keys, "worker-a")
         await consumer.ensure_group()
         await consumer.read(3, 100)
-        return await consumer.ack([(keys.stream, i) for i in ids])
+        return await ack(consumer, [(keys.stream, i) for i in ids])
 
     assert arun(redis_url, body) == 3
     assert [entry_id for entry_id, _ in sync_redis.xrange(keys.stream)] == [waiting]
@@ -459,7 +460,7 @@ def test_touch_reports_entries_no_longer_ours(
         set_idle(sync_redis, keys, "worker-a", id2, 120_000)
         taken = await b.reclaim(60, 10)
         assert [d.msg_id for d in taken] == [id2]
-        await a.ack([(keys.stream, id3)])
+        await ack(a, [(keys.stream, id3)])
         set_idle(sync_redis, keys, "worker-b", id2, 120_000)
         return await a.touch([(keys.stream, i) for i in (id1, id2, id3)]), await a.touch([])
 
@@ -678,7 +679,7 @@ def test_dead_letter_is_refused_for_an_entry_already_acked(
         a = StreamConsumer(client, keys, "worker-a")
         await a.ensure_group()
         [delivery] = await a.read(10, 100)
-        await a.ack([delivery.ref])
+        await ack(a, [delivery.ref])
         return await a.dead_letter(delivery, delivery.error)
 
     assert arun(redis_url, body) == ""
@@ -718,7 +719,7 @@ def test_namespace_quiet(redis_url: str, keys: KeyLayout, sync_redis: redis.Redi
         states.append(await group.namespace_quiet())  # waiting
         await a.read(10, 100)
         states.append(await group.namespace_quiet())  # pending
-        await a.ack([(keys.stream, msg_id)])
+        await ack(a, [(keys.stream, msg_id)])
         states.append(await group.namespace_quiet())  # acked and deleted
         return states
 

@@ -20,6 +20,7 @@ from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
+from tests.queue_helpers import ack
 
 
 def _run(redis_url: str, namespace: str) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def _run(redis_url: str, namespace: str) -> dict[str, Any]:
             out: dict[str, Any] = {"held": len(held), "taken": {d.ref for d in taken}}
             records = [(d.task, '{"done": 1}') for d in held if d.task is not None]
             out["acked"] = await late.complete(records, [d.ref for d in held], 600)
-            out["others_ack"] = await other.ack([d.ref for d in taken])
+            out["others_ack"] = await ack(other, [d.ref for d in taken])
             return out
         finally:
             await client.aclose()

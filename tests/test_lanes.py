@@ -30,6 +30,7 @@ from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.testing.polling import wait_until
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.requests import request_to_task
+from tests.queue_helpers import ack
 from tests.test_consumer import arun
 
 
@@ -178,7 +179,7 @@ def test_backlog_counts_every_stream(redis_url: str, keys: KeyLayout) -> None:
         await consumer.ensure_group()
         got = await consumer.read(5, 0)
         seen.append(await writer.backlog())
-        await consumer.ack([d.ref for d in got])
+        await ack(consumer, [d.ref for d in got])
         seen.append(await writer.backlog())
         counts = await writer.stream_counts()
         seen.append(sum(c.pending for c in counts.values()))
@@ -207,7 +208,7 @@ def read_lanes(redis_url: str, keys: KeyLayout, reads: int, count: int,
         for _ in range(reads):
             got = await consumer.read(count, 0)
             out.append(Counter(lane_of(keys, d) for d in got))
-            await consumer.ack([d.ref for d in got])
+            await ack(consumer, [d.ref for d in got])
         return out
 
     return arun(redis_url, body)
@@ -299,11 +300,11 @@ def test_reclaim_touch_hand_back_ack_and_dead_letters_work_in_every_lane(
         reclaimed = await b.reclaim(60, 10)
         out["reclaimed"] = [(d.stream, d.msg_id, d.deliveries) for d in reclaimed]
         out["lost"] = await a.touch([d.ref for d in got])
-        out["acked"] = await b.ack([d.ref for d in reclaimed])
+        out["acked"] = await ack(b, [d.ref for d in reclaimed])
         out["dead"] = await a.dead_letter(got[2], "gave up")
         group = ConsumerGroup(client, keys, "a")
         out["quiet_before"] = await group.namespace_quiet()
-        out["acked_last"] = await a.ack([got[3].ref])
+        out["acked_last"] = await ack(a, [got[3].ref])
         out["quiet"] = await group.namespace_quiet()
         return out
 

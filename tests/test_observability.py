@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import io
 import json
 import logging
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 from prometheus_client import CollectorRegistry, generate_latest
-from scrapy import Request
+from scrapy import Request, Spider
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.test import get_crawler
 
@@ -85,6 +86,31 @@ def test_json_formatter_writes_one_object_per_line() -> None:
     assert "ValueError: bad" in doc["exception"]
     bare = json.loads(JsonFormatter().format(_record()))
     assert "task_id" not in bare and "seed_id" not in bare
+
+
+def test_json_formatter_keeps_every_extra_field() -> None:
+    """What a caller passes as ``extra=`` reaches the line; the record's own attributes do not."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(TaskContextFilter())
+    logger = logging.getLogger("meteorseed.test.json_extra")
+    logger.addHandler(handler)
+    logger.propagate = False
+    spider = Spider("shop")
+    try:
+        logger.warning("gave up on %s", "a", extra={
+            "site_id": "news", "url": "https://news.test/a", "consumer": "w1", "task_id": "t9",
+            "seed_id": "s9", "attempts": 3, "path": Path("/x"), "spider": spider,
+            "level": "spoof", "skipped": None})
+    finally:
+        logger.removeHandler(handler)
+    doc = json.loads(stream.getvalue())
+    assert doc.pop("time")
+    assert doc == {"level": "WARNING", "logger": "meteorseed.test.json_extra",
+                   "message": "gave up on a", "site_id": "news", "url": "https://news.test/a",
+                   "consumer": "w1", "task_id": "t9", "seed_id": "s9", "attempts": 3,
+                   "path": "/x", "spider": "shop"}
 
 
 def test_metrics_extension_is_off_without_a_port() -> None:

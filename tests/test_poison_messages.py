@@ -30,6 +30,7 @@ from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import RedisServer
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
+from tests.queue_helpers import ack
 
 Pairs = list[tuple[bytes, bytes]]
 
@@ -123,7 +124,7 @@ async def settle(consumer: StreamConsumer, deliveries: list[Delivery]) -> None:
         if d.task is None:
             assert await consumer.dead_letter(d, d.error)
         else:
-            await consumer.ack([d.ref])
+            await ack(consumer, [d.ref])
 
 
 def run_batch(url: str, keys: KeyLayout, entries: list[Pairs], via_reclaim: bool

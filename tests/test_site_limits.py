@@ -26,6 +26,7 @@ from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.dispatcher import Dispatcher
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
+from tests.queue_helpers import paused_for
 from tests.test_politeness_gate import make_gate, run
 
 SITE = """site_id: {site_id}
@@ -95,8 +96,8 @@ def test_sites_sharing_a_quota_key_share_tokens_leases_and_pauses(
         b_again = await gate.acquire("b", 5)  # a's leases came back, but the bucket is empty
         await gate.pause("b", 30)
         return {"a": len(a.lease_ids), "b": len(b.lease_ids), "c": len(c.lease_ids),
-                "b_again": len(b_again.lease_ids), "a_paused": await gate.paused_for("a"),
-                "c_paused": await gate.paused_for("c")}
+                "b_again": len(b_again.lease_ids), "a_paused": await paused_for(gate, "a"),
+                "c_paused": await paused_for(gate, "c")}
 
     seen = run(redis_url, scenario)
     assert (seen["a"], seen["b"], seen["c"]) == (2, 1, 3)

@@ -40,6 +40,7 @@ from meteorseed_scrapy.task.validation import SPIDER_MAX, TaskError, check_spide
 from meteorseed_scrapy.testing.clients import run_with_client
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.worker.requests import request_to_task
+from tests.queue_helpers import ack
 from tests.test_api import TOKEN, Client, url_list
 from tests.test_migrate_cli import seed_expand
 
@@ -413,7 +414,7 @@ def test_pruning_forgets_its_own_spiders_workers_and_leaves_anothers(
             consumer = StreamConsumer(client, k, name, spider=spider)
             await consumer.ensure_group()
             [delivery] = await consumer.read(10, 0)  # (listed in the default stream)
-            assert await consumer.ack([delivery.ref]) == 1
+            assert await ack(consumer, [delivery.ref]) == 1
         await client.hset(keys.spider_workers, "ghost", "shop")  # (never in a stream)
         wait_for(lambda: all(c["idle"] > 100 for c in sync_redis.xinfo_consumers(
             keys.stream, "workers") if c["name"] != "me"), timeout=10, interval=0.02)

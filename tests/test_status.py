@@ -44,6 +44,7 @@ from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import enqueue, start_worker
+from tests.queue_helpers import ack
 
 T = TypeVar("T")
 
@@ -193,7 +194,7 @@ def test_throughput_works_without_entries_added(redis_url: str, namespace: str,
     async def ack_two(client: Any) -> None:
         consumer = StreamConsumer(client, keys, "w1")
         await consumer.ensure_group()
-        await consumer.ack([d.ref for d in await consumer.read(2, 0)])
+        await ack(consumer, [d.ref for d in await consumer.read(2, 0)])
         await TaskWriter(client, keys).add([task("news", 9)])
 
     run(redis_url, ack_two)
@@ -235,7 +236,7 @@ def test_a_task_re_parked_again_and_again_is_added_once_and_finished_once(
 
     async def ack_it(client: Any) -> None:
         consumer = StreamConsumer(client, keys, "w1")
-        await consumer.ack([d.ref for d in await consumer.read(1, 0)])
+        await ack(consumer, [d.ref for d in await consumer.read(1, 0)])
 
     run(redis_url, ack_it)
     status = read_status(sync_redis, keys)

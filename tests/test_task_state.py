@@ -36,6 +36,7 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.cluster import LocalCluster
+from tests.queue_helpers import ack
 
 T = TypeVar("T")
 
@@ -152,7 +153,7 @@ def test_deduplicated_says_when_it_becomes_eligible_again(
         consumer = StreamConsumer(client, keys, "w1")
         await consumer.ensure_group()
         [delivery] = await consumer.read(1, 0)
-        await consumer.ack([delivery.ref])
+        await ack(consumer, [delivery.ref])
 
     run(redis_url, scenario)
     # A URL typed in another (non-canonical) form finds the same fingerprint.

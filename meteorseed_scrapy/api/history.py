@@ -12,6 +12,7 @@ deletes its consumer on a clean stop, so Redis forgets it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -141,9 +142,9 @@ async def take_sample(app: web.Application) -> dict[str, Any]:
     return history.record(status, sites, span)
 
 
-async def _sampler(app: web.Application) -> None:
+async def _sampler(app: web.Application, stop: asyncio.Event) -> None:
     history = app[HISTORY]
-    while True:
+    while not stop.is_set():
         started = time.monotonic()
         try:
             await take_sample(app)
@@ -152,14 +153,19 @@ async def _sampler(app: web.Application) -> None:
         except Exception as exc:  # Redis down: a gap in the charts, said on the page
             history.error = f"{type(exc).__name__}: {exc}"
             logger.debug("history sample failed: %s", history.error)
-        await asyncio.sleep(max(0.0, history.interval_s - (time.monotonic() - started)))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(
+                stop.wait(), max(0.0, history.interval_s - (time.monotonic() - started)))
 
 
 async def sampling(app: web.Application) -> AsyncIterator[None]:
     """A cleanup context (after the one building the state): the sampler runs while the
-    server does."""
-    task = asyncio.create_task(_sampler(app), name="meteorseed-history")
+    server does. It stops on ``stop`` as well as on its cancel: a cancel that lands inside a
+    sample can be swallowed there (the server then took a whole interval to shut down)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(_sampler(app, stop), name="meteorseed-history")
     yield
+    stop.set()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
 

@@ -1,8 +1,8 @@
-"""The ``meteorseed`` console script for operators: ``status``, ``dead ...``, ``reset``.
+"""The ``meteorseed`` console script for operators: ``status``, ``task``, ``dead``, ``reset``,
+``serve``, ``seeder``, ``sites`` and ``redis`` (one module each, listed in :data:`SUBCOMMANDS`).
 
 Each subcommand module has ``register(subparsers)``, which adds its parser and sets
-``run(args, ctx) -> exit code`` as its default; new subcommands (``serve``) plug in the same
-way through :data:`SUBCOMMANDS`.
+``run(args, ctx) -> exit code`` as its default; a new subcommand is one more module there.
 """
 
 from __future__ import annotations

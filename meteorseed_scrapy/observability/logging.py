@@ -22,7 +22,9 @@ from meteorseed_scrapy.scrapy_internals import RootHandlerHook
 from meteorseed_scrapy.settings import flag_setting
 from meteorseed_scrapy.task.context import current_scrape, task_of
 
-TRACE_FIELDS = ("seed_id", "task_id")
+# What every record has, so not an ``extra=`` field (python-json-logger keeps a list like it).
+RECORD_FIELDS = frozenset(
+    logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime", "taskName"}
 
 
 def task_ids(record: logging.LogRecord) -> tuple[str | None, str | None]:
@@ -55,8 +57,10 @@ class TaskContextFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, and the task's
-    ``seed_id``/``task_id`` when known (``exc_info`` as ``exception``)."""
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, then every
+    ``extra=`` field that is not ``None`` (the task's ``seed_id``/``task_id`` when known,
+    ``site_id``, ``url``, ``consumer``...; Scrapy's ``spider`` by its name, any other value
+    that JSON lacks by ``str``; never over the first four), and ``exc_info`` as ``exception``."""
 
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
@@ -66,10 +70,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for name in TRACE_FIELDS:
-            value = getattr(record, name, None)
-            if value is not None:
-                doc[name] = value
+        for name, value in record.__dict__.items():
+            if name not in RECORD_FIELDS and value is not None:
+                doc.setdefault(name, getattr(value, "name", value) if name == "spider" else value)
         if record.exc_info:
             if not record.exc_text:
                 record.exc_text = self.formatException(record.exc_info)

@@ -10,7 +10,6 @@ from scrapy import Request, Spider
 
 from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, SiteMiddleware
 
-# Logged under the name these middlewares always had (users' logging config refers to it).
 logger = logging.getLogger(__name__)
 
 

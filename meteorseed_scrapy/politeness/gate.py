@@ -256,10 +256,6 @@ class SiteGate:
             await self._index(limits.quota(site))
         return capped
 
-    async def paused_for(self, site: str) -> float:
-        ms = int(await self.redis.pttl(*self._quota_keys(site, "pause")))
-        return max(0.0, ms / 1000)
-
     async def defer(self, ref: tuple[str, str], task: ExecTask, delay_s: float,
                     lane: str = "", why: DeferReason = DeferReason.OTHER, owner: str = "") -> bool:
         """Ack the message ``ref`` (stream, id) and put ``task`` in the delayed set, due in

@@ -16,7 +16,6 @@ from scrapy.http import Response
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting
 from meteorseed_scrapy.sites.lookup import SiteMiddleware
 
-# Logged under the name these middlewares always had (users' logging config refers to it).
 logger = logging.getLogger(__name__)
 
 #: meta key of the proxy the pool chose for a request

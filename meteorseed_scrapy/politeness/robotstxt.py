@@ -24,7 +24,6 @@ from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 from meteorseed_scrapy.settings import integer_setting
 from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_config, site_of
 
-# Logged under the name these middlewares always had (users' logging config refers to it).
 logger = logging.getLogger(__name__)
 
 

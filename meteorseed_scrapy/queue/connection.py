@@ -1,6 +1,6 @@
 """Redis clients from a ``METEORSEED_REDIS_URL``: one server, or a Redis Cluster.
 
-* ``redis://``, ``rediss://``, ``unix://``: one server (redis-py's ``Redis``), as before.
+* ``redis://``, ``rediss://``, ``unix://``: one server (redis-py's ``Redis``).
 * ``redis+cluster://[user:password@]host:port[,host:port...][/0]`` (``rediss+cluster://`` for
   TLS): a Redis Cluster (redis-py's ``RedisCluster``), started from any of the listed nodes; the
   client learns the others and the slot map from the first one that answers. Query parameters

@@ -238,24 +238,11 @@ class StreamConsumer:
             return 0
         return sum(int(n) for n in await call_scripts(self.redis, self._handback, calls))
 
-    async def record_completions(self, records: Sequence[tuple[ExecTask, str]], ttl: int
-                                 ) -> None:
-        """Write ``(task, record JSON)`` completion records, before the tasks are acked.
-
-        A task redelivered after a crash between this write and its ack is then acked
-        without a refetch (and so is a duplicate message of a task that is already done).
-        """
-        await self.complete(records, (), ttl)
-
-    async def ack(self, refs: Sequence[Ref]) -> int:
-        """XACK then XDEL (so XLEN = waiting + pending) of those of ``refs`` still pending on
-        this consumer; returns how many."""
-        return await self.complete((), refs, 0)
-
     async def complete(self, records: Sequence[tuple[ExecTask, str]], refs: Sequence[Ref],
                        ttl: int) -> int:
         """Completion records first, then XACK and XDEL of those of ``refs`` still pending on
-        this consumer (ack.lua): one round trip; returns how many were acked.
+        this consumer (ack.lua): one round trip; returns how many were acked. A task
+        redelivered after a crash between its record and its ack is acked without a refetch.
 
         An entry another worker reclaimed meanwhile (this one was cut off for longer than
         CLAIM_IDLE) is left to its new owner. Commands of a pipeline run in order, so no

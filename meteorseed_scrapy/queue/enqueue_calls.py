@@ -23,12 +23,13 @@ __all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "EnqueueCalls", "pack_tasks", "
 CHUNK_SIZE = 500
 
 # enqueue.lua writes the "v" field itself (the task JSON is its only payload); a new message
-# version in tasks.py must come with a script update, so fail loudly at import, not in Redis.
+# version in task/exec_task.py must come with a script update: fail loudly at import, not in
+# Redis.
 _SCRIPT_MESSAGE_VERSION = "1"
 if MESSAGE_VERSION != _SCRIPT_MESSAGE_VERSION:  # pragma: no cover - guards a future edit
     raise RuntimeError(
         f"lua/enqueue.lua writes message version {_SCRIPT_MESSAGE_VERSION}, "
-        f"tasks.py encodes version {MESSAGE_VERSION}: update the script"
+        f"task/exec_task.py encodes version {MESSAGE_VERSION}: update the script"
     )
 
 

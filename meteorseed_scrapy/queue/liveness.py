@@ -63,7 +63,7 @@ class Heartbeat:
 
     def beat(self, ttl_s: float) -> bool:
         """Alive for ``ttl_s`` from now; False when the registry key is not a registry (then
-        this worker is simply not listed: its tasks go after CLAIM_IDLE, as before)."""
+        this worker is simply not listed: its tasks are taken over after CLAIM_IDLE)."""
         return bool(self._script(keys=[self._key],
                                  args=[self._consumer, max(1, int(ttl_s * 1000))]))
 

@@ -12,7 +12,6 @@ from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.seed_task import SeedTask
 
-# Logged under the registry's name, as before this was split out of it.
 logger = logging.getLogger(__name__)
 
 

@@ -11,7 +11,7 @@ Accepted forms (see docs/seeding.md):
   a standard 5-field cron expression (:mod:`meteorseed_scrapy.seeding.cron`), fired on its
   expression, never adapted.
 
-Every error is a :class:`~meteorseed_scrapy.task.TaskError` whose field starts with
+Every error is a :class:`~meteorseed_scrapy.task.validation.TaskError` whose field starts with
 ``schedule``.
 """
 

@@ -27,7 +27,6 @@ from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.rulefile import FileResult
 from meteorseed_scrapy.task.context import task_of
 
-# Logged under the name these middlewares always had (users' logging config refers to it).
 logger = logging.getLogger(__name__)
 
 #: meta key naming the site of a request that carries no task (the warm-up fetch)

@@ -23,7 +23,6 @@ from meteorseed_scrapy.store.retention import bind
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
-# Logged under the store stage's name, as before this was split out of it.
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")

@@ -64,7 +64,7 @@ class Scrape:
         """Call ``callback`` once, as soon as the callback's output ran out and every output
         is through (an item committed or out of the item pipelines, a request scheduled),
         with no error. Never called when one of those is not known (the scrape's end then
-        comes from Scrapy as before)."""
+        comes from Scrapy's own Deferred)."""
         self._on_done = callback
 
     def output_yielded(self) -> None:

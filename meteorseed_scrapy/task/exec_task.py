@@ -1,4 +1,4 @@
-"""The exec task: one URL to fetch, and its JSON stream message (see :mod:`.tasks`)."""
+"""The exec task: one URL to fetch, and its JSON stream message (``v`` and ``t`` fields)."""
 
 from __future__ import annotations
 

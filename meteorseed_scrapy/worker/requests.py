@@ -5,7 +5,7 @@ their callback and errback must be methods of the spider's class (stored by name
 ``meta`` and ``cb_kwargs`` JSON-safe (scrapy-playwright's ``PageMethod`` travels tagged, see
 :mod:`meteorseed_scrapy.task.tagged`), a body that is not UTF-8 goes as base64, and a Request
 subclass is rebuilt from its path and attributes; otherwise a
-:class:`~meteorseed_scrapy.task.TaskError` names the field.
+:class:`~meteorseed_scrapy.task.validation.TaskError` names the field.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ Deferred fires. Item and callback errors fail the scrape in progress: its task i
 
 That Deferred fires several turns of a busy event loop after the scrape's last item was
 committed; so the callback's output is counted too (``handle_spider_output_async`` and
-``_process_spidermw_output_async``, wrapped the same way), and a scrape whose output ran out
-and is all through ends there (:meth:`Scrape.when_done`). Where Scrapy lacks them, or an output
-fails, the Deferred ends the scrape as before.
+``_process_spidermw_output_async``, wrapped the same way; Scrapy 2.13+), and a scrape whose
+output ran out and is all through ends there (:meth:`Scrape.when_done`). Where Scrapy lacks
+them, or an output fails, Scrapy's Deferred ends the scrape.
 """
 
 from __future__ import annotations

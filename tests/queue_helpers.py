@@ -1,0 +1,29 @@
+"""Shortcuts tests use on the queue's classes, kept out of the product: a worker only ever
+completes tasks through :meth:`StreamConsumer.complete` and never asks the gate for a pause."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.delivery import Ref
+from meteorseed_scrapy.task.exec_task import ExecTask
+
+
+async def ack(consumer: StreamConsumer, refs: Sequence[Ref]) -> int:
+    """XACK then XDEL (so XLEN = waiting + pending) of those of ``refs`` still pending on
+    ``consumer``, no completion record; returns how many."""
+    return await consumer.complete((), refs, 0)
+
+
+async def record_completions(consumer: StreamConsumer, records: Sequence[tuple[ExecTask, str]],
+                             ttl: int) -> None:
+    """Write ``(task, record JSON)`` completion records alone, as a worker does before it acks."""
+    await consumer.complete(records, (), ttl)
+
+
+async def paused_for(gate: SiteGate, site: str) -> float:
+    """Seconds left on the pause of ``site``'s quota (0.0: not paused)."""
+    pause = gate.keys.site(gate.limits_for(site).quota(site), "pause")
+    return max(0.0, int(await gate.redis.pttl(pause)) / 1000)
