@@ -153,9 +153,15 @@ class MeteorSeedAddon:
                 add_component(settings, setting_name, path, order)
         # robots.txt is obeyed unless the project (or -s) says otherwise.
         settings.set("ROBOTSTXT_OBEY", True, priority="addon")
-        # Unless the project lists it itself (then its in-memory retries come on top).
-        settings.setdefault_in_component_priority_dict(
-            "DOWNLOADER_MIDDLEWARES", load_object(SCRAPY_RETRY), None)
+        # Unless the project lists it itself (then its in-memory retries come on top). Switched
+        # off by its import path, the key DOWNLOADER_MIDDLEWARES_BASE uses: Scrapy 2.14 does
+        # not let a class key (what setdefault_in_component_priority_dict writes) override a
+        # path key of the base, and kept its retries on.
+        middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
+        if not any(load_object(key) is load_object(SCRAPY_RETRY) for key in middlewares):
+            middlewares[SCRAPY_RETRY] = None
+            settings.set("DOWNLOADER_MIDDLEWARES", middlewares,
+                         priority=settings.getpriority("DOWNLOADER_MIDDLEWARES") or 0)
         settings.set("CONCURRENT_ITEMS", CONCURRENT_ITEMS, priority="addon")
         for name, value in SCRAPY_DEFAULTS.items():  # response size caps (docs/robustness.md)
             settings.set(name, value, priority="addon")

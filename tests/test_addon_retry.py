@@ -9,6 +9,7 @@ from typing import Any
 from scrapy import Request, Spider
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.http import Response
+from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionLost
@@ -25,6 +26,12 @@ def downloader_middlewares(**settings: Any) -> dict[type, int | None]:
     return {load_object(path): order for path, order in listed.items()}
 
 
+def built(crawler: Any) -> list[type]:
+    """The downloader middlewares Scrapy would build, in order."""
+    listed = build_component_list(crawler.settings.getwithbase("DOWNLOADER_MIDDLEWARES"))
+    return [load_object(path) for path in listed]
+
+
 def test_scrapys_retry_middleware_is_off_by_its_place_and_retry_settings_keep_their_value(
 ) -> None:
     crawler = get_crawler(Spider, settings_dict={"ADDONS": {ADDON: 0}})
@@ -33,11 +40,16 @@ def test_scrapys_retry_middleware_is_off_by_its_place_and_retry_settings_keep_th
     middlewares = downloader_middlewares()
     assert middlewares[RetryMiddleware] is None
     assert middlewares[BackoffMiddleware] is not None
+    # What Scrapy builds from it (on Scrapy 2.14 a class key did not override the base's path
+    # key, and its retries stayed on under ours).
+    assert RetryMiddleware not in built(crawler) and BackoffMiddleware in built(crawler)
 
 
 def test_a_project_that_lists_scrapys_retry_middleware_keeps_it() -> None:
     mine = {"DOWNLOADER_MIDDLEWARES": {RetryMiddleware: 551}}
     assert downloader_middlewares(**mine)[RetryMiddleware] == 551
+    assert RetryMiddleware in built(get_crawler(Spider, settings_dict={"ADDONS": {ADDON: 0},
+                                                                       **mine}))
 
 
 def test_scrapys_retry_middleware_built_by_hand_works_under_the_addon() -> None:
