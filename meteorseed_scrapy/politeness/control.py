@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 
-from meteorseed_scrapy.queue.delayed import SCALE, reason_code, site_of
+from meteorseed_scrapy.queue.delayed import SCALE, reason_code, reason_of, site_of
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.spiders import with_registered_sync
 from meteorseed_scrapy.task.exceptions import DeferReason
@@ -47,6 +47,7 @@ HOLD_RECHECK_S = 3600.0
 EVENTS_KEPT = 10_000
 #: Delayed-set members per ZSCAN page on resume.
 SCAN_COUNT = 500
+PAUSED = DeferReason.PAUSED.value
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def _wake(client: redis.Redis, keys: KeyLayout, site: str) -> int:
     for delayed in (d for shard in every.shard_keys for d in shard.delayeds):
         batch: dict[Any, float] = {}
         for member, score in _scan(client, delayed):
-            if score > due and site_of(member) == site and _is_paused(score, code):
+            if score > due and site_of(member) == site and reason_of(score) == PAUSED:
                 batch[member] = due
             if len(batch) >= SCAN_COUNT:
                 woken, batch = woken + _move(client, delayed, batch), {}
@@ -127,10 +128,6 @@ def _move(client: redis.Redis, key: str, batch: dict[Any, float]) -> int:
 
 def _scan(client: redis.Redis, key: str) -> Iterator[tuple[Any, float]]:
     yield from client.zscan_iter(key, count=SCAN_COUNT)
-
-
-def _is_paused(score: float, code: int) -> bool:
-    return round((score - math.floor(score)) * SCALE) == code
 
 
 def limit(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str, *,

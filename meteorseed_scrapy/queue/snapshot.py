@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meteorseed_scrapy.queue.delayed import DelayedEntry
+from meteorseed_scrapy.queue.replies import text_of
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,7 @@ class RedisMemory:
             used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
         except (TypeError, ValueError):
             return None
-        return cls(used, limit, str(info.get("maxmemory_policy", "")))
+        return cls(used, limit, text_of(info.get("maxmemory_policy", "")))
 
     def to_json(self) -> dict[str, Any]:
         fraction = self.fraction

@@ -22,6 +22,7 @@ from meteorseed_scrapy.queue.snapshot import SpiderStatus
 from meteorseed_scrapy.task.validation import TaskError, check_spider
 
 __all__ = [
+    "alive_consumers",
     "foreign_workers",
     "listed_spiders",
     "live_spiders",
@@ -121,11 +122,17 @@ def spider_plan(keys: KeyLayout) -> Plan[tuple[KeyLayout, Any, Any]]:
     return keys.with_spiders([*keys.spiders, *spiders_of(names or ())]), workers, live
 
 
+def alive_consumers(live: Any, now: float) -> list[Any]:
+    """Consumers of the live-worker registry's reply (consumer, deadline ms) whose liveness has
+    not lapsed at ``now`` (Redis time, s)."""
+    return [c for c, deadline in live or [] if float(deadline) > now * 1000]
+
+
 def spider_rows(by_set: dict[str, list[int]], spider_workers: Any, live: Any, now: float
                 ) -> tuple[SpiderStatus, ...]:
     """One row per task set: the default one (every live worker reads it), then each
     spider's (its own live workers). Workers are counted from the live-worker registry."""
-    alive = [c for c, deadline in live or [] if float(deadline) > now * 1000]
+    alive = alive_consumers(live, now)
     per_spider = live_spiders(spider_workers or {}, alive)
     return tuple(
         SpiderStatus(spider or None, backlog, pending, delayed,

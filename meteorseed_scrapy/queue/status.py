@@ -43,7 +43,7 @@ from meteorseed_scrapy.queue.snapshot import (
     SiteThrottle,
     summarize_delayed,
 )
-from meteorseed_scrapy.queue.spiders import spider_plan, spider_rows
+from meteorseed_scrapy.queue.spiders import alive_consumers, spider_plan, spider_rows
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
 #: Delayed-set entries read per snapshot (the soonest due, shared between the shards) for the
@@ -192,8 +192,7 @@ def status_plan(keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> Plan[Queue
                         for name, (held, idle) in sorted(consumers.items())),
         delayed=summarize_delayed(delayed_total, entries),
         dead=dead, added=added, lag_s=lag, lane_lag_s=lane_lag,
-        live_workers=None if live is None else sum(
-            float(deadline) > now * 1000 for _c, deadline in live),
+        live_workers=None if live is None else len(alive_consumers(live, now)),
         memory=RedisMemory.parse(memory),
         spiders=spider_rows(by_set, spider_workers, live, now),
     )

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from redis.exceptions import RedisError, ResponseError
 
 from meteorseed_scrapy.queue.delivery import Ref
 from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.snapshot import RedisMemory
 from meteorseed_scrapy.store.outage_stop import CrawlStop
 
 if TYPE_CHECKING:
@@ -62,14 +63,17 @@ class RedisWatch:
         if self._said == "unknown":
             return
         try:
-            info: dict[str, Any] = await self.consumer.redis.info("memory")
+            memory = RedisMemory.parse(await self.consumer.redis.info("memory"))
         except ResponseError as exc:  # (INFO renamed or refused on a managed Redis)
+            memory, problem = None, str(exc)
+        else:
+            problem = "INFO memory has no readable maxmemory"
+        if memory is None:
             self._said = "unknown"
             logger.warning("Cannot watch Redis's maxmemory-policy (%s): make sure it is "
-                           "'noeviction'", exc)
+                           "'noeviction'", problem)
             return
-        policy = text_of(info.get("maxmemory_policy", b""))
-        maxmemory = int(info.get("maxmemory", 0) or 0)
+        policy, maxmemory = memory.policy, memory.max_bytes
         said = f"{policy}/{bool(maxmemory)}"
         if said == self._said:
             return
