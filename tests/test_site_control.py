@@ -248,6 +248,12 @@ def test_the_api_pauses_resumes_and_limits_naming_bad_fields(
         assert status == 200 and body["reset"] is True
         status, _, body = client.call("POST", "/sites/bad%20site/pause")
         assert status == 422 and body["errors"][0]["field"] == "path.site_id"
+        for raw, problem in ((b'{"rate": ', "is not valid JSON"), (b"\xff", "UTF-8"),
+                             (b"[1]", "is not a JSON object"), (b"[" * 100_000, "JSON")):
+            status, _, body = client.call("POST", "/sites/news/limit", raw=raw)
+            assert status == 422 and body["errors"][0]["field"] == "body", (raw[:20], body)
+            assert problem in body["errors"][0]["problem"]
+        assert not sync_redis.exists(keys.site("news", "override"))  # nothing written
 
 
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="/usr/bin/chromium is absent")

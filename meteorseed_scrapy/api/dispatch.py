@@ -29,7 +29,7 @@ from typing import Any
 from aiohttp import web
 
 from meteorseed_scrapy.api.expansion import MAX_LISTED_ERRORS, RETRY_AFTER_S, Progress, expand_seed
-from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
+from meteorseed_scrapy.api.problems import FieldError, InvalidInput, json_body, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PUBLIC_ONLY, literal_problem
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
@@ -51,20 +51,7 @@ LANE = "realtime"
 
 def parse_body(body: bytes) -> tuple[list[Any], bool]:
     """The seeds of a request body and whether they came as a list; raises InvalidInput."""
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InvalidInput([FieldError("body", f"is not valid UTF-8 (byte {exc.start})")],
-                           "the body is not JSON") from None
-    except RecursionError:
-        raise InvalidInput([FieldError("body", "is not valid JSON (nested too deeply)")],
-                           "the body is not JSON") from None
-    except ValueError as exc:
-        where = f" at line {exc.lineno} column {exc.colno}" \
-            if isinstance(exc, json.JSONDecodeError) else ""
-        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise InvalidInput([FieldError("body", f"is not valid JSON ({reason}{where})")],
-                           "the body is not JSON") from None
+    data = json_body(body)
     if isinstance(data, dict) and set(data) == {"seeds"}:
         data = data["seeds"]
         if not isinstance(data, list):

@@ -48,6 +48,24 @@ class InvalidInput(Exception):
         self.detail = detail
 
 
+def json_body(body: bytes) -> Any:
+    """A request body's JSON; InvalidInput naming ``body`` (and where it breaks) otherwise."""
+    try:
+        return json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidInput([FieldError("body", f"is not valid UTF-8 (byte {exc.start})")],
+                           "the body is not JSON") from None
+    except RecursionError:
+        raise InvalidInput([FieldError("body", "is not valid JSON (nested too deeply)")],
+                           "the body is not JSON") from None
+    except ValueError as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" \
+            if isinstance(exc, json.JSONDecodeError) else ""
+        reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise InvalidInput([FieldError("body", f"is not valid JSON ({reason}{where})")],
+                           "the body is not JSON") from None
+
+
 def problem(status: int, detail: str, *, title: str | None = None,
             headers: dict[str, str] | None = None, **extra: Any) -> web.Response:
     body: dict[str, Any] = {

@@ -5,12 +5,11 @@ is recorded as ``api@<peer address>``: the API has one token, not users."""
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from aiohttp import web
 
-from meteorseed_scrapy.api.problems import FieldError, InvalidInput
+from meteorseed_scrapy.api.problems import FieldError, InvalidInput, json_body
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.politeness import control
 from meteorseed_scrapy.validators import ConfigError, to_integer, to_number
@@ -37,10 +36,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
         return {}
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise InvalidInput([FieldError("body", "is not a JSON object")]) from None
+    data = json_body(raw)
     if not isinstance(data, dict):
         raise InvalidInput([FieldError("body", "is not a JSON object")])
     return data
