@@ -77,7 +77,7 @@ def test_a_step_needing_no_redis_does_not_end_an_outage(caplog: Any,
         consumer.redis.up = False
         loops.start(needs_redis, "read")
         loops.start(local_only, "ack")
-        while calls["local"] < 20 or calls["redis"] < 3:
+        while calls["local"] < 8 or calls["redis"] < 3:
             await asyncio.sleep(0.001)
         consumer.redis.up = True
         while loops.outage.since is not None:
@@ -161,3 +161,31 @@ def test_a_loop_in_back_off_wakes_when_another_loop_finds_redis_back(
 
     asyncio.run(asyncio.wait_for(run(), 30))
     assert calls["ack"] >= 2
+
+
+def test_a_step_that_never_suspends_does_not_starve_the_reactor() -> None:
+    """A step can finish without suspending (nothing to send, an answer already buffered): the
+    loop must still let the rest of the worker run. Seen as a hang of the outage test above
+    when its fake ping answered at once."""
+    consumer = _Consumer()
+    consumer.redis.up = True
+    loops = Loops(consumer, _Stats())  # type: ignore[arg-type]
+    calls = {"step": 0}
+    valve = 100_000  # a starved reactor ends the test here instead of hanging it
+
+    async def instant() -> None:
+        calls["step"] += 1
+        if calls["step"] >= valve:
+            loops.stopping = True
+
+    async def run() -> int:
+        await loops._setup()
+        loops.start(instant, "read")
+        while calls["step"] < 3:
+            await asyncio.sleep(0)
+        seen = calls["step"]
+        loops.stopping = True
+        await loops.cancel()
+        return seen
+
+    assert asyncio.run(asyncio.wait_for(run(), 30)) < valve

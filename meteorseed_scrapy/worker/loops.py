@@ -145,7 +145,11 @@ class Loops:
                 logger.exception("Unexpected error in the %s loop; continuing", where)
                 await asyncio.sleep(1.0)
                 continue
-            if event is not None:
+            if event is None:
+                # A step that finished without suspending (nothing to do, an answer already
+                # buffered) must not let this loop starve the reactor: yield once per round.
+                await asyncio.sleep(0)
+            else:
                 timeout = 0.05 if urgent is not None and urgent() else 1.0
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(event.wait(), timeout)
