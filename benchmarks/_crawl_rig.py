@@ -36,8 +36,8 @@ PROJECT = HERE / "bench_project"
 SRC = os.environ.get("METEORSEED_BENCH_SRC") or str(REPO)
 sys.path.insert(0, SRC)  # the harness enqueues with the same code the workers run
 
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.queue.keys import KeyLayout  # noqa: E402
-from meteorseed_scrapy.queue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.task.exec_task import ExecTask  # noqa: E402
 from meteorseed_scrapy.testing.polling import wait_for  # noqa: E402
 from meteorseed_scrapy.testing.redis_server import RedisServer  # noqa: E402

@@ -26,9 +26,9 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.enqueue_calls import pack_tasks
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import pack_tasks
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 BATCH = 500

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from meteorseed_scrapy.migrate.convert import Origin
 from meteorseed_scrapy.migrate.scrapy_redis import ScrapyRedisSource, migrate
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.testing.redis_server import RedisServer
 
 

@@ -32,8 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.queue.keys import KeyLayout  # noqa: E402
-from meteorseed_scrapy.queue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.task.exec_task import ExecTask  # noqa: E402
 from meteorseed_scrapy.testing.clients import run_with_client  # noqa: E402
 from meteorseed_scrapy.testing.redis_server import RedisServer  # noqa: E402

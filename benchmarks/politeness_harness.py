@@ -31,8 +31,8 @@ import redis
 import redis.asyncio as aioredis
 
 import meteorseed_scrapy
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.faults import FaultSite
 from meteorseed_scrapy.testing.polling import poll_until

@@ -39,8 +39,8 @@ import redis.asyncio as aioredis
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.queue.keys import KeyLayout  # noqa: E402
-from meteorseed_scrapy.queue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.task.exec_task import ExecTask  # noqa: E402
 from meteorseed_scrapy.task.seed_task import SeedTask  # noqa: E402
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite  # noqa: E402

@@ -14,7 +14,7 @@ pending, waiting or dead. METEORSEED_CLAIM_IDLE is the setting's default (10 s) 
 tasks are in progress elsewhere well within 10 s with the defaults: the survivor does not wait
 until they are idle for CLAIM_IDLE (a task delivered just before the kill would need all of it)
 but takes them once the dead worker's liveness lapses in the live-worker registry, CLAIM_IDLE/2
-after its last heartbeat (``queue/liveness.py``), about 5 s. The site's fleet-wide
+after its last heartbeat (``queue/fleet/liveness.py``), about 5 s. The site's fleet-wide
 concurrency cap is both workers' CONCURRENT_REQUESTS (``--site-concurrency`` to change it), so
 that what is measured is the reclaim, not the expiry of the dead worker's concurrency leases.
 The last line is the figure.

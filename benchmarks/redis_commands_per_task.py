@@ -34,8 +34,8 @@ import redis.asyncio as aioredis
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.queue.keys import KeyLayout, shard_of  # noqa: E402
-from meteorseed_scrapy.queue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.task.exec_task import ExecTask  # noqa: E402
 from meteorseed_scrapy.testing.redis_server import RedisServer  # noqa: E402
 from meteorseed_scrapy.testing.sites import DemoSite  # noqa: E402

@@ -28,8 +28,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.metered_site import meter
 from meteorseed_scrapy.testing.netns import Fleet, unavailable

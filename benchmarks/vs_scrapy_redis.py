@@ -41,8 +41,8 @@ sys.path[:0] = [str(REPO), str(PROJECT)]
 
 from vs.spiders.hub import detail_urls  # noqa: E402
 
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.queue.keys import KeyLayout  # noqa: E402
-from meteorseed_scrapy.queue.writer import TaskWriter  # noqa: E402
 from meteorseed_scrapy.task.exec_task import ExecTask  # noqa: E402
 from meteorseed_scrapy.testing.redis_server import RedisServer, free_port  # noqa: E402
 

@@ -17,9 +17,9 @@ from meteorseed_scrapy.observability.metrics import SETTING as METRICS_PORT
 from meteorseed_scrapy.observability.metrics import port_range
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.queue.consume.lanes import LaneWeights
+from meteorseed_scrapy.queue.consume.retention import DeadLetterRetention
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.lanes import LaneWeights
-from meteorseed_scrapy.queue.retention import DeadLetterRetention
 from meteorseed_scrapy.seeding.runner import bounds_from
 from meteorseed_scrapy.settings import (
     DEFAULTS,

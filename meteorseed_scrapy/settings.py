@@ -51,7 +51,8 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_MAX_BACKLOG": 1_000_000,
     # Task streams split by site over this many hash-tagged shards (docs/cluster.md).
     "METEORSEED_STREAM_SHARDS": 1,
-    # Shares of a worker's reads per task lane (meteorseed_scrapy.queue.lanes, docs/lanes.md).
+    # Shares of a worker's reads per task lane (meteorseed_scrapy.queue.consume.lanes,
+    # docs/lanes.md).
     "METEORSEED_LANE_WEIGHTS": "realtime:6,scheduled:3,retry:1",
     # This worker's consumer name in the group; empty: <hostname>:<pid>.
     "METEORSEED_CONSUMER": "",

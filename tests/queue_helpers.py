@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Ref
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 

@@ -22,8 +22,8 @@ from meteorseed_scrapy.politeness.adaptive import AdaptiveTarget, LatencySamples
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.robotstxt import robots_interval
-from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.sites.model import Limits
 from meteorseed_scrapy.sites.reader import ConfigError as RuleError
 from meteorseed_scrapy.sites.schema import parse_site, rule_schema
@@ -429,7 +429,7 @@ def test_property_an_ignore_reason_is_kept_exactly_or_refused_naming_the_field(
 
 def test_status_lists_each_sites_target_rate_latency_in_flight_and_robots_cap(
         redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
-    from meteorseed_scrapy.queue.status import read_status
+    from meteorseed_scrapy.queue.inspect.status import read_status
 
     async def main(client: Any) -> None:
         gate = make_gate(client, namespace, adaptive_limits(target=2.0, start=5.0,
@@ -551,8 +551,8 @@ def test_meteorseed_status_prints_each_sites_adaptive_state_escaped(
 
 def test_the_adaptive_limit_and_robots_caps_work_on_a_cluster(cluster: Any, ns: str) -> None:
     """Every script call stays in the site's slot; the status index is its own command."""
-    from meteorseed_scrapy.queue.connection import sync_client
-    from meteorseed_scrapy.queue.status import read_status
+    from meteorseed_scrapy.queue.inspect.status import read_status
+    from meteorseed_scrapy.queue.plumbing.connection import sync_client
     from tests.test_cluster import run as run_on
     from tests.test_cluster import sites_on_distinct_nodes
 

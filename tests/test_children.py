@@ -11,8 +11,8 @@ import redis.asyncio as aioredis
 from scrapy.statscollectors import MemoryStatsCollector
 from scrapy.utils.test import get_crawler
 
+from meteorseed_scrapy.queue.enqueue.writer import FingerprintError, TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import FingerprintError, TaskWriter
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.worker.children import ChildOutbox

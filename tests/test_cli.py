@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from meteorseed_scrapy.cli import main
-from meteorseed_scrapy.queue.dedup import fingerprint_bytes
+from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.redis_server import free_port

@@ -19,15 +19,15 @@ from redis.crc import key_slot
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.queue.connection import (
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import CHUNK_SIZE, AddResult
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import (
     async_client,
     is_cluster_url,
     parse_cluster_url,
     sync_client,
 )
-from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE, AddResult
-from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.cluster import SLOTS, LocalCluster
 from tests.queue_helpers import paused_for as pause_left

@@ -23,10 +23,10 @@ from meteorseed_scrapy.cli import main as cli_main
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.queue.connection import async_client, clone_async, sync_client
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
+from meteorseed_scrapy.queue.plumbing.connection import async_client, clone_async, sync_client
 from meteorseed_scrapy.queue.shards import ShardMismatch, check_shard_count
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seeder import Seeder, SeederConfig
 from meteorseed_scrapy.sites.remote import RemoteRules

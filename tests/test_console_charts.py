@@ -20,8 +20,8 @@ from meteorseed_scrapy.api import history as history_module
 from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.history import MAX_GONE, MAX_SITES, History
+from meteorseed_scrapy.queue.fleet.snapshot import ConsumerStatus, QueueStatus, summarize_delayed
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.snapshot import ConsumerStatus, QueueStatus, summarize_delayed
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
 from tests.test_api import Client

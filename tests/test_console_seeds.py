@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
-from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.seeding.expand import expand_lines
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions
 from meteorseed_scrapy.seeding.expanded import ExpandedSeeds

@@ -16,13 +16,13 @@ import redis
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.dedup import fingerprint_bytes
-from meteorseed_scrapy.queue.delivery import Delivery
-from meteorseed_scrapy.queue.group import ConsumerGroup
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Delivery
+from meteorseed_scrapy.queue.consume.group import ConsumerGroup
+from meteorseed_scrapy.queue.consume.task_records import TaskRecords
+from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
-from meteorseed_scrapy.queue.task_records import TaskRecords
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
 from tests.queue_helpers import ack, record_completions

@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.queue.dedup import fingerprint_bytes
-from meteorseed_scrapy.queue.dedup_server import check_server_config
-from meteorseed_scrapy.queue.enqueue_calls import AddResult
+from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
+from meteorseed_scrapy.queue.enqueue.dedup_server import check_server_config
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 T = TypeVar("T")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import redis
 
-from meteorseed_scrapy.queue.dedup import fingerprint_bytes
-from meteorseed_scrapy.queue.enqueue_calls import AddResult
+from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from tests.test_dedup import DAY, T0, Clock, run, task
 
 

@@ -43,7 +43,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works(tmp_path: Path) -> None:
     env = {"PATH": f"{target / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
     check = (
         "import importlib.metadata as m, meteorseed_scrapy, pathlib;"
-        "from meteorseed_scrapy.queue.scripts import script_source;"
+        "from meteorseed_scrapy.queue.plumbing.scripts import script_source;"
         "from importlib import resources;"
         "print(pathlib.Path(meteorseed_scrapy.__file__).parent);"
         "print(m.distribution('meteorseed-scrapy').version);"

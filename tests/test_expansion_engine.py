@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from meteorseed_scrapy.api import expansion
 from meteorseed_scrapy.api.expansion import Progress
-from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.seeding import seed_lines
 from meteorseed_scrapy.seeding.expand import expand_lines, expand_seeds
 from meteorseed_scrapy.seeding.expand_types import (

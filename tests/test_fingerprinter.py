@@ -21,13 +21,13 @@ from scrapy.utils.request import RequestFingerprinter
 from scrapy.utils.test import get_crawler
 from w3lib.url import url_query_cleaner
 
-from meteorseed_scrapy.queue.dedup import (
+from meteorseed_scrapy.queue.enqueue.dedup import (
     fingerprint_bytes,
     project_fingerprinter,
     settings_fingerprinter,
 )
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
@@ -85,7 +85,7 @@ def test_a_custom_fingerprinter_decides_what_a_duplicate_is() -> None:
 def test_scrapys_own_fingerprinter_keeps_the_fast_canonical_default(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="meteorseed_scrapy.queue.dedup"):
+    with caplog.at_level(logging.INFO, logger="meteorseed_scrapy.queue.enqueue.dedup"):
         assert project_fingerprinter(get_crawler()) is None
         assert settings_fingerprinter({}) is None
     assert "Dedup keys: canonical URLs" in caplog.text
@@ -95,7 +95,7 @@ def test_the_crawlers_fingerprinter_is_used_when_the_project_sets_one(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     crawler = get_crawler(settings_dict={"REQUEST_FINGERPRINTER_CLASS": HERE})
-    with caplog.at_level(logging.INFO, logger="meteorseed_scrapy.queue.dedup"):
+    with caplog.at_level(logging.INFO, logger="meteorseed_scrapy.queue.enqueue.dedup"):
         fp = project_fingerprinter(crawler)
     assert isinstance(fp, IgnoreSession)
     assert f"REQUEST_FINGERPRINTER_CLASS {HERE}" in caplog.text

@@ -30,8 +30,8 @@ from meteorseed_scrapy.api.config import CONFIG, ApiConfig
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.cli import serve as serve_cli
 from meteorseed_scrapy.migrate.command import run_migration
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.seeder import SeederConfig

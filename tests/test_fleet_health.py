@@ -14,9 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from meteorseed_scrapy.observability.metrics import StatsCollector
 from meteorseed_scrapy.observability.site_series import SiteSeries
+from meteorseed_scrapy.queue.fleet.snapshot import RedisMemory
+from meteorseed_scrapy.queue.inspect.status import read_status
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
-from meteorseed_scrapy.queue.snapshot import RedisMemory
-from meteorseed_scrapy.queue.status import read_status
 from meteorseed_scrapy.task.exec_task import ExecTask
 from tests.test_cli import run
 

@@ -19,8 +19,8 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Ref
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.testing.polling import wait_for

@@ -16,12 +16,12 @@ from scrapy.settings import Settings
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import SiteQueues
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Delivery
-from meteorseed_scrapy.queue.group import ConsumerGroup
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Delivery
+from meteorseed_scrapy.queue.consume.group import ConsumerGroup
+from meteorseed_scrapy.queue.consume.lanes import LaneShares, LaneWeights
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.lanes import LaneShares, LaneWeights
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.records import seed_to_dict
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, LANES, band_of

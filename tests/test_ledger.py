@@ -12,7 +12,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from twisted.python.failure import Failure
 
-from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.worker.fate import WhatHappened, settled_now

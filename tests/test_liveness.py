@@ -1,4 +1,5 @@
-"""Dead-worker detection (queue/liveness.py, lua/takeover.lua): a worker listed in the live-worker
+"""Dead-worker detection (queue/fleet/liveness.py, lua/takeover.lua): a worker listed in the
+live-worker
 registry whose liveness lapsed has its pending tasks taken at once by another, exactly once
 among racing survivors; a live one (its keep-alive thread beating, whatever the reactor does) is
 never judged dead; a consumer never listed still waits for CLAIM_IDLE (real Redis)."""
@@ -17,19 +18,19 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.queue.connection import async_client, sync_client
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.group import ConsumerGroup
-from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
-from meteorseed_scrapy.queue.liveness import (
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.consume.group import ConsumerGroup
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.fleet.liveness import (
     Heartbeat,
     Liveness,
     beat_interval,
     check_interval,
     liveness_ttl,
 )
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client, sync_client
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client
@@ -177,8 +178,8 @@ def test_a_client_that_decodes_replies_asked_for_as_bytes_changes_no_verdict(
         redis_url: str, namespace: str, sync_redis: redis.Redis, monkeypatch: Any) -> None:
     # redis-py before 5.1 with hiredis (the floor setup) decodes a reply asked for as bytes:
     # the dead must still be known as dead, and as holding entries, across rounds.
-    from meteorseed_scrapy.queue import consumer as consumer_module
-    from meteorseed_scrapy.queue import liveness as liveness_module
+    from meteorseed_scrapy.queue.consume import consumer as consumer_module
+    from meteorseed_scrapy.queue.fleet import liveness as liveness_module
 
     for module in (consumer_module, liveness_module):
         raw = module.call_as_bytes
@@ -391,7 +392,7 @@ def test_a_registry_key_of_the_wrong_type_falls_back_to_claim_idle(
         await ConsumerGroup(client, keys, "w").leave()  # does not raise
         return first, second
 
-    with caplog.at_level(logging.WARNING, logger="meteorseed_scrapy.queue.liveness"):
+    with caplog.at_level(logging.WARNING, logger="meteorseed_scrapy.queue.fleet.liveness"):
         assert run_with_client(redis_url, body) == ([], [])
     assert sum("not a live-worker registry" in r.message for r in caplog.records) == 1
     assert sync_redis.get(keys.workers) == "not a zset"

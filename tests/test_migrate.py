@@ -23,8 +23,8 @@ from meteorseed_scrapy.migrate.scrapy_redis import (
     ScrapyRedisSource,
     migrate,
 )
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, band_of
 

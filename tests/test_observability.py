@@ -21,8 +21,8 @@ from meteorseed_scrapy.observability import metrics
 from meteorseed_scrapy.observability.logging import JsonFormatter, TaskContextFilter
 from meteorseed_scrapy.observability.metrics import MetricsExtension, StatsCollector
 from meteorseed_scrapy.observability.site_series import SiteSeries
+from meteorseed_scrapy.queue.inspect.status import QueueSampler
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.status import QueueSampler
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.validators import ConfigError

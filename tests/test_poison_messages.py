@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from meteorseed_scrapy.queue.connection import async_client, sync_client
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client, sync_client
 from meteorseed_scrapy.task.exec_task import MAX_DEPTH, MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.polling import wait_for

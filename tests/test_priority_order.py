@@ -9,9 +9,9 @@ import asyncio
 from redis.asyncio import Redis
 from scrapy import Request
 
-from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.context import task_of
 from meteorseed_scrapy.testing.polling import wait_until
 from tests.test_consumer import arun

@@ -30,13 +30,13 @@ from twisted.python.failure import Failure
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.enqueue_calls import AddResult, Encoded
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.lanes import LaneWeights
+from meteorseed_scrapy.queue.consume.task_records import TaskRecords
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult, Encoded
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.fleet.spiders import worker_spider
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.lanes import LaneWeights
-from meteorseed_scrapy.queue.spiders import worker_spider
-from meteorseed_scrapy.queue.task_records import TaskRecords
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY, task_of
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred

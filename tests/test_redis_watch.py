@@ -15,10 +15,10 @@ import redis
 from redis.exceptions import ResponseError
 from scrapy.utils.test import get_crawler
 
-from meteorseed_scrapy.queue.connection import async_client
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Ref
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 from meteorseed_scrapy.worker.redis_watch import REASON, RedisWatch

@@ -1,10 +1,10 @@
-"""queue/replies.py: a Redis reply as text, from a client that decodes responses or not."""
+"""queue/plumbing/replies.py: a Redis reply as text, from a client that decodes responses or not."""
 
 from __future__ import annotations
 
 import pytest
 
-from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 
 
 def test_bytes_and_str_give_the_same_text() -> None:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from meteorseed_scrapy.queue.deadletters import DeadLetter
+from meteorseed_scrapy.queue.consume.deadletters import DeadLetter
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 

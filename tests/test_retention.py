@@ -10,8 +10,8 @@ import redis
 import redis.asyncio as aioredis
 from scrapy.settings import Settings
 
+from meteorseed_scrapy.queue.consume.retention import DeadLetterRetention
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.retention import DeadLetterRetention
 from meteorseed_scrapy.validators import ConfigError
 
 

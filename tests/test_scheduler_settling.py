@@ -21,9 +21,9 @@ from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from meteorseed_scrapy.queue.consume.task_records import TaskRecords
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.task_records import TaskRecords
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scheduler import StreamScheduler
 from meteorseed_scrapy.store.base import StoreUnavailable
 from meteorseed_scrapy.task.context import Scrape, current_scrape, task_of

@@ -376,8 +376,8 @@ def test_in_a_worker_only_a_request_crawled_outside_any_task_is_local() -> None:
 
 def test_in_a_worker_local_requests_go_out_first_and_never_to_redis(
         redis_url: str, namespace: str) -> None:
+    from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
     from meteorseed_scrapy.queue.keys import KeyLayout
-    from meteorseed_scrapy.queue.writer import TaskWriter
     from meteorseed_scrapy.task.context import task_of
     from meteorseed_scrapy.testing.polling import wait_until
     from tests.test_scheduler_settling import make_task, scheduler_on, take

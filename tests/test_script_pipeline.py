@@ -1,4 +1,5 @@
-"""Script calls inside pipelines (queue.scripts.ScriptPipeline): one round trip, no SCRIPT EXISTS,
+"""Script calls inside pipelines (queue.plumbing.scripts.ScriptPipeline): one round trip, no SCRIPT
+EXISTS,
 and NOSCRIPT (a restarted or flushed Redis) handled by running the call again, in order.
 
 Real Redis; the tests of one session run one after another, so the server-wide command
@@ -13,11 +14,11 @@ import pytest
 import redis
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.scripts import ScriptPipeline
+from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline
 from meteorseed_scrapy.queue.shards import call_scripts
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from w3lib.url import canonicalize_url
 
-from meteorseed_scrapy.queue.batch_pipeline import NotSent, ScriptOrder
+from meteorseed_scrapy.queue.enqueue.batch_pipeline import NotSent, ScriptOrder
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.expand import expand_lines
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions, ExpandSummary
 from meteorseed_scrapy.seeding.seed_urls import (
@@ -347,7 +347,7 @@ def test_a_call_after_one_that_failed_sends_nothing(
 def test_repeats_left_out_of_a_call_get_the_answer_the_script_gives(
     redis_url: str, namespace: str, ids: list[int], seen: set[int], two_sites: bool
 ) -> None:
-    import meteorseed_scrapy.queue.enqueue_calls as writer_module
+    import meteorseed_scrapy.queue.enqueue.enqueue_calls as writer_module
 
     def encoded(w: TaskWriter, numbers: Any) -> list[Any]:
         out = []

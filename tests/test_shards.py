@@ -16,13 +16,13 @@ from redis.asyncio import Redis
 from meteorseed_scrapy.cli import main as cli_main
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE
-from meteorseed_scrapy.queue.group import ConsumerGroup
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.group import ConsumerGroup
+from meteorseed_scrapy.queue.consume.task_records import TaskRecords
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import CHUNK_SIZE
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
 from meteorseed_scrapy.queue.shards import ShardMismatch
-from meteorseed_scrapy.queue.task_records import TaskRecords
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import start_worker, stored_docs

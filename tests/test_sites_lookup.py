@@ -13,8 +13,8 @@ import redis
 import yaml
 
 from meteorseed_scrapy.cli import main
-from meteorseed_scrapy.queue.connection import sync_client
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import sync_client
 from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.sites.remote import RemoteRules
 

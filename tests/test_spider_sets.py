@@ -25,13 +25,13 @@ from meteorseed_scrapy.api.problems import InvalidInput
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.queue import deadletters
-from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume import deadletters
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.fleet.liveness import Heartbeat, Liveness
+from meteorseed_scrapy.queue.fleet.spiders import worker_spider
+from meteorseed_scrapy.queue.inspect.status import read_status
 from meteorseed_scrapy.queue.keys import KeyLayout, own_key
-from meteorseed_scrapy.queue.liveness import Heartbeat, Liveness
-from meteorseed_scrapy.queue.spiders import worker_spider
-from meteorseed_scrapy.queue.status import read_status
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
 from meteorseed_scrapy.task.exec_task import ExecTask

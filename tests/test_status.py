@@ -1,6 +1,7 @@
-"""The one queue reader (queue/status.py) against a real Redis: lanes and bands, consumers, dead
+"""The one queue reader (queue/inspect/status.py) against a real Redis: lanes and bands, consumers,
+dead
 letters, delayed tasks by site and reason, throughput counters, the idle check; the delayed-set
-reason encoding (queue/delayed.py, lua/defer.lua) with hostile entries."""
+reason encoding (queue/fleet/delayed.py, lua/defer.lua) with hostile entries."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delayed import (
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.group import quiet_plan
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.fleet.delayed import (
     REASON_CODES,
     SCALE,
     UNKNOWN,
@@ -27,17 +29,16 @@ from meteorseed_scrapy.queue.delayed import (
     reason_of,
     site_of,
 )
-from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.reads import run_async
-from meteorseed_scrapy.queue.snapshot import QueueStatus, summarize_delayed
-from meteorseed_scrapy.queue.status import (
+from meteorseed_scrapy.queue.fleet.snapshot import QueueStatus, summarize_delayed
+from meteorseed_scrapy.queue.inspect.status import (
     QueueSampler,
     Throughput,
-    quiet_plan,
     read_status,
     status_plan,
 )
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.queue.plumbing.reads import run_async
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client as run

@@ -12,8 +12,8 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.store.identity import check_store_identity, store_identity
 from meteorseed_scrapy.testing.sites import DemoSite
 from meteorseed_scrapy.validators import ConfigError

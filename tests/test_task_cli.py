@@ -18,9 +18,9 @@ from scrapy.utils.request import RequestFingerprinter
 from w3lib.url import url_query_cleaner
 
 from meteorseed_scrapy.cli import main
-from meteorseed_scrapy.queue.delayed import REASON_CODES, SCALE
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.fleet.delayed import REASON_CODES, SCALE
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 

@@ -1,4 +1,5 @@
-"""``meteorseed task`` / ``GET /tasks``'s reader (queue/task_state.py) against a real Redis: a task
+"""``meteorseed task`` / ``GET /tasks``'s reader (queue/inspect/task_state.py) against a real
+Redis: a task
 found by id and by URL while waiting, pending, delayed, done, dead and deduplicated; hostile
 queries are refused naming the argument, never a crash."""
 
@@ -15,22 +16,22 @@ from hypothesis import strategies as st
 
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.queue import task_state
-from meteorseed_scrapy.queue.connection import async_client, sync_client
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.dedup import fingerprint_bytes
-from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.reads import run_async, run_sync
-from meteorseed_scrapy.queue.task_places import record_delivery, record_pending
-from meteorseed_scrapy.queue.task_query import (
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.task_records import TaskRecords
+from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.inspect import task_state
+from meteorseed_scrapy.queue.inspect.task_places import record_delivery, record_pending
+from meteorseed_scrapy.queue.inspect.task_query import (
     TaskState,
     parse_query,
     query_for_id,
     query_for_url,
 )
-from meteorseed_scrapy.queue.task_records import TaskRecords
-from meteorseed_scrapy.queue.task_state import task_state_plan
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.inspect.task_state import task_state_plan
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client, sync_client
+from meteorseed_scrapy.queue.plumbing.reads import run_async, run_sync
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scrapy.settings import Settings
 
-from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.fate import WhatHappened

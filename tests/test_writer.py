@@ -12,16 +12,16 @@ import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.dedup import fingerprint_bytes
-from meteorseed_scrapy.queue.enqueue_calls import (
+from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import (
     CHUNK_SIZE,
     AddResult,
     Encoded,
     pack_tasks,
 )
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.task.validation import TaskError

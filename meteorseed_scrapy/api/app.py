@@ -16,7 +16,7 @@ from meteorseed_scrapy.api.guard import body_timeout_middleware, local_only_midd
 from meteorseed_scrapy.api.openapi import build_spec
 from meteorseed_scrapy.api.problems import problem_middleware
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.queue.status import Throughput
+from meteorseed_scrapy.queue.inspect.status import Throughput
 
 logger = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from meteorseed_scrapy.queue.connection import is_cluster_url
-from meteorseed_scrapy.queue.dedup import Fingerprinter
+from meteorseed_scrapy.queue.enqueue.dedup import Fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import is_cluster_url
 from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES
 from meteorseed_scrapy.settings import DEFAULTS
 

@@ -1,6 +1,7 @@
 """The console's dead letters: list, inspect, requeue (``meteorseed dead``'s functions).
 
-:mod:`meteorseed_scrapy.queue.deadletters` uses synchronous redis-py; its calls run in worker
+:mod:`meteorseed_scrapy.queue.consume.deadletters` uses synchronous redis-py; its calls run in
+worker
 threads so the event loop never blocks.
 """
 
@@ -13,7 +14,7 @@ from aiohttp import web
 
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE
-from meteorseed_scrapy.queue import deadletters
+from meteorseed_scrapy.queue.consume import deadletters
 
 
 def _letter_id(request: web.Request) -> str:

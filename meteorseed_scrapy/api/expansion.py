@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meteorseed_scrapy.api.problems import FieldError
-from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import CHUNK_SIZE
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.seeding.expand import expand_seeds
 from meteorseed_scrapy.seeding.expand_types import (
     ExpandOptions,

@@ -23,8 +23,8 @@ from aiohttp import web
 
 from meteorseed_scrapy.api.monitor import KnownSites, health_window
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.queue.snapshot import QueueStatus
-from meteorseed_scrapy.queue.status import QueueSampler
+from meteorseed_scrapy.queue.fleet.snapshot import QueueStatus
+from meteorseed_scrapy.queue.inspect.status import QueueSampler
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The console's data: the overview (queue, delayed tasks, throughput) and the sites (breakers,
 rates).
 
-The queue snapshot is :mod:`meteorseed_scrapy.queue.status`'s, the one reader ``meteorseed
+The queue snapshot is :mod:`meteorseed_scrapy.queue.inspect.status`'s, the one reader ``meteorseed
 status`` and the workers use too (a few cheap reads, fine every 2 s per open console; the CLI
 also SCANs for dedup roots, too heavy to repeat that often on a big Redis). Per-site politeness
 state is read from the keys documented in :mod:`meteorseed_scrapy.queue.keys`; anything
@@ -17,9 +17,9 @@ from aiohttp import web
 
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
+from meteorseed_scrapy.queue.fleet.spiders import with_registered
+from meteorseed_scrapy.queue.inspect.status import QueueSampler, Throughput
 from meteorseed_scrapy.queue.scan import scan_namespace
-from meteorseed_scrapy.queue.spiders import with_registered
-from meteorseed_scrapy.queue.status import QueueSampler, Throughput
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import DEFAULTS
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from meteorseed_scrapy import __version__
 from meteorseed_scrapy.api.dispatch import LANE
-from meteorseed_scrapy.queue import deadletters
+from meteorseed_scrapy.queue.consume import deadletters
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.seed_task import TASK_TYPES, SeedTask
 from meteorseed_scrapy.task.validation import ID_MAX, SPIDER_MAX

@@ -16,9 +16,9 @@ from redis.asyncio import Redis
 
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.expansion import ExpansionPool, Progress
-from meteorseed_scrapy.queue.connection import async_client
-from meteorseed_scrapy.queue.connection import sync_client as sync_client_for
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.plumbing.connection import async_client
+from meteorseed_scrapy.queue.plumbing.connection import sync_client as sync_client_for
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.sites.lookup import SiteConfigs
 from meteorseed_scrapy.sites.remote import RemoteRules

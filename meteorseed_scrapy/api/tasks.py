@@ -1,5 +1,5 @@
 """``GET /tasks/{task_id}`` and ``GET /tasks?url=``: where one task is, as ``meteorseed task``
-says it (the one reader, :mod:`meteorseed_scrapy.queue.task_state`, on the asyncio client).
+says it (the one reader, :mod:`meteorseed_scrapy.queue.inspect.task_state`, on the asyncio client).
 
 Always 200 with the answer when the query is valid: ``state`` is ``not found`` when no
 structure searched holds it, and ``searched``/``exhaustive`` say how far each search went.
@@ -11,9 +11,9 @@ from aiohttp import web
 
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput
 from meteorseed_scrapy.api.state import STATE
-from meteorseed_scrapy.queue.reads import run_async
-from meteorseed_scrapy.queue.task_query import TaskQuery, query_for_id, query_for_url
-from meteorseed_scrapy.queue.task_state import task_state_plan
+from meteorseed_scrapy.queue.inspect.task_query import TaskQuery, query_for_id, query_for_url
+from meteorseed_scrapy.queue.inspect.task_state import task_state_plan
+from meteorseed_scrapy.queue.plumbing.reads import run_async
 from meteorseed_scrapy.task.validation import TaskError
 
 

@@ -24,11 +24,11 @@ import redis
 from redis.exceptions import RedisError
 
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
-from meteorseed_scrapy.queue.connection import is_cluster_url, sync_client
-from meteorseed_scrapy.queue.dedup import Fingerprinter, settings_fingerprinter
+from meteorseed_scrapy.queue.enqueue.dedup import Fingerprinter, settings_fingerprinter
+from meteorseed_scrapy.queue.fleet.spiders import with_registered_sync
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import is_cluster_url, sync_client
 from meteorseed_scrapy.queue.shards import stored_shards
-from meteorseed_scrapy.queue.spiders import with_registered_sync
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.settings import (
     DEFAULT_REDIS_URL,
@@ -73,7 +73,8 @@ def _project_settings() -> Any | None:
 def project_fingerprinter(ctx: Context) -> Fingerprinter | None:
     """Inside a Scrapy project that sets its own ``REQUEST_FINGERPRINTER_CLASS``, that
     fingerprinter: a command that writes or looks up dedup records keys them as the project's
-    workers do (queue/dedup.py). None (canonical URLs) outside a project, for Scrapy's default,
+    workers do (queue/enqueue/dedup.py). None (canonical URLs) outside a project, for Scrapy's
+    default,
     and, with a warning saying so, for a project whose settings or class cannot be loaded."""
     try:
         settings = _load_project_settings()

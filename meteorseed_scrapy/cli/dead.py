@@ -17,7 +17,7 @@ from meteorseed_scrapy.cli.common import (
     table,
 )
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
-from meteorseed_scrapy.queue import deadletters
+from meteorseed_scrapy.queue.consume import deadletters
 from meteorseed_scrapy.validators import ConfigError, format_duration, parse_duration
 
 

@@ -25,7 +25,7 @@ from meteorseed_scrapy.cli.common import (
     resolve_target,
     table,
 )
-from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.adapt import MAX_INTERVAL_SETTING, MIN_INTERVAL_SETTING
 from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         backlog = _setting("METEORSEED_MAX_BACKLOG", args.max_backlog)
         config = SeederConfig(lease_s=args.lease, max_backlog=to_integer(
             backlog, "METEORSEED_MAX_BACKLOG", minimum=0),
-            # keyed as the project's workers key their dedup records (queue/dedup.py)
+            # keyed as the project's workers key their dedup records (queue/enqueue/dedup.py)
             fingerprinter=project_fingerprinter(ctx))
         private = flag_setting(lambda name: _setting(name, None), PRIVATE_SETTING)
     except ValueError as exc:

@@ -35,7 +35,7 @@ from meteorseed_scrapy.settings import (
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from meteorseed_scrapy.queue.dedup import Fingerprinter
+    from meteorseed_scrapy.queue.enqueue.dedup import Fingerprinter
 
 TOKEN_ENV = "METEORSEED_API_TOKEN"
 

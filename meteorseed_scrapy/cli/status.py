@@ -1,7 +1,8 @@
 """``meteorseed status``: the queue (backlog and pending per lane and band, delayed tasks by
 site and reason, dead letters, consumers, throughput totals), dedup sets, Redis.
 
-The queue is read by :func:`meteorseed_scrapy.queue.status.read_status`, the one reader the API,
+The queue is read by :func:`meteorseed_scrapy.queue.inspect.status.read_status`, the one reader the
+API,
 the console, the metrics and the workers' idle check share; its counts agree at one instant per
 shard (one MULTI each).
 """
@@ -17,8 +18,8 @@ import redis
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.cli.common import Context, add_target_options, table
+from meteorseed_scrapy.queue.inspect.status import read_status
 from meteorseed_scrapy.queue.scan import glob_escape, scan_namespace
-from meteorseed_scrapy.queue.status import read_status
 from meteorseed_scrapy.task.lanes import BANDS
 
 #: At most this many ``<ns>:seen:*`` sets are sized: status must stay cheap on a big Redis.
@@ -123,7 +124,7 @@ def _server(client: redis.Redis) -> dict[str, Any]:
 
 
 def collect(client: redis.Redis, ctx: Context) -> dict[str, Any]:
-    """``status --json``: the queue snapshot (:mod:`meteorseed_scrapy.queue.status`, as the
+    """``status --json``: the queue snapshot (:mod:`meteorseed_scrapy.queue.inspect.status`, as the
     API and console read it), the dedup sets and the Redis server's settings."""
     status = read_status(client, ctx.keys, DELAYED_SCAN_CLI).to_json()
     seen, seen_truncated = _seen_sizes(client, ctx)

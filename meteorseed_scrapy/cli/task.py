@@ -1,5 +1,5 @@
 """``meteorseed task URL|ID``: where one task is and since when (waiting, pending, delayed,
-done, dead, deduplicated), read by :mod:`meteorseed_scrapy.queue.task_state`, the reader the
+done, dead, deduplicated), read by :mod:`meteorseed_scrapy.queue.inspect.task_state`, the reader the
 API's ``GET /tasks`` and the console share."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from meteorseed_scrapy.cli.common import (
     project_fingerprinter,
 )
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
-from meteorseed_scrapy.queue.reads import run_sync
-from meteorseed_scrapy.queue.task_query import TaskState, parse_query
-from meteorseed_scrapy.queue.task_state import task_state_plan
+from meteorseed_scrapy.queue.inspect.task_query import TaskState, parse_query
+from meteorseed_scrapy.queue.inspect.task_state import task_state_plan
+from meteorseed_scrapy.queue.plumbing.reads import run_sync
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.validators import format_duration
 

@@ -21,10 +21,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.commands.report import report_rejection, say, stopped_after
 from meteorseed_scrapy.exit_codes import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK
-from meteorseed_scrapy.queue.connection import async_client
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.queue.shards import ShardMismatch
-from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.expand import expand_lines
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions, ExpandSummary

@@ -170,8 +170,8 @@ class Command(ScrapyCommand):
 
         from meteorseed_scrapy.commands.report import report_rejection, say
         from meteorseed_scrapy.exit_codes import EXIT_ERROR
-        from meteorseed_scrapy.queue.connection import check_redis_url
         from meteorseed_scrapy.queue.keys import KeyLayout
+        from meteorseed_scrapy.queue.plumbing.connection import check_redis_url
         from meteorseed_scrapy.queue.shards import ShardMismatch
         from meteorseed_scrapy.scrapy_redis_settings import redact
         from meteorseed_scrapy.seeding import runner
@@ -234,7 +234,7 @@ class Command(ScrapyCommand):
     def _fingerprinter(self) -> Any:
         """The project's REQUEST_FINGERPRINTER_CLASS, as its workers use it; None: canonical."""
         from meteorseed_scrapy.commands.report import say
-        from meteorseed_scrapy.queue.dedup import settings_fingerprinter
+        from meteorseed_scrapy.queue.enqueue.dedup import settings_fingerprinter
 
         try:
             fingerprinter = settings_fingerprinter(self.settings)

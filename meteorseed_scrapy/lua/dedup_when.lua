@@ -1,8 +1,8 @@
 -- dedup_when.lua: whether a site has seen one fingerprint within its re-crawl window, and
--- when it becomes eligible again (read only; queue/task_state.py, `meteorseed task`).
+-- when it becomes eligible again (read only; queue/inspect/task_state.py, `meteorseed task`).
 -- KEYS[1]  the site's dedup root <ns>:seen:{site}
 -- ARGV[1]  now, epoch seconds ('' = the server's TIME)
--- ARGV[2]  the fingerprint, 16 raw bytes (queue/dedup.py)
+-- ARGV[2]  the fingerprint, 16 raw bytes (queue/enqueue/dedup.py)
 -- Returns  {now} when it is not seen, else {now, window, seen_from, eligible_at}: window in
 --          seconds (0 = never re-crawled: eligible_at is 0, seen_from 0), seen_from the start of
 --          the time slot its entry was recorded in (the record keeps the slot, not the second),

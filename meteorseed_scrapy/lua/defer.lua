@@ -9,7 +9,7 @@
 -- ARGV[4]  the delayed-set member: '<lane>:<band>|<task message JSON>', where it goes when
 --          due (promote.lua)
 -- ARGV[5]  '1' if ARGV[3] is a delay relative to Redis TIME
--- ARGV[6]  why it waits: a code 1..15 (queue/delayed.py), recorded as the score's fraction:
+-- ARGV[6]  why it waits: a code 1..15 (queue/fleet/delayed.py), recorded as the score's fraction:
 --          due - 1 + code / 16, which promote.lua (comparing with whole ms) moves at the same
 --          ms as the whole due time; absent or 0 = none (a whole score)
 -- ARGV[7]  the consumer deferring it: the entry must still be pending on it ('' = not checked).

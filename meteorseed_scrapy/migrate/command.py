@@ -19,10 +19,10 @@ from meteorseed_scrapy.migrate.scrapy_redis import (
     ScrapyRedisSource,
     migrate,
 )
-from meteorseed_scrapy.queue.connection import async_client
-from meteorseed_scrapy.queue.dedup import settings_fingerprinter
+from meteorseed_scrapy.queue.enqueue.dedup import settings_fingerprinter
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.task.validation import TaskError, check_spider
 from meteorseed_scrapy.task.validation import check_id as _check_id
 

@@ -31,14 +31,14 @@ from meteorseed_scrapy.migrate.convert import (
     start_url_to_task,
 )
 from meteorseed_scrapy.migrate.unpickle import MAX_PAYLOAD_BYTES, RejectedPayload, loads_request
-from meteorseed_scrapy.queue.replies import text_of
-from meteorseed_scrapy.queue.scripts import Scripts
+from meteorseed_scrapy.queue.plumbing.replies import text_of
+from meteorseed_scrapy.queue.plumbing.scripts import Scripts
 from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from meteorseed_scrapy.queue.writer import TaskWriter
+    from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 
 logger = logging.getLogger(__name__)
 

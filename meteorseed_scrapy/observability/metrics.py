@@ -32,8 +32,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from meteorseed_scrapy.observability.site_series import OTHER, SiteSeries
+from meteorseed_scrapy.queue.inspect.status import QueueSampler
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.status import QueueSampler
 from meteorseed_scrapy.settings import (
     DEFAULTS,
     duration_setting,

@@ -21,8 +21,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
-from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting, number_setting
 
 logger = logging.getLogger(__name__)

@@ -30,9 +30,9 @@ from typing import Any
 
 import redis
 
-from meteorseed_scrapy.queue.delayed import SCALE, reason_code, reason_of, site_of
+from meteorseed_scrapy.queue.fleet.delayed import SCALE, reason_code, reason_of, site_of
+from meteorseed_scrapy.queue.fleet.spiders import with_registered_sync
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.spiders import with_registered_sync
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.validation import TaskError, check_id
 

@@ -20,9 +20,9 @@ from meteorseed_scrapy.politeness.adaptive import (
 from meteorseed_scrapy.politeness.control import HOLD_KEYS, HOLD_RECHECK_S
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS
-from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.delayed import reason_code
+from meteorseed_scrapy.queue.fleet.delayed import reason_code
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.shards import call_scripts
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask

@@ -18,13 +18,13 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate, lease_ttl
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
-from meteorseed_scrapy.queue.connection import async_client
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.dedup import project_fingerprinter
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.lanes import LaneWeights
+from meteorseed_scrapy.queue.enqueue.dedup import project_fingerprinter
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.fleet.spiders import worker_spider
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.lanes import LaneWeights
-from meteorseed_scrapy.queue.spiders import worker_spider
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.sites.lookup import site_configs
 

@@ -66,7 +66,7 @@ key                                 type    holds
                                             lane); moved into that task stream when due. A bare
                                             JSON member (older versions) goes to ``<ns>:tasks``.
                                             Why a task waits is the score's fraction, in 1/16
-                                            ms (``queue/delayed.py``; none: ``unknown``).
+                                            ms (``queue/fleet/delayed.py``; none: ``unknown``).
 ``<ns>:counts``                     hash    ``added``: tasks ever added to the task streams
                                             (enqueue, promote, requeue scripts); status derives
                                             throughput from it (Redis 6.2 has no entries-added)
@@ -146,7 +146,7 @@ key                                 type    holds
                                             (its keep-alive thread renews it every CLAIM_IDLE/10
                                             for CLAIM_IDLE/2). Listed and lapsed = dead: the
                                             others take its pending tasks at once, then drop it
-                                            (:mod:`meteorseed_scrapy.queue.liveness`); a
+                                            (:mod:`meteorseed_scrapy.queue.fleet.liveness`); a
                                             consumer never listed waits for CLAIM_IDLE. One key,
                                             untagged: its scripts touch no other
 ``<ns>:shards``                     string  the namespace's ``METEORSEED_STREAM_SHARDS``, set by
@@ -169,7 +169,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from meteorseed_scrapy.queue.connection import is_cluster_url
+from meteorseed_scrapy.queue.plumbing.connection import is_cluster_url
 from meteorseed_scrapy.settings import (
     DEFAULTS,
     MAX_SHARDS,

@@ -18,7 +18,7 @@ import redis.asyncio
 import redis.cluster
 
 from meteorseed_scrapy.queue.keys import SHARDS_SETTING, KeyLayout
-from meteorseed_scrapy.queue.scripts import ScriptPipeline
+from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline
 
 
 class ShardMismatch(ValueError):

@@ -19,8 +19,8 @@ from dataclasses import replace
 from itertools import islice, pairwise
 from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy.queue.batch_pipeline import ScriptOrder
-from meteorseed_scrapy.queue.enqueue_calls import CHUNK_SIZE
+from meteorseed_scrapy.queue.enqueue.batch_pipeline import ScriptOrder
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import CHUNK_SIZE
 from meteorseed_scrapy.seeding.expand_types import (
     ExpandOptions,
     ExpandSummary,
@@ -37,8 +37,8 @@ from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.queue.enqueue_calls import AddResult, Encoded
-    from meteorseed_scrapy.queue.writer import TaskWriter
+    from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult, Encoded
+    from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 
 logger = logging.getLogger(__name__)
 

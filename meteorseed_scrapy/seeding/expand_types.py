@@ -13,7 +13,7 @@ from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.seed_task import SeedTask
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.queue.enqueue_calls import AddResult
+    from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from meteorseed_scrapy.queue.dedup import RECRAWL_META_KEY, check_recrawl_after
+from meteorseed_scrapy.queue.enqueue.dedup import RECRAWL_META_KEY, check_recrawl_after
 from meteorseed_scrapy.seeding.schedule import parse_schedule
 from meteorseed_scrapy.seeding.sitemap import check_sitemap_payload
 from meteorseed_scrapy.seeding.templates import plan_keywords, plan_template

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.seed_task import SeedTask
 

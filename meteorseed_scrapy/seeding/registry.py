@@ -14,9 +14,9 @@ import builtins
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor, RunState, plan_next
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.seeding.records import (

@@ -21,8 +21,8 @@ from typing import IO, Any
 
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.seeding.adapt import (
     MAX_INTERVAL_SETTING,
     MIN_INTERVAL_SETTING,

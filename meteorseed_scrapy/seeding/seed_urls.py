@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy.queue.dedup import RECRAWL_META_KEY
+from meteorseed_scrapy.queue.enqueue.dedup import RECRAWL_META_KEY
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.seeding.sitemap import SitemapError, expand_sitemap
@@ -64,7 +64,7 @@ def expand_checked(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None
                    ) -> Iterator[tuple[ExecTask, str, str, str] | UrlError]:
     """:func:`expand` as ``(task, canonical URL, message JSON, URL)``, with what the checks
     computed (:meth:`TaskWriter.seed_encoder
-    <meteorseed_scrapy.queue.writer.TaskWriter.seed_encoder>` takes them as they are).
+    <meteorseed_scrapy.queue.enqueue.writer.TaskWriter.seed_encoder>` takes them as they are).
 
     When ``as_template(template)`` is true for the seed's template task (a caller whose
     encoder reads only the seed-level fields of a task), URLs already in canonical form come

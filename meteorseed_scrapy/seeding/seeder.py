@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor
 from meteorseed_scrapy.seeding.expand import expand_seeds
 from meteorseed_scrapy.seeding.expand_types import (
@@ -65,7 +65,8 @@ class SeederConfig:
     claim_limit: int = 1  # seeds claimed at once (run in turn; run more seeders for more)
     retry_s: float = 5.0  # wait between attempts while Redis is unreachable
     grace_s: float = 10.0  # on stop, how long the run in progress may take to finish
-    # the project's Scrapy request fingerprinter for dedup keys (queue.dedup), None: canonical
+    # the project's Scrapy request fingerprinter for dedup keys (queue.enqueue.dedup), None:
+    # canonical
     fingerprinter: Any = None
 
     def __post_init__(self) -> None:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import DropItem
 
-from meteorseed_scrapy.queue.connection import async_client
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.settings import redis_url_from, store_uri_from
 from meteorseed_scrapy.sites.model import Dedup
 from meteorseed_scrapy.sites.reposts import RepostIndex, content_fingerprint

@@ -26,8 +26,8 @@ from typing import Any
 
 import redis
 
-from meteorseed_scrapy.queue.connection import sync_client
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import sync_client
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import ConfigError
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Stamp, parse_text

@@ -1,7 +1,7 @@
 """Start a real, throwaway Redis Cluster of masters (no replicas) on loopback.
 
 ``with LocalCluster() as cluster: cluster.url`` gives a ``redis+cluster://`` URL naming every
-node (see :mod:`meteorseed_scrapy.queue.connection`). Each node is a :class:`RedisServer`
+node (see :mod:`meteorseed_scrapy.queue.plumbing.connection`). Each node is a :class:`RedisServer`
 started with ``--cluster-enabled yes`` in its own directory; ``redis-cli --cluster create``
 assigns the 16384 slots; the cluster is ready once every node reports ``cluster_state:ok`` and
 sees every node.

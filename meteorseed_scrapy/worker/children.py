@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.queue.enqueue_calls import AddResult, Encoded
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult, Encoded
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 

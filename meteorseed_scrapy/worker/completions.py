@@ -17,10 +17,10 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.task_records import TaskRecords
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.consume.task_records import TaskRecords
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exceptions import DeferReason

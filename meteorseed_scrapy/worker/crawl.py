@@ -17,7 +17,7 @@ from typing import Any
 from scrapy import Spider, signals
 
 from meteorseed_scrapy.politeness.runtime import CrawlRuntime
-from meteorseed_scrapy.queue.retention import DeadLetterRetention, housekeeping
+from meteorseed_scrapy.queue.consume.retention import DeadLetterRetention, housekeeping
 from meteorseed_scrapy.queue.shards import check_shard_count
 from meteorseed_scrapy.scrapy_internals import ScraperPatch
 from meteorseed_scrapy.scrapy_redis_settings import redact

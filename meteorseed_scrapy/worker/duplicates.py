@@ -1,7 +1,7 @@
 """``DUPEFILTER_CLASS`` honoured around the fleet-wide dedup of yielded requests.
 
 Requests a spider yields are deduplicated when their tasks are written (in Lua, fleet-wide, by
-the dedup keys of ``queue/dedup.py``). A duplicate is then reported as Scrapy's scheduler
+the dedup keys of ``queue/enqueue/dedup.py``). A duplicate is then reported as Scrapy's scheduler
 reports one its dupefilter filtered: the dupefilter's ``log()`` (``RFPDupeFilter``: the first
 "Filtered duplicate request: …" line, every one with ``DUPEFILTER_DEBUG``, and the
 ``dupefilter/filtered`` stat) and the ``request_dropped`` signal. What the setting names:

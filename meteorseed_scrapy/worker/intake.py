@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.liveness import Liveness
-from meteorseed_scrapy.queue.replies import text_of
-from meteorseed_scrapy.queue.task_records import TaskRecords
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.consume.task_records import TaskRecords
+from meteorseed_scrapy.queue.fleet.liveness import Liveness
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.keepalive import KeepAlive
@@ -148,7 +148,7 @@ class Intake:
 
     async def take_over(self, want: int) -> int:
         """Take up to ``want`` tasks of dead workers: at once from a worker whose liveness
-        lapsed (:mod:`~meteorseed_scrapy.queue.liveness`), else once idle for CLAIM_IDLE
+        lapsed (:mod:`~meteorseed_scrapy.queue.fleet.liveness`), else once idle for CLAIM_IDLE
         (workers that never registered, failed tasks)."""
         if self._taking.locked():
             return 0  # the other loop is taking over already: not twice the tasks wanted

@@ -2,7 +2,7 @@
 
 A task pending on a consumer is reclaimed by another worker once it has been idle for
 ``METEORSEED_CLAIM_IDLE``, or at once when its worker is listed dead in the live-worker registry
-(:mod:`meteorseed_scrapy.queue.liveness`). Both keep-alives must therefore go on while the
+(:mod:`meteorseed_scrapy.queue.fleet.liveness`). Both keep-alives must therefore go on while the
 reactor cannot run: a callback that blocks it for 30 s must not lose its task, however short
 CLAIM_IDLE is. So they are not made on the event loop: this thread renews the worker's liveness
 every :func:`beat_interval` and touches its tasks every :func:`touch_interval`; the loop hands
@@ -23,11 +23,11 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.queue.connection import sync_client
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Ref
-from meteorseed_scrapy.queue.liveness import Heartbeat, beat_interval, liveness_ttl
-from meteorseed_scrapy.queue.scripts import ScriptPipeline, register
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Ref
+from meteorseed_scrapy.queue.fleet.liveness import Heartbeat, beat_interval, liveness_ttl
+from meteorseed_scrapy.queue.plumbing.connection import sync_client
+from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline, register
 from meteorseed_scrapy.queue.shards import is_cluster
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from meteorseed_scrapy.queue.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.worker.fate import WhatHappened

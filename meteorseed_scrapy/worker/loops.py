@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from meteorseed_scrapy.queue.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.worker.stall import StallWatch
 
 logger = logging.getLogger(__name__)

@@ -25,9 +25,9 @@ from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_internals import downloads_in_progress
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, Scrape, task_of

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from redis.exceptions import RedisError, ResponseError
 
-from meteorseed_scrapy.queue.delivery import Ref
-from meteorseed_scrapy.queue.replies import text_of
-from meteorseed_scrapy.queue.snapshot import RedisMemory
+from meteorseed_scrapy.queue.consume.delivery import Ref
+from meteorseed_scrapy.queue.fleet.snapshot import RedisMemory
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.store.outage_stop import CrawlStop
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from meteorseed_scrapy.queue.consumer import StreamConsumer
+    from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from meteorseed_scrapy.queue.consumer import StreamConsumer
-from meteorseed_scrapy.queue.delivery import Delivery
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.loops import REDIS_DOWN, Outage

@@ -10,7 +10,7 @@ from typing import Any
 
 from scrapy import Request, Spider
 
-from meteorseed_scrapy.queue.writer import FingerprintError
+from meteorseed_scrapy.queue.enqueue.writer import FingerprintError
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError

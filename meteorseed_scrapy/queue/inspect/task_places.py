@@ -1,5 +1,6 @@
 """How the Redis replies about a task become the places of its
-:class:`~meteorseed_scrapy.queue.task_query.TaskState`: one verb per place (waiting, pending,
+:class:`~meteorseed_scrapy.queue.inspect.task_query.TaskState`: one verb per place (waiting,
+pending,
 delayed, dead, done) and for its delivery and dedup records. No I/O: :mod:`.task_state` plans
 the reads and hands each reply here. A message that does not decode is no match, never an
 error: the lookup reports what it can read.
@@ -10,11 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from meteorseed_scrapy.queue.deadletters import DeadLetter
-from meteorseed_scrapy.queue.delayed import DelayedEntry
+from meteorseed_scrapy.queue.consume.deadletters import DeadLetter
+from meteorseed_scrapy.queue.fleet.delayed import DelayedEntry
+from meteorseed_scrapy.queue.inspect.task_query import TaskState
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
-from meteorseed_scrapy.queue.replies import text_of
-from meteorseed_scrapy.queue.task_query import TaskState
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 

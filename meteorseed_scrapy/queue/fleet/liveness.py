@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.replies import bytes_of, text_of
-from meteorseed_scrapy.queue.scripts import Scripts, call_as_bytes, register
+from meteorseed_scrapy.queue.plumbing.replies import bytes_of, text_of
+from meteorseed_scrapy.queue.plumbing.scripts import Scripts, call_as_bytes, register
 from meteorseed_scrapy.settings import DEFAULTS
 
 __all__ = ["Heartbeat", "Liveness", "beat_interval", "check_interval", "liveness_ttl"]

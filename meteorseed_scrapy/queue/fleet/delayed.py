@@ -16,7 +16,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.validation import TaskError, check_id
 

@@ -15,10 +15,10 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from meteorseed_scrapy.queue.fleet.snapshot import SpiderStatus
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.reads import Batch, Plan, call
-from meteorseed_scrapy.queue.replies import bytes_of, text_of
-from meteorseed_scrapy.queue.snapshot import SpiderStatus
+from meteorseed_scrapy.queue.plumbing.reads import Batch, Plan, call
+from meteorseed_scrapy.queue.plumbing.replies import bytes_of, text_of
 from meteorseed_scrapy.task.validation import TaskError, check_spider
 
 __all__ = [

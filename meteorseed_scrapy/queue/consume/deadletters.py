@@ -19,9 +19,9 @@ from typing import Any, cast
 
 import redis
 
-from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.dedup import Fingerprinter, fingerprint_bytes
+from meteorseed_scrapy.queue.enqueue.dedup import Fingerprinter, fingerprint_bytes
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 

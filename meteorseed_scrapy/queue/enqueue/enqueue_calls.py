@@ -1,9 +1,10 @@
 """``lua/enqueue.lua``'s calls: a batch of encoded tasks split into script calls, their
 arguments packed, and the calls' replies read back as one :class:`AddResult`.
 
-Pure values and packing, no I/O: :class:`~meteorseed_scrapy.queue.writer.TaskWriter` sends the
+Pure values and packing, no I/O: :class:`~meteorseed_scrapy.queue.enqueue.writer.TaskWriter` sends
+the
 calls (one round trip, or behind the batch before, see
-:mod:`~meteorseed_scrapy.queue.batch_pipeline`).
+:mod:`~meteorseed_scrapy.queue.enqueue.batch_pipeline`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION
 
 __all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "EnqueueCalls", "pack_tasks", "script_args"]
@@ -35,7 +36,7 @@ if MESSAGE_VERSION != _SCRIPT_MESSAGE_VERSION:  # pragma: no cover - guards a fu
 
 class Encoded(NamedTuple):
     """One task as ``enqueue.lua`` takes it (see
-    :meth:`~meteorseed_scrapy.queue.writer.TaskWriter.encode`)."""
+    :meth:`~meteorseed_scrapy.queue.enqueue.writer.TaskWriter.encode`)."""
 
     root: str | None  # the site's dedup root, None = no dedup
     fingerprint: bytes
@@ -46,7 +47,8 @@ class Encoded(NamedTuple):
 
 @dataclass(frozen=True)
 class AddResult:
-    """What one :meth:`~meteorseed_scrapy.queue.writer.TaskWriter.add` call did; ``fresh[i]``
+    """What one :meth:`~meteorseed_scrapy.queue.enqueue.writer.TaskWriter.add` call did;
+    ``fresh[i]``
     says whether its i-th task was enqueued (False: a duplicate), in the order the tasks were
     given."""
 

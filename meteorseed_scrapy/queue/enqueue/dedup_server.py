@@ -13,7 +13,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 
 logger = logging.getLogger(__name__)
 

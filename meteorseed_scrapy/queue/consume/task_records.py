@@ -1,7 +1,7 @@
 """The per-task records kept beside the task streams: completion records and failure notes.
 
 A completion record (``<ns>:done:<task id>``, written with the ack by
-:meth:`~meteorseed_scrapy.queue.consumer.StreamConsumer.complete`) lets a task redelivered
+:meth:`~meteorseed_scrapy.queue.consume.consumer.StreamConsumer.complete`) lets a task redelivered
 after a crash be acked without a refetch; a failure note (``<ns>:failed:<task id>``) lets the
 dead letter of a task that keeps failing say why. Both are in their task's shard (its site's
 slot), with its stream. Every method is one round trip on a ``redis.asyncio`` client created

@@ -18,16 +18,16 @@ from typing import Any
 
 from redis.client import NEVER_DECODE
 
-from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.deadletters import letter_id
-from meteorseed_scrapy.queue.delivery import Delivery, Ref, by_stream, trim_shares
-from meteorseed_scrapy.queue.group import ConsumerGroup
+from meteorseed_scrapy.queue.consume.deadletters import letter_id
+from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref, by_stream, trim_shares
+from meteorseed_scrapy.queue.consume.group import ConsumerGroup
+from meteorseed_scrapy.queue.consume.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
+from meteorseed_scrapy.queue.fleet.spiders import SharedDefaultSet, foreign_workers
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
-from meteorseed_scrapy.queue.replies import bytes_of
-from meteorseed_scrapy.queue.scripts import ScriptPipeline, call_as_bytes
+from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.queue.plumbing.replies import bytes_of
+from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline, call_as_bytes
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
-from meteorseed_scrapy.queue.spiders import SharedDefaultSet, foreign_workers
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 
@@ -98,7 +98,7 @@ class StreamConsumer:
 
     def membership(self) -> ConsumerGroup:
         """This consumer's membership of the group (leave, prune, quiet and durability checks:
-        :class:`~meteorseed_scrapy.queue.group.ConsumerGroup`), under the same name."""
+        :class:`~meteorseed_scrapy.queue.consume.group.ConsumerGroup`), under the same name."""
         return ConsumerGroup(self.redis, self.keys, self.consumer, self.spider)
 
     async def ensure_group(self) -> None:

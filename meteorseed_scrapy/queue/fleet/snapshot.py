@@ -1,4 +1,5 @@
-"""The queue status snapshot (:mod:`meteorseed_scrapy.queue.status` reads it) and its JSON, the
+"""The queue status snapshot (:mod:`meteorseed_scrapy.queue.inspect.status` reads it) and its JSON,
+the
 one shape of ``meteorseed status --json`` and of ``GET /status``."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from meteorseed_scrapy.queue.delayed import DelayedEntry
-from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.fleet.delayed import DelayedEntry
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,31 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from meteorseed_scrapy.queue.fleet.liveness import Liveness
+from meteorseed_scrapy.queue.fleet.spiders import register_worker
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.liveness import Liveness
-from meteorseed_scrapy.queue.reads import run_async
-from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.plumbing.reads import Batch, Plan, call, run_async
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.queue.shards import check_shard_count
-from meteorseed_scrapy.queue.spiders import register_worker
-from meteorseed_scrapy.queue.status import quiet_plan
 
 __all__ = ["ConsumerGroup"]
 
 logger = logging.getLogger(__name__)
 
+
+
+def quiet_plan(keys: KeyLayout) -> Plan[bool]:
+    """True when no task waits in any stream, is pending on any consumer (entries are XDEL'd
+    on ack) or is deferred in a delayed set: the cheap part of
+    :func:`~meteorseed_scrapy.queue.inspect.status.status_plan` that a
+    worker's idle check repeats every tick."""
+    calls = [call("xlen", s) for s in keys.streams]
+    calls += [call("zcard", d) for shard in keys.shard_keys for d in shard.delayeds]
+    (replies,) = yield [Batch(calls)]
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return not any(int(r or 0) for r in replies)
 
 class ConsumerGroup:
     """The group of every task stream of ``keys``, as seen by the consumer named ``consumer``."""
@@ -116,7 +129,7 @@ class ConsumerGroup:
 
     async def namespace_quiet(self) -> bool:
         """True when no task waits in any stream, is pending on any consumer or is deferred
-        in a delayed set (read as :mod:`meteorseed_scrapy.queue.status` reads the queue)."""
+        in a delayed set (read as :mod:`meteorseed_scrapy.queue.inspect.status` reads the queue)."""
         return await run_async(self.redis, quiet_plan(self.keys))
 
     async def check_durability(self) -> list[str]:

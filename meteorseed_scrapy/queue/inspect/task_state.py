@@ -20,13 +20,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
-from meteorseed_scrapy.queue.reads import Batch, Plan, call
-from meteorseed_scrapy.queue.replies import text_of
-from meteorseed_scrapy.queue.scan import glob_escape
-from meteorseed_scrapy.queue.scripts import script_source
-from meteorseed_scrapy.queue.spiders import registered_plan
-from meteorseed_scrapy.queue.task_places import (
+from meteorseed_scrapy.queue.fleet.spiders import registered_plan
+from meteorseed_scrapy.queue.inspect.task_places import (
     decode_task,
     record_dead,
     record_dedup,
@@ -36,7 +31,12 @@ from meteorseed_scrapy.queue.task_places import (
     record_pending,
     record_waiting,
 )
-from meteorseed_scrapy.queue.task_query import Search, TaskQuery, TaskState
+from meteorseed_scrapy.queue.inspect.task_query import Search, TaskQuery, TaskState
+from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
+from meteorseed_scrapy.queue.plumbing.reads import Batch, Plan, call
+from meteorseed_scrapy.queue.plumbing.replies import text_of
+from meteorseed_scrapy.queue.plumbing.scripts import script_source
+from meteorseed_scrapy.queue.scan import glob_escape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError, check_id
 

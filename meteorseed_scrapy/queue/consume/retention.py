@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy.queue.group import ConsumerGroup
+from meteorseed_scrapy.queue.consume.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting
 

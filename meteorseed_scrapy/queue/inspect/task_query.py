@@ -1,7 +1,8 @@
-"""A task lookup's query and answer (:mod:`meteorseed_scrapy.queue.task_state` reads it).
+"""A task lookup's query and answer (:mod:`meteorseed_scrapy.queue.inspect.task_state` reads it).
 
 A query is a task id, or a URL canonicalised and fingerprinted as the writer does it for a plain
-GET (:func:`~meteorseed_scrapy.queue.dedup.fingerprint_bytes`); anything else is refused with a
+GET (:func:`~meteorseed_scrapy.queue.enqueue.dedup.fingerprint_bytes`); anything else is refused
+with a
 :class:`TaskError` naming the argument, whatever the input.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from meteorseed_scrapy.queue.dedup import Fingerprinter, fingerprint_bytes
+from meteorseed_scrapy.queue.enqueue.dedup import Fingerprinter, fingerprint_bytes
 from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError, check_id, check_url
@@ -29,7 +30,7 @@ class TaskQuery:
     canonical: str | None = None
     fingerprint: bytes = b""
     site_id: str | None = None
-    #: The project's REQUEST_FINGERPRINTER_CLASS when the writer uses it (queue/dedup.py).
+    #: The project's REQUEST_FINGERPRINTER_CLASS when the writer uses it (queue/enqueue/dedup.py).
     fingerprinter: Fingerprinter | None = field(default=None, compare=False, repr=False)
 
     def fingerprint_of(self, task: ExecTask) -> bytes:

@@ -20,7 +20,7 @@ __all__ = ["NotSent", "ScriptOrder", "call_in_order"]
 
 
 class ScriptOrder:
-    """One :meth:`~meteorseed_scrapy.queue.writer.TaskWriter.enqueue` call in a caller's
+    """One :meth:`~meteorseed_scrapy.queue.enqueue.writer.TaskWriter.enqueue` call in a caller's
     sequence of them (the expansion engine's batches), given the call before it as ``after``.
 
     Its scripts are written to Redis right behind those of the call before, on the same
@@ -71,7 +71,7 @@ class _Lane:
 
 
 class NotSent(Exception):
-    """An :meth:`~meteorseed_scrapy.queue.writer.TaskWriter.enqueue` call with an order
+    """An :meth:`~meteorseed_scrapy.queue.enqueue.writer.TaskWriter.enqueue` call with an order
     whose call before was not sent (it failed first): nothing of it was
     sent either."""
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from meteorseed_scrapy.queue.fleet.spiders import with_registered
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.spiders import with_registered
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
 """The one reader of a namespace's queue: a typed :class:`QueueStatus` snapshot for
-``meteorseed status``, the API and console (``GET /status``) and the metrics endpoint, and the
-worker's idle check (:func:`quiet_plan`).
+``meteorseed status``, the API and console (``GET /status``) and the metrics endpoint (the
+worker's idle check reads the cheap part of it:
+:func:`~meteorseed_scrapy.queue.consume.group.quiet_plan`).
 
-Each is a read plan (:mod:`meteorseed_scrapy.queue.reads`), so the CLI's synchronous client
+Each is a read plan (:mod:`meteorseed_scrapy.queue.plumbing.reads`), so the CLI's synchronous client
 and the asyncio ones run the same code, on one Redis or a cluster.
 
 Per shard, the length and pending count of every task stream, the delayed and dead counts and
@@ -28,12 +29,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.queue.connection import async_client
-from meteorseed_scrapy.queue.delayed import DelayedEntry
-from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.reads import Batch, Plan, call, run_async, run_sync
-from meteorseed_scrapy.queue.replies import text_of
-from meteorseed_scrapy.queue.snapshot import (
+from meteorseed_scrapy.queue.fleet.delayed import DelayedEntry
+from meteorseed_scrapy.queue.fleet.snapshot import (
     ConsumerStatus,
     Depth,
     LaneStatus,
@@ -43,7 +40,11 @@ from meteorseed_scrapy.queue.snapshot import (
     SiteThrottle,
     summarize_delayed,
 )
-from meteorseed_scrapy.queue.spiders import alive_consumers, spider_plan, spider_rows
+from meteorseed_scrapy.queue.fleet.spiders import alive_consumers, spider_plan, spider_rows
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client
+from meteorseed_scrapy.queue.plumbing.reads import Batch, Plan, call, run_async, run_sync
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.lanes import BANDS, LANES
 
 #: Delayed-set entries read per snapshot (the soonest due, shared between the shards) for the
@@ -232,16 +233,6 @@ def _ms(value: Any) -> float | None:
     return ms / 1000 if math.isfinite(ms) and ms >= 0 else None
 
 
-def quiet_plan(keys: KeyLayout) -> Plan[bool]:
-    """True when no task waits in any stream, is pending on any consumer (entries are XDEL'd
-    on ack) or is deferred in a delayed set: the cheap part of :func:`status_plan` that a
-    worker's idle check repeats every tick."""
-    calls = [call("xlen", s) for s in keys.streams]
-    calls += [call("zcard", d) for shard in keys.shard_keys for d in shard.delayeds]
-    (replies,) = yield [Batch(calls)]
-    return not any(_int(r) for r in replies)
-
-
 def read_status(client: Any, keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> QueueStatus:
     """A snapshot on a synchronous client (the CLI)."""
     return run_sync(client, status_plan(keys, delayed_scan))
@@ -303,5 +294,5 @@ class Throughput:
         return out
 
 
-__all__ = ["DELAYED_SCAN", "QueueSampler", "Throughput", "quiet_plan", "read_status",
+__all__ = ["DELAYED_SCAN", "QueueSampler", "Throughput", "read_status",
            "status_plan"]

@@ -1,5 +1,5 @@
 """Writing exec tasks into the task streams: fleet-wide dedup and enqueue; the backlog and the
-backpressure writers wait on are counted by :mod:`~meteorseed_scrapy.queue.backlog`.
+backpressure writers wait on are counted by :mod:`~meteorseed_scrapy.queue.enqueue.backlog`.
 
 Dedup and enqueue happen in one Lua script (``lua/enqueue.lua`` with the two-layer dedup of
 ``lua/dedup_lib.lua``), so concurrent writers (several ``seed-expand`` runs, workers yielding
@@ -15,26 +15,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.backlog import StreamCount, stream_counts, wait_for_room
-from meteorseed_scrapy.queue.batch_pipeline import ScriptOrder, call_in_order
-from meteorseed_scrapy.queue.dedup import (
+from meteorseed_scrapy.queue.enqueue.backlog import StreamCount, stream_counts, wait_for_room
+from meteorseed_scrapy.queue.enqueue.batch_pipeline import ScriptOrder, call_in_order
+from meteorseed_scrapy.queue.enqueue.dedup import (
     RECRAWL_META_KEY,
     Fingerprinter,
     fingerprint_bytes,
     recrawl_window,
     url_fingerprint,
 )
-from meteorseed_scrapy.queue.dedup_server import check_server_config
-from meteorseed_scrapy.queue.enqueue_calls import (
+from meteorseed_scrapy.queue.enqueue.dedup_server import check_server_config
+from meteorseed_scrapy.queue.enqueue.enqueue_calls import (
     AddResult,
     Encoded,
     EnqueueCalls,
     script_args,
 )
+from meteorseed_scrapy.queue.fleet.spiders import register_spiders
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count
-from meteorseed_scrapy.queue.spiders import register_spiders
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.validation import TaskError
@@ -59,7 +59,8 @@ class TaskWriter:
     tests pass one. Every writer of a namespace must share one clock, which the server's is.
     ``lane`` puts every task this writer adds in that lane (``seed-expand --lane``); None
     keeps each task's own. ``fingerprinter``: the project's Scrapy request fingerprinter for the
-    dedup keys (:func:`~meteorseed_scrapy.queue.dedup.project_fingerprinter`); None keeps the
+    dedup keys (:func:`~meteorseed_scrapy.queue.enqueue.dedup.project_fingerprinter`); None keeps
+    the
     canonical-URL ones. Every writer of a namespace must use the same.
     """
 
@@ -173,10 +174,12 @@ class TaskWriter:
     async def enqueue(self, encoded: Sequence[Encoded], order: ScriptOrder | None = None
                       ) -> AddResult:
         """Enqueue tasks already encoded (by :meth:`encode` or a :meth:`seed_encoder`), in
-        script calls of :data:`~meteorseed_scrapy.queue.enqueue_calls.CHUNK_SIZE` per stream,
+        script calls of :data:`~meteorseed_scrapy.queue.enqueue.enqueue_calls.CHUNK_SIZE` per
+        stream,
         all sent in one round trip (concurrently on a cluster). With ``order``, written behind
         the call before it in a caller's sequence (see
-        :class:`~meteorseed_scrapy.queue.batch_pipeline.ScriptOrder`), which is finished when
+        :class:`~meteorseed_scrapy.queue.enqueue.batch_pipeline.ScriptOrder`), which is finished
+        when
         this returns or raises."""
         try:
             return await self._enqueue(encoded, order)
@@ -245,13 +248,13 @@ class TaskWriter:
 
     async def stream_counts(self) -> dict[str, StreamCount]:
         """Waiting and pending tasks per task stream
-        (:func:`~meteorseed_scrapy.queue.backlog.stream_counts`)."""
+        (:func:`~meteorseed_scrapy.queue.enqueue.backlog.stream_counts`)."""
         return await stream_counts(self._redis, self._keys)
 
     async def wait_for_room(
         self, max_backlog: int, on_wait: Callable[[int], None], poll: float = 1.0
     ) -> int:
         """Return :meth:`backlog` once it is at most ``max_backlog``, waiting for workers until
-        then (:func:`~meteorseed_scrapy.queue.backlog.wait_for_room`). Backpressure only:
+        then (:func:`~meteorseed_scrapy.queue.enqueue.backlog.wait_for_room`). Backpressure only:
         nothing is ever trimmed to make room."""
         return await wait_for_room(self.backlog, max_backlog, on_wait, poll)

@@ -1,0 +1,11 @@
+"""The worker's side of the task streams.
+
+- :mod:`.consumer`: read, reclaim, keep alive, ack, dead-letter, hand back
+  (:class:`~meteorseed_scrapy.queue.consume.consumer.StreamConsumer`)
+- :mod:`.group`: the consumer group as a whole: creation, membership, the idle check
+- :mod:`.delivery`: one delivery and the consumer's bookkeeping
+- :mod:`.lanes`: how free capacity is shared between lanes
+- :mod:`.task_records`: completion records and failure notes beside the streams
+- :mod:`.deadletters`: the dead-letter stream: read, requeue, purge
+- :mod:`.retention`: how long dead letters and departed consumers are kept
+"""

@@ -1,0 +1,7 @@
+"""What a namespace's workers share about each other and their tasks.
+
+- :mod:`.liveness`: which workers are alive (``<ns>:workers``)
+- :mod:`.spiders`: which spiders have task sets, and which spider each worker runs
+- :mod:`.delayed`: the delayed set's entries (site, reason, due time)
+- :mod:`.snapshot`: the status snapshot's shape and JSON
+"""
