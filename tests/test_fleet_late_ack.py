@@ -14,9 +14,8 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
-from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
@@ -81,11 +80,9 @@ def test_a_late_deferral_leaves_a_reclaimed_task_to_its_new_owner(
             taken: list[Any] = []
             while not taken:  # until the entry has been idle past the 10 ms min idle
                 taken = await other.reclaim(0.01, 1)
-            backoff = Backoff(1.0, 300.0)
-            gate = SiteGate(client, keys, lambda _site: SiteLimits(), "cut-off", backoff)
-            late_deferred = await gate.defer(held.ref, task, 5.0, owner="cut-off")
-            own = SiteGate(client, keys, lambda _site: SiteLimits(), "other", backoff)
-            owner_deferred = await own.defer(taken[0].ref, task, 5.0, owner="other")
+            delayed = DelayedSet(client, keys)
+            late_deferred = await delayed.defer(held.ref, task, 5.0, owner="cut-off")
+            owner_deferred = await delayed.defer(taken[0].ref, task, 5.0, owner="other")
             return late_deferred, owner_deferred, int(await client.zcard(keys.delayed))
         finally:
             await client.aclose()

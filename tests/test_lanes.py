@@ -17,6 +17,7 @@ from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import SiteQueues
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
 from meteorseed_scrapy.queue.consume.lanes import LaneShares, LaneWeights
@@ -357,7 +358,7 @@ def test_retries_go_to_the_retry_lane_and_pauses_back_to_their_own(
         consumer = StreamConsumer(client, keys, "c1")
         await consumer.ensure_group()
         by_url = {d.task.url: d for d in await consumer.read(2, 0) if d.task}
-        gate = make_gate(client, keys)
+        gate = DelayedSet(client, keys)
         assert await gate.defer(by_url[retried.url].ref, retried, 0, "retry")
         assert await gate.defer(by_url[paused.url].ref, paused, 0)
         # A member written before lanes (bare JSON) goes to <ns>:tasks.

@@ -11,6 +11,7 @@ import redis
 
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, parse_retry_after
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
@@ -137,7 +138,6 @@ def test_deferred_tasks_come_back_when_due_exactly_once(
     redis_url: str, namespace: str, sync_redis: redis.Redis
 ) -> None:
     keys = KeyLayout(namespace)
-    limits = SiteLimits(rate=1.0, burst=1, concurrency=1)
     task = ExecTask.create(seed_id="s", site_id="site", url="http://127.0.0.1:1/x")
 
     async def scenario(client: Any) -> tuple[bool, float, float, float]:
@@ -145,9 +145,9 @@ def test_deferred_tasks_come_back_when_due_exactly_once(
         await client.xgroup_create(keys.stream, keys.group, id="0")
         reply = await client.xreadgroup(keys.group, "c1", {keys.stream: ">"}, count=1)
         msg_id = reply[0][1][0][0]
-        gate = make_gate(client, namespace, limits)
-        moved = await gate.defer((keys.stream, msg_id), task, 0.3)
-        early = await gate.promote()
+        delayed = DelayedSet(client, keys)
+        moved = await delayed.defer((keys.stream, msg_id), task, 0.3)
+        early = await delayed.promote()
 
         async def due() -> bool:  # by Redis time, as promote.lua sees it (ms)
             ((_, due_ms),) = await client.zrange(keys.delayed, 0, 0, withscores=True)
@@ -155,8 +155,8 @@ def test_deferred_tasks_come_back_when_due_exactly_once(
             return bool(due_ms <= int(secs) * 1000 + int(usecs) // 1000)
 
         await wait_until(due, 10, 0.02)
-        other = make_gate(client, namespace, limits)
-        due, again = await asyncio.gather(gate.promote(), other.promote())
+        other = DelayedSet(client, keys)
+        due, again = await asyncio.gather(delayed.promote(), other.promote())
         return moved, early, due, again
 
     moved, early, due, again = run(redis_url, scenario)

@@ -31,6 +31,7 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.lanes import LaneWeights
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult, Encoded
@@ -146,7 +147,8 @@ async def pump_on(redis_url: str, namespace: str, writer: type[TaskWriter] = Tas
     rig = Rig(None, client, keys, consumer, crawler.stats,  # type: ignore[arg-type]
               ShopSpider(), writer(client, keys))
     rig.pump = StreamPump(crawler, rig.spider, consumer, rig.writer, config,
-                          gate=gate, breaker=breaker, limits_for=lambda _site: limits,
+                          gate=gate, delayed=DelayedSet(client, keys), breaker=breaker,
+                          limits_for=lambda _site: limits,
                           sizes=WorkSizes.from_settings(crawler.settings),
                           politeness=crawler.settings.getbool("METEORSEED_POLITENESS"),
                           on_change=lambda: rig.woken.append(True),

@@ -14,9 +14,8 @@ import redis
 from redis.asyncio import Redis
 
 from meteorseed_scrapy.cli import main as cli_main
-from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import CHUNK_SIZE
@@ -175,7 +174,6 @@ def test_dead_letters_of_every_shard_share_ns_dead_and_requeue_to_their_shard(
 def test_reclaim_touch_hand_back_and_defer_per_shard(redis_url: str, namespace: str) -> None:
     keys = KeyLayout(namespace, SHARDS)
     sites = sites_covering(SHARDS)
-    limits = SiteLimits(rate=100.0, burst=100, concurrency=100)
 
     async def body(client: Redis) -> dict[str, Any]:
         a = StreamConsumer(client, keys, "a")
@@ -189,7 +187,7 @@ def test_reclaim_touch_hand_back_and_defer_per_shard(redis_url: str, namespace: 
         out["lost"] = {ref for ref in await a.touch([d.ref for d in mine])}
         out["taken_refs"] = {d.ref for d in taken}
         out["handed"] = await b.hand_back(taken, 3600)
-        gate = SiteGate(client, keys, lambda _s: limits, "a", Backoff(1.0, 300.0))
+        gate = DelayedSet(client, keys)
         kept = [d for d in mine if d.ref not in out["taken_refs"]]
         for d in kept[:4]:
             assert d.task is not None

@@ -24,6 +24,7 @@ from meteorseed_scrapy.politeness.control import HOLD_RECHECK_S, SiteRef
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.delayed import reason_of
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -126,11 +127,11 @@ def test_resume_wakes_the_sites_parked_tasks_only(redis_url: str, namespace: str
         await TaskWriter(client, keys).add([*news, shop, quota])
         consumer = StreamConsumer(client, keys, "w1")
         await consumer.ensure_group()
-        gate = make_gate(client, namespace)
+        delayed = DelayedSet(client, KeyLayout(namespace))
         for d in await consumer.read(10, 0):
             assert d.task is not None
             why = DeferReason.QUOTA if d.task.url == quota.url else DeferReason.PAUSED
-            assert await gate.defer(d.ref, d.task, HOLD_RECHECK_S, "", why)
+            assert await delayed.defer(d.ref, d.task, HOLD_RECHECK_S, "", why)
 
     run(redis_url, park)
     assert control.release(sync_redis, keys, SiteRef("news"), "ops") == 3

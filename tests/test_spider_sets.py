@@ -23,10 +23,9 @@ from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.dispatch import validate_seed
 from meteorseed_scrapy.api.problems import InvalidInput
 from meteorseed_scrapy.cli import main
-from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume import deadletters
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.liveness import Heartbeat, Liveness
 from meteorseed_scrapy.queue.fleet.spiders import worker_spider
@@ -234,8 +233,8 @@ def test_a_deferred_task_comes_back_to_its_own_set_by_its_spiders_workers_only(
         await consumer.ensure_group()
         [delivery] = await consumer.read(10, 10)
 
-        def gate(k: KeyLayout) -> SiteGate:
-            return SiteGate(client, k, lambda s: SiteLimits(), "w", Backoff())
+        def gate(k: KeyLayout) -> DelayedSet:
+            return DelayedSet(client, k)
 
         assert await gate(shop_keys).defer(delivery.ref, t, 0)
         await gate(news_keys).promote()  # another spider's worker: not its to move

@@ -16,9 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.group import quiet_plan
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.delayed import (
@@ -57,9 +56,8 @@ def task(site: str, n: int, lane: str = "scheduled", priority: int = 0) -> ExecT
                            priority=priority)
 
 
-def gate_for(client: Any, keys: KeyLayout) -> SiteGate:
-    return SiteGate(client, keys, lambda _site: SiteLimits(rate=1.0, burst=1, concurrency=1),
-                    "c1", Backoff(1.0, 300.0))
+def gate_for(client: Any, keys: KeyLayout) -> DelayedSet:
+    return DelayedSet(client, keys)
 
 
 async def defer_some(client: Any, keys: KeyLayout, deferrals: list[tuple[ExecTask, float,

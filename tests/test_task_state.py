@@ -14,9 +14,8 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
@@ -99,8 +98,7 @@ def test_delayed_until_when_and_why(redis_url: str, namespace: str,
         consumer = StreamConsumer(client, keys, "w1")
         await consumer.ensure_group()
         [delivery] = await consumer.read(1, 0)
-        gate = SiteGate(client, keys, lambda _s: SiteLimits(rate=1.0, burst=1, concurrency=1),
-                        "w1", Backoff(1.0, 300.0))
+        gate = DelayedSet(client, keys)
         assert await gate.defer(delivery.ref, one, 120.0, "", DeferReason.PAUSED)
 
     run(redis_url, scenario)
@@ -328,8 +326,7 @@ def test_a_delayed_task_by_id_also_gets_its_dedup_record(
         consumer = StreamConsumer(client, keys, "w1")
         await consumer.ensure_group()
         [delivery] = await consumer.read(1, 0)
-        gate = SiteGate(client, keys, lambda _s: SiteLimits(rate=1.0, burst=1, concurrency=1),
-                        "w1", Backoff(1.0, 300.0))
+        gate = DelayedSet(client, keys)
         assert await gate.defer(delivery.ref, one, 30.0, "", DeferReason.RETRY)
 
     run(redis_url, scenario)

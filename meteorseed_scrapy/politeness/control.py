@@ -24,14 +24,13 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from meteorseed_scrapy.queue.fleet.delayed import SCALE, reason_code, reason_of, site_of
-from meteorseed_scrapy.queue.fleet.spiders import with_registered_sync
+from meteorseed_scrapy.queue.consume.delayed_set import make_due
+from meteorseed_scrapy.queue.fleet.delayed import site_of
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.validation import TaskError, check_id
@@ -45,9 +44,6 @@ HOLD_KEYS = ("hold", "override")
 HOLD_RECHECK_S = 3600.0
 #: Events kept in ``<ns>:events`` (approximately: MAXLEN ~).
 EVENTS_KEPT = 10_000
-#: Delayed-set members per ZSCAN page on resume.
-SCAN_COUNT = 500
-PAUSED = DeferReason.PAUSED.value
 
 
 @dataclass(frozen=True)
@@ -96,38 +92,12 @@ def release(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str) -> int 
     client.hdel(keys.held, ref.site)
     if not held:
         return None
-    woken = _wake(client, keys, ref.site) + _wake(client, keys, ref.site)
+    def parked_here(member: Any) -> bool:
+        return site_of(member) == ref.site
+
+    woken = sum(make_due(client, keys, DeferReason.PAUSED, parked_here) for _ in range(2))
     _event(client, keys, "site resumed", ref.site, by, woken=woken)
     return woken
-
-
-def _wake(client: redis.Redis, keys: KeyLayout, site: str) -> int:
-    """Make the site's tasks parked as paused due now (their due time only: they keep their
-    route and message), every shard."""
-    code = reason_code(DeferReason.PAUSED)
-    seconds, micros = client.time()
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
-    due = now_ms - 1 + code / SCALE  # (defer.lua's encoding: the reason in the fraction)
-    woken = 0
-    every = with_registered_sync(client, keys)  # each spider's task set has a delayed set too
-    for delayed in (d for shard in every.shard_keys for d in shard.delayeds):
-        batch: dict[Any, float] = {}
-        for member, score in _scan(client, delayed):
-            if score > due and site_of(member) == site and reason_of(score) == PAUSED:
-                batch[member] = due
-            if len(batch) >= SCAN_COUNT:
-                woken, batch = woken + _move(client, delayed, batch), {}
-        woken += _move(client, delayed, batch)
-    return woken
-
-
-def _move(client: redis.Redis, key: str, batch: dict[Any, float]) -> int:
-    """New scores for members still there (one left meanwhile stays gone: XX)."""
-    return int(client.zadd(key, batch, xx=True, ch=True) or 0) if batch else 0
-
-
-def _scan(client: redis.Redis, key: str) -> Iterator[tuple[Any, float]]:
-    yield from client.zscan_iter(key, count=SCAN_COUNT)
 
 
 def limit(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str, *,

@@ -20,13 +20,8 @@ from meteorseed_scrapy.politeness.adaptive import (
 from meteorseed_scrapy.politeness.control import HOLD_KEYS, HOLD_RECHECK_S
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS
-from meteorseed_scrapy.queue.fleet.delayed import reason_code
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
-from meteorseed_scrapy.queue.shards import call_scripts
-from meteorseed_scrapy.task.exceptions import DeferReason
-from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
-from meteorseed_scrapy.task.lanes import DEFAULT_LANE, band_of
 
 LEASE_TTL_S = 30.0  # the longest lease; renewed every third of its life while in flight
 #: The shortest: renewals ride the permit loop, which runs about once a second.
@@ -92,8 +87,6 @@ class SiteGate:
         self._gate = scripts.register(redis, "gate")
         self._renew = scripts.register(redis, "renew")
         self._pause = scripts.register(redis, "pause")
-        self._defer = scripts.register(redis, "defer")
-        self._promote = scripts.register(redis, "promote")
         self._adaptive = scripts.register(redis, "adaptive")
         self.samples = LatencySamples()  # responses of adaptive sites since the last flush
         self._next_flush = 0.0
@@ -255,40 +248,6 @@ class SiteGate:
         if capped:
             await self._index(limits.quota(site))
         return capped
-
-    async def defer(self, ref: tuple[str, str], task: ExecTask, delay_s: float,
-                    lane: str = "", why: DeferReason = DeferReason.OTHER, owner: str = "") -> bool:
-        """Ack the message ``ref`` (stream, id) and put ``task`` in the delayed set, due in
-        ``delay_s`` (Redis time), for the task stream of ``lane`` ("" = the task's own);
-        ``why`` is recorded with it (``meteorseed status`` counts them by reason). With
-        ``owner``, only while the entry is still pending on that consumer; False when not."""
-        route = f"{lane or task.lane}:{band_of(task.priority)}"
-        shard = self.keys.shard_of_stream(ref[0])
-        done = await self._defer(  # (in its task set's delayed set: its spider's workers only)
-            keys=[ref[0], shard.delayed_of(shard.stream_spiders[ref[0]])],
-            args=[self.keys.group, ref[1], int(delay_s * 1000), f"{route}|{task.to_message()['t']}",
-                  "1", reason_code(why), owner],
-        )
-        return bool(done)
-
-    async def promote(self, limit: int = 500) -> float:
-        """Move due tasks to their streams (each shard's delayed set to that shard's streams);
-        returns seconds until the next is due (-1: none)."""
-        calls = []
-        for shard in self.keys.shard_keys:
-            for spider in shard.task_sets:  # each task set's delayed set to its own streams
-                streams = shard.set_streams(spider)
-                routes = [":".join(shard.stream_lanes[s]) for s in streams]
-                calls.append(([shard.delayed_of(spider), *streams],
-                              [limit, MESSAGE_VERSION, streams.index(shard.task_stream(
-                                  DEFAULT_LANE, "normal", spider)) + 1, *routes]))
-        waits = []
-        for moved, wait_ms in await call_scripts(self.redis, self._promote, calls):
-            if int(moved) >= limit:
-                return 0.0
-            if int(wait_ms) >= 0:
-                waits.append(int(wait_ms) / 1000)
-        return min(waits, default=-1.0)
 
 
 def group_by_site(pairs: Sequence[tuple[str, str]]) -> dict[str, list[str]]:

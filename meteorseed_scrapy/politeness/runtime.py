@@ -19,6 +19,7 @@ from meteorseed_scrapy.politeness.gate import SiteGate, lease_ttl
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.lanes import LaneWeights
 from meteorseed_scrapy.queue.enqueue.dedup import project_fingerprinter
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
@@ -56,6 +57,7 @@ class CrawlRuntime:
         self.gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer,
                              self.backoff, self.breaker_config.probe_interval,
                              lease_ttl_s=lease_ttl(self.config.claim_idle))
+        self.delayed = DelayedSet(self.redis, self.keys)
         self.breaker = Breaker(self.redis, self.keys, self.breaker_config, crawler.stats,
                                lambda site: self.limits_for(site).quota(site))
         self.worker = False  # set when the scheduler opens a worker crawl

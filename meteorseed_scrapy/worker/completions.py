@@ -16,8 +16,8 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
@@ -38,7 +38,7 @@ BATCH = 500
 class Completions:
     """Queues of writes, and the flush step of the worker's flush loop."""
 
-    def __init__(self, consumer: StreamConsumer, writer: TaskWriter, gate: SiteGate,
+    def __init__(self, consumer: StreamConsumer, writer: TaskWriter, delayed: DelayedSet,
                  config: WorkerConfig, stats: Any, *,
                  on_child_durable: Callable[[str], None],
                  on_new_urls: Callable[[Iterable[str]], None],
@@ -47,7 +47,7 @@ class Completions:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)
         self.writer = writer
-        self.gate = gate
+        self.delayed = delayed
         self.config = config
         self.stats = stats
         self.needed = asyncio.Event()  # something was queued: the flush loop may go now
@@ -171,7 +171,7 @@ class Completions:
                                     "seed_id": task and task.seed_id})
             while self.deferrals:
                 delivery, task, delay, lane, why = self.deferrals[0]
-                deferred = await self.gate.defer(delivery.ref, task, delay, lane, why,
+                deferred = await self.delayed.defer(delivery.ref, task, delay, lane, why,
                                                  owner=self.consumer.consumer)
                 self.deferrals.pop(0)
                 # Not deferred: another worker reclaimed it meanwhile, and it is that one's now.

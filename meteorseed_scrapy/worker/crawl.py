@@ -63,7 +63,8 @@ class WorkerCrawl:
         self._new_urls: Counter[str] = Counter()  # seed_id -> new child URLs, until reported
         self.pump = StreamPump(
             crawler, spider, runtime.consumer, runtime.writer, runtime.config,
-            gate=runtime.gate, breaker=runtime.breaker, limits_for=runtime.limits_for,
+            gate=runtime.gate, delayed=runtime.delayed, breaker=runtime.breaker,
+            limits_for=runtime.limits_for,
             sizes=config.sizes, politeness=config.politeness, on_change=on_change,
             on_new_urls=self._new_urls.update,
         )

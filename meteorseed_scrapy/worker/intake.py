@@ -12,8 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.fleet.liveness import Liveness
@@ -52,7 +52,7 @@ class Holder(Protocol):
 
 
 class Intake:
-    def __init__(self, consumer: StreamConsumer, gate: SiteGate, completions: Completions,
+    def __init__(self, consumer: StreamConsumer, delayed: DelayedSet, completions: Completions,
                  config: WorkerConfig, stats: Any, holder: Holder, read_batch: int,
                  keepalive: KeepAlive) -> None:
         self.consumer = consumer
@@ -60,7 +60,7 @@ class Intake:
         self.group = consumer.membership()
         self.liveness = Liveness(consumer.redis, consumer.keys, consumer.consumer,
                                  config.claim_idle)
-        self.gate = gate
+        self.delayed = delayed
         self.completions = completions
         self.config = config
         self.stats = stats
@@ -209,7 +209,7 @@ class Intake:
                 and not await self.take_over(want):
             self._next_reclaim = now + tick
         if now >= self._next_promote:
-            next_due = await self.gate.promote()
+            next_due = await self.delayed.promote()
             self._next_promote = now + (min(next_due, 1.0) if next_due >= 0 else 1.0)
         if self.config.idle_close:
             quiet = self.holder.locally_quiet() and await self.group.namespace_quiet()

@@ -26,6 +26,7 @@ from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_internals import downloads_in_progress
@@ -57,7 +58,8 @@ logger = logging.getLogger(__name__)
 
 class StreamPump:
     def __init__(self, crawler: Any, spider: Spider | None, consumer: StreamConsumer,
-                 writer: TaskWriter, config: WorkerConfig, *, gate: SiteGate, breaker: Breaker,
+                 writer: TaskWriter, config: WorkerConfig, *, gate: SiteGate,
+                 delayed: DelayedSet, breaker: Breaker,
                  limits_for: Callable[[str], SiteLimits], sizes: WorkSizes, politeness: bool,
                  on_change: Callable[[], None],
                  on_new_urls: Callable[[Iterable[str]], None]) -> None:
@@ -75,7 +77,7 @@ class StreamPump:
         self._buffer = WaitingTasks(lambda e: consumer.lane_of(e.deliveries[0]) == "realtime")
         self._hops = SiteQueues()  # retries/redirects of tasks we hold, per site
         self._completions = Completions(
-            consumer, writer, gate, config, self._stats,
+            consumer, writer, delayed, config, self._stats,
             on_child_durable=lambda parent_id: self._settling.child_durable(parent_id),
             on_new_urls=on_new_urls,
             on_written=lambda tasks, fresh: self._yielded.written(tasks, fresh))
@@ -95,7 +97,7 @@ class StreamPump:
         self._watch = RedisWatch(crawler, consumer, self)
         self._loops.on_refused = self._watch.refused
         self._keepalive = KeepAlive(consumer, config.redis_url, config.claim_idle)
-        self._intake = Intake(consumer, gate, self._completions, config, self._stats, self,
+        self._intake = Intake(consumer, delayed, self._completions, config, self._stats, self,
                               sizes.read_batch, self._keepalive)
         self._pacing = StartPacing(crawler.engine, self._intake.reads, self._full)
         self._coming = ComingTasks()  # this worker's new tasks on their way through the stream
