@@ -61,7 +61,7 @@ def test_a_step_needing_no_redis_does_not_end_an_outage(caplog: Any,
     consumer.redis.up = True
     loops = Loops(consumer, _Stats())  # type: ignore[arg-type]
     # Backoff of at most 0.3 s (a hundredth of the real one), so the test is short.
-    monkeypatch.setattr("meteorseed_scrapy.worker.loops.random.uniform", lambda a, b: 0.01)
+    monkeypatch.setattr("meteorseed_scrapy.backoff.random.uniform", lambda a, b: 0.01)
     calls = {"redis": 0, "local": 0}
 
     async def needs_redis() -> None:
@@ -133,7 +133,7 @@ def test_a_loop_in_back_off_wakes_when_another_loop_finds_redis_back(
     consumer.redis.up = True
     loops = Loops(consumer, _Stats())  # type: ignore[arg-type]
     # A back-off far longer than the test may take: only being woken lets the ack loop retry.
-    monkeypatch.setattr("meteorseed_scrapy.worker.loops.random.uniform", lambda a, b: 3600.0)
+    monkeypatch.setattr("meteorseed_scrapy.backoff.random.uniform", lambda a, b: 3600.0)
     calls = {"read": 0, "ack": 0}
 
     async def read() -> None:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.politeness.adaptive import AdaptiveTarget
 from meteorseed_scrapy.settings import (
     DEFAULTS,
@@ -85,11 +85,8 @@ class Backoff:
         )
 
     def compute(self, failures: int, retry_after: float | None = None) -> float:
-        delay = self.base * 2 ** max(0, min(failures, 30))
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        delay = min(self.cap, delay)
-        return delay + random.uniform(0, delay * self.jitter)
+        return exponential(failures, self.base, self.cap, floor=retry_after,
+                           jitter=(1.0, 1.0 + self.jitter))
 
 
 def parse_retry_after(value: bytes | str | None,

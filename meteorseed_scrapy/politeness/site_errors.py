@@ -15,6 +15,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from meteorseed_scrapy.backoff import exponential
+
 logger = logging.getLogger(__name__)
 
 #: What a site's own state can make a call raise: Redis refusing the command or the script
@@ -49,7 +51,7 @@ class SiteFaults:
             )
         else:
             logger.debug("The %s call of site %s failed again (%d): %s", self.what, site, n, exc)
-        wait = min(MAX_WAIT_S, FIRST_WAIT_S * 2 ** min(n - 1, 16))
+        wait = exponential(n - 1, FIRST_WAIT_S, MAX_WAIT_S)
         self._retry_at[site] = time.monotonic() + wait
         return wait
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.seeding.schedule import Cron, Every, Schedule, parse_interval
 from meteorseed_scrapy.settings import DEFAULTS
 
@@ -145,7 +146,7 @@ def plan_next(schedule: Schedule | None, site: Bounds, state: RunState, *, now: 
 
 
 def _backoff(interval: float, failures: int, max_s: float) -> float:
-    return min(interval * 2.0 ** min(failures, 30), max(interval, max_s * FAILURE_CAP_FACTOR))
+    return exponential(failures, interval, max(interval, max_s * FAILURE_CAP_FACTOR))
 
 
 BoundsFor = Callable[[str], Bounds]

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store.backends import open_store
 from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable
@@ -228,7 +228,7 @@ class GroupCommitter:
             self._gave_up = True
         if not self._sealed:
             return
-        delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+        delay = exponential(attempt - 1, BACKOFF_FIRST, BACKOFF_CAP, jitter=(0.5, 1.0))
         # Never sleep past the next deadline: the last attempt happens right at it.
         delay = max(0.0, min(delay, (self._sealed[0].deadline or now) - now))
         # One line per outage; its retries are counted (meteorseed/store/retries).

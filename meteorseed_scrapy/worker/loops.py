@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.worker.stall import StallWatch
 
@@ -43,7 +43,7 @@ class Outage:
 
     def failed(self, exc: BaseException, where: str) -> float:
         self.failures += 1
-        delay = min(30.0, 0.25 * 2 ** min(self.failures, 8)) * random.uniform(0.8, 1.2)
+        delay = exponential(self.failures, 0.25, 30.0, jitter=(0.8, 1.2))
         if self.since is None:
             self.back.clear()
             now = time.monotonic()
