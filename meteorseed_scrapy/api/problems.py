@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.api.config import CONFIG
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +106,7 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         detail = exc.text if exc.text and not exc.text.startswith(f"{exc.status}:") else (
             f"{request.method} {request.path}: {exc.reason.lower()}")
         return problem(exc.status, detail, headers=_kept(exc))
-    except (RedisConnectionError, RedisTimeoutError) as exc:
+    except REDIS_DOWN as exc:
         logger.warning("Redis unavailable for %s %s: %s", request.method, request.path, exc)
         return problem(503, f"Redis is unavailable: {exc}", headers={"Retry-After": "5"})
     except RedisError as exc:

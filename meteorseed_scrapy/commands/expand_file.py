@@ -15,15 +15,13 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import IO, Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.commands.report import report_rejection, say, stopped_after
 from meteorseed_scrapy.exit_codes import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.plumbing.connection import async_client
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN, async_client
 from meteorseed_scrapy.queue.shards import ShardMismatch
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.expand import expand_lines
@@ -56,7 +54,7 @@ def expand_file(path: str, opts: argparse.Namespace, *, redis_url: str, keys: Ke
             asyncio.run(_expand(source, redis_url, keys, opts, max_backlog, summary, sites_dir,
                                 fingerprinter, private_addresses))
             failure = ""
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except REDIS_DOWN as exc:
             failure = f"cannot reach Redis at {redact(redis_url)}: {exc}"
         except ShardMismatch as exc:
             failure = str(exc)

@@ -7,9 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.exit_codes import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.migrate.convert import Origin
@@ -22,7 +20,7 @@ from meteorseed_scrapy.migrate.scrapy_redis import (
 from meteorseed_scrapy.queue.enqueue.dedup import settings_fingerprinter
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.plumbing.connection import async_client
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN, async_client
 from meteorseed_scrapy.task.validation import TaskError, check_spider
 from meteorseed_scrapy.task.validation import check_id as _check_id
 
@@ -114,7 +112,7 @@ def run_migration(settings: Any, redis_url: str, keys: KeyLayout, opts: argparse
 
     try:
         asyncio.run(main())
-    except (RedisConnectionError, RedisTimeoutError) as exc:
+    except REDIS_DOWN as exc:
         _say(f"cannot reach Redis at {redact(redis_url)}: {exc}")
         return EXIT_ERROR
     except RedisError as exc:

@@ -18,6 +18,7 @@ from scrapy import Spider, signals
 
 from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 from meteorseed_scrapy.queue.consume.retention import DeadLetterRetention, housekeeping
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.queue.shards import check_shard_count
 from meteorseed_scrapy.scrapy_internals import ScraperPatch
 from meteorseed_scrapy.scrapy_redis_settings import redact
@@ -26,7 +27,6 @@ from meteorseed_scrapy.seeding.yields import YieldReporter
 from meteorseed_scrapy.settings import duration_setting, flag_setting
 from meteorseed_scrapy.store.identity import check_store_identity
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
-from meteorseed_scrapy.worker.loops import REDIS_DOWN
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.redis_watchdog import RedisWatchdog
 from meteorseed_scrapy.worker.scrapes import ScrapeTracker

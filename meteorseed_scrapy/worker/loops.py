@@ -13,17 +13,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.worker.stall import StallWatch
 
 logger = logging.getLogger(__name__)
 
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 
 
 class Outage:

@@ -8,10 +8,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from meteorseed_scrapy.politeness.breaker import Breaker
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.store.base import StoreUnavailable
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
@@ -32,8 +30,7 @@ GIVE_UP_SLACK_S = 1.0  # back this long after the give-up time, to find it passe
 
 #: Errors that may pass (see :func:`transient`); redis-py's own do not derive from OSError.
 TRANSIENT: tuple[type[BaseException], ...] = (
-    StoreUnavailable, ConnectionError, TimeoutError, asyncio.TimeoutError,
-    RedisConnectionError, RedisTimeoutError,
+    StoreUnavailable, ConnectionError, TimeoutError, asyncio.TimeoutError, *REDIS_DOWN,
 )
 
 #: Outcomes whose task's items (if any) were committed and which are acked.

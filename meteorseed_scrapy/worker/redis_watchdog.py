@@ -18,10 +18,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.store.outage_stop import CrawlStop
 from meteorseed_scrapy.validators import format_duration
-from meteorseed_scrapy.worker.loops import REDIS_DOWN
 
 logger = logging.getLogger(__name__)
 

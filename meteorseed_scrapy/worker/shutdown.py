@@ -11,9 +11,10 @@ from collections.abc import Awaitable, Callable
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Delivery
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
-from meteorseed_scrapy.worker.loops import REDIS_DOWN, Outage
+from meteorseed_scrapy.worker.loops import Outage
 
 logger = logging.getLogger(__name__)
 

@@ -10,10 +10,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 
 __all__ = ["NotSent", "ScriptOrder", "call_in_order"]
@@ -130,7 +129,7 @@ async def _pipelined(redis: Any, order: ScriptOrder, script: Any,
                     replies.append(await conn.read_response())
                 except ResponseError as exc:  # (read: the connection stays in step)
                     replies.append(exc)
-        except (RedisConnectionError, RedisTimeoutError):
+        except REDIS_DOWN:
             # As redis-py retries a call whose connection failed (enqueue.lua's dedup
             # makes a second run of a batch harmless), but one call at a time, in order.
             lane.broken = True

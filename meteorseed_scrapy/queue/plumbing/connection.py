@@ -21,6 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 import redis.asyncio
 from redis.cluster import ClusterNode
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 #: Where each cluster client made here came from (URL, options), for clone_async.
 _SOURCES: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
@@ -35,6 +37,10 @@ class ClusterTarget:
     node_url: str
     nodes: tuple[tuple[str, int], ...]
 
+
+#: What "Redis is unreachable" is, everywhere (a worker pauses, a command or the API says so):
+#: redis-py's connection and timeout errors (it wraps the socket's own OSError in them).
+REDIS_DOWN: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
 
 def is_cluster_url(url: str) -> bool:
     return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES
