@@ -25,7 +25,7 @@ from meteorseed_scrapy.politeness.robotstxt import robots_interval
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.sites.model import Limits
-from meteorseed_scrapy.sites.reader import ConfigError as RuleError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.schema import parse_site, rule_schema
 from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.validators import ConfigError

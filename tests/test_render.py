@@ -19,7 +19,7 @@ from scrapy.utils.test import get_crawler
 from test_sites_e2e import finish, start_sites_worker
 
 from meteorseed_scrapy.sites import render
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.schema import parse_site
 from meteorseed_scrapy.sites.spider import RuleSpider
 from meteorseed_scrapy.task.context import TASK_META_KEY
@@ -61,7 +61,7 @@ def test_render_config_accepts_render_and_rendering() -> None:
       "render": {"mode": "browser", "wait_for": "p"}}, "render.mode: browser rendering is for"),
 ])
 def test_bad_render_configs_name_the_field(extra: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+    with pytest.raises(RuleError, match=message.replace("[", r"\[")):
         parse_site(site(**extra), "js.yaml")
 
 

@@ -18,7 +18,7 @@ from meteorseed_scrapy.sites.extract import extract
 from meteorseed_scrapy.sites.links import links
 from meteorseed_scrapy.sites.patterns import PatternTimeout, RulePattern
 from meteorseed_scrapy.sites.quality import check
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.rulefile import MAX_FILE_BYTES, load_file, parse_text
 from meteorseed_scrapy.sites.spider import RuleSpider
 
@@ -124,7 +124,7 @@ def test_the_rules_keep_re_syntax() -> None:
 
 
 def test_an_invalid_pattern_is_refused_naming_the_field() -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         parse_text(rules("(unclosed"), ".yaml", "news.yaml")
     assert info.value.path == "fields.title.regex"
     assert "invalid regular expression '(unclosed'" in info.value.problem
@@ -144,14 +144,14 @@ def test_a_yaml_anchor_bomb_is_refused_unexpanded() -> None:
     text = anchor_bomb()
     assert len(text) < 500  # the reported case: ~450 bytes, 387 million strings expanded
     started = time.process_time()
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         parse_text(text, ".yaml", "bomb.yaml")
     assert info.value.problem == "YAML: aliases expand the document beyond 100000 nodes"
     assert time.process_time() - started < 5  # not the 55 s of a full expansion
 
 
 def test_a_self_referring_alias_is_refused() -> None:
-    with pytest.raises(ConfigError, match="an alias refers to a node that contains it"):
+    with pytest.raises(RuleError, match="an alias refers to a node that contains it"):
         parse_text("site_id: &a [*a]\n", ".yaml", "loop.yaml")
 
 
@@ -165,7 +165,7 @@ def test_anchors_within_the_bound_still_work() -> None:
 def test_an_oversized_rule_file_is_refused_unread(tmp_path: Path) -> None:
     path = tmp_path / "big.yaml"
     path.write_text("site_id: news\n#" + "x" * MAX_FILE_BYTES + "\n")
-    with pytest.raises(ConfigError, match=f"larger than {MAX_FILE_BYTES} bytes"):
+    with pytest.raises(RuleError, match=f"larger than {MAX_FILE_BYTES} bytes"):
         load_file(path)
 
 
@@ -173,7 +173,7 @@ def test_an_oversized_rule_file_is_refused_unread(tmp_path: Path) -> None:
 def test_error_messages_show_a_bounded_value(value: object) -> None:
     import json
 
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         parse_text(json.dumps({"site_id": value}), ".json", "news.json")
     assert len(str(info.value)) < 400
     assert info.value.path == "site_id"
@@ -185,7 +185,7 @@ def test_a_site_id_with_a_line_break_is_refused(site_id: str) -> None:
 
     text = json.dumps({"site_id": site_id, "version": 1, "list": {"links": "a"},
                        "fields": {"t": "h1"}})
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         parse_text(text, ".json", "news.json")
     assert info.value.path == "site_id"
 
@@ -232,7 +232,7 @@ def test_a_page_with_more_links_than_the_cap_follows_the_first_ones_and_says_so(
 def test_xpath_regular_expressions_without_a_bound_are_refused(query: str) -> None:
     text = ("site_id: news\nversion: 1\nlist: {links: 'a::attr(href)'}\n"
             f"fields:\n  title: {{xpath: \"{query}\"}}\n")
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         parse_text(text, ".yaml", "news.yaml")
     assert info.value.path == "fields.title.xpath"
     assert "EXSLT regular expressions" in info.value.problem

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from meteorseed_scrapy.sites.format import SELECTOR as SELECTOR_KEYS
 from meteorseed_scrapy.sites.processors import OPTIONS
-from meteorseed_scrapy.sites.reader import ConfigError, Reader
+from meteorseed_scrapy.sites.reader import Reader, RuleError
 from meteorseed_scrapy.sites.schema import FORMAT, parse_site, rule_schema
 from meteorseed_scrapy.sites.spec import Key, UndeclaredKey
 
@@ -116,7 +116,7 @@ def test_an_undeclared_key_is_refused_by_both(section: str) -> None:
     else:
         doc = document((*path, "bogus"), 1) if path else {**base(), "bogus": 1}
         where = ".".join((*path, "bogus"))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         parse_site(doc, "t.yaml")
     assert (info.value.path, info.value.problem) == (where, "unknown key")
     assert not VALIDATOR.is_valid(doc)
@@ -155,7 +155,7 @@ def test_what_the_validator_accepts_the_schema_accepts(changes: list[Any]) -> No
         doc = _merge(doc, update)
     try:
         parse_site(copy.deepcopy(doc), "t.yaml")
-    except ConfigError:
+    except RuleError:
         return
     errors = [e.message for e in VALIDATOR.iter_errors(doc)]
     assert errors == [], doc

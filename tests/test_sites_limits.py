@@ -26,7 +26,7 @@ from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.lookup import SiteConfigs
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.rulefile import load_file, parse_text
 from meteorseed_scrapy.sites.schema import LIMITS, parse_site
@@ -52,7 +52,7 @@ def check_outcome(key: str, value: Any, parse: Any) -> None:
     """Accepted as a finite number in range equal to ``value``, or refused naming the field."""
     try:
         config = parse()
-    except ConfigError as exc:
+    except RuleError as exc:
         assert exc.path == f"limits.{key}", exc
         return
     got = getattr(config.limits, key)
@@ -116,7 +116,7 @@ def test_named_bad_limits_are_refused_naming_file_and_field(
         tmp_path: Path, limits: str, problem: str) -> None:
     path = tmp_path / "example_news.yaml"
     path.write_text(news_with(limits))
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         load_file(path)
     assert str(info.value).startswith(f"{path}: {problem}")
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from meteorseed_scrapy.sites.extract import extract
 from meteorseed_scrapy.sites.processors import Context, ProcessorError, make_float, make_int
 from meteorseed_scrapy.sites.quality import check
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.schema import parse_site
 
 REFUSED = "refused"
@@ -197,7 +197,7 @@ def test_date_natural_without_dateparser_is_refused_at_load_naming_the_field(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "dateparser", None)  # import raises ImportError
     monkeypatch.setitem(sys.modules, "dateparser.data.languages_info", None)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         _one({"languages": ["fr"]}, "3 janvier 2024", "date_natural")
     assert info.value.path == "fields.v.processors[0]"
     assert "pip install meteorseed-scrapy[dates]" in info.value.problem
@@ -213,15 +213,15 @@ def test_date_natural_without_dateparser_is_refused_at_load_naming_the_field(
 def test_date_natural_options_are_checked_at_load(options: dict[str, Any], path: str,
                                                   problem: str) -> None:
     pytest.importorskip("dateparser")
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         _one(options, "x", "date_natural")
     assert info.value.path == path and problem in info.value.problem
 
 
 def test_price_options_are_checked_at_load() -> None:
-    with pytest.raises(ConfigError, match=r"processors\[0\]\.price\.decimal: must be one of"):
+    with pytest.raises(RuleError, match=r"processors\[0\]\.price\.decimal: must be one of"):
         _one({"decimal": ";"}, "1")
-    with pytest.raises(ConfigError, match=r"processors\[0\]\.price\.part: must be one of"):
+    with pytest.raises(RuleError, match=r"processors\[0\]\.price\.part: must be one of"):
         _one({"part": "cents"}, "1")
 
 

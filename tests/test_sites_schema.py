@@ -13,7 +13,7 @@ from meteorseed_scrapy.sites.extract import extract
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.processors import Context, ProcessorError, make_date, make_float
 from meteorseed_scrapy.sites.quality import check
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.rulefile import load_file
 from meteorseed_scrapy.sites.schema import parse_site
 
@@ -92,7 +92,7 @@ def test_example_sites_load() -> None:
 ])
 def test_errors_name_file_path_and_problem(change: dict[str, Any], path: str,
                                            problem: str) -> None:
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(RuleError) as info:
         parse_site(base(**change), "sites/news.yaml")
     assert info.value.source == "sites/news.yaml"
     assert info.value.path == path
@@ -103,7 +103,7 @@ def test_errors_name_file_path_and_problem(change: dict[str, Any], path: str,
 def test_invalid_yaml_is_a_config_error(tmp_path: Path) -> None:
     bad = tmp_path / "x.yaml"
     bad.write_text("site_id: [unclosed\n")
-    with pytest.raises(ConfigError, match=r"x\.yaml: <top>: not valid YAML"):
+    with pytest.raises(RuleError, match=r"x\.yaml: <top>: not valid YAML"):
         load_file(bad)
 
 

@@ -36,7 +36,7 @@ from meteorseed_scrapy.sites.links import links
 from meteorseed_scrapy.sites.loader import SiteRegistry
 from meteorseed_scrapy.sites.model import Selector, SiteConfig
 from meteorseed_scrapy.sites.pipeline import SiteItem
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, load_file
 
 #: bytes read of a fetched page at most (a page larger than this is not a page to try rules on)
@@ -48,7 +48,7 @@ CALLBACKS = ("parse", "parse_list", "parse_detail")
 class Loaded:
     configs: dict[str, SiteConfig] = field(default_factory=dict)
     paths: dict[str, Path] = field(default_factory=dict)
-    errors: list[ConfigError] = field(default_factory=list)
+    errors: list[RuleError] = field(default_factory=list)
 
 
 def offline_context(args: argparse.Namespace, out: IO[str], err: IO[str],
@@ -66,21 +66,21 @@ def load_rules(paths: Iterable[Path]) -> Loaded:
         if given.is_dir():
             files = sorted(p for p in given.iterdir() if p.suffix in SUFFIXES)
             if not files:
-                loaded.errors.append(ConfigError(str(given), "", "no rule files"
+                loaded.errors.append(RuleError(str(given), "", "no rule files"
                                                  f" ({', '.join(SUFFIXES)})"))
         elif given.exists():
             files = [given]
         else:
-            loaded.errors.append(ConfigError(str(given), "", "no such file or directory"))
+            loaded.errors.append(RuleError(str(given), "", "no such file or directory"))
             continue
         for path in files:
             try:
                 config = load_file(path)
-            except ConfigError as exc:
+            except RuleError as exc:
                 loaded.errors.append(exc)
                 continue
             if config.site_id in loaded.configs:
-                loaded.errors.append(ConfigError(str(path), "site_id", f"{config.site_id!r} is"
+                loaded.errors.append(RuleError(str(path), "site_id", f"{config.site_id!r} is"
                                                  f" already defined in"
                                                  f" {loaded.paths[config.site_id]}"))
                 continue

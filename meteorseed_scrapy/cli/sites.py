@@ -27,7 +27,7 @@ from meteorseed_scrapy.cli.site_control import register as register_control
 from meteorseed_scrapy.cli.site_try import load_rules, offline_context
 from meteorseed_scrapy.cli.site_try import register as register_try
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.remote import RemoteRules, collect
 from meteorseed_scrapy.sites.schema import rule_schema
 
@@ -62,7 +62,7 @@ def register(sub: Any) -> None:
 def run_push(args: argparse.Namespace, ctx: Context) -> int:
     try:
         pushed = collect(args.directory)
-    except ConfigError as exc:
+    except RuleError as exc:
         raise CliError(str(exc), EXIT_INCOMPLETE) from None
     removed = RemoteRules(ctx.client, ctx.keys).push(pushed, prune=args.prune)
     if ctx.json:

@@ -16,7 +16,7 @@ from parsel import Selector as Parsel
 from meteorseed_scrapy.sites import format as rule_keys
 from meteorseed_scrapy.sites.model import DEFAULT_NOT_BEFORE, Constraint, FieldRule, Selector
 from meteorseed_scrapy.sites.processors import compile_processor
-from meteorseed_scrapy.sites.reader import ConfigError, Reader
+from meteorseed_scrapy.sites.reader import Reader, RuleError
 from meteorseed_scrapy.sites.shown import shown
 
 _FIELD_NAME = re.compile(rule_keys.FIELD_NAME)
@@ -31,7 +31,7 @@ def _read_selector(sub: Reader, fmt: str) -> Selector:
     css, xpath, path, query = (sub.string(key) for key in _SOURCES)
     from_url = sub.flag("from_url", False)
     if [css, xpath, path, query, from_url or None].count(None) != 4:
-        raise ConfigError(sub.source, sub.path, "needs exactly one of css, xpath, path,"
+        raise RuleError(sub.source, sub.path, "needs exactly one of css, xpath, path,"
                           " jmespath, from_url")
     for key, value in (("path", path), ("jmespath", query)):
         if value is not None and fmt != "json":

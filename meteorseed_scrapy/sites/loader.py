@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 from meteorseed_scrapy.sites.model import SiteConfig
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Source, Stamp, load_file
 from meteorseed_scrapy.validators import ConfigError as SettingError
@@ -140,7 +140,7 @@ class SiteRegistry:
                 continue
             try:
                 results.append(FileResult(source, stamp, config=load_file(path, str(source))))
-            except ConfigError as exc:
+            except RuleError as exc:
                 results.append(FileResult(source, stamp, error=exc))
         results.extend(FileResult(source, None) for source in self._stamps
                        if (isinstance(source, Path) or source.startswith(PACKAGE_PREFIX))

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from meteorseed_scrapy.sites import dates
 from meteorseed_scrapy.sites.numbers import NumberError, read_number, read_price, to_float, to_int
-from meteorseed_scrapy.sites.reader import ConfigError, Reader
+from meteorseed_scrapy.sites.reader import Reader, RuleError
 from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.sites.spec import Key, section, string, strings
 
@@ -226,7 +226,7 @@ def _natural_date(reader: Reader, where: str, options: Reader) -> Processor:
     languages = options.str_list("languages")
     for index, code in enumerate(languages):
         if code not in known:
-            raise ConfigError(options.source, f"{options.at('languages')}[{index}]",
+            raise RuleError(options.source, f"{options.at('languages')}[{index}]",
                               f"dateparser knows no language {code!r} (codes such as en, fr,"
                               " pt, zh-Hant)")
     return make_natural_date(languages, options.string("date_order"), _zone(options))

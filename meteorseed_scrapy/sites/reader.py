@@ -1,6 +1,6 @@
 """Typed, path-aware reading of a parsed config mapping.
 
-Every problem is reported as :class:`ConfigError` naming the file, the field path
+Every problem is reported as :class:`RuleError` naming the file, the field path
 (``fields.price.processors[1].float``) and what is wrong, and unknown keys are rejected, so a
 typo such as ``pagnation`` fails loudly instead of being ignored. With a ``spec`` (a
 :class:`~meteorseed_scrapy.sites.spec.Key` of the format), only declared keys may be read and
@@ -18,12 +18,17 @@ from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.sites.spec import Key
 
 
-class ConfigError(ValueError):
-    """A site rule config is invalid: ``source`` (file), ``path`` (field path) and ``problem``."""
+class RuleError(validators.ConfigError):
+    """A site rule config is invalid: ``source`` (file), ``path`` (field path) and ``problem``;
+    one of the :class:`~meteorseed_scrapy.validators.ConfigError` family, named by file and
+    field path."""
 
     def __init__(self, source: str, path: str, problem: str) -> None:
-        super().__init__(f"{source}: {path or '<top>'}: {problem}")
-        self.source, self.path, self.problem = source, path, problem
+        super().__init__(f"{source}: {path or '<top>'}", problem)
+        self.source, self.path = source, path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (self.source, self.path, self.problem)
 
 
 class Reader:
@@ -31,7 +36,7 @@ class Reader:
 
     def __init__(self, data: Any, source: str, path: str = "", spec: Key | None = None) -> None:
         if not isinstance(data, Mapping):
-            raise ConfigError(source, path, f"expected a mapping, got {type(data).__name__}")
+            raise RuleError(source, path, f"expected a mapping, got {type(data).__name__}")
         self.data, self.source, self.path, self.spec = data, source, path, spec
         self._used: set[str] = set()
 
@@ -52,8 +57,8 @@ class Reader:
             return f"{self.path}[{key}]"
         return f"{self.path}.{key}" if self.path else key
 
-    def error(self, key: str | int, problem: str) -> ConfigError:
-        return ConfigError(self.source, self.at(key), problem)
+    def error(self, key: str | int, problem: str) -> RuleError:
+        return RuleError(self.source, self.at(key), problem)
 
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
@@ -130,7 +135,7 @@ class Reader:
             raise self.error(key, f"expected a list of strings, got {type(value).__name__}")
         for index, element in enumerate(value):
             if not isinstance(element, str) or not element:
-                raise ConfigError(self.source, f"{self.at(key)}[{index}]",
+                raise RuleError(self.source, f"{self.at(key)}[{index}]",
                                   f"expected a non-empty string, got {shown(element)}")
         return tuple(value)
 

@@ -29,7 +29,7 @@ import redis
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import sync_client
 from meteorseed_scrapy.sites.model import SiteConfig
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Stamp, parse_text
 
 logger = logging.getLogger(__name__)
@@ -61,10 +61,10 @@ def _stamp(text: str) -> tuple[int, int]:
 
 
 def collect(directory: Path) -> list[Pushed]:
-    """Every rule file of ``directory``, validated; raises :class:`ConfigError` listing every
+    """Every rule file of ``directory``, validated; raises :class:`RuleError` listing every
     bad file (and site_ids defined twice), so nothing is pushed unless all are good."""
     if not directory.is_dir():
-        raise ConfigError(str(directory), "", "not a directory")
+        raise RuleError(str(directory), "", "not a directory")
     found: list[Pushed] = []
     errors: list[str] = []
     owners: dict[str, Path] = {}
@@ -75,7 +75,7 @@ def collect(directory: Path) -> list[Pushed]:
         except (OSError, UnicodeDecodeError) as exc:
             errors.append(f"{path}: cannot read: {exc}")
             continue
-        except ConfigError as exc:
+        except RuleError as exc:
             errors.append(str(exc))
             continue
         if config.site_id in owners:
@@ -85,9 +85,9 @@ def collect(directory: Path) -> list[Pushed]:
         owners[config.site_id] = path
         found.append(Pushed(config, path.name, text))
     if errors:
-        raise ConfigError(str(directory), "", "nothing pushed:\n  " + "\n  ".join(errors))
+        raise RuleError(str(directory), "", "nothing pushed:\n  " + "\n  ".join(errors))
     if not found:
-        raise ConfigError(str(directory), "", f"no rule files ({', '.join(SUFFIXES)})")
+        raise RuleError(str(directory), "", f"no rule files ({', '.join(SUFFIXES)})")
     return found
 
 
@@ -168,7 +168,7 @@ class RemoteRules:
             except (ValueError, KeyError, TypeError) as exc:
                 stamp = _stamp(value)
                 if stamps.get(key) != stamp:
-                    error = ConfigError(key, "", f"not a pushed rule record: {exc!r}")
+                    error = RuleError(key, "", f"not a pushed rule record: {exc!r}")
                     results.append(FileResult(key, stamp, error=error))
                 continue
             # The rule's text and file name, not the record: a push of the same rules a
@@ -179,9 +179,9 @@ class RemoteRules:
             try:
                 config = parse_text(text, Path(source).suffix, f"{key} ({source})")
                 if config.site_id != site_id:
-                    raise ConfigError(key, "site_id", f"{config.site_id!r} stored as {site_id!r}")
+                    raise RuleError(key, "site_id", f"{config.site_id!r} stored as {site_id!r}")
                 results.append(FileResult(key, stamp, config=config))
-            except ConfigError as exc:
+            except RuleError as exc:
                 results.append(FileResult(key, stamp, error=exc))
         gone = [key for key in stamps if isinstance(key, str) and key.startswith(PREFIX)
                 and key.rsplit("/", 1)[-1] not in raw]

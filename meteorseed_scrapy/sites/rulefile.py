@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from meteorseed_scrapy.sites.model import SiteConfig
-from meteorseed_scrapy.sites.reader import ConfigError
+from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.schema import parse_site
 from meteorseed_scrapy.sites.shown import shown
 
@@ -39,33 +39,33 @@ class FileResult:
     path: Source
     stamp: Stamp | None  # None: the file is gone
     config: SiteConfig | None = None
-    error: ConfigError | None = None
+    error: RuleError | None = None
 
 
 def load_file(path: Path | Traversable, source: str | None = None) -> SiteConfig:
     """Read and validate one rule file (a path, or package data: ``source`` names it), or
-    raise :class:`ConfigError`."""
+    raise :class:`RuleError`."""
     source = source or str(path)
     try:
         with path.open("rb") as file:
             data = file.read(MAX_FILE_BYTES + 1)  # never more than the cap into memory
         text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(source, "", f"cannot read: {exc}") from None
+        raise RuleError(source, "", f"cannot read: {exc}") from None
     return parse_text(text, Path(path.name).suffix, source)
 
 
 def parse_text(text: str, suffix: str, source: str) -> SiteConfig:
     """Validate the text of a rule file (``suffix`` ``.json``: JSON, else YAML)."""
     if len(text) > MAX_FILE_BYTES:
-        raise ConfigError(source, "", f"larger than {MAX_FILE_BYTES} bytes: not a rule file")
+        raise RuleError(source, "", f"larger than {MAX_FILE_BYTES} bytes: not a rule file")
     kind = "JSON" if suffix == ".json" else "YAML"
     try:
         data = json.loads(text) if suffix == ".json" else yaml.load(text, _BoundedLoader)
     except ExpansionError as exc:
-        raise ConfigError(source, "", f"{kind}: {exc}") from None
+        raise RuleError(source, "", f"{kind}: {exc}") from None
     except (ValueError, RecursionError, yaml.YAMLError) as exc:  # also too deeply nested
-        raise ConfigError(source, "", f"not valid {kind}: {shown(str(exc))}") from None
+        raise RuleError(source, "", f"not valid {kind}: {shown(str(exc))}") from None
     return parse_site(data, source)
 
 

@@ -5,7 +5,7 @@ See docs/sites.md for the format; its keys are declared in :mod:`.format`, which
 :func:`rule_schema` prints as JSON Schema. Fields and selectors are read by :mod:`.field_rules`;
 this module reads the rest (lists, limits, rendering, dedup) and checks the whole.
 :func:`parse_site` either returns a complete :class:`SiteConfig` or raises
-:class:`~meteorseed_scrapy.sites.reader.ConfigError` naming the file, the field path and the
+:class:`~meteorseed_scrapy.sites.reader.RuleError` naming the file, the field path and the
 problem; nothing half-valid ever reaches the spider.
 """
 
@@ -36,7 +36,7 @@ def _render_reader(top: Reader) -> Reader:
 
 def parse_site(data: Any, source: str) -> SiteConfig:
     """A validated :class:`SiteConfig` from one parsed file, or
-    :class:`~meteorseed_scrapy.sites.reader.ConfigError`."""
+    :class:`~meteorseed_scrapy.sites.reader.RuleError`."""
     top = Reader(data, source, spec=FORMAT)
     site_id = top.string("site_id", required=True)
     assert site_id is not None
