@@ -27,7 +27,7 @@ from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 from twisted.python.failure import Failure
 
-from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
+from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig, BreakerState
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
@@ -526,7 +526,13 @@ def test_breaker_states_are_announced_when_first_seen_and_when_they_change() -> 
     crawler = get_crawler()
     heard = Heard()
     crawler.signals.connect(heard.breaker_state_changed, breaker_state_changed)
-    breaker = SimpleNamespace(state={"news": "closed"})
+    class _Breaker:  # the two things BreakerStates reads of a Breaker
+        state: dict[str, str] = {"news": "closed"}
+
+        def state_of(self, site: str) -> BreakerState:
+            return BreakerState(self.state[site])
+
+    breaker = _Breaker()
     steps: list[int] = []
 
     async def quota_step() -> None:

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from enum import Enum
 from typing import Any
 
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
@@ -30,6 +31,14 @@ logger = logging.getLogger(__name__)
 FLUSH_INTERVAL_S = 0.25
 MIN_FAILING_TASKS = 3  # distinct tasks failing in this worker's window before it judges the site
 
+
+
+class BreakerState(str, Enum):
+    """A site's circuit breaker, as ``lua/health.lua`` keeps it."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    RAMP = "ramp"  # recovering: the rate grows back step by step (half-open)
 
 @dataclass(frozen=True)
 class BreakerConfig:
@@ -97,7 +106,8 @@ class Breaker:
         self._pending: dict[str, list[Any]] = {}
         # site -> (s of continuous trouble fleet-wide, monotonic time it was learnt)
         self._trouble: dict[str, tuple[float, float]] = {}
-        self.state: dict[str, str] = {}
+        #: Each site's state as last read from Redis (absent: closed); read it by :meth:`state_of`.
+        self.state: dict[str, BreakerState] = {}
         self._opened_at: dict[str, float] = {}  # site -> monotonic time it was last seen opening
         self._next_flush = 0.0
         self.faults = SiteFaults("breaker", stats)  # a site whose breaker state Redis refuses
@@ -168,13 +178,17 @@ class Breaker:
         mean = sum(lat for _, _, lat, _ in window) / n
         return errors / n > self.config.error_ratio or mean > self.config.max_latency
 
+    def state_of(self, site: str) -> BreakerState:
+        """The site's breaker state as this worker last read it."""
+        return BreakerState(self.state.get(site, BreakerState.CLOSED))
+
     def unhealthy(self, site: str) -> bool:
         """A site that looks down: its failing tasks are deferred without using up retries."""
-        return self.state.get(site) == "open" or self.local_abnormal(site)
+        return self.state_of(site) is BreakerState.OPEN or self.local_abnormal(site)
 
     def open_for(self, site: str) -> float:
         """Seconds the site's breaker has been open without a pause (0 when not open)."""
-        if self.state.get(site) != "open":
+        if self.state_of(site) is not BreakerState.OPEN:
             return 0.0
         return time.monotonic() - self._opened_at.get(site, time.monotonic())
 
@@ -197,8 +211,8 @@ class Breaker:
         if now < self._next_flush:
             return
         self._next_flush = now + FLUSH_INTERVAL_S
-        sites = (set(self._pending) | {s for s, st in self.state.items() if st != "closed"}
-                 | set(self._trouble))
+        sites = (set(self._pending) | set(self._trouble)
+                 | {s for s, st in self.state.items() if st != BreakerState.CLOSED})
         cfg = self.config
         for site in sites:
             if self.faults.blocked(site):
@@ -215,7 +229,7 @@ class Breaker:
                           int(self.local_abnormal(site)), probe, int(cfg.ramp_step_s * 1000),
                           good, throttled, int(cfg.trouble_memory * 1000)],
                 )
-                state = str(reply[0])
+                state = BreakerState(str(reply[0]))
                 fleet = reply[2:5]
                 trouble_ms = int(reply[5])
             except SITE_ERRORS as exc:
@@ -229,15 +243,15 @@ class Breaker:
                 self._trouble[site] = (trouble_ms / 1000, time.monotonic())
             else:
                 self._trouble.pop(site, None)
-            before = self.state.get(site, "closed")
+            before = self.state_of(site)
             self.state[site] = state
-            if state == "open" and before != "open":
+            if state is BreakerState.OPEN and before is not BreakerState.OPEN:
                 self._opened_at[site] = time.monotonic()
             if state != before:
-                self.stats.inc_value(f"meteorseed/breaker/{site}/{state}")
-                log = logger.warning if state == "open" else logger.info
+                self.stats.inc_value(f"meteorseed/breaker/{site}/{state.value}")
+                log = logger.warning if state is BreakerState.OPEN else logger.info
                 log("Circuit breaker of site %s: %s -> %s (fleet window: %s requests, %s errors, "
-                    "mean latency %s ms)", site, before, state, *fleet)
+                    "mean latency %s ms)", site, before.value, state.value, *fleet)
 
     def _keep(self, site: str, pending: list[Any]) -> None:
         agg = self._pending.setdefault(site, [0, 0, 0, "", 0, 0])

@@ -32,7 +32,8 @@ class BreakerStates:
         if now < self._next_look:
             return
         self._next_look = now + FLUSH_INTERVAL_S
-        for site, state in list(self._breaker.state.items()):
+        for site in list(self._breaker.state):
+            state = self._breaker.state_of(site).value
             if self._seen.get(site) != state:
                 self._seen[site] = state
                 self._signals.send_catch_log(breaker_state_changed, site=site, state=state)

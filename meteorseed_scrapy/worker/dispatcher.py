@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from meteorseed_scrapy.politeness.breaker import Breaker
+from meteorseed_scrapy.politeness.breaker import Breaker, BreakerState
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.task.exceptions import DeferReason
@@ -71,7 +71,7 @@ class Dispatcher:
         if self.buffer.count(site) <= keep:
             return
         entries = self.buffer.take_all(site)
-        if self.breaker.state.get(site, "closed") != "closed":
+        if self.breaker.state_of(site) is not BreakerState.CLOSED:
             # A sick or recovering site's scarce permits go to its most important tasks.
             entries.sort(key=lambda e: -e.task.priority)
         for entry in entries[:keep]:
@@ -82,7 +82,7 @@ class Dispatcher:
         # Why they wait, recorded with them (meteorseed status): a site that cannot be fetched
         # for a while is sick (its breaker not closed) or paused (a 429/403, or far behind its
         # quota); else it just has more waiting than its rate serves soon.
-        why = (DeferReason.SICK if self.breaker.state.get(site, "closed") != "closed"
+        why = (DeferReason.SICK if self.breaker.state_of(site) is not BreakerState.CLOSED
                else DeferReason.PAUSED if wait > PARK_AFTER_S else DeferReason.QUOTA)
         for i, entry in enumerate(parked):
             # Spread them over the site's quota so they do not all come back at once.
