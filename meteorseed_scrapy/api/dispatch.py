@@ -28,7 +28,13 @@ from typing import Any
 
 from aiohttp import web
 
-from meteorseed_scrapy.api.expansion import MAX_LISTED_ERRORS, RETRY_AFTER_S, Progress, expand_seed
+from meteorseed_scrapy.api.expansion import (
+    MAX_LISTED_ERRORS,
+    RETRY_AFTER_S,
+    ExpansionState,
+    Progress,
+    expand_seed,
+)
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, json_body, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PUBLIC_ONLY, literal_problem
@@ -149,9 +155,9 @@ async def dispatch(request: web.Request) -> web.Response:
     finally:
         state.pool.release(background)  # slots of background seeds that did not start
         for progress in reserved:  # not started (Redis down): free the seed_id again
-            if progress.state == "expanding" and not state.expansions.has_task(
+            if progress.state is ExpansionState.EXPANDING and not state.expansions.has_task(
                     progress.seed_id):
-                progress.finish("failed", "not started: the request failed")
+                progress.finish(ExpansionState.FAILED, "not started: the request failed")
     totals = {"enqueued": 0, "duplicates": 0, "rejected_urls": 0}
     for _line, progress in started:
         totals["enqueued"] += progress.enqueued
@@ -200,7 +206,7 @@ async def _start(state: ApiState, index: int, prefix: str, seed: SeedTask,
         record = await state.registry.put(seed)
     except TaskError as exc:  # e.g. deleted by another client while being registered
         progress.reject(f"{prefix}{exc.field}", exc.problem)
-        progress.finish("failed", str(exc))
+        progress.finish(ExpansionState.FAILED, str(exc))
         return _line(index, seed, progress), progress, False
     # A registered seed is due at once: hold its lease while this server expands it, so a
     # seeder does not run it a second time; record_run then schedules its next run (if any).
@@ -219,7 +225,7 @@ def _line(index: int, seed: SeedTask, progress: Progress) -> dict[str, Any]:
     return {
         "index": index,
         "seed_id": seed.seed_id,
-        "state": progress.state,
+        "state": progress.state.value,
         "enqueued": progress.enqueued,
         "duplicates": progress.duplicates,
         "rejected": progress.rejected,
@@ -240,7 +246,7 @@ async def _run(state: ApiState, seed: SeedTask, rev: int, prefix: str,
             keep_lease, pool=None if seed.task_type in INLINE_TYPES else state.pool,
             private_addresses=state.config.fetch_private_addresses)
     except asyncio.CancelledError:
-        progress.finish("cancelled", "cancelled (seed deleted or server stopping)")
+        progress.finish(ExpansionState.CANCELLED, "cancelled (seed deleted or server stopping)")
         # Hand it back to the seeders (a deleted seed is not in the due set: a no-op).
         await _quietly(state.registry.renew(seed.seed_id, 0))
         raise
@@ -250,7 +256,7 @@ async def _run(state: ApiState, seed: SeedTask, rev: int, prefix: str,
         try:
             await _record(state, seed.seed_id, started, rev, progress, False, str(exc))
         finally:
-            progress.finish("failed", f"{type(exc).__name__}: {exc}")
+            progress.finish(ExpansionState.FAILED, f"{type(exc).__name__}: {exc}")
         if seed.task_type in INLINE_TYPES:
             raise
         return

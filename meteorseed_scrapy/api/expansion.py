@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from meteorseed_scrapy.api.problems import FieldError
@@ -58,13 +59,22 @@ def url_field(seed: SeedTask, position: int) -> str:
     return _URL_FIELDS.get(seed.task_type, "payload").format(position)
 
 
+class ExpansionState(str, Enum):
+    """Where a seed's expansion by this server stands."""
+
+    EXPANDING = "expanding"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
 @dataclass
 class Progress:
     """Counts of one seed's expansion, filled in as it goes."""
 
     seed_id: str
     started_at: float = field(default_factory=time.time)
-    state: str = "expanding"  # expanding | done | failed | cancelled
+    state: ExpansionState = ExpansionState.EXPANDING
     finished_at: float | None = None
     enqueued: int = 0
     duplicates: int = 0
@@ -81,12 +91,12 @@ class Progress:
         if len(self.errors) < MAX_LISTED_ERRORS:
             self.errors.append(FieldError(path, problem))
 
-    def finish(self, state: str, error: str | None = None) -> None:
+    def finish(self, state: ExpansionState, error: str | None = None) -> None:
         self.state, self.error, self.finished_at = state, error, time.time()
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "state": self.state,
+            "state": self.state.value,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "enqueued": self.enqueued,
@@ -143,7 +153,7 @@ async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: T
                       rules: SiteConfigs, max_backlog: int,
                       keepalive: Callable[[], Awaitable[None]] | None = None, *,
                       pool: ExpansionPool | None = None, private_addresses: bool = False
-                      ) -> tuple[str, str | None]:
+                      ) -> tuple[ExpansionState, str | None]:
     """Expand ``seed`` into the task stream (the expansion engine, URLs pulled on threads),
     recording counts and rejections in ``progress``; returns the outcome (``done`` or
     ``failed``) and why it failed, for the caller to record and then :meth:`Progress.finish`
@@ -187,7 +197,7 @@ async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: T
             with contextlib.suppress(asyncio.CancelledError):
                 await lease
     error = watcher.result.error if watcher.result is not None else None
-    return ("done", None) if error is None else ("failed", error)
+    return (ExpansionState.DONE, None) if error is None else (ExpansionState.FAILED, error)
 
 
 async def _keep(keepalive: Callable[[], Awaitable[None]]) -> None:

@@ -15,7 +15,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from meteorseed_scrapy.api.config import ApiConfig
-from meteorseed_scrapy.api.expansion import ExpansionPool, Progress
+from meteorseed_scrapy.api.expansion import ExpansionPool, ExpansionState, Progress
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.queue.plumbing.connection import sync_client as sync_client_for
@@ -41,8 +41,8 @@ class Expansions:
         self._progress.pop(progress.seed_id, None)
         self._progress[progress.seed_id] = progress  # (re)inserted last: newest at the end
         while len(self._progress) > MAX_FINISHED:
-            oldest = next((s for s, p in self._progress.items() if p.state != "expanding"),
-                          None)
+            oldest = next((s for s, p in self._progress.items()
+                           if p.state is not ExpansionState.EXPANDING), None)
             if oldest is None:
                 break
             del self._progress[oldest]
@@ -67,7 +67,7 @@ class Expansions:
 
     def running(self, seed_id: str) -> bool:
         progress = self._progress.get(seed_id)
-        return progress is not None and progress.state == "expanding"
+        return progress is not None and progress.state is ExpansionState.EXPANDING
 
     async def cancel(self, seed_id: str) -> bool:
         """Stop a background expansion; True when one was running."""
