@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Ref
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 
@@ -27,3 +29,13 @@ async def paused_for(gate: SiteGate, site: str) -> float:
     """Seconds left on the pause of ``site``'s quota (0.0: not paused)."""
     pause = gate.keys.site(gate.limits_for(site).quota(site), "pause")
     return max(0.0, int(await gate.redis.pttl(pause)) / 1000)
+
+
+async def is_seen(writer: TaskWriter, task: ExecTask, now: int | None = None) -> bool:
+    """True when ``task``'s site has recorded its URL (as ``writer`` fingerprints it) and the
+    re-crawl window is not over at ``now`` (epoch s; None: the Redis server's time)."""
+    [seen] = await scripts.register(writer.redis, "dedup_seen")(
+        keys=[writer.keys.seen(task.site_id)],
+        args=["" if now is None else str(now), writer.fingerprint(task)],
+    )
+    return bool(int(seen))

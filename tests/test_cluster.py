@@ -30,6 +30,7 @@ from meteorseed_scrapy.queue.plumbing.connection import (
 )
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.cluster import SLOTS, LocalCluster
+from tests.queue_helpers import is_seen
 from tests.queue_helpers import paused_for as pause_left
 
 T = TypeVar("T")
@@ -220,9 +221,9 @@ def test_dedup_scripts_keep_every_key_in_the_site_slot_on_a_cluster(
         out["new"] = await writer.add(tasks([f"https://example.com/{site}/new/{i}"
                                              for i in range(10)]))
         probe = tasks(urls[:1])[0]
-        out["seen"] = await writer.is_seen(probe)
+        out["seen"] = await is_seen(writer, probe, clock.now)
         out["released"] = await writer.release(probe)
-        out["seen_after"] = await writer.is_seen(probe)
+        out["seen_after"] = await is_seen(writer, probe, clock.now)
         out["backlog"] = await writer.backlog()  # MULTI of XLEN + XPENDING in one slot
         return out
 

@@ -25,7 +25,7 @@ from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
-from tests.queue_helpers import ack, record_completions
+from tests.queue_helpers import ack, is_seen, record_completions
 
 T = TypeVar("T")
 
@@ -563,7 +563,7 @@ def test_dead_letter_moves_task_acks_it_and_releases_its_url(
         writer = TaskWriter(client, keys)
         result = await writer.add([t1, t2])
         assert result.enqueued == 2
-        seen_before = [await writer.is_seen(t1), await writer.is_seen(t2)]
+        seen_before = [await is_seen(writer, t1), await is_seen(writer, t2)]
         a = StreamConsumer(client, keys, "worker-a")
         await a.ensure_group()
         got = {d.task.task_id: d for d in await a.read(10, 100) if d.task is not None}
@@ -572,7 +572,7 @@ def test_dead_letter_moves_task_acks_it_and_releases_its_url(
                                       fingerprint_bytes(t1).hex())
         return {"seen_before": seen_before, "delivery": got[t1.task_id], "dead_id": dead_id,
                 "before": before, "after": time.time(),
-                "seen_after": [await writer.is_seen(t1), await writer.is_seen(t2)]}
+                "seen_after": [await is_seen(writer, t1), await is_seen(writer, t2)]}
 
     out = arun(redis_url, body)
     assert out["seen_before"] == [True, True]
@@ -659,7 +659,7 @@ def test_dead_letter_is_refused_once_another_consumer_reclaimed_the_entry(
         [held] = await a.read(10, 100)
         taken = await b.reclaim(0, 10)  # A looked dead to B
         refused = await a.dead_letter(held, "HTTP 500, 5 times", fingerprint_bytes(task).hex())
-        return refused, taken, await writer.is_seen(task)
+        return refused, taken, await is_seen(writer, task)
 
     refused, taken, still_seen = arun(redis_url, body)
     assert refused == ""

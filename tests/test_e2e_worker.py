@@ -20,6 +20,7 @@ from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
+from tests.queue_helpers import is_seen
 
 pytestmark = pytest.mark.e2e
 
@@ -95,7 +96,7 @@ def _is_seen(redis_url: str, namespace: str, task: ExecTask) -> bool:
     async def check() -> bool:
         client = aioredis.Redis.from_url(redis_url)
         try:
-            return await TaskWriter(client, KeyLayout(namespace)).is_seen(task)
+            return await is_seen(TaskWriter(client, KeyLayout(namespace)), task)
         finally:
             await client.aclose()
 

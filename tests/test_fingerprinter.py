@@ -31,6 +31,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
+from tests.queue_helpers import is_seen
 from tests.test_seed_expand import run_cli, seed_line, summary_of
 
 CUSTOM = "tests.test_fingerprinter.IgnoreSession"  # for the commands run as subprocesses
@@ -128,7 +129,7 @@ def test_the_writer_dedups_with_the_projects_fingerprints(redis_url: str, namesp
         try:
             writer = TaskWriter(client, KeyLayout(namespace), fingerprinter=IgnoreSession())
             added = await writer.add([task(A), task(B)])
-            seen = await writer.is_seen(task("https://a.example/p?id=1&sid=other"))
+            seen = await is_seen(writer, task("https://a.example/p?id=1&sid=other"))
             return added.enqueued, added.duplicates, seen
         finally:
             await client.aclose()

@@ -27,6 +27,7 @@ from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import CURRENT_OUTPUT, CURRENT_SCRAPE, Output, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_until
+from tests.store_helpers import all_ids
 
 PIPELINE = "meteorseed_scrapy.pipelines.UpsertPipeline"
 
@@ -422,7 +423,7 @@ def test_from_crawler_reads_settings_and_does_no_io(tmp_path: Path) -> None:
 
     run(main())
     with SQLiteStore(str(path)) as check:
-        assert check.all_ids() == {"news:k"}
+        assert all_ids(check) == {"news:k"}
 
 
 class NamedInInit(scrapy.Spider):
@@ -445,7 +446,7 @@ def test_a_spider_named_in_init_gives_its_name_to_items_outside_a_task(tmp_path:
 
     run(main())
     with SQLiteStore(str(path)) as check:
-        assert check.all_ids() == {"named_late:k"}
+        assert all_ids(check) == {"named_late:k"}
 
 
 @pytest.mark.parametrize(

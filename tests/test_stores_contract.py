@@ -31,6 +31,7 @@ from meteorseed_scrapy.store.base import (
 )
 from meteorseed_scrapy.store.mongo import MongoStore
 from meteorseed_scrapy.testing.polling import wait_for
+from tests.store_helpers import all_ids
 
 MONGO_ENV = "METEORSEED_TEST_MONGO_URL"
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -104,7 +105,7 @@ def test_insert_then_read(store: Store) -> None:
     assert got["url"] == "https://news.example/a"
     assert got["updated_at"] == got["first_seen_at"] == "2024-01-01T00:00:00.000000Z"
     assert store.count() == 1
-    assert store.all_ids() == {"news:a"}
+    assert all_ids(store) == {"news:a"}
     assert store.get("news:missing") is None
 
 
@@ -372,7 +373,7 @@ def test_namespaces_sharing_a_database_keep_their_own_documents(open_: Opener) -
     assert blue.get("news:a") == doc("a", colour="blue")  # not overwritten
     assert green.get("news:a") == doc("a", colour="green", at=T0 + timedelta(hours=1))
     assert (blue.count(), green.count()) == (2, 1)
-    assert blue.count_by_site() == {"news": 2} and green.all_ids() == {"news:a"}
+    assert blue.count_by_site() == {"news": 2} and all_ids(green) == {"news:a"}
     assert list(blue.iter_anomalies()) == [] and len(list(green.iter_anomalies())) == 1
     assert open_().count() == 0  # the default namespace is one more of them
 
@@ -386,9 +387,9 @@ def test_retention_deletes_what_was_not_updated_for_that_long(open_: Opener) -> 
     store.upsert_many([doc("old", at=T0), recent])
     # SQL: purged right after the first write; MongoDB: its TTL monitor (every 60 s on a
     # server; mongomock-ng expires on every read).
-    wait_for(lambda: store.all_ids() == {"news:recent"}, 120)
+    wait_for(lambda: all_ids(store) == {"news:recent"}, 120)
     assert store.get("news:recent") == recent  # (MongoDB's TTL field is not shown)
-    assert kept.all_ids() == {"news:old-elsewhere"}  # another namespace's are its own
+    assert all_ids(kept) == {"news:old-elsewhere"}  # another namespace's are its own
     assert store.purge_older_than(utc_timestamp(now)) == 1
     assert store.count() == 0
 
@@ -399,7 +400,7 @@ def test_mongodb_retention_is_a_ttl_index_and_goes_when_turned_off(open_: Opener
     if not isinstance(store, MongoStore):
         pytest.skip("MongoDB only: SQL stores purge from the store stage")
     store.upsert_many([doc("a", at=T0 + timedelta(days=10_000))])
-    assert store.all_ids() == {"news:a"}  # "before" got its date, and expired
+    assert all_ids(store) == {"news:a"}  # "before" got its date, and expired
     index = store.collection.index_information()["retention"]
     assert index["expireAfterSeconds"] == 7200 and index["key"] == [("_updated_date", 1.0)]
     raw = store.collection.find_one({"_id": "news:a"})

@@ -26,6 +26,7 @@ from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.testing.polling import wait_until
+from tests.queue_helpers import is_seen
 
 T = TypeVar("T")
 T_FIXED = 2_000_000_000  # a fixed clock for direct script calls
@@ -333,10 +334,10 @@ def test_is_seen_and_release_report_what_they_found(redis_url: str, namespace: s
     a, b = task("https://example.com/a"), task("https://example.com/b")
 
     async def body(writer: TaskWriter) -> list[bool]:
-        out = [await writer.is_seen(a), await writer.release(a)]  # nothing recorded yet
+        out = [await is_seen(writer, a), await writer.release(a)]  # nothing recorded yet
         await writer.add([a, b])
-        out += [await writer.is_seen(a), await writer.release(a), await writer.is_seen(a),
-                await writer.release(a), await writer.is_seen(b)]
+        out += [await is_seen(writer, a), await writer.release(a), await is_seen(writer, a),
+                await writer.release(a), await is_seen(writer, b)]
         return out
 
     assert with_writer(redis_url, namespace, body) == [

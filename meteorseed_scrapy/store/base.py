@@ -95,9 +95,6 @@ class Store(ABC):
         :func:`utc_timestamp`); how many were."""
         raise NotImplementedError(f"{type(self).__name__} keeps no retention")
 
-    def all_ids(self) -> set[str]:
-        return {doc["_id"] for doc in self.iter_docs()}
-
     # Anomalies: items that failed their site's validation, kept apart from ``items`` with
     # their reasons (same upsert rules: last wins, first_seen_at kept). Concrete here, not
     # abstract, so stores that keep no anomalies (test doubles) need not implement them.

@@ -87,6 +87,10 @@ class TaskWriter:
     def keys(self) -> KeyLayout:
         return self._keys
 
+    @property
+    def redis(self) -> Redis:
+        return self._redis
+
     def _now(self) -> str:
         return "" if self._clock is None else str(int(self._clock()))
 
@@ -234,13 +238,6 @@ class TaskWriter:
             keys=[self._keys.seen(task.site_id)], args=[self._now(), self.fingerprint(task)]
         )
         return int(removed) > 0
-
-    async def is_seen(self, task: ExecTask) -> bool:
-        """True when ``task``'s site has recorded its URL and the re-crawl window is not over."""
-        [seen] = await self._scripts["dedup_seen"](
-            keys=[self._keys.seen(task.site_id)], args=[self._now(), self.fingerprint(task)]
-        )
-        return bool(int(seen))
 
     async def backlog(self) -> int:
         """Tasks in the streams that no worker has received yet (every lane and band)."""
