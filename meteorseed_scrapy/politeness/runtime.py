@@ -32,7 +32,7 @@ from meteorseed_scrapy.sites.lookup import site_configs
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-_RUNTIMES: WeakKeyDictionary[Any, CrawlRuntime] = WeakKeyDictionary()
+_RUNTIMES: WeakKeyDictionary[Crawler, CrawlRuntime] = WeakKeyDictionary()
 
 
 class CrawlRuntime:
