@@ -24,7 +24,7 @@ runs them, and the rule is here, in one place:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request
 
@@ -32,6 +32,7 @@ from meteorseed_scrapy.scrapy_internals import opened_by_hand
 from meteorseed_scrapy.task.context import Scrape, task_of
 
 if TYPE_CHECKING:
+    from scrapy import Spider
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ COMMANDS_PACKAGE = "scrapy.commands"
 LOCAL_META_KEY = "meteorseed_local"
 
 
-def command_of(spidercls: Any) -> str | None:
+def command_of(spidercls: type[Spider] | None) -> str | None:
     """The Scrapy command (``fetch``, ``parse``, ``check``, ``bench``...) whose ``start()``
     this spider class runs, or None for a crawl of the spider's own ``start()``."""
     module = getattr(getattr(spidercls, "start", None), "__module__", None)
