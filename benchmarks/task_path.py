@@ -9,7 +9,8 @@ function (a coroutine's or generator's resumption counts as an entry) and the re
 the two marker functions below. Only entries inside the task's window count:
 
 * ``seed-expand``: from the first entry into ``seeding.seed_lines.read_lines`` (the seed line
-  is read) to the real return of ``TaskWriter.enqueue`` (the task is in the stream);
+  is read) to the real return of ``TaskWriter.enqueue`` (the task is in the stream; before
+  issue 23, ``TaskWriter.add_encoded``, so that an older commit is measured the same way);
 * the worker: from that moment (it cannot have the task earlier) to the real return of
   ``Completions._complete`` (the pipeline with the XACK has answered).
 
@@ -44,8 +45,10 @@ PACKAGE = "meteorseed_scrapy"
 START_READ = ("meteorseed_scrapy.seeding.seed_lines", "read_lines")
 # (bare names, as Python 3.10's code objects know them: each is the only one in its module)
 END_ENQUEUE = ("meteorseed_scrapy.queue.enqueue.writer", "enqueue")  # TaskWriter.enqueue
+#: TaskWriter's entry point before issue 23 (to measure an older commit the same way)
+END_ENQUEUE_BEFORE = ("meteorseed_scrapy.queue.writer", "add_encoded")
 END_ACK = ("meteorseed_scrapy.worker.completions", "_complete")  # Completions._complete
-MARKERS = {START_READ, END_ENQUEUE, END_ACK}
+MARKERS = {START_READ, END_ENQUEUE, END_ENQUEUE_BEFORE, END_ACK}
 _RETURN_VALUE = dis.opmap["RETURN_VALUE"]
 
 
@@ -138,7 +141,8 @@ def summarise(expand: dict[str, list[list[Any]]], traced: dict[str, list[list[An
     """The figures from the two records (``calls`` and ``returns`` of ``[time, module,
     function]``); ``ready``: when the worker started idling, waiting for the task."""
     start = _first(expand["calls"], START_READ)
-    enqueued = _last(expand["returns"], END_ENQUEUE)
+    enqueued = _last(expand["returns"], END_ENQUEUE) or _last(expand["returns"],
+                                                              END_ENQUEUE_BEFORE)
     acked = _first(traced["returns"], END_ACK)
     if start is None or enqueued is None or acked is None:
         raise RuntimeError(f"a marker was not reached: read={start} enqueued={enqueued} "
