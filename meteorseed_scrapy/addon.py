@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from scrapy.utils.misc import load_object
 
@@ -19,6 +19,10 @@ from meteorseed_scrapy.settings import (
     warn_unknown_settings,
 )
 from meteorseed_scrapy.validators import ConfigError, to_flag
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +83,7 @@ SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 OUR_ROBOTS = "meteorseed_scrapy.middlewares.RobotsTxtMiddleware"
 
 
-def add_component(settings: Any, name: str, path: str, order: int) -> None:
+def add_component(settings: BaseSettings, name: str, path: str, order: int) -> None:
     """``path`` in the ``name`` component dict at ``order``, unless the project lists it
     itself (by path or class, at any priority, None included): then the project's stays.
     Our robots.txt middleware takes the place of Scrapy's, at the order the project gave
@@ -95,7 +99,7 @@ def add_component(settings: Any, name: str, path: str, order: int) -> None:
     settings.setdefault_in_component_priority_dict(name, component, order)
 
 
-def refuse(settings: Any, error: ConfigError) -> NoReturn:
+def refuse(settings: BaseSettings, error: ConfigError) -> NoReturn:
     """End the crawl on an invalid value: one line (in the log, and on stderr when the log
     goes to a file), then :class:`InvalidSettings`, which Scrapy's command line lets out as
     exit code 2 without a traceback, before the engine is built."""
@@ -116,11 +120,11 @@ class MeteorSeedAddon:
     """
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> MeteorSeedAddon:
+    def from_crawler(cls, crawler: Crawler) -> MeteorSeedAddon:
         return cls()
 
     @classmethod
-    def update_pre_crawler_settings(cls, settings: Any) -> None:
+    def update_pre_crawler_settings(cls, settings: BaseSettings) -> None:
         """``scrapy crawl sites`` without listing the generic rule spider: when the project
         has rule sites (``METEORSEED_SITES_DIR``, or ``METEORSEED_SITES_REDIS``), its module
         goes first in ``SPIDER_MODULES``, so that a project spider named ``sites`` still wins.
@@ -137,7 +141,7 @@ class MeteorSeedAddon:
             settings.set("SPIDER_MODULES", [SITES_SPIDER_MODULE, *modules],
                          priority=settings.getpriority("SPIDER_MODULES") or "addon")
 
-    def update_settings(self, settings: Any) -> None:
+    def update_settings(self, settings: BaseSettings) -> None:
         # METEORSEED_* environment variables, between settings.py and -s, as everywhere.
         apply_environment(settings)
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
@@ -181,7 +185,7 @@ class MeteorSeedAddon:
             logger.warning("%s", held_back)
 
     @staticmethod
-    def _fleet_autothrottle(settings: Any) -> None:
+    def _fleet_autothrottle(settings: BaseSettings) -> None:
         """``AUTOTHROTTLE_ENABLED`` means the fleet-wide adaptive limit here: Scrapy's
         per-process AutoThrottle is switched off (N workers would each aim at the target, N
         times the load asked for) and ``METEORSEED_ADAPTIVE`` on, at the priority the project
@@ -194,7 +198,8 @@ class MeteorSeedAddon:
             if (settings.getpriority(name) or 0) > 0 and value not in (None, "") \
                     and not to_flag(value, name):
                 return
-        priority = settings.getpriority("AUTOTHROTTLE_ENABLED")
+        # (None only for a name absent from Scrapy's defaults)
+        priority = settings.getpriority("AUTOTHROTTLE_ENABLED") or 0
         settings.set("AUTOTHROTTLE_ENABLED", False, priority=priority)
         settings.set("METEORSEED_ADAPTIVE", True, priority=priority)
         logger.info("AUTOTHROTTLE_ENABLED: Scrapy's per-process AutoThrottle is off; each "

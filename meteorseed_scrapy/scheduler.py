@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider, signals
 from scrapy.core.scheduler import Scheduler
@@ -37,11 +37,14 @@ from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.crawl import WorkerCrawl, WorkerSettings
 from meteorseed_scrapy.worker.pump import StreamPump
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
 logger = logging.getLogger(__name__)
 
 
 class StreamScheduler:
-    def __init__(self, crawler: Any, runtime: CrawlRuntime, settings: WorkerSettings) -> None:
+    def __init__(self, crawler: Crawler, runtime: CrawlRuntime, settings: WorkerSettings) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
         self.runtime = runtime
@@ -52,7 +55,7 @@ class StreamScheduler:
         self._local_waiting: Counter[int] = Counter()  # the local requests' priorities
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> StreamScheduler:
+    def from_crawler(cls, crawler: Crawler) -> StreamScheduler:
         try:
             return cls(crawler, CrawlRuntime.of(crawler),
                        WorkerSettings.from_settings(crawler.settings))

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import scrapy
 from scrapy import Spider
@@ -34,6 +34,9 @@ from scrapy.core.downloader import Downloader
 from scrapy.core.engine import ExecutionEngine
 from scrapy.core.scraper import Scraper
 from scrapy.exceptions import NotConfigured
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 #: The Scrapy releases every use below was checked on: setup.cfg's floor, the newest tried.
 CHECKED_ON = ("2.14.0", "2.19.0")
@@ -87,7 +90,7 @@ def _slot_class() -> Any:
 class ScraperPatch:
     """Three methods of one crawler's scraper, replaced on the instance and put back."""
 
-    def __init__(self, crawler: Any) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         self._scraper: Scraper = crawler.engine.scraper
         enqueue = getattr(self._scraper, "enqueue_scrape", None)
         if not callable(enqueue):
@@ -135,7 +138,7 @@ def wake_engine(engine: ExecutionEngine | None) -> None:
         slot.nextcall.schedule()
 
 
-def opened_by_hand(crawler: Any) -> bool:
+def opened_by_hand(crawler: Crawler) -> bool:
     """Whether the spider was opened without ``Crawler.crawl`` and not to close when idle:
     how Scrapy's shell opens it. Known once the engine opened the spider."""
     slot = getattr(getattr(crawler, "engine", None), "_slot", None)
@@ -153,7 +156,7 @@ def replace_start_iterator(engine: ExecutionEngine, start: AsyncIterator[Any]) -
     engine._start = start
 
 
-def downloads_in_progress(crawler: Any) -> int:
+def downloads_in_progress(crawler: Crawler) -> int:
     """Downloads in progress in ``crawler``'s engine."""
     downloader: Downloader | None = crawler.engine.downloader
     return len(downloader.active) if downloader is not None else 0
@@ -166,17 +169,17 @@ class RootHandlerHook:
     (``NotConfigured``, silently), so it costs nothing per request."""
 
     @classmethod
-    def on_root_handler(cls, crawler: Any) -> None:
+    def on_root_handler(cls, crawler: Crawler) -> None:
         raise NotImplementedError
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> RootHandlerHook:
+    def from_crawler(cls, crawler: Crawler) -> RootHandlerHook:
         cls.on_root_handler(crawler)
         raise NotConfigured
 
 
 # -- the spider ----------------------------------------------------------------------------------
-def attach_crawler(spider: Spider, crawler: Any) -> None:
+def attach_crawler(spider: Spider, crawler: Crawler) -> None:
     """What ``Spider.from_crawler`` does besides building: ``spider.crawler``, its settings,
     ``close`` on ``spider_closed``."""
     spider._set_crawler(crawler)

@@ -34,12 +34,12 @@ _QUERY_PAIR = re.compile(r"[?&]([^=&]*)=([^&]*)")
 _SECRET_KEY = re.compile(r"pass|pwd|secret|token", re.IGNORECASE)
 
 
-def _setting(settings: Any, name: str) -> Any:
+def _setting(settings: object, name: str) -> Any:
     getter = getattr(settings, "get", None)
     return getter(name) if getter is not None else None
 
 
-def _params(settings: Any) -> dict[str, Any]:
+def _params(settings: object) -> dict[str, Any]:
     getdict = getattr(settings, "getdict", None)
     if getdict is not None:  # Scrapy settings: accepts a dict or a JSON string from -s
         return dict(getdict("REDIS_PARAMS"))
@@ -86,7 +86,7 @@ def _url_from_params(params: Mapping[str, Any]) -> str:
     return _with_params(base, params)
 
 
-def redis_url_and_source(settings: Any, default: str,
+def redis_url_and_source(settings: object, default: str,
                          own: tuple[str, str] | None = None) -> tuple[str, str]:
     """The Redis URL to use and the name of the setting it came from.
 

@@ -10,7 +10,7 @@ value up front, with one line, and the rules live in one place per setting.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.observability.metrics import SETTING as METRICS_PORT
@@ -35,6 +35,9 @@ from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
 from meteorseed_scrapy.worker.work_budget import WorkSizes
 
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
 #: Settings that are text of any kind: nothing to check.
 TEXT = frozenset({
     "METEORSEED_REDIS_URL", "METEORSEED_STORE_URI", "METEORSEED_CONSUMER",
@@ -54,7 +57,7 @@ class InvalidSettings(ConfigError, SystemExit):
         self.code = EXIT_ERROR
 
 
-def check_settings(settings: Any) -> None:
+def check_settings(settings: BaseSettings) -> None:
     """Raise :class:`ConfigError` naming the first invalid ``METEORSEED_*`` value of Scrapy
     ``settings`` (the environment included, as every reader sees it)."""
     WorkerConfig.from_settings(settings)

@@ -15,10 +15,19 @@ import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.scrapy_redis_settings import redis_url_and_source as resolve_redis_url
 from meteorseed_scrapy.validators import parse_duration, to_flag, to_integer, to_number
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from scrapy.settings import BaseSettings
+
+    #: What the accessor reads a setting from: Scrapy settings, a mapping (``os.environ``, a
+    #: plain dict from the CLI or the API) or a ``get`` function.
+    SettingsSource: TypeAlias = BaseSettings | Mapping[str, Any] | Callable[[str], Any]
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_STORE_URI = "sqlite:///meteorseed.db"
@@ -165,14 +174,14 @@ def environment_settings(environ: Mapping[str, str] | None = None) -> dict[str, 
             and not name.startswith(f"{PREFIX}TEST_")}
 
 
-def apply_environment(settings: Any, environ: Mapping[str, str] | None = None) -> None:
+def apply_environment(settings: BaseSettings, environ: Mapping[str, str] | None = None) -> None:
     """Put the environment's ``METEORSEED_*`` values into Scrapy ``settings`` at
     :data:`ENV_PRIORITY` (each stays below a ``-s`` value)."""
     for name, value in environment_settings(environ).items():
         settings.set(name, value, priority=ENV_PRIORITY)
 
 
-def _from_environment(settings: Any, name: str) -> bool:
+def _from_environment(settings: SettingsSource, name: str) -> bool:
     """Whether the environment's value of ``name`` wins over what ``settings`` holds."""
     if not os.environ.get(name):
         return False
@@ -180,9 +189,13 @@ def _from_environment(settings: Any, name: str) -> bool:
     if getpriority is not None:  # Scrapy settings: unless set at -s priority or above
         priority = getpriority(name) or 0
         return bool(priority < ENV_PRIORITY or (priority == ENV_PRIORITY
-                    and settings.get(name) == os.environ[name]))  # apply_environment's
-    value = (settings if callable(settings) else settings.get)(name)
+                    and _getter(settings)(name) == os.environ[name]))  # apply_environment's
+    value = _getter(settings)(name)
     return value is None or value == ""  # a mapping or a getter: fills what it lacks
+
+
+def _getter(settings: SettingsSource) -> Callable[[str], Any]:
+    return settings if callable(settings) else settings.get
 
 
 def unknown_settings(names: Iterable[str]) -> list[str]:
@@ -201,7 +214,7 @@ def unknown_settings(names: Iterable[str]) -> list[str]:
 _WARNED: set[str] = set()
 
 
-def warn_unknown_settings(settings: Any, warn: Callable[[str], object]) -> None:
+def warn_unknown_settings(settings: Iterable[str], warn: Callable[[str], object]) -> None:
     """``warn(line)`` once per process for each unknown ``METEORSEED_*`` name in
     ``settings`` (Scrapy settings or a mapping) or the environment."""
     names = [*settings, *environment_settings()]
@@ -213,7 +226,7 @@ def warn_unknown_settings(settings: Any, warn: Callable[[str], object]) -> None:
 
 # -- the accessor ------------------------------------------------------------------------------
 
-def setting(settings: Any, name: str) -> Any:
+def setting(settings: SettingsSource, name: str) -> Any:
     """``name`` from ``settings`` (Scrapy settings, a mapping such as ``os.environ``, or a
     ``get`` function), else its :data:`DEFAULTS` entry (unset and empty mean the default).
     The environment's ``METEORSEED_*`` value wins over Scrapy settings given below
@@ -222,42 +235,42 @@ def setting(settings: Any, name: str) -> Any:
         raise KeyError(f"{name} has no entry in meteorseed_scrapy.settings.DEFAULTS")
     if _from_environment(settings, name):
         return os.environ[name]
-    value = (settings if callable(settings) else settings.get)(name)
+    value = _getter(settings)(name)
     return DEFAULTS[name] if value is None or value == "" else value
 
 
-def text_setting(settings: Any, name: str) -> str:
+def text_setting(settings: SettingsSource, name: str) -> str:
     return str(setting(settings, name))
 
 
-def flag_setting(settings: Any, name: str) -> bool:
+def flag_setting(settings: SettingsSource, name: str) -> bool:
     return to_flag(setting(settings, name), name)
 
 
-def number_setting(settings: Any, name: str, *, minimum: float = 0.0, positive: bool = False,
-                   maximum: float | None = None) -> float:
+def number_setting(settings: SettingsSource, name: str, *, minimum: float = 0.0,
+                   positive: bool = False, maximum: float | None = None) -> float:
     return to_number(setting(settings, name), name, minimum=minimum, positive=positive,
                      maximum=maximum)
 
 
-def integer_setting(settings: Any, name: str, *, minimum: float = 0,
+def integer_setting(settings: SettingsSource, name: str, *, minimum: float = 0,
                     maximum: float | None = None) -> int:
     return to_integer(setting(settings, name), name, minimum=minimum, maximum=maximum)
 
 
-def duration_setting(settings: Any, name: str, *, minimum: float = 0.0, positive: bool = False,
-                     maximum: float | None = None) -> float:
+def duration_setting(settings: SettingsSource, name: str, *, minimum: float = 0.0,
+                     positive: bool = False, maximum: float | None = None) -> float:
     """Seconds, from a number or a duration
     (:func:`~meteorseed_scrapy.validators.parse_duration`)."""
     return parse_duration(setting(settings, name), name, minimum=minimum, positive=positive,
                           maximum=maximum)
 
 
-def stream_shards(settings: Any) -> int:
+def stream_shards(settings: SettingsSource) -> int:
     return integer_setting(settings, "METEORSEED_STREAM_SHARDS", minimum=1, maximum=MAX_SHARDS)
 
 
-def redis_url_and_source(settings: Any) -> tuple[str, str]:
+def redis_url_and_source(settings: SettingsSource) -> tuple[str, str]:
     """``(url, source)``: ``METEORSEED_REDIS_URL``, else scrapy-redis's ``REDIS_URL`` /
     ``REDIS_HOST`` / ``REDIS_PORT`` / ``REDIS_PARAMS``, else env ``REDIS_URL``, else the default
     (see :mod:`meteorseed_scrapy.scrapy_redis_settings`). Logs the source once at INFO."""
@@ -267,11 +280,11 @@ def redis_url_and_source(settings: Any) -> tuple[str, str]:
     return resolve_redis_url(settings, DEFAULT_REDIS_URL, (str(own), source) if own else None)
 
 
-def redis_url_from(settings: Any) -> str:
+def redis_url_from(settings: SettingsSource) -> str:
     return redis_url_and_source(settings)[0]
 
 
-def store_uri_from(settings: Any) -> str:
+def store_uri_from(settings: SettingsSource) -> str:
     return str(setting(settings, "METEORSEED_STORE_URI") or os.environ.get("MONGO_URL")
                or DEFAULT_STORE_URI)
 
@@ -288,7 +301,7 @@ class WorkerConfig:
     shards: int = 1
 
     @classmethod
-    def from_settings(cls, settings: Any) -> WorkerConfig:
+    def from_settings(cls, settings: SettingsSource) -> WorkerConfig:
         consumer = text_setting(settings, "METEORSEED_CONSUMER") or (
             f"{socket.gethostname()}:{os.getpid()}"
         )
@@ -314,7 +327,7 @@ class StoreConfig:
     retention: float = 0.0
 
     @classmethod
-    def from_settings(cls, settings: Any) -> StoreConfig:
+    def from_settings(cls, settings: SettingsSource) -> StoreConfig:
         return cls(
             uri=store_uri_from(settings),
             batch_size=integer_setting(settings, "METEORSEED_STORE_BATCH_SIZE", minimum=1),

@@ -27,7 +27,7 @@ from typing import IO, Any, cast
 from urllib.parse import quote
 
 from scrapy import Request
-from scrapy.http import HtmlResponse, Response, TextResponse
+from scrapy.http import HtmlResponse, TextResponse
 from scrapy.settings.default_settings import USER_AGENT
 
 from meteorseed_scrapy.cli.common import CliError, Context
@@ -140,7 +140,7 @@ def fetch(config: SiteConfig, url: str) -> tuple[str, int, dict[str, str], bytes
     return final, status, got, body
 
 
-def _response(ctx: Context, config: SiteConfig, args: argparse.Namespace) -> Response:
+def _response(ctx: Context, config: SiteConfig, args: argparse.Namespace) -> TextResponse:
     target: str = args.target
     if target.startswith(("http://", "https://")):
         _refused(config, target)
@@ -226,7 +226,7 @@ def run_try(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]
     return EXIT_INCOMPLETE if not items or any(i.reasons for i in items) else EXIT_OK
 
 
-def _skipped(config: SiteConfig, response: Any, callback: str) -> list[dict[str, Any]]:
+def _skipped(config: SiteConfig, response: TextResponse, callback: str) -> list[dict[str, Any]]:
     """The links the callback's link rules find but do not follow, with why."""
     as_list = callback == "parse_list" or (callback == "parse" and config.start == "list")
     rules = ([("list.links", config.list_links), ("list.pagination", config.pagination)]

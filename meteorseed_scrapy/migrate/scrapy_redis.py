@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +59,7 @@ class ScrapyRedisSource:
     encoding: str = "utf-8"
 
     @classmethod
-    def from_settings(cls, settings: Any, spider: str) -> ScrapyRedisSource:
+    def from_settings(cls, settings: Mapping[str, Any], spider: str) -> ScrapyRedisSource:
         queue_cls = str(settings.get("SCHEDULER_QUEUE_CLASS") or "")
         return cls(
             spider=spider,

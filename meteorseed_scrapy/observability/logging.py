@@ -14,13 +14,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
 from meteorseed_scrapy.scrapy_internals import RootHandlerHook
 from meteorseed_scrapy.settings import flag_setting
 from meteorseed_scrapy.task.context import current_scrape, task_of
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 # What every record has, so not an ``extra=`` field (python-json-logger keeps a list like it).
 RECORD_FIELDS = frozenset(
@@ -107,7 +110,7 @@ class TracingExtension:
         self.json_lines = json_lines
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> TracingExtension:
+    def from_crawler(cls, crawler: Crawler) -> TracingExtension:
         ext = cls(flag_setting(crawler.settings, "METEORSEED_LOG_JSON"))
         ext.install()
         crawler.signals.connect(ext.install, signals.spider_opened)
@@ -123,6 +126,6 @@ class LogSetupMiddleware(RootHandlerHook):
     (:class:`~meteorseed_scrapy.scrapy_internals.RootHandlerHook`)."""
 
     @classmethod
-    def on_root_handler(cls, crawler: Any) -> None:
+    def on_root_handler(cls, crawler: Crawler) -> None:
         install(list(logging.getLogger().handlers),
                 flag_setting(crawler.settings, "METEORSEED_LOG_JSON"))

@@ -26,7 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
@@ -47,6 +47,11 @@ from meteorseed_scrapy.task.local_crawl import command_of
 from meteorseed_scrapy.validators import ConfigError, to_integer
 from meteorseed_scrapy.worker.outcomes import COMMITTED, Outcome
 from meteorseed_scrapy.worker.signals import breaker_state_changed, task_settled
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector as ScrapyStats
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +109,7 @@ class StatsCollector(Collector):
     """Turns the crawler's stats (and the per-site series) into Prometheus metrics at scrape
     time."""
 
-    def __init__(self, stats: Any, sites: SiteSeries) -> None:
+    def __init__(self, stats: ScrapyStats, sites: SiteSeries) -> None:
         self.stats = stats
         self.sites = sites
 
@@ -130,7 +135,7 @@ class StatsCollector(Collector):
 
 
 class MetricsExtension:
-    def __init__(self, crawler: Any, host: str, ports: tuple[int, int], interval: float,
+    def __init__(self, crawler: Crawler, host: str, ports: tuple[int, int], interval: float,
                  site_limit: int = DEFAULTS["METEORSEED_METRICS_SITES"]) -> None:
         if CollectorRegistry is None:
             raise NotConfigured("METEORSEED_METRICS_PORT needs prometheus-client "
@@ -199,7 +204,7 @@ class MetricsExtension:
         self._stopping = False
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> MetricsExtension:
+    def from_crawler(cls, crawler: Crawler) -> MetricsExtension:
         settings = crawler.settings
         ports = port_range(setting(settings, SETTING))
         if ports is None:
@@ -216,7 +221,7 @@ class MetricsExtension:
         return ext
 
     # -- lifecycle ---------------------------------------------------------------------------
-    def spider_opened(self, spider: Any) -> None:
+    def spider_opened(self, spider: Spider) -> None:
         first, last = self.ports
         for port in range(first, last + 1):
             try:
@@ -237,7 +242,7 @@ class MetricsExtension:
                                     delayed_scan=0)
         self._task = asyncio.ensure_future(self._sample_forever())
 
-    async def spider_closed(self, spider: Any) -> None:
+    async def spider_closed(self, spider: Spider) -> None:
         if self._task is not None:
             self._stopping = True
             self._task.cancel()

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.sites.quality import STATS_PREFIX as ANOMALY_PREFIX
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 OTHER = "_other"
 
@@ -63,7 +66,7 @@ class SiteLabels:
 class SiteSeries:
     """The per-site families, read at scrape time (prometheus-client's thread) from copies."""
 
-    def __init__(self, stats: Any, limit: int) -> None:
+    def __init__(self, stats: StatsCollector, limit: int) -> None:
         self.stats = stats
         self.label = SiteLabels(limit)
         self._outcomes: Samples = {}  # (site label, outcome) -> tasks

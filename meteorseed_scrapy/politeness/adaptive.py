@@ -26,6 +26,10 @@ from meteorseed_scrapy.task.context import task_of
 from meteorseed_scrapy.validators import ConfigError, to_number
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from scrapy.crawler import Crawler
+
     from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 
 #: Seconds between two flushes of a worker's samples, and between two updates of a site's
@@ -57,7 +61,7 @@ class AdaptiveTarget:
                               f" ({self.max_delay:g} < {self.min_delay:g})")
 
     @classmethod
-    def from_settings(cls, settings: Any) -> AdaptiveTarget:
+    def from_settings(cls, settings: Mapping[str, Any]) -> AdaptiveTarget:
         def read(name: str, **bounds: Any) -> float:
             return to_number(settings.get(name), name, maximum=86_400, **bounds)
 
@@ -134,7 +138,7 @@ class AdaptiveThrottleMiddleware:
         self.runtime = runtime
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> AdaptiveThrottleMiddleware:
+    def from_crawler(cls, crawler: Crawler) -> AdaptiveThrottleMiddleware:
         # (imported here: the runtime's gate imports this module's samples)
         from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 

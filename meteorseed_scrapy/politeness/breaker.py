@@ -19,12 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting, number_setting
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
+    from meteorseed_scrapy.settings import SettingsSource
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +63,7 @@ class BreakerConfig:
     trouble_memory: float = 3 * DEFAULTS["METEORSEED_BACKOFF_MAX"]
 
     @classmethod
-    def from_settings(cls, settings: Any) -> BreakerConfig:
+    def from_settings(cls, settings: SettingsSource) -> BreakerConfig:
         give_up = duration_setting(settings, "METEORSEED_GIVE_UP_AFTER", positive=True)
         batch = duration_setting(settings, "METEORSEED_BATCH_GIVE_UP_AFTER", positive=True)
         if duration_setting(settings, "METEORSEED_IDLE_CLOSE") > 0:
@@ -92,7 +97,7 @@ class BreakerConfig:
 
 
 class Breaker:
-    def __init__(self, redis: Any, keys: KeyLayout, config: BreakerConfig, stats: Any,
+    def __init__(self, redis: Any, keys: KeyLayout, config: BreakerConfig, stats: StatsCollector,
                  quota_of: Callable[[str], str] | None = None) -> None:
         self.keys = keys
         # A site's quota key: on a cluster its breaker keys live in the quota's slot, where

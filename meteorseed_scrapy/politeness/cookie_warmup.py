@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy import Request, Spider
 
 from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, SiteMiddleware
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +24,7 @@ class CookieWarmupMiddleware(SiteMiddleware):
     crash mid-warm-up loses nothing: the task is simply redelivered.
     """
 
-    def __init__(self, crawler: Any) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         self._done: set[str] = set()
         self._pending: dict[str, Any] = {}

@@ -10,10 +10,13 @@ a worker then sends one request a second to a site whose rule allows two, and no
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.settings import flag_setting, integer_setting, number_setting
 from meteorseed_scrapy.validators import to_integer, to_number
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
 
 ADVICE = ("remove them from settings.py (the template of `scrapy startproject` sets "
           "DOWNLOAD_DELAY = 1 and CONCURRENT_REQUESTS_PER_DOMAIN = 1): the fleet-wide quota "
@@ -21,12 +24,12 @@ ADVICE = ("remove them from settings.py (the template of `scrapy startproject` s
           "METEORSEED_SITE_RATE / METEORSEED_SITE_CONCURRENCY")
 
 
-def _given(settings: Any, name: str) -> bool:
+def _given(settings: BaseSettings, name: str) -> bool:
     """Set by the project, a spider or ``-s`` (not Scrapy's default)."""
     return bool((settings.getpriority(name) or 0) > 0)
 
 
-def local_limits(settings: Any) -> list[str]:
+def local_limits(settings: BaseSettings) -> list[str]:
     """What each of Scrapy's limits given in ``settings`` does to a worker that its sites'
     default limits would not: one phrase each, empty when nothing holds it back."""
     if not flag_setting(settings, "METEORSEED_POLITENESS"):
@@ -49,7 +52,7 @@ def local_limits(settings: Any) -> list[str]:
     return found
 
 
-def local_limits_warning(settings: Any) -> str | None:
+def local_limits_warning(settings: BaseSettings) -> str | None:
     """The one warning line about :func:`local_limits`, or None."""
     found = local_limits(settings)
     if not found:

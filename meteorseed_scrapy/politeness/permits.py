@@ -10,10 +10,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.politeness.gate import SiteGate, group_by_site
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 #: The longest a site with tasks waiting here goes without asking the gate again, whatever
 #: wait the gate said (its tasks are parked for that wait): an operator may resume a held site,
@@ -79,7 +82,7 @@ class SiteQueues:
 
 
 class PermitDesk:
-    def __init__(self, gate: SiteGate, stats: Any) -> None:
+    def __init__(self, gate: SiteGate, stats: StatsCollector) -> None:
         self.gate = gate
         self.stats = stats
         self.available: dict[str, list[str]] = {}
@@ -157,7 +160,10 @@ class PermitDesk:
             else:
                 self.retry_at[site] = now + min(grant.wait_s, RECHECK_CAP_S)
                 waits[site] = grant.wait_s
-                self.stats.inc_value(f"meteorseed/quota/wait_s/{site}", grant.wait_s)
+                # Scrapy types a stat as a count (int); this one sums seconds, and its
+                # dict-backed collectors add a float as well.
+                self.stats.inc_value(f"meteorseed/quota/wait_s/{site}",
+                                     grant.wait_s)  # type: ignore[arg-type]
         for site in [s for s in self._order if s not in demand and not self.available.get(s)]:
             self._order.remove(site)
         return waits

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.politeness.adaptive import AdaptiveTarget
@@ -15,6 +15,11 @@ from meteorseed_scrapy.settings import (
     number_setting,
 )
 from meteorseed_scrapy.validators import ConfigError, to_number
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+    from meteorseed_scrapy.settings import SettingsSource
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class SiteLimits:
     crawl_delay: bool = False
 
     @classmethod
-    def from_settings(cls, settings: Any) -> SiteLimits:
+    def from_settings(cls, settings: BaseSettings) -> SiteLimits:
         return cls(
             rate=number_setting(settings, "METEORSEED_SITE_RATE", positive=True),
             burst=integer_setting(settings, "METEORSEED_SITE_BURST", minimum=1),
@@ -78,7 +83,7 @@ class Backoff:
                               f" ({self.cap:g} < {self.base:g})")
 
     @classmethod
-    def from_settings(cls, settings: Any) -> Backoff:
+    def from_settings(cls, settings: SettingsSource) -> Backoff:
         return cls(
             base=duration_setting(settings, "METEORSEED_BACKOFF_BASE", positive=True),
             cap=duration_setting(settings, "METEORSEED_BACKOFF_MAX", positive=True),

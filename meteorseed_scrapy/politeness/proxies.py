@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy import Request, Spider
@@ -15,6 +15,9 @@ from scrapy.http import Response
 
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting
 from meteorseed_scrapy.sites.lookup import SiteMiddleware
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +96,7 @@ def _safe(proxy: str) -> str:
 
 
 class ProxyPoolMiddleware(SiteMiddleware):
-    def __init__(self, crawler: Any) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         settings = crawler.settings
         self.pool = ProxyPool(

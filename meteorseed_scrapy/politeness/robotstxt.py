@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 from scrapy import Request, Spider
@@ -24,6 +24,9 @@ from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 from meteorseed_scrapy.settings import integer_setting
 from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_config, site_of
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
 logger = logging.getLogger(__name__)
 
 
@@ -40,7 +43,7 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
       unless the site's rule config sets ``limits.ignore_crawl_delay`` (with its reason).
     """
 
-    def __init__(self, crawler: Any) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         self.runtime = CrawlRuntime.of(crawler)
         #: (site, host, User-Agent) -> monotonic time its robots.txt rate was recorded

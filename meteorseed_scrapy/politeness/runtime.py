@@ -11,7 +11,7 @@ let every request pass, and a local crawl never connects.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
@@ -29,11 +29,14 @@ from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.sites.lookup import site_configs
 
-_RUNTIMES: WeakKeyDictionary[Any, CrawlRuntime] = WeakKeyDictionary()
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+_RUNTIMES: WeakKeyDictionary[Crawler, CrawlRuntime] = WeakKeyDictionary()
 
 
 class CrawlRuntime:
-    def __init__(self, crawler: Any) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
         self._crawler = crawler
         self.config = WorkerConfig.from_settings(settings)
@@ -63,7 +66,7 @@ class CrawlRuntime:
         self.worker = False  # set when the scheduler opens a worker crawl
 
     @classmethod
-    def of(cls, crawler: Any) -> CrawlRuntime:
+    def of(cls, crawler: Crawler) -> CrawlRuntime:
         """``crawler``'s runtime, built by the first component that asks."""
         runtime = _RUNTIMES.get(crawler)
         if runtime is None:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.backoff import exponential
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ MAX_WAIT_S = 60.0
 class SiteFaults:
     """Per-site failure bookkeeping of one kind of call (``what``: "gate", "pause", ...)."""
 
-    def __init__(self, what: str, stats: Any) -> None:
+    def __init__(self, what: str, stats: StatsCollector) -> None:
         self.what = what
         self.stats = stats
         self._failures: dict[str, int] = {}

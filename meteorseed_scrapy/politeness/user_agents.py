@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
 
 from meteorseed_scrapy.sites.lookup import SiteMiddleware
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
 
 class UserAgentPoolMiddleware(SiteMiddleware):
-    def __init__(self, crawler: Any) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         self._turn: dict[str, int] = {}
 

@@ -167,7 +167,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.queue.plumbing.connection import is_cluster_url
 from meteorseed_scrapy.settings import (
@@ -181,6 +181,9 @@ from meteorseed_scrapy.settings import (
 from meteorseed_scrapy.task.lanes import BANDS, DEFAULT_LANE, LANES, band_of
 from meteorseed_scrapy.task.validation import check_spider
 from meteorseed_scrapy.validators import ConfigError
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.settings import SettingsSource
 
 GROUP = "workers"
 SHARDS_SETTING = "METEORSEED_STREAM_SHARDS"
@@ -367,7 +370,7 @@ class KeyLayout:
                               f"got {self.shards!r}")
 
     @classmethod
-    def from_settings(cls, settings: Any) -> KeyLayout:
+    def from_settings(cls, settings: SettingsSource) -> KeyLayout:
         """The layout ``settings`` give: namespace, stream shards, and whether the Redis URL
         names a cluster (which tags every multi-key group); ConfigError naming the setting."""
         return cls(text_setting(settings, "METEORSEED_NAMESPACE"), stream_shards(settings),

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider, signals
 
 from meteorseed_scrapy.sites.render import RenderUnavailable, chromium_path, remote_browser
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 _OWNERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
@@ -27,7 +30,7 @@ if _pw is not None:
     class BrowserHandler(_pw.ScrapyPlaywrightDownloadHandler):
         """scrapy-playwright's handler; Playwright starts at the first rendered request."""
 
-        def __init__(self, crawler: Any) -> None:
+        def __init__(self, crawler: Crawler) -> None:
             super().__init__(crawler)
             started = (self._maybe_launch_in_thread if _pw._SCRAPY_ASYNC_API
                        else self._engine_started)
@@ -55,6 +58,6 @@ if _pw is not None:
 else:  # pragma: no cover - exercised only without the extra
 
     class BrowserHandler:  # type: ignore[no-redef]
-        def __init__(self, crawler: Any) -> None:
+        def __init__(self, crawler: Crawler) -> None:
             raise RenderUnavailable("scrapy-playwright is not installed: pip install"
                                     " 'meteorseed-scrapy[playwright]'")

@@ -16,7 +16,7 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
@@ -26,6 +26,9 @@ from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.rulefile import FileResult
 from meteorseed_scrapy.task.context import task_of
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ class SiteConfigs:
         self._lock = asyncio.Lock()
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> SiteConfigs:
+    def from_crawler(cls, crawler: Crawler) -> SiteConfigs:
         settings = crawler.settings
         return cls(text_setting(settings, "METEORSEED_SITES_DIR") or None,
                    interval=duration_setting(settings, "METEORSEED_SITES_RELOAD_INTERVAL"),
@@ -122,7 +125,7 @@ class SiteConfigs:
 _CONFIGS: weakref.WeakKeyDictionary[Any, SiteConfigs] = weakref.WeakKeyDictionary()
 
 
-def site_configs(crawler: Any) -> SiteConfigs:
+def site_configs(crawler: Crawler) -> SiteConfigs:
     """The one :class:`SiteConfigs` of ``crawler`` (shared by the middlewares)."""
     configs = _CONFIGS.get(crawler)
     if configs is None:
@@ -130,7 +133,7 @@ def site_configs(crawler: Any) -> SiteConfigs:
     return configs
 
 
-def site_config(crawler: Any, site_id: str) -> SiteConfig | None:
+def site_config(crawler: Crawler, site_id: str) -> SiteConfig | None:
     """The rule config of ``site_id`` as this worker knows it now, or ``None``."""
     return site_configs(crawler).get(site_id)
 
@@ -146,13 +149,13 @@ def site_of(request: Request) -> str | None:
 class SiteMiddleware:
     """Base of the middlewares that apply a site's rule config to its requests."""
 
-    def __init__(self, crawler: Any) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
         self.configs = site_configs(crawler)
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> Any:
+    def from_crawler(cls, crawler: Crawler) -> Any:
         return cls(crawler)
 
     def config_for(self, request: Request) -> tuple[str, SiteConfig] | None:

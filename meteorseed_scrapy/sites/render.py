@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider
 from scrapy.settings import BaseSettings
@@ -32,6 +32,9 @@ from scrapy.utils.misc import load_object
 from meteorseed_scrapy.settings import text_setting
 from meteorseed_scrapy.sites.lookup import site_configs
 from meteorseed_scrapy.task.context import task_of
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 # Whether the `playwright` extra is installed, without importing it: scrapy-playwright (and
 # Playwright) load only when a worker really renders, not in every `scrapy` command that lists
@@ -106,7 +109,7 @@ def configure(settings: BaseSettings) -> bool:
 class RenderMiddleware:
     """Sends the tasks of ``render: browser`` sites through the browser."""
 
-    def __init__(self, crawler: Any) -> None:
+    def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.stats = crawler.stats
         self.configs = site_configs(crawler)
@@ -119,7 +122,7 @@ class RenderMiddleware:
         self._reported: set[str] = set()
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> RenderMiddleware:
+    def from_crawler(cls, crawler: Crawler) -> RenderMiddleware:
         return cls(crawler)
 
     def process_request(self, request: Request, spider: Spider | None = None) -> None:

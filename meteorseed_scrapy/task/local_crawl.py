@@ -24,12 +24,16 @@ runs them, and the rule is here, in one place:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request
 
 from meteorseed_scrapy.scrapy_internals import opened_by_hand
 from meteorseed_scrapy.task.context import Scrape, task_of
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +43,7 @@ COMMANDS_PACKAGE = "scrapy.commands"
 LOCAL_META_KEY = "meteorseed_local"
 
 
-def command_of(spidercls: Any) -> str | None:
+def command_of(spidercls: type[Spider] | None) -> str | None:
     """The Scrapy command (``fetch``, ``parse``, ``check``, ``bench``...) whose ``start()``
     this spider class runs, or None for a crawl of the spider's own ``start()``."""
     module = getattr(getattr(spidercls, "start", None), "__module__", None)
@@ -48,14 +52,14 @@ def command_of(spidercls: Any) -> str | None:
     return None
 
 
-def driven_by_shell(crawler: Any) -> bool:
+def driven_by_shell(crawler: Crawler) -> bool:
     """Whether Scrapy's shell opened this crawler's spider: it opens it by hand, with
     ``close_if_idle=False``, on a crawler whose ``crawl()`` never ran. Known once the engine
     opens its spider (the scheduler's ``open``), not before."""
     return opened_by_hand(crawler)
 
 
-def local_crawl(crawler: Any) -> str | None:
+def local_crawl(crawler: Crawler) -> str | None:
     """Why this whole crawl is local (a sentence for the log), or None for a worker crawl."""
     command = command_of(getattr(crawler, "spidercls", None))
     if command is not None:

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.politeness.breaker import FLUSH_INTERVAL_S, Breaker
 from meteorseed_scrapy.worker.signals import breaker_state_changed
 
+if TYPE_CHECKING:
+    from scrapy.signalmanager import SignalManager
+
 
 class BreakerStates:
     def __init__(self, step: Callable[[], Awaitable[None]], breaker: Breaker,
-                 signals: Any) -> None:
+                 signals: SignalManager) -> None:
         self._step = step
         self._breaker = breaker
         self._signals = signals

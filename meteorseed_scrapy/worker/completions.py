@@ -14,7 +14,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
@@ -29,6 +29,9 @@ from meteorseed_scrapy.worker.children import ChildOutbox
 from meteorseed_scrapy.worker.ledger import Entry
 from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
 logger = logging.getLogger(__name__)
 
 MAX_COMPLETING = 4  # completion pipelines on the wire at once
@@ -39,7 +42,7 @@ class Completions:
     """Queues of writes, and the flush step of the worker's flush loop."""
 
     def __init__(self, consumer: StreamConsumer, writer: TaskWriter, delayed: DelayedSet,
-                 config: WorkerConfig, stats: Any, *,
+                 config: WorkerConfig, stats: StatsCollector, *,
                  on_child_durable: Callable[[str], None],
                  on_new_urls: Callable[[Iterable[str]], None],
                  on_written: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None

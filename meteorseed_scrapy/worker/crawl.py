@@ -12,7 +12,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Spider, signals
 
@@ -32,6 +32,10 @@ from meteorseed_scrapy.worker.redis_watchdog import RedisWatchdog
 from meteorseed_scrapy.worker.scrapes import ScrapeTracker
 from meteorseed_scrapy.worker.work_budget import WorkSizes
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
 logger = logging.getLogger(__name__)
 
 
@@ -47,7 +51,7 @@ class WorkerSettings:
     prune_idle: float
 
     @classmethod
-    def from_settings(cls, settings: Any) -> WorkerSettings:
+    def from_settings(cls, settings: BaseSettings) -> WorkerSettings:
         return cls(WorkSizes.from_settings(settings), InterpreterTuning.from_settings(settings),
                    flag_setting(settings, "METEORSEED_POLITENESS"),
                    DeadLetterRetention.from_settings(settings),
@@ -55,7 +59,7 @@ class WorkerSettings:
 
 
 class WorkerCrawl:
-    def __init__(self, crawler: Any, spider: Spider, runtime: CrawlRuntime, patch: ScraperPatch,
+    def __init__(self, crawler: Crawler, spider: Spider, runtime: CrawlRuntime, patch: ScraperPatch,
                  config: WorkerSettings, on_change: Callable[[], None]) -> None:
         self._runtime = runtime
         self._config = config
@@ -73,7 +77,7 @@ class WorkerCrawl:
         self._chores: list[asyncio.Future[None]] = []
 
     @classmethod
-    async def open(cls, crawler: Any, spider: Spider, config: WorkerSettings,
+    async def open(cls, crawler: Crawler, spider: Spider, config: WorkerSettings,
                    on_change: Callable[[], None]) -> WorkerCrawl:
         patch = ScraperPatch(crawler)  # (refuses a Scrapy it cannot work with)
         runtime = CrawlRuntime.of(crawler)

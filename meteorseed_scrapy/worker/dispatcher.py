@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerState
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
@@ -19,6 +19,9 @@ from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.worker.ledger import Entry
 from meteorseed_scrapy.worker.waiting import WaitingTasks
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 PARK_AFTER_S = 2.0  # a site that must wait longer than this gives its waiting tasks back
 QUEUE_SECONDS = 2.0  # a site keeps at most this many seconds of its quota waiting in memory
@@ -31,7 +34,7 @@ class Dispatcher:
                  budget: Callable[[], int],
                  on_change: Callable[[], None],
                  park: Callable[[Entry, float, DeferReason], None],
-                 stats: Any) -> None:
+                 stats: StatsCollector) -> None:
         self.desk = desk
         self.buffer = buffer
         self.hops = hops

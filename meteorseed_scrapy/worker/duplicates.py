@@ -15,7 +15,7 @@ reports one its dupefilter filtered: the dupefilter's ``log()`` (``RFPDupeFilter
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, signals
 from scrapy.dupefilters import BaseDupeFilter, RFPDupeFilter
@@ -24,12 +24,18 @@ from scrapy.utils.python import global_object_name
 
 from meteorseed_scrapy.validators import ConfigError
 
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
 SETTING = "DUPEFILTER_CLASS"
 
 
 class Duplicates:
-    def __init__(self, crawler: Any, spider: Any) -> None:
+    def __init__(self, crawler: Crawler, spider: Spider | None) -> None:
         self._signals = crawler.signals
+        # None only for a pump built without a spider (tests); Scrapy's dupefilters put it
+        # in the log record's extra alone.
         self._spider = spider
         cls = load_object(crawler.settings.get(SETTING))
         name = global_object_name(cls)
@@ -62,13 +68,13 @@ class Duplicates:
         (the engine then sends ``request_dropped``)."""
         if self._local is None or request.dont_filter or not self._local.request_seen(request):
             return False
-        self._local.log(request, self._spider)
+        self._local.log(request, self._spider)  # type: ignore[arg-type]  # see _spider
         return True
 
     def dropped(self, request: Request) -> None:
         """``request`` was found a duplicate when written: reported as Scrapy reports one."""
         if self._reporter is not None:
-            self._reporter.log(request, self._spider)
+            self._reporter.log(request, self._spider)  # type: ignore[arg-type]  # see _spider
         self._signals.send_catch_log(signals.request_dropped, request=request,
                                      spider=self._spider)
 

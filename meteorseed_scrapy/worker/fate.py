@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
 from scrapy.exceptions import IgnoreRequest
@@ -22,6 +22,9 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import RETRY_LANE
 from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 from meteorseed_scrapy.worker.requests import status_allowed
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
 
 REASON_MAX = 2000  # characters of a reason (a dead letter's, a failure note's)
 
@@ -126,7 +129,7 @@ def settled_now(happened: WhatHappened | None, children_pending: int) -> Verdict
 
 
 def what_happened(task: ExecTask, request: Request, result: Response | Failure, *,
-                  spider: Spider | None, settings: Any, output: bool,
+                  spider: Spider | None, settings: BaseSettings, output: bool,
                   trouble: Callable[[float, DeferReason], tuple[str, float]]) -> WhatHappened:
     """The facts of ``task``'s final hop; ``trouble(delay, why)`` is the site's say on a
     deferral (:func:`.outcomes.trouble_wait`): ``(why it is given up on, or "", the wait)``."""

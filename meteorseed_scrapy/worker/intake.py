@@ -10,7 +10,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
@@ -21,6 +21,9 @@ from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.keepalive import KeepAlive
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ class Holder(Protocol):
 
 class Intake:
     def __init__(self, consumer: StreamConsumer, delayed: DelayedSet, completions: Completions,
-                 config: WorkerConfig, stats: Any, holder: Holder, read_batch: int,
+                 config: WorkerConfig, stats: StatsCollector, holder: Holder, read_batch: int,
                  keepalive: KeepAlive) -> None:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)

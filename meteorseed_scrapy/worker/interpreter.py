@@ -15,9 +15,12 @@ from __future__ import annotations
 import gc
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.settings import flag_setting, number_setting
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.settings import SettingsSource
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +32,7 @@ class InterpreterTuning:
         self._saved_interval: float | None = None
 
     @classmethod
-    def from_settings(cls, settings: Any) -> InterpreterTuning:
+    def from_settings(cls, settings: SettingsSource) -> InterpreterTuning:
         return cls(flag_setting(settings, "METEORSEED_FREEZE_GC"),
                    number_setting(settings, "METEORSEED_SWITCH_INTERVAL", maximum=0.1))
 

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
 
@@ -19,6 +19,9 @@ from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.worker.stall import StallWatch
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +81,7 @@ class Outage:
 class Loops:
     """Runs the worker's steps as asyncio tasks, each after the consumer group is set up."""
 
-    def __init__(self, consumer: StreamConsumer, stats: Any) -> None:
+    def __init__(self, consumer: StreamConsumer, stats: StatsCollector) -> None:
         self.consumer = consumer
         self.stats = stats
         self.outage = Outage()

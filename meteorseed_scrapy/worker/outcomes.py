@@ -6,13 +6,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.store.base import StoreUnavailable
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 
 class Outcome(Enum):
@@ -63,8 +66,8 @@ def transient(error: BaseException | None) -> bool:
     return False
 
 
-def trouble_wait(breaker: Breaker, stats: Any, site: str, delay_s: float, why: DeferReason
-                 ) -> tuple[str, float]:
+def trouble_wait(breaker: Breaker, stats: StatsCollector, site: str, delay_s: float,
+                 why: DeferReason) -> tuple[str, float]:
     """For a task going back to wait: ``(reason, delay)``. A task whose site is in trouble
     (sick, paused, or parked for a sick site's priorities) is given up on, ``reason`` saying
     since when, once the trouble lasted ``METEORSEED_GIVE_UP_AFTER``; until then it comes back

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
 from scrapy.http import Response
@@ -53,11 +53,14 @@ from meteorseed_scrapy.worker.waiting import WaitingTasks
 from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes
 from meteorseed_scrapy.worker.yielded import YieldedRequests
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
 logger = logging.getLogger(__name__)
 
 
 class StreamPump:
-    def __init__(self, crawler: Any, spider: Spider | None, consumer: StreamConsumer,
+    def __init__(self, crawler: Crawler, spider: Spider | None, consumer: StreamConsumer,
                  writer: TaskWriter, config: WorkerConfig, *, gate: SiteGate,
                  delayed: DelayedSet, breaker: Breaker,
                  limits_for: Callable[[str], SiteLimits], sizes: WorkSizes, politeness: bool,

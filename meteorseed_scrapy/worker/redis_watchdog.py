@@ -15,13 +15,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.store.outage_stop import CrawlStop
 from meteorseed_scrapy.validators import format_duration
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +52,7 @@ def give_up_after(idle_close: float) -> float:
 class RedisWatchdog:
     """Pings Redis every second; what to do when it has not answered for a while."""
 
-    def __init__(self, crawler: Any, redis: Pingable, url: str, idle_close: float, *,
+    def __init__(self, crawler: Crawler, redis: Pingable, url: str, idle_close: float, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.crawler = crawler
         self.redis = redis

@@ -15,7 +15,7 @@ import inspect
 import sys
 import types
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider
 
@@ -31,6 +31,9 @@ from meteorseed_scrapy.task.validation import (
     check_spider,
 )
 
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
 #: Per-download meta keys that Scrapy's own middlewares set; a new task starts without them.
 _DOWNLOAD_META = frozenset({
     TASK_META_KEY, "download_latency", "download_slot", "retry_times", "redirect_times",
@@ -40,7 +43,8 @@ _DOWNLOAD_META = frozenset({
 START_SEED_ID = "start"
 
 
-def status_allowed(status: int, request: Request, spider: Spider | None, settings: Any) -> bool:
+def status_allowed(status: int, request: Request, spider: Spider | None,
+                   settings: BaseSettings) -> bool:
     """Whether the spider asked to handle ``status`` itself (as HttpErrorMiddleware decides)."""
     meta = request.meta
     if meta.get("handle_httpstatus_all") or settings.getbool("HTTPERROR_ALLOW_ALL"):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider, signals
 from scrapy.http import Response
@@ -41,13 +41,16 @@ from meteorseed_scrapy.worker import outcomes
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.requests import task_to_request
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
 logger = logging.getLogger(__name__)
 
 TRACEBACK_FRAMES = 4  # of a spider's error, in the reason of its task's dead letter
 
 
 class ScrapeTracker:
-    def __init__(self, crawler: Any, pump: StreamPump, patch: ScraperPatch) -> None:
+    def __init__(self, crawler: Crawler, pump: StreamPump, patch: ScraperPatch) -> None:
         self.crawler = crawler
         self._pump = pump
         self._patch = patch
@@ -146,10 +149,11 @@ class ScrapeTracker:
         self._pump.finished(request, result, scrape)
         return passthrough
 
-    def _on_item_error(self, item: Any, response: Any, spider: Spider, failure: Failure) -> None:
+    def _on_item_error(self, item: Any, response: Response, spider: Spider,
+                       failure: Failure) -> None:
         _fail_scrape("item not committed", failure)
 
-    def _on_spider_error(self, failure: Failure, response: Any, spider: Spider) -> None:
+    def _on_spider_error(self, failure: Failure, response: Response, spider: Spider) -> None:
         _fail_scrape("callback error", failure)
 
 

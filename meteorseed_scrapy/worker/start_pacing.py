@@ -29,12 +29,15 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 
 from meteorseed_scrapy.scrapy_internals import replace_start_iterator, start_iterator
 from meteorseed_scrapy.task.exec_task import ExecTask
+
+if TYPE_CHECKING:
+    from scrapy.core.engine import ExecutionEngine
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +58,7 @@ class StartWatch:
 
 
 class StartPacing:
-    def __init__(self, engine: Any, reads: Callable[[], tuple[int, int]],
+    def __init__(self, engine: ExecutionEngine, reads: Callable[[], tuple[int, int]],
                  full: Callable[[], bool]) -> None:
         self._engine = engine
         self._reads = reads  # (reads started, reads done) by this worker's read loop

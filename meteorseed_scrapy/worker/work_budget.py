@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.settings import setting
 from meteorseed_scrapy.validators import to_integer
 from meteorseed_scrapy.worker.ledger import TaskLedger
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class WorkSizes:
         return max(1, self.capacity // 4)
 
     @classmethod
-    def from_settings(cls, settings: Any) -> WorkSizes:
+    def from_settings(cls, settings: BaseSettings) -> WorkSizes:
         capacity = settings.getint("CONCURRENT_REQUESTS")
         settling = setting(settings, "METEORSEED_MAX_SETTLING")  # None: the capacity
         if settling is not None:

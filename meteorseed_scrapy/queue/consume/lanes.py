@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.settings import DEFAULTS, setting
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.validators import ConfigError
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.settings import SettingsSource
 
 SETTING = "METEORSEED_LANE_WEIGHTS"
 DEFAULT_WEIGHTS: str = DEFAULTS[SETTING]
@@ -53,7 +56,7 @@ class LaneWeights:
         return cls(tuple(found[lane] for lane in LANES))
 
     @classmethod
-    def from_settings(cls, settings: Any) -> LaneWeights:
+    def from_settings(cls, settings: SettingsSource) -> LaneWeights:
         raw = setting(settings, SETTING)
         if isinstance(raw, Mapping):  # a dict in settings.py reads naturally too
             raw = ",".join(f"{k}:{v}" for k, v in raw.items())

@@ -13,11 +13,16 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
+
+    from meteorseed_scrapy.settings import SettingsSource
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +35,7 @@ class DeadLetterRetention:
     maxlen: int = DEFAULTS["METEORSEED_DEAD_MAXLEN"]  # 0: no cap
 
     @classmethod
-    def from_settings(cls, settings: Any) -> DeadLetterRetention:
+    def from_settings(cls, settings: SettingsSource) -> DeadLetterRetention:
         return cls(
             seconds=duration_setting(settings, "METEORSEED_DEAD_RETENTION"),
             maxlen=integer_setting(settings, "METEORSEED_DEAD_MAXLEN"),
@@ -58,7 +63,7 @@ class DeadLetterRetention:
                 removed += int(await redis.xtrim(dead, maxlen=share, approximate=True))
         return removed
 
-    async def trim_logged(self, redis: Any, keys: KeyLayout, stats: Any) -> None:
+    async def trim_logged(self, redis: Any, keys: KeyLayout, stats: StatsCollector) -> None:
         if not self.active:
             return
         removed = await self.trim(redis, keys)
@@ -68,7 +73,7 @@ class DeadLetterRetention:
 
 
 async def housekeeping(retention: DeadLetterRetention, group: ConsumerGroup,
-                       prune_idle_s: float, stats: Any) -> None:
+                       prune_idle_s: float, stats: StatsCollector) -> None:
     """A worker's chores about once a minute until cancelled: dead-letter retention, and the
     removal of consumers that hold nothing and were gone for ``prune_idle_s`` (0: kept).
     Redis errors are logged and the chores tried again later."""

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +32,7 @@ MAX_RECRAWL_AFTER = 10 * 365 * 86400
 class Fingerprinter(Protocol):
     """Scrapy's request fingerprinter interface (``REQUEST_FINGERPRINTER_CLASS``)."""
 
-    def fingerprint(self, request: Any) -> bytes: ...
+    def fingerprint(self, request: Request) -> bytes: ...
 
 
 def fingerprint_bytes(task: ExecTask, canonical: str | None = None,
@@ -75,7 +80,7 @@ def _scrapy_fingerprint(task: ExecTask, fingerprinter: Fingerprinter) -> bytes:
     return hashlib.sha256(b"scrapy-fingerprinter\0" + bytes(raw)).digest()[:16]
 
 
-def project_fingerprinter(crawler: Any) -> Fingerprinter | None:
+def project_fingerprinter(crawler: Crawler) -> Fingerprinter | None:
     """The fingerprinter of the crawler's ``REQUEST_FINGERPRINTER_CLASS`` when the project set
     its own; ``None`` (the canonical-URL default) for Scrapy's. Logs which one dedup uses.
 
@@ -101,7 +106,7 @@ def project_fingerprinter(crawler: Any) -> Fingerprinter | None:
     return built
 
 
-def settings_fingerprinter(settings: Any) -> Fingerprinter | None:
+def settings_fingerprinter(settings: Settings | dict[str, Any] | None) -> Fingerprinter | None:
     """:func:`project_fingerprinter` for a command that has settings but no crawler."""
     from scrapy import Spider
     from scrapy.crawler import Crawler
