@@ -1,0 +1,265 @@
+"""The raw-page cache: entries (encoding, adversarial entries), its SQL back ends (SQLite and a
+real PostgreSQL), its bound, its writer (a failing cache never fails a crawl), its settings."""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scrapy import Request
+from scrapy.http import HtmlResponse
+from scrapy.settings import Settings
+from scrapy.statscollectors import MemoryStatsCollector
+
+from meteorseed_scrapy.cli.common import CliError
+from meteorseed_scrapy.cli.site_reparse import parse_since
+from meteorseed_scrapy.setting_checks import check_settings
+from meteorseed_scrapy.sites import page_cache as writer_module
+from meteorseed_scrapy.sites.page_cache import PageCacheConfig, PageCacheWriter, page_of
+from meteorseed_scrapy.store import page_cache as cache_module
+from meteorseed_scrapy.store.page_cache import (
+    CachedPage,
+    CorruptPage,
+    Entry,
+    PageCache,
+    decode,
+    encode,
+    open_page_cache,
+)
+from meteorseed_scrapy.task.context import TASK_META_KEY
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.polling import wait_for
+from meteorseed_scrapy.validators import ConfigError
+
+
+def page(n: int = 1, site: str = "news", at: str = "2026-12-01T00:00:00.000000Z",
+         body: bytes = b"<html><h1>Hello</h1></html>") -> CachedPage:
+    return CachedPage(site_id=site, url=f"http://news.example/a/{n}", status=200,
+                      headers={"Content-Type": ["text/html; charset=utf-8"]}, body=body,
+                      fetched_at=at, callback="parse_detail", meta={"sites_depth": 1},
+                      task={"task_id": f"t{n}", "seed_id": "s1",
+                            "url": f"http://news.example/a/{n}"})
+
+
+def test_an_entry_reads_back_as_the_page_it_was() -> None:
+    original = page(body=bytes(range(256)) * 100)
+    entry = encode(original)
+    assert len(entry.data) < len(original.body)  # compressed
+    assert decode(entry.data) == original
+    assert entry.key == original.key == f"news:{original.key.split(':')[1]}"
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b"", "truncated"),
+    (b"not zlib at all", "not a zlib stream"),
+    (zlib.compress(b'{"v":1}\n<html>')[:-6], "truncated"),
+    (zlib.compress(b"<html> no envelope"), "no envelope line"),
+    (zlib.compress(b'{"v":1,"site_id":"x"\n<html>'), "envelope"),
+    (zlib.compress(b'{"v":2}\nbody'), "not format 1"),
+    (zlib.compress(b'{"v":1,"site_id":"x"}\nbody'), "envelope: no url"),
+    (zlib.compress(b'[1]\nbody'), "not format 1"),
+    (zlib.compress(b'\xff\xfe\n'), "envelope"),
+], ids=["empty", "not-zlib", "truncated", "no-envelope", "bad-json", "other-format",
+        "missing-field", "not-an-object", "not-utf8"])
+def test_a_corrupted_entry_is_refused_saying_why(data: bytes, problem: str) -> None:
+    with pytest.raises(CorruptPage, match=problem):
+        decode(data)
+
+
+def test_a_field_of_the_wrong_type_is_refused_naming_it() -> None:
+    entry = encode(page())
+    raw = zlib.decompress(entry.data).replace(b'"status":200', b'"status":"200"')
+    with pytest.raises(CorruptPage, match="status is not a int"):
+        decode(zlib.compress(raw))
+
+
+def test_an_entry_inflating_past_the_bound_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_module, "MAX_BODY", 1000)
+    with pytest.raises(CorruptPage, match="larger than 1000 bytes"):
+        decode(encode(page(body=b"\0" * 5000)).data)  # (a zlib bomb in small)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300) | st.builds(lambda b, cut: zlib.compress(b)[:cut],
+                                           st.binary(max_size=300), st.integers(0, 300)))
+def test_any_bytes_read_back_as_a_page_or_as_corrupt(data: bytes) -> None:
+    try:
+        decode(data)
+    except CorruptPage:
+        pass
+
+
+# -- the back ends ------------------------------------------------------------------------
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cache(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PageCache]:
+    uri = (f"sqlite:///{tmp_path}/items.db" if request.param == "sqlite"
+           else request.getfixturevalue("postgres_uri"))
+    opened = open_page_cache(uri, "ns1")
+    yield opened
+    opened.close()
+
+
+def test_pages_of_a_site_since_a_time_in_order_paged(cache: PageCache) -> None:
+    entries = [encode(page(n, at=f"2026-12-01T00:00:{n:02d}.000000Z")) for n in range(10)]
+    cache.put(entries[5:] + entries[:5])
+    cache.put([encode(page(99, site="other"))])
+    got = list(cache.pages("news", "2026-12-01T00:00:03.000000Z", batch=3))
+    assert [decode(e.data).url for e in got] == [f"http://news.example/a/{n}"
+                                                 for n in range(3, 10)]
+    assert len(list(cache.pages("news", ""))) == 10
+
+
+def test_a_page_fetched_again_replaces_its_entry(cache: PageCache) -> None:
+    cache.put([encode(page(1, body=b"old"))])
+    cache.put([encode(page(1, body=b"new", at="2026-12-02T00:00:00.000000Z"))])
+    (entry,) = cache.pages("news", "")
+    assert decode(entry.data).body == b"new" and cache.usage()[0] == 1
+
+
+def test_namespaces_keep_their_own_entries(cache: PageCache, tmp_path: Path) -> None:
+    cache.put([encode(page(1))])
+    other = type(cache).__new__(type(cache))
+    other.__dict__.update(cache.__dict__)
+    other.namespace = "ns2"
+    assert list(other.pages("news", "")) == [] and other.usage() == (0, 0)
+
+
+def test_eviction_by_age_then_oldest_first_down_to_the_byte_bound(cache: PageCache) -> None:
+    entries = [encode(page(n, at=f"2026-12-01T00:00:{n:02d}.000000Z")) for n in range(10)]
+    cache.put(entries)
+    assert cache.evict("2026-12-01T00:00:02.000000Z", 10**9) == 2
+    keep = sum(len(e.data) for e in entries[6:])
+    assert cache.evict("", keep) == 4
+    assert [decode(e.data).url[-1] for e in cache.pages("news", "")] == list("6789")
+    assert cache.usage() == (4, keep)
+
+
+# -- the writer ---------------------------------------------------------------------------
+
+def response(status: int = 200, callback: str = "parse_detail") -> tuple[Any, Request]:
+    class Spider:
+        def parse_detail(self) -> None: ...
+        def other(self) -> None: ...
+
+    task = ExecTask.create(seed_id="s1", site_id="news", url="http://news.example/a/1")
+    request = Request(task.url, callback=getattr(Spider(), callback),
+                      meta={TASK_META_KEY: task, "sites_depth": 2, "proxy": "x"})
+    return HtmlResponse(task.url, status=status, body=b"<h1>x</h1>", request=request), request
+
+
+def test_what_the_writer_keeps_of_a_response() -> None:
+    got = page_of(*response())
+    assert got is not None and got.callback == "parse_detail" and got.meta == {"sites_depth": 2}
+    assert got.task["seed_id"] == "s1" and got.site_id == "news" and got.body == b"<h1>x</h1>"
+    assert page_of(*response(status=404)) is None
+    assert page_of(*response(callback="other")) is None  # not the rule spider's
+
+
+class BrokenCache(PageCache):
+    shown = "broken"
+
+    def put(self, entries: list[Entry]) -> None:
+        raise OSError("read-only file system")
+
+    def scan(self, *args: Any) -> list[Entry]:
+        return []
+
+    def usage(self) -> tuple[int, int]:
+        return 0, 0
+
+    def evict(self, older_than: str, max_bytes: int) -> int:
+        return 0
+
+    def close(self) -> None:
+        pass
+
+
+def config(uri: str = "sqlite:///x.db") -> PageCacheConfig:
+    return PageCacheConfig(True, uri, 3600, 10**9)
+
+
+def test_a_failing_cache_warns_and_the_crawl_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    stats = MemoryStatsCollector(type("C", (), {"settings": Settings()})())  # type: ignore[arg-type]
+    writer = PageCacheWriter(config(), "ns", stats, cache=BrokenCache())
+    with caplog.at_level(logging.WARNING, logger=writer_module.__name__):
+        for _ in range(3):
+            writer.response_received(*response(), spider=None)  # type: ignore[arg-type]
+        wait_for(lambda: stats.get_value("meteorseed/page_cache/errors"), timeout=10)
+        writer._close()
+    assert "not cached (OSError: read-only file system); the crawl goes on" in caplog.text
+    assert caplog.text.count("not cached") == 1  # once a minute at most
+
+
+def test_a_cache_in_a_directory_it_cannot_write_warns(tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    # A file where the directory should be: unwritable even for root (the tests' user here).
+    (tmp_path / "cache").write_text("not a directory")
+    stats = MemoryStatsCollector(type("C", (), {"settings": Settings()})())  # type: ignore[arg-type]
+    writer = PageCacheWriter(config(f"sqlite:///{tmp_path}/cache/pages.db"), "ns", stats)
+    with caplog.at_level(logging.WARNING, logger=writer_module.__name__):
+        writer.response_received(*response(), spider=None)  # type: ignore[arg-type]
+        wait_for(lambda: stats.get_value("meteorseed/page_cache/errors"), timeout=10)
+        writer._close()
+    assert "1 pages not cached (FileExistsError" in caplog.text
+
+
+def test_pages_are_written_and_the_bound_applied(tmp_path: Path) -> None:
+    stats = MemoryStatsCollector(type("C", (), {"settings": Settings()})())  # type: ignore[arg-type]
+    uri = f"sqlite:///{tmp_path}/items.db"
+    writer = PageCacheWriter(config(uri), "ns", stats)
+    writer.response_received(*response(), spider=None)  # type: ignore[arg-type]
+    writer._close()
+    cache = open_page_cache(uri, "ns")
+    (entry,) = cache.pages("news", "")
+    assert decode(entry.data).url == "http://news.example/a/1"
+    assert stats.get_value("meteorseed/page_cache/stored") == 1
+    cache.close()
+
+
+# -- settings and options -----------------------------------------------------------------
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("METEORSEED_PAGE_CACHE", "maybe"),
+    ("METEORSEED_PAGE_CACHE_MAX_AGE", "soon"),
+    ("METEORSEED_PAGE_CACHE_MAX_AGE", "0"),
+    ("METEORSEED_PAGE_CACHE_MAX_BYTES", "0"),
+    ("METEORSEED_PAGE_CACHE_MAX_BYTES", "1GB"),
+    ("METEORSEED_PAGE_CACHE_URI", "mongodb://localhost/x"),
+    ("METEORSEED_REPOSTS_ACROSS_SITES", "perhaps"),
+])
+def test_an_invalid_setting_is_refused_naming_it(name: str, value: str) -> None:
+    values = {"METEORSEED_PAGE_CACHE": True, name: value}
+    with pytest.raises(ConfigError, match=name):
+        check_settings(Settings(values))
+
+
+def test_a_mongodb_store_needs_another_cache_database() -> None:
+    with pytest.raises(ConfigError, match="METEORSEED_PAGE_CACHE_URI.*store's URI unless set"):
+        check_settings(Settings({"METEORSEED_PAGE_CACHE": True,
+                                 "METEORSEED_STORE_URI": "mongodb://localhost/x"}))
+    check_settings(Settings({"METEORSEED_STORE_URI": "mongodb://localhost/x"}))  # (off: fine)
+
+
+@pytest.mark.parametrize("given", ["yesterday", "", "2h ago", "-1h", "2026-13-01",
+                                   "1e400", "0", "\x1b[2J", "9" * 400])
+def test_since_garbage_is_refused_naming_the_option(given: str) -> None:
+    with pytest.raises(CliError, match="--since"):
+        parse_since(given)
+
+
+def test_since_a_duration_or_a_time() -> None:
+    from datetime import datetime, timezone
+
+    now = datetime(2026, 12, 4, 12, 0, tzinfo=timezone.utc)
+    assert parse_since("2h", now) == "2026-12-04T10:00:00.000000Z"
+    assert parse_since("2026-12-01T00:00:00Z") == "2026-12-01T00:00:00.000000Z"
+    assert parse_since("2026-12-01T02:00:00+02:00") == "2026-12-01T00:00:00.000000Z"
+    assert parse_since("2026-12-01") == "2026-12-01T00:00:00.000000Z"
+    assert parse_since(None) == ""
