@@ -121,7 +121,7 @@ key                                 type    holds
                                             ``METEORSEED_REPOSTS_ACROSS_SITES`` (reposts
                                             across sites): -> the first document of any site;
                                             expires after the dedup window of the site that
-                                            set it. About 150 bytes each (benchmarks/
+                                            set it. About 190 bytes each (benchmarks/
                                             repost_memory.py); no hash tag: spread over a
                                             cluster's slots.
 ``<ns>:seeds``                      zset    the seed registry's index: every seed_id, score 0
