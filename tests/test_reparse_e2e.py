@@ -47,13 +47,14 @@ def crawl(tmp_path: Path, redis_url: str, namespace: str, sites_dir: Path, site:
 
 
 def reparse(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, redis_url: str, namespace: str,
-            sites_dir: Path, *args: str) -> tuple[int, dict[str, Any]]:
+            sites_dir: Path, *args: str, site_id: str = "example_news"
+            ) -> tuple[int, dict[str, Any]]:
     monkeypatch.chdir(tmp_path)  # (no scrapy.cfg up the tree: settings from the environment)
     monkeypatch.setenv("METEORSEED_STORE_URI", f"sqlite:///{tmp_path / 'items.db'}")
     monkeypatch.setenv("METEORSEED_NAMESPACE", namespace)
     monkeypatch.setenv("METEORSEED_REDIS_URL", redis_url)
     out, err = io.StringIO(), io.StringIO()
-    code = main(["sites", "reparse", "example_news", "--sites-dir", str(sites_dir), "--json",
+    code = main(["sites", "reparse", site_id, "--sites-dir", str(sites_dir), "--json",
                  *args], stdout=out, stderr=err)
     assert out.getvalue(), err.getvalue()
     return code, json.loads(out.getvalue())
@@ -113,3 +114,29 @@ def test_a_cache_that_cannot_be_written_costs_no_item(
                       METEORSEED_PAGE_CACHE_URI=f"sqlite:///{tmp_path}/cache/pages.db")
     assert len(docs) == 50
     assert "pages not cached (FileExistsError" in log and "the crawl goes on" in log
+
+
+def test_keyless_items_keep_their_identity_run_after_run(
+        tmp_path: Path, redis_url: str, namespace: str, site: MeteredSite,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Items keyed by their task's URL (``unique_key: url``): the re-parse gives each the
+    document the worker gave it, and a second re-parse the same."""
+    sites_dir = tmp_path / "sites"
+    sites_dir.mkdir()
+    rules = (PROJECT / "sites" / "news.yaml").read_text().replace(
+        "unique_key: article_id", "unique_key: url")
+    (sites_dir / "news.yaml").write_text(rules)
+    before, _ = crawl(tmp_path, redis_url, namespace, sites_dir, site)
+    assert len(before) == 50 and not any("unique_key" in doc for doc in before.values())
+    site.meter(reset=True)
+    (sites_dir / "news.yaml").write_text(rules.replace("version: 1", "version: 2"))
+    for _ in range(2):
+        code, result = reparse(monkeypatch, tmp_path, redis_url, namespace, sites_dir)
+        assert (code, result["pages"], result["items"]) == (0, 55, 50)
+        after = stored_docs(tmp_path / "items.db")
+        assert set(after) == set(before)
+        for key, doc in after.items():
+            assert doc["rule_version"] == "2" and doc["article_id"] == before[key]["article_id"]
+            assert doc["first_seen_at"] == before[key]["first_seen_at"]
+            assert "duplicate_of" not in doc
+    assert result["links_not_followed"] == 54 and site.meter()["requests"] == 0
