@@ -17,6 +17,7 @@ counted and named in a warning; the other pages go on.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 
 logger = logging.getLogger(__name__)
 BATCH = 100
+CONCURRENCY = 16  # pages parsed together
 
 
 @dataclass
@@ -94,25 +96,37 @@ class Reparser:
         result = ReparseResult()
         started = time.perf_counter()
         docs: list[dict[str, Any]] = []
+        window: list[tuple[CachedPage, Response]] = []
         for entry in self.cache.pages(site_id, since):
             try:
                 page = decode(entry.data)
                 if page.callback not in CALLBACKS:
                     raise CorruptPage(f"callback {page.callback!r} is not the rule spider's")
-                response = page_response(config, page)
+                window.append((page, page_response(config, page)))
             except (CorruptPage, ValueError, KeyError, TypeError) as exc:
                 result.unreadable += 1
                 result.problem(f"cache entry {entry.key} (fetched {entry.fetched_at}) cannot be"
                                f" read: {exc}")
                 continue
-            docs += await self._page(config, page, response, result)
+            if len(window) >= CONCURRENCY:
+                docs += await self._pages(config, window, result)
             if len(docs) >= BATCH:
                 self._flush(docs, result)
                 if progress is not None:
                     progress(result)
+        docs += await self._pages(config, window, result)
         self._flush(docs, result)
         result.seconds = time.perf_counter() - started
         return result
+
+    async def _pages(self, config: SiteConfig, window: list[tuple[CachedPage, Response]],
+                     result: ReparseResult) -> list[dict[str, Any]]:
+        """The documents of a window of pages, handled together (their repost checks' Redis
+        round trips overlap), in the pages' order (a later page's document wins)."""
+        done = await asyncio.gather(*(self._page(config, page, response, result)
+                                      for page, response in window))
+        window.clear()
+        return [doc for docs in done for doc in docs]
 
     async def _page(self, config: SiteConfig, page: CachedPage, response: Response,
                     result: ReparseResult) -> list[dict[str, Any]]:
