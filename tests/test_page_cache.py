@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,10 +98,17 @@ def test_any_bytes_read_back_as_a_page_or_as_corrupt(data: bytes) -> None:
 
 # -- the back ends ------------------------------------------------------------------------
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "mongomock", "mongodb"])
 def cache(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[PageCache]:
-    uri = (f"sqlite:///{tmp_path}/items.db" if request.param == "sqlite"
-           else request.getfixturevalue("postgres_uri"))
+    if request.param == "mongodb":  # a real server, as the store contract runs one
+        base = os.environ.get("METEORSEED_TEST_MONGO_URL")
+        if not base:
+            pytest.skip("no real MongoDB: set METEORSEED_TEST_MONGO_URL=mongodb://host:port")
+        uri = f"{base.rstrip('/')}/meteorseed_test_{uuid.uuid4().hex[:10]}"
+    else:
+        uri = {"sqlite": f"sqlite:///{tmp_path}/items.db",
+               "mongomock": f"mongomock://{tmp_path.name}/db"}.get(request.param) \
+            or request.getfixturevalue("postgres_uri")
     opened = open_page_cache(uri, "ns1")
     yield opened
     opened.close()
@@ -230,7 +239,8 @@ def test_pages_are_written_and_the_bound_applied(tmp_path: Path) -> None:
     ("METEORSEED_PAGE_CACHE_MAX_AGE", "0"),
     ("METEORSEED_PAGE_CACHE_MAX_BYTES", "0"),
     ("METEORSEED_PAGE_CACHE_MAX_BYTES", "1GB"),
-    ("METEORSEED_PAGE_CACHE_URI", "mongodb://localhost/x"),
+    ("METEORSEED_PAGE_CACHE_URI", "redis://localhost/x"),
+    ("METEORSEED_PAGE_CACHE_URI", "sqlite://"),
     ("METEORSEED_REPOSTS_ACROSS_SITES", "perhaps"),
 ])
 def test_an_invalid_setting_is_refused_naming_it(name: str, value: str) -> None:
@@ -239,11 +249,12 @@ def test_an_invalid_setting_is_refused_naming_it(name: str, value: str) -> None:
         check_settings(Settings(values))
 
 
-def test_a_mongodb_store_needs_another_cache_database() -> None:
+def test_a_store_that_cannot_hold_the_cache_is_refused_when_the_cache_is_on() -> None:
     with pytest.raises(ConfigError, match=r"METEORSEED_PAGE_CACHE_URI.*store.s URI unless set"):
         check_settings(Settings({"METEORSEED_PAGE_CACHE": True,
-                                 "METEORSEED_STORE_URI": "mongodb://localhost/x"}))
-    check_settings(Settings({"METEORSEED_STORE_URI": "mongodb://localhost/x"}))  # (off: fine)
+                                 "METEORSEED_STORE_URI": "redis://localhost/x"}))
+    check_settings(Settings({"METEORSEED_PAGE_CACHE": True,
+                             "METEORSEED_STORE_URI": "mongodb://localhost/x"}))
 
 
 @pytest.mark.parametrize("given", ["yesterday", "", "2h ago", "-1h", "2026-13-01",

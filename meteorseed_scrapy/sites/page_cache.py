@@ -40,8 +40,13 @@ from meteorseed_scrapy.settings import (
     text_setting,
 )
 from meteorseed_scrapy.store.base import utc_timestamp
-from meteorseed_scrapy.store.page_cache import CachedPage, PageCache, encode, open_page_cache
-from meteorseed_scrapy.store.page_cache_sql import open_sql_cache
+from meteorseed_scrapy.store.page_cache import (
+    CachedPage,
+    PageCache,
+    check_cache_uri,
+    encode,
+    open_page_cache,
+)
 from meteorseed_scrapy.task.context import task_of
 from meteorseed_scrapy.validators import ConfigError
 
@@ -74,7 +79,7 @@ class PageCacheConfig:
                      integer_setting(settings, "METEORSEED_PAGE_CACHE_MAX_BYTES", minimum=1))
         if config.enabled:
             try:
-                open_sql_cache(uri)  # (no I/O: the scheme only)
+                check_cache_uri(uri)
             except ValueError as exc:
                 raise ConfigError("METEORSEED_PAGE_CACHE_URI", str(exc).partition(": ")[2]
                                   + " (the store's URI unless set)") from None

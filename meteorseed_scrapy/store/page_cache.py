@@ -8,10 +8,11 @@ task's ids and URL, which the stored documents' identity needs), a newline, then
 received: one blob, so that a torn or corrupted entry fails as a whole (:class:`CorruptPage`)
 instead of yielding a page with the wrong headers.
 
-Entries live in a table ``pages`` of the store's database by default (SQLite, PostgreSQL;
-:mod:`.page_cache_sql`), shared by the fleet as the items are, or in the database
-``METEORSEED_PAGE_CACHE_URI`` names. The bound is per namespace: entries older than the
-maximum age go first, then the oldest until the compressed bytes fit (:meth:`PageCache.evict`).
+Entries live in the store's database by default, shared by the fleet as the items are: a table
+``pages`` (SQLite, PostgreSQL; :mod:`.page_cache_sql`) or a collection ``<namespace>.pages``
+(MongoDB; :mod:`.page_cache_mongo`); or in the database ``METEORSEED_PAGE_CACHE_URI`` names.
+The bound is per namespace: entries older than the maximum age go first, then the oldest until
+the compressed bytes fit (:meth:`PageCache.evict`).
 """
 
 from __future__ import annotations
@@ -150,15 +151,45 @@ class PageCache(ABC):
             after = (rows[-1].fetched_at, rows[-1].key)
 
 
-def open_page_cache(uri: str, namespace: str = DEFAULT_NAMESPACE) -> PageCache:
-    """The cache in the database of ``uri`` (``sqlite:///…`` or ``postgresql://…``);
-    ``ValueError`` naming ``METEORSEED_PAGE_CACHE_URI`` for any other."""
-    from meteorseed_scrapy.store.page_cache_sql import open_sql_cache
+_SQL = ("sqlite", "postgresql", "postgres")
+_MONGO = ("mongodb", "mongodb+srv", "mongomock")
 
-    cache = open_sql_cache(uri)
+
+def check_cache_uri(uri: str) -> str:
+    """``uri`` if a page cache can live in its database, else ``ValueError`` naming
+    ``METEORSEED_PAGE_CACHE_URI`` (no I/O)."""
+    scheme = uri.partition("://")[0].lower() if "://" in uri else ""
+    if scheme not in _SQL + _MONGO:
+        shown = uri.rpartition("@")[2]  # never echo a password
+        raise ValueError(f"METEORSEED_PAGE_CACHE_URI: unsupported database {shown!r}; expected"
+                         " sqlite:///path.db, postgresql://… or mongodb://…")
+    if scheme == "sqlite":
+        from meteorseed_scrapy.store.sqlite import sqlite_path
+
+        try:
+            sqlite_path(uri)
+        except ValueError as exc:
+            raise ValueError(str(exc).replace("METEORSEED_STORE_URI",
+                                              "METEORSEED_PAGE_CACHE_URI")) from None
+    return scheme
+
+
+def open_page_cache(uri: str, namespace: str = DEFAULT_NAMESPACE) -> PageCache:
+    """The cache in the database of ``uri`` (SQLite, PostgreSQL: a table ``pages``; MongoDB:
+    a collection ``<namespace>.pages``); ``ValueError`` naming ``METEORSEED_PAGE_CACHE_URI``
+    for any other. Imported on use: users of one database need not install the others'."""
+    cache: PageCache
+    if check_cache_uri(uri) in _SQL:
+        from meteorseed_scrapy.store.page_cache_sql import open_sql_cache
+
+        cache = open_sql_cache(uri)
+    else:
+        from meteorseed_scrapy.store.page_cache_mongo import open_mongo_cache
+
+        cache = open_mongo_cache(uri)
     cache.namespace = namespace
     return cache
 
 
-__all__ = ["CachedPage", "CorruptPage", "Entry", "PageCache", "decode", "encode",
-           "open_page_cache", "page_key"]
+__all__ = ["CachedPage", "CorruptPage", "Entry", "PageCache", "check_cache_uri", "decode",
+           "encode", "open_page_cache", "page_key"]

@@ -173,16 +173,10 @@ def _postgres(uri: str) -> Callable[[], Any]:
 
 
 def open_sql_cache(uri: str) -> SQLPageCache:
-    scheme = uri.partition("://")[0].lower()
-    if scheme == "sqlite":
+    if uri.partition("://")[0].lower() == "sqlite":
         path = sqlite_path(uri)
         return SQLPageCache(_sqlite(path), "?", "BLOB", f"SQLite {path}")
-    if scheme in ("postgresql", "postgres"):
-        host = uri.rpartition("@")[2]
-        return SQLPageCache(_postgres(uri), "%s", "BYTEA", f"PostgreSQL {host}")
-    raise ValueError("METEORSEED_PAGE_CACHE_URI: the page cache lives in an SQLite or"
-                     f" PostgreSQL database (sqlite:///path.db, postgresql://…), not"
-                     f" {scheme or uri!r}: with a MongoDB store, name one of those")
+    return SQLPageCache(_postgres(uri), "%s", "BYTEA", f"PostgreSQL {uri.rpartition('@')[2]}")
 
 
 __all__ = ["SQLPageCache", "open_sql_cache"]
