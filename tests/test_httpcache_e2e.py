@@ -17,7 +17,8 @@ pytestmark = pytest.mark.e2e
 
 def test_stream_tasks_are_answered_from_scrapys_http_cache(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: Any) -> None:
-    cache = {"HTTPCACHE_ENABLED": True, "HTTPCACHE_DIR": str(tmp_path / "httpcache")}
+    cache: dict[str, Any] = {"HTTPCACHE_ENABLED": True,
+                             "HTTPCACHE_DIR": str(tmp_path / "httpcache")}
     with MeteredSite() as site:
         urls = [f"{site.url}/news/article/{n}" for n in range(1, 6)]
         enqueue(redis_url, namespace, urls)

@@ -189,12 +189,17 @@ class BrokenCache(PageCache):
         pass
 
 
+def stats_collector() -> MemoryStatsCollector:
+    crawler: Any = type("Crawler", (), {"settings": Settings()})()
+    return MemoryStatsCollector(crawler)
+
+
 def config(uri: str = "sqlite:///x.db") -> PageCacheConfig:
     return PageCacheConfig(True, uri, 3600, 10**9)
 
 
 def test_a_failing_cache_warns_and_the_crawl_goes_on(caplog: pytest.LogCaptureFixture) -> None:
-    stats = MemoryStatsCollector(type("C", (), {"settings": Settings()})())  # type: ignore[arg-type]
+    stats = stats_collector()
     writer = PageCacheWriter(config(), "ns", stats, cache=BrokenCache())
     with caplog.at_level(logging.WARNING, logger=writer_module.__name__):
         for _ in range(3):
@@ -209,7 +214,7 @@ def test_a_cache_in_a_directory_it_cannot_write_warns(tmp_path: Path,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     # A file where the directory should be: unwritable even for root (the tests' user here).
     (tmp_path / "cache").write_text("not a directory")
-    stats = MemoryStatsCollector(type("C", (), {"settings": Settings()})())  # type: ignore[arg-type]
+    stats = stats_collector()
     writer = PageCacheWriter(config(f"sqlite:///{tmp_path}/cache/pages.db"), "ns", stats)
     with caplog.at_level(logging.WARNING, logger=writer_module.__name__):
         writer.response_received(*response(), spider=None)  # type: ignore[arg-type]
@@ -219,7 +224,7 @@ def test_a_cache_in_a_directory_it_cannot_write_warns(tmp_path: Path,
 
 
 def test_pages_are_written_and_the_bound_applied(tmp_path: Path) -> None:
-    stats = MemoryStatsCollector(type("C", (), {"settings": Settings()})())  # type: ignore[arg-type]
+    stats = stats_collector()
     uri = f"sqlite:///{tmp_path}/items.db"
     writer = PageCacheWriter(config(uri), "ns", stats)
     writer.response_received(*response(), spider=None)  # type: ignore[arg-type]
@@ -273,3 +278,20 @@ def test_since_a_duration_or_a_time() -> None:
     assert parse_since("2026-12-01T02:00:00+02:00") == "2026-12-01T00:00:00.000000Z"
     assert parse_since("2026-12-01") == "2026-12-01T00:00:00.000000Z"
     assert parse_since(None) == ""
+
+
+def test_the_writer_keeps_the_cache_within_its_byte_bound(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/items.db"
+    one = len(encode(page_of(*response())).data)  # type: ignore[arg-type]
+    writer = PageCacheWriter(PageCacheConfig(True, uri, 3600, 3 * one + 10), "ns")
+    for n in range(8):
+        got, request = response()
+        got = got.replace(url=f"http://news.example/a/{n}")
+        writer.response_received(got, request, spider=None)  # type: ignore[arg-type]
+        writer._executor.submit(lambda: None).result()  # (one group written at a time)
+    writer._close()
+    cache = open_page_cache(uri, "ns")
+    count, size = cache.usage()
+    assert size <= 3 * one + 10 and count == 3
+    assert sorted(decode(e.data).url[-1] for e in cache.pages("news", "")) == ["5", "6", "7"]
+    cache.close()
