@@ -7,7 +7,7 @@ site's pages over the time between the first and the last request the site saw. 
 pages it re-parsed (callback, sites pipeline with its Redis repost check, store upserts) over
 its own time. The site counts the requests of each re-parse (expected: 0).
 
-Run: ``.venv/bin/python benchmarks/reparse.py [--lists 50] [--rounds 3]``.
+Run: ``.venv/bin/python benchmarks/reparse.py [--lists 50] [--rounds 3] [--no-dedup]``.
 """
 
 from __future__ import annotations
@@ -33,12 +33,15 @@ from meteorseed_scrapy.testing.metered_site import MeteredSite  # noqa: E402
 from meteorseed_scrapy.testing.redis_server import RedisServer  # noqa: E402
 
 
-def run(lists: int, rounds: int) -> None:
+def run(lists: int, rounds: int, dedup: bool = True) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench-reparse-"))
     sites = workdir / "sites"
     sites.mkdir()
     rules = (PROJECT / "sites" / "news.yaml").read_text()
-    (sites / "news.yaml").write_text(rules.replace("max_pages: 50", f"max_pages: {lists}"))
+    rules = rules.replace("max_pages: 50", f"max_pages: {lists}")
+    if not dedup:  # no repost check: no Redis round trip per item
+        rules = rules.replace("dedup: {mode: mark,", "dedup: {mode: \"off\",")
+    (sites / "news.yaml").write_text(rules)
     try:
         with RedisServer() as redis, MeteredSite(news_pages=lists) as site:
             enqueue(redis.url, "bench", [f"{site.url}/news/list/1"], site_id="example_news")
@@ -73,5 +76,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lists", type=int, default=50, help="news list pages (10 articles each)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-dedup", action="store_true", help="the rules without content"
+                        " dedup (no repost check, no Redis round trip per item)")
     options = parser.parse_args()
-    run(options.lists, options.rounds)
+    run(options.lists, options.rounds, not options.no_dedup)
