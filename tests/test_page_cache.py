@@ -263,10 +263,23 @@ def test_a_store_that_cannot_hold_the_cache_is_refused_when_the_cache_is_on() ->
 
 
 @pytest.mark.parametrize("given", ["yesterday", "", "2h ago", "-1h", "2026-13-01",
-                                   "1e400", "0", "\x1b[2J", "9" * 400])
+                                   "1e400", "0", "\x1b[2J", "9" * 400, "99999999999w",
+                                   "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
 def test_since_garbage_is_refused_naming_the_option(given: str) -> None:
     with pytest.raises(CliError, match="--since"):
         parse_since(given)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60) | st.datetimes(timezones=st.timezones()).map(
+    lambda moment: moment.isoformat()))
+def test_since_is_a_time_or_refused_naming_the_option(given: str) -> None:
+    try:
+        stamp = parse_since(given)
+    except CliError as exc:
+        assert str(exc).startswith("--since: ")
+    else:
+        assert stamp == "" or (len(stamp) == 27 and stamp.endswith("Z"))
 
 
 def test_since_a_duration_or_a_time() -> None:
@@ -277,7 +290,7 @@ def test_since_a_duration_or_a_time() -> None:
     assert parse_since("2026-12-01T00:00:00Z") == "2026-12-01T00:00:00.000000Z"
     assert parse_since("2026-12-01T02:00:00+02:00") == "2026-12-01T00:00:00.000000Z"
     assert parse_since("2026-12-01") == "2026-12-01T00:00:00.000000Z"
-    assert parse_since(None) == ""
+    assert parse_since(None) == "" == parse_since("0001-01-01")
 
 
 def test_the_writer_keeps_the_cache_within_its_byte_bound(tmp_path: Path) -> None:

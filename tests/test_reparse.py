@@ -78,3 +78,16 @@ def test_a_page_the_rules_cannot_parse_is_counted_and_named(tmp_path: Path,
                                               "fields": {"article_id": "id"}, "required": []})
     assert result.failed == 2 and result.items == 0
     assert any("http://news.example/a/1: not parsed" in p for p in result.problems)
+
+
+def test_an_entry_carries_no_meta_but_the_rule_spider_s() -> None:
+    from meteorseed_scrapy.sites.reparse import page_response
+
+    config = parse_site(RULES, "news.yaml")
+    page = cached(1, article(1))
+    hostile = CachedPage(**{**page.__dict__, "task": {},
+                            "meta": {"site_id": "other", "sites_depth": 2, "sites_page": "9",
+                                     "proxy": "http://attacker", "meteorseed_task": "x"}})
+    meta = page_response(config, hostile).meta
+    assert meta["site_id"] == "news" and meta["sites_depth"] == 2
+    assert not {"sites_page", "proxy", "meteorseed_task"} & set(meta)

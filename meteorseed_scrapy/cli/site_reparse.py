@@ -66,7 +66,12 @@ def parse_since(text: str | None, now: datetime | None = None) -> str:
                            f" ISO-8601 time, got {text[:100]!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return utc_timestamp(moment)
+    try:
+        moment = moment.astimezone(timezone.utc)
+    except OverflowError:  # (0001-01-01T00:00+01:00 is no time in UTC)
+        raise CliError(f"--since: {text[:100]!r} is out of range in UTC") from None
+    # Before any page was fetched: every page (and a year below 1000 would not sort as text).
+    return utc_timestamp(moment) if moment.year >= 1970 else ""
 
 
 def run_reparse(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]) -> int:

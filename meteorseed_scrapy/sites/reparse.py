@@ -29,7 +29,7 @@ from scrapy.exceptions import DropItem
 from scrapy.http import HtmlResponse, Response, TextResponse
 
 from meteorseed_scrapy.sites.model import SiteConfig
-from meteorseed_scrapy.sites.page_cache import CALLBACKS
+from meteorseed_scrapy.sites.page_cache import CALLBACKS, META_KEYS
 from meteorseed_scrapy.sites.pipeline import SiteItem, SitesPipeline
 from meteorseed_scrapy.sites.spider import RuleSpider
 from meteorseed_scrapy.store.base import DocumentError, Store
@@ -70,7 +70,10 @@ class ReparseResult:
 def page_response(config: SiteConfig, page: CachedPage) -> Response:
     """The response the rule spider parsed, rebuilt from its cache entry (``ValueError``, or
     the task's own error naming the field, when the entry's values cannot make one)."""
-    meta: dict[str, Any] = {"site_id": page.site_id, **page.meta}
+    # Only the meta the writer keeps (a shared database's entry could carry any other key).
+    meta: dict[str, Any] = {key: page.meta[key] for key in META_KEYS
+                            if type(page.meta.get(key)) is int}
+    meta["site_id"] = page.site_id
     if page.task:
         meta[TASK_META_KEY] = ExecTask(task_id=page.task["task_id"],
                                        seed_id=page.task["seed_id"], site_id=page.site_id,
