@@ -1,7 +1,8 @@
 """`meteorseed sites reparse`: a real `scrapy crawl sites` worker fills the page cache from a
 local site that counts its requests; the rules change; the re-parse upserts the new fields
 with 0 requests to the site, keeps identities and first_seen_at, and reports a corrupted
-cache entry without losing the rest. A cache that cannot be written never costs an item."""
+cache entry without losing the rest. A cache that cannot be written never costs an item. And
+reposts across sites with real workers: two sites publishing the same articles."""
 
 from __future__ import annotations
 
@@ -140,3 +141,29 @@ def test_keyless_items_keep_their_identity_run_after_run(
             assert doc["first_seen_at"] == before[key]["first_seen_at"]
             assert "duplicate_of" not in doc
     assert result["links_not_followed"] == 54 and site.meter()["requests"] == 0
+
+
+def test_two_sites_publishing_the_same_article_are_reposts_across_sites(
+        tmp_path: Path, redis_url: str, namespace: str, sites_dir: Path, site: MeteredSite,
+        sync_redis: Any) -> None:
+    """The same five articles under two site_ids (a wire service and a paper that reprints
+    it), with METEORSEED_REPOSTS_ACROSS_SITES: of each pair, one document is the repost of
+    the other, whichever site's task ran first."""
+    rules = (sites_dir / "news.yaml").read_text()
+    (sites_dir / "paper.yaml").write_text(rules.replace("site_id: example_news",
+                                                        "site_id: paper"))
+    urls = [f"{site.url}/news/article/{n}" for n in range(1, 6)]
+    for site_id in ("example_news", "paper"):
+        enqueue(redis_url, namespace, urls, site_id=site_id, callback="parse_detail")
+    finish(start_sites_worker(tmp_path, redis_url, namespace, sites_dir,
+                              settings={"METEORSEED_REPOSTS_ACROSS_SITES": True}), tmp_path)
+    docs = stored_docs(tmp_path / "items.db")
+    assert len(docs) == 10
+    for n in range(1, 6):
+        wire, paper = docs[f"example_news:{n}"], docs[f"paper:{n}"]
+        assert wire["content_fingerprint"] == paper["content_fingerprint"]
+        marks = {wire.get("duplicate_of"), paper.get("duplicate_of")}
+        assert marks in ({None, f"example_news:{n}"}, {None, f"paper:{n}"})
+        # The first document owns the namespace-wide fingerprint; the other points at it.
+        owner = sync_redis.get(f"{namespace}:fp:{wire['content_fingerprint']}")
+        assert marks - {None} == {owner}
