@@ -168,6 +168,8 @@ def test_what_the_writer_keeps_of_a_response() -> None:
     assert got.task["seed_id"] == "s1" and got.site_id == "news" and got.body == b"<h1>x</h1>"
     assert page_of(*response(status=404)) is None
     assert page_of(*response(callback="other")) is None  # not the rule spider's
+    warmup = Request("http://news.example/", meta={"site_id": "news"})  # (no task)
+    assert page_of(HtmlResponse(warmup.url, body=b"home", request=warmup), warmup) is None
 
 
 class BrokenCache(PageCache):

@@ -3,7 +3,7 @@
 
 ``METEORSEED_PAGE_CACHE = True`` turns it on (off by default: the bodies cost the store's disk,
 and a crawl that never re-parses need not pay). The rule spider lists this extension itself;
-it caches the 2xx responses that reach one of the spider's callbacks, in the store's database
+it caches the 2xx responses of tasks that reach one of its callbacks, in the store's database
 (``METEORSEED_PAGE_CACHE_URI`` to name another, an SQLite file of the host for instance),
 bounded by ``METEORSEED_PAGE_CACHE_MAX_AGE`` and ``METEORSEED_PAGE_CACHE_MAX_BYTES``.
 
@@ -99,17 +99,15 @@ def page_of(response: Response, request: Request) -> CachedPage | None:
     if name not in CALLBACKS:
         return None
     task = task_of(request)
-    site_id = task.site_id if task is not None else request.meta.get("site_id")
-    if not isinstance(site_id, str) or not site_id:
+    if task is None:  # a warm-up or robots.txt fetch, a local crawl's page: no task's page
         return None
     headers = {key.decode("latin-1"): [v.decode("latin-1") for v in values]
                for key, values in response.headers.items()}
     return CachedPage(
-        site_id=site_id, url=response.url, status=response.status, headers=headers,
+        site_id=task.site_id, url=response.url, status=response.status, headers=headers,
         body=response.body, fetched_at=utc_timestamp(), callback=name,
         meta={k: request.meta[k] for k in META_KEYS if isinstance(request.meta.get(k), int)},
-        task={} if task is None else {"task_id": task.task_id, "seed_id": task.seed_id,
-                                      "url": task.url})
+        task={"task_id": task.task_id, "seed_id": task.seed_id, "url": task.url})
 
 
 class PageCacheWriter:
