@@ -7,7 +7,10 @@ site's pages over the time between the first and the last request the site saw. 
 pages it re-parsed (callback, sites pipeline with its Redis repost check, store upserts) over
 its own time. The site counts the requests of each re-parse (expected: 0).
 
-Run: ``.venv/bin/python benchmarks/reparse.py [--lists 50] [--rounds 3] [--no-dedup]``.
+``--cost`` measures what the cache costs a crawl instead: the same crawl with the cache off and
+on, alternating, each in a fresh namespace and store, pages/s of each (first to last request).
+
+Run: ``.venv/bin/python benchmarks/reparse.py [--lists 50] [--rounds 3] [--no-dedup] [--cost]``.
 """
 
 from __future__ import annotations
@@ -72,11 +75,50 @@ def run(lists: int, rounds: int, dedup: bool = True) -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def cost(lists: int, rounds: int, apart: bool = False) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="bench-reparse-cost-"))
+    sites = workdir / "sites"
+    sites.mkdir()
+    rules = (PROJECT / "sites" / "news.yaml").read_text()
+    (sites / "news.yaml").write_text(rules.replace("max_pages: 50", f"max_pages: {lists}"))
+    paces: dict[bool, list[float]] = {False: [], True: []}
+    try:
+        with RedisServer() as redis, MeteredSite(news_pages=lists) as site:
+            for number in range(rounds):
+                for cached in (False, True) if number % 2 == 0 else (True, False):
+                    run_dir = workdir / f"{number}-{cached}"
+                    run_dir.mkdir()
+                    namespace = f"cost{number}{int(cached)}"
+                    enqueue(redis.url, namespace, [f"{site.url}/news/list/1"],
+                            site_id="example_news")
+                    settings = {"METEORSEED_PAGE_CACHE": cached, "METEORSEED_POLITENESS": False}
+                    if apart:  # the cache in an SQLite file of its own, not the store's
+                        settings["METEORSEED_PAGE_CACHE_URI"] = f"sqlite:///{run_dir}/pages.db"
+                    finish(start_sites_worker(run_dir, redis.url, namespace, sites,
+                                              settings=settings), run_dir, 600)
+                    meter = site.meter(reset=True)
+                    paces[cached].append(meter["requests"] / (meter["last"] - meter["first"]))
+                    print(f"round {number + 1}, cache {'on' if cached else 'off'}:"
+                          f" {paces[cached][-1]:.0f} pages/s")
+        off, on = statistics.median(paces[False]), statistics.median(paces[True])
+        print(f"crawl with the page cache: {on:.0f} pages/s, without: {off:.0f} pages/s"
+              f" (medians of {rounds}): {on / off:.2f}x")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lists", type=int, default=50, help="news list pages (10 articles each)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-dedup", action="store_true", help="the rules without content"
                         " dedup (no repost check, no Redis round trip per item)")
+    parser.add_argument("--cost", action="store_true", help="the crawl with the cache off and"
+                        " on instead")
+    parser.add_argument("--apart", action="store_true", help="with --cost: the cache in an"
+                        " SQLite file of its own")
     options = parser.parse_args()
-    run(options.lists, options.rounds, not options.no_dedup)
+    if options.cost:
+        cost(options.lists, options.rounds, options.apart)
+    else:
+        run(options.lists, options.rounds, not options.no_dedup)
