@@ -31,6 +31,7 @@ from meteorseed_scrapy.settings import (
     redis_url_from,
     setting,
 )
+from meteorseed_scrapy.sites.page_cache import PageCacheConfig
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
 from meteorseed_scrapy.worker.work_budget import WorkSizes
@@ -42,9 +43,11 @@ if TYPE_CHECKING:
 TEXT = frozenset({
     "METEORSEED_REDIS_URL", "METEORSEED_STORE_URI", "METEORSEED_CONSUMER",
     "METEORSEED_SITES_DIR", "METEORSEED_METRICS_HOST", "METEORSEED_CHROMIUM_PATH",
+    "METEORSEED_PAGE_CACHE_URI",
 })
 FLAGS = ("METEORSEED_POLITENESS", "METEORSEED_SITES_REDIS", "METEORSEED_LOG_JSON",
-         "METEORSEED_FETCH_PRIVATE_ADDRESSES")
+         "METEORSEED_FETCH_PRIVATE_ADDRESSES", "METEORSEED_PAGE_CACHE",
+         "METEORSEED_REPOSTS_ACROSS_SITES")
 
 
 class InvalidSettings(ConfigError, SystemExit):
@@ -71,6 +74,7 @@ def check_settings(settings: BaseSettings) -> None:
     LaneWeights.from_settings(settings)
     InterpreterTuning.from_settings(settings)
     WorkSizes.from_settings(settings)
+    PageCacheConfig.from_settings(settings)
     try:
         bounds_from(lambda name: setting(settings, name))
     except ConfigError:

@@ -93,6 +93,16 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_SITES_DIR": "",
     "METEORSEED_SITES_REDIS": False,
     "METEORSEED_SITES_RELOAD_INTERVAL": 1.0,
+    # The raw-page cache of rule sites (meteorseed_scrapy.sites.page_cache, for ``meteorseed
+    # sites reparse``): on or off, its database ("": the store's), the age (s) and compressed
+    # bytes (per namespace) it keeps at most.
+    "METEORSEED_PAGE_CACHE": False,
+    "METEORSEED_PAGE_CACHE_URI": "",
+    "METEORSEED_PAGE_CACHE_MAX_AGE": 7 * 86400,
+    "METEORSEED_PAGE_CACHE_MAX_BYTES": 1024 ** 3,
+    # Content fingerprints of rule sites matched over the whole namespace instead of per site
+    # (reposts across sites; meteorseed_scrapy.sites.reposts).
+    "METEORSEED_REPOSTS_ACROSS_SITES": False,
     # Links a site rule follows from one page (list, pagination or detail links, each).
     "METEORSEED_MAX_LINKS_PER_PAGE": 10_000,
     # Bounds (s) of adaptive seed intervals unless the schedule or the site's rules say.

@@ -119,3 +119,43 @@ def test_anomaly_rate_jump_is_flagged(caplog: pytest.LogCaptureFixture) -> None:
     assert stats.get_value("meteorseed/anomalies/s/jumps") == 1
     assert stats.get_value("meteorseed/anomalies/s/count") == 13
     assert stats.get_value("meteorseed/anomalies/s") == round(13 / 40, 4)
+
+
+def syndicated(site: str, key: str, mode: str = "mark") -> SiteItem:
+    body = "The council met on Tuesday to vote on the budget. " * 5
+    return SiteItem(site, "1", f"http://{site}.example/{key}", key,
+                    {"title": "Council votes budget", "body": body},
+                    dedup=Dedup(mode=mode, title="title", content="body", window=3600))
+
+
+@pytest.mark.parametrize("mode", ["mark", "skip"])
+def test_reposts_across_sites_when_the_namespace_matches_them(
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: Any, mode: str) -> None:
+    across = SitesPipeline(f"sqlite:///{tmp_path}/s.db", redis_url, KeyLayout(namespace),
+                           across_sites=True)
+    first, other_site, again = run(across, syndicated("wire", "1", mode),
+                                   syndicated("paper", "77", mode),
+                                   syndicated("wire", "1", mode))
+    assert "duplicate_of" not in first and "duplicate_of" not in again
+    if mode == "mark":
+        assert other_site["duplicate_of"] == "wire:1"
+    else:
+        assert isinstance(other_site, DropItem) and "repost of wire:1" in str(other_site)
+    key = KeyLayout(namespace).content_fingerprint_any(first["content_fingerprint"])
+    assert key == f"{namespace}:fp:{first['content_fingerprint']}"
+    assert sync_redis.get(key) == "wire:1" and 3500 < sync_redis.ttl(key) <= 3600
+    assert sync_redis.keys(f"{namespace}:{{*}}:fp:*") == []  # no per-site index written
+
+
+def test_reposts_stay_per_site_by_default(tmp_path: Path, redis_url: str,
+                                          namespace: str) -> None:
+    per_site = SitesPipeline(f"sqlite:///{tmp_path}/s.db", redis_url, KeyLayout(namespace))
+    first, other_site = run(per_site, syndicated("wire", "1"), syndicated("paper", "77"))
+    assert "duplicate_of" not in first and "duplicate_of" not in other_site
+
+
+def test_the_setting_reaches_the_pipeline(redis_url: str, namespace: str) -> None:
+    crawler = _Crawler()
+    crawler.settings.set("METEORSEED_REPOSTS_ACROSS_SITES", "true")
+    assert SitesPipeline.from_crawler(crawler).across_sites  # type: ignore[arg-type]
+    assert not SitesPipeline.from_crawler(_Crawler()).across_sites  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ from meteorseed_scrapy.cli.common import (
     table,
 )
 from meteorseed_scrapy.cli.site_control import register as register_control
+from meteorseed_scrapy.cli.site_reparse import register as register_reparse
 from meteorseed_scrapy.cli.site_try import load_rules, offline_context
 from meteorseed_scrapy.cli.site_try import register as register_try
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
@@ -34,7 +35,8 @@ from meteorseed_scrapy.sites.schema import rule_schema
 
 def register(sub: Any) -> None:
     sites = sub.add_parser("sites", help="site rule files: push, list, rm (in Redis); check,"
-                           " try, schema (files only); pause, resume, limit, controls")
+                           " try, schema (files only); reparse (cached pages); pause, resume,"
+                           " limit, controls")
     actions = sites.add_subparsers(dest="action", required=True, metavar="ACTION")
     p = actions.add_parser("push", help="validate the rule files of DIR and store them all")
     p.add_argument("directory", type=Path, metavar="DIR")
@@ -54,6 +56,7 @@ def register(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run_offline=run_check)
     register_try(actions)
+    register_reparse(actions)
     register_control(actions)
     p = actions.add_parser("schema", help="the JSON Schema of the rule-file format")
     p.set_defaults(run_offline=run_schema)

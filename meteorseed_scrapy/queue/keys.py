@@ -117,6 +117,13 @@ key                                 type    holds
                                             -> id of the first document seen with it; reposts
                                             under other URLs get ``duplicate_of`` it. Expires
                                             after the site's dedup window (default 30 days).
+``<ns>:fp:<sha1>``                  string  the same, namespace-wide, with
+                                            ``METEORSEED_REPOSTS_ACROSS_SITES`` (reposts
+                                            across sites): -> the first document of any site;
+                                            expires after the dedup window of the site that
+                                            set it. About 190 bytes each (benchmarks/
+                                            repost_memory.py); no hash tag: spread over a
+                                            cluster's slots.
 ``<ns>:seeds``                      zset    the seed registry's index: every seed_id, score 0
                                             (lexical order: paging, ZCARD = count)
 ``<ns>:seeds:by_site``              zset    ``<site_id>\t<seed_id>``, score 0: a site's seeds
@@ -317,7 +324,8 @@ class ShardKeys:
 #: allowed ``:`` in a namespace, could make (``prod:eu:tasks`` under ``prod``). A test checks
 #: that every key the layout makes is of one of these kinds.
 KEY_KINDS = frozenset({
-    "adaptive", "counts", "dead", "delayed", "done", "events", "failed", "held", "overrides",
+    "adaptive", "counts", "dead", "delayed", "done", "events", "failed", "fp", "held",
+    "overrides",
     "seed", "seeds", "seen", "shards", "sites", "spider", "spiders", "store", "tasks", "workers",
 })
 
@@ -536,6 +544,10 @@ class KeyLayout:
 
     def content_fingerprint(self, site_id: str, fp: str) -> str:
         return f"{self.namespace}:{{{site_id}}}:fp:{fp}"
+
+    def content_fingerprint_any(self, fp: str) -> str:
+        """A content fingerprint shared by every site (reposts across sites)."""
+        return f"{self.namespace}:fp:{fp}"
 
     @property
     def pattern(self) -> str:

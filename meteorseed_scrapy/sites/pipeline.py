@@ -4,8 +4,9 @@
   awaited) and then dropped from the ``items`` flow: its task is still acked, and nothing is
   lost, because the anomaly is durable before the drop. If that write fails the error reaches
   Scrapy's ``item_error`` and the task is delivered again.
-- A good item gets its content fingerprint checked against the fleet-wide index in Redis:
-  a repost under another URL gets ``duplicate_of`` (or is dropped, when the site says ``skip``).
+- A good item gets its content fingerprint checked against the fleet-wide index in Redis (the
+  site's, or the namespace's with ``METEORSEED_REPOSTS_ACROSS_SITES``: :mod:`.reposts`): a
+  repost under another URL gets ``duplicate_of`` (or is dropped, when the site says ``skip``).
 - Then it leaves as a plain dict: the rule fields, ``rule_version``, ``unique_key``.
 """
 
@@ -22,7 +23,7 @@ from scrapy.exceptions import DropItem
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import async_client
-from meteorseed_scrapy.settings import redis_url_from, store_uri_from
+from meteorseed_scrapy.settings import flag_setting, redis_url_from, store_uri_from
 from meteorseed_scrapy.sites.model import Dedup
 from meteorseed_scrapy.sites.reposts import RepostIndex, content_fingerprint
 from meteorseed_scrapy.store.backends import check_store_uri, open_store
@@ -66,13 +67,15 @@ class SitesPipeline:
     def __init__(self, store_uri: str, redis_url: str, keys: KeyLayout,
                  stats: StatsCollector | None = None, *,
                  store_factory: Callable[[str], Store] = open_store,
-                 redis_factory: Callable[[str], Any] | None = None) -> None:
+                 redis_factory: Callable[[str], Any] | None = None,
+                 across_sites: bool = False) -> None:
         self.store_uri = store_uri
         self.redis_url = redis_url
         self.keys = keys
         self.stats = stats
         self._store_factory = store_factory
         self._redis_factory = redis_factory
+        self.across_sites = across_sites  # METEORSEED_REPOSTS_ACROSS_SITES (sites/reposts.py)
         self._store: Store | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._index: RepostIndex | None = None
@@ -81,7 +84,8 @@ class SitesPipeline:
     def from_crawler(cls, crawler: Crawler) -> SitesPipeline:
         settings = crawler.settings
         return cls(check_store_uri(store_uri_from(settings)), redis_url_from(settings),
-                   KeyLayout.from_settings(settings), crawler.stats)
+                   KeyLayout.from_settings(settings), crawler.stats,
+                   across_sites=flag_setting(settings, "METEORSEED_REPOSTS_ACROSS_SITES"))
 
     async def close_spider(self) -> None:
         store, executor, index = self._store, self._executor, self._index
@@ -148,7 +152,7 @@ class SitesPipeline:
                 client = self._redis_factory(self.redis_url)
             else:
                 client = async_client(self.redis_url, decode_responses=True)
-            self._index = RepostIndex(client, self.keys)
+            self._index = RepostIndex(client, self.keys, self.across_sites)
         return self._index
 
     def _inc(self, name: str) -> None:

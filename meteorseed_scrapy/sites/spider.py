@@ -40,6 +40,7 @@ from meteorseed_scrapy.sites.extract import extract, find, select_values
 from meteorseed_scrapy.sites.links import follow
 from meteorseed_scrapy.sites.loader import SiteRegistry, rules_dir
 from meteorseed_scrapy.sites.model import Selector, SiteConfig
+from meteorseed_scrapy.sites.page_cache import EXTENSION as PAGE_CACHE
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
 from meteorseed_scrapy.sites.remote import RemoteRules
@@ -90,6 +91,10 @@ class RuleSpider(scrapy.Spider):
         pipelines = settings.getdict("ITEM_PIPELINES")
         pipelines.setdefault(PIPELINE, 800)
         settings.set("ITEM_PIPELINES", pipelines, priority="spider")
+        # The raw-page cache (off unless METEORSEED_PAGE_CACHE: then NotConfigured).
+        extensions = settings.getdict("EXTENSIONS")
+        extensions.setdefault(PAGE_CACHE, 0)
+        settings.set("EXTENSIONS", extensions, priority="spider")
         # `render: browser` sites: the browser handler (Playwright starts at the first rendered
         # page only) and the middleware that marks their requests.
         render.configure(settings)
