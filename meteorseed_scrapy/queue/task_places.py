@@ -14,6 +14,7 @@ from meteorseed_scrapy.queue.deadletters import DeadLetter
 from meteorseed_scrapy.queue.delayed import DelayedEntry
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
 from meteorseed_scrapy.queue.replies import text_of
+from meteorseed_scrapy.queue.task_history import decode_record
 from meteorseed_scrapy.queue.task_query import TaskState
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
@@ -93,6 +94,13 @@ def record_dedup(state: TaskState, site: str, key: str, reply: Any) -> None:
         row.update(window_s=window, seen_from=since if window else None,
                    eligible_at=eligible if window else None)
     state.add_dedup(row)
+
+
+def record_history(state: TaskState, site: str, key: str, reply: Any) -> None:
+    """``history_get.lua``'s reply for the URL under one site."""
+    record = decode_record(reply)
+    if record is not None:
+        state.add_history({"site_id": site, "key": key, **record})
 
 
 def record_delayed(state: TaskState, key: str, member: str, score: float) -> None:

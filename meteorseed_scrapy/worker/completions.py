@@ -19,6 +19,7 @@ from typing import Any
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.task_history import HistoryEntry, TaskHistory, outcome_name
 from meteorseed_scrapy.queue.task_records import TaskRecords
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
@@ -42,8 +43,8 @@ class Completions:
                  config: WorkerConfig, stats: Any, *,
                  on_child_durable: Callable[[str], None],
                  on_new_urls: Callable[[Iterable[str]], None],
-                 on_written: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None
-                 ) -> None:
+                 on_written: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None,
+                 history: TaskHistory | None = None) -> None:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)
         self.writer = writer
@@ -60,6 +61,8 @@ class Completions:
         # (delivery, task to put back, delay s, lane it goes back to, why: recorded with it)
         self.deferrals: list[tuple[Delivery, ExecTask, float, str, DeferReason]] = []
         self.latencies_ms: deque[float] = deque(maxlen=20000)
+        self.history = history if history is not None and history.active else None
+        self.ends: list[HistoryEntry] = []  # for the task history, written after the acks
         self._flushing = False
         self._completing: set[asyncio.Future[None]] = set()  # completion pipelines in flight
         self._starting = False  # one is about to start: it takes what is queued by then
@@ -112,17 +115,32 @@ class Completions:
             self.dead.append((first, verdict.reason))
             self.acks.extend((d.ref, 0.0) for d in dups)
         else:
+            self._remember(task, outcome.value, items=entry.scrape.committed if entry.scrape
+                           else 0, status=verdict.status, reason=verdict.reason)
             self.records.append((task, entry.record()))
             self.acks.extend((d.ref, entry.response_at) for d in entry.deliveries)
             if self._send_now():
                 return  # (nothing left for the flush loop: no need to wake it)
         self.needed.set()
 
+    def _remember(self, task: ExecTask, outcome: str, *, items: int = 0, status: int = 0,
+                  reason: str = "") -> None:
+        """Queue ``task``'s end for its site's task history (when one is kept)."""
+        if self.history is None:
+            return
+        try:
+            fp = self.writer.fingerprint(task)
+        except ValueError:  # no dedup key: no history either
+            return
+        self.ends.append(HistoryEntry.of(task, fp, outcome_name(outcome, reason),
+                                         self.consumer.consumer, items=items, status=status,
+                                         reason=reason))
+
     # -- state ---------------------------------------------------------------------------------
     def pending(self) -> bool:
         """Anything queued and not yet written."""
         return bool(self.outbox or self.records or self.acks or self.dead or self.failures
-                    or self.deferrals)
+                    or self.deferrals or self.ends)
 
     def refs_in_hand(self) -> list[Ref]:
         """Messages of settled tasks queued for an ack, a dead letter or a deferral: still
@@ -163,6 +181,8 @@ class Completions:
                                        "seed_id": task and task.seed_id})
                     continue
                 self.stats.inc_value("meteorseed/dead")
+                if task is not None:
+                    self._remember(task, "dead", reason=reason)
                 logger.error("Dead-lettered task %s (%s) as dead letter %s "
                              "(meteorseed dead show %s): %s",
                              task.task_id if task else f"message {delivery.msg_id}",
@@ -181,6 +201,10 @@ class Completions:
                 batch_f = self.failures[:BATCH]
                 await self.task_records.note_failures(batch_f, self.config.done_ttl)
                 del self.failures[: len(batch_f)]
+            if self.ends and self.history is not None:
+                batch_h = self.ends[:BATCH]
+                await self.history.write(batch_h)
+                del self.ends[: len(batch_h)]
         finally:
             self._flushing = False
         if self.pending():

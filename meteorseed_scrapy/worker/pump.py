@@ -27,6 +27,7 @@ from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.queue.consumer import StreamConsumer
 from meteorseed_scrapy.queue.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.task_history import TaskHistory
 from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_internals import downloads_in_progress
 from meteorseed_scrapy.settings import WorkerConfig
@@ -78,7 +79,8 @@ class StreamPump:
             consumer, writer, gate, config, self._stats,
             on_child_durable=lambda parent_id: self._settling.child_durable(parent_id),
             on_new_urls=on_new_urls,
-            on_written=lambda tasks, fresh: self._yielded.written(tasks, fresh))
+            on_written=lambda tasks, fresh: self._yielded.written(tasks, fresh),
+            history=TaskHistory.from_settings(crawler.settings, consumer.redis, consumer.keys))
         self._settling = Settling(self._ledger, self._completions, breaker, crawler, spider,
                                   on_settled=lambda: self._intake.room.set(),
                                   on_parked=lambda task_id: self._pacing.started(task_id))
