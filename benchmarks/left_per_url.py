@@ -89,11 +89,39 @@ def breakdown(client: redis.Redis, sample: float) -> dict[str, tuple[int, float]
             for kind, n in counts.items()}
 
 
+def settled(client: redis.Redis) -> int:
+    """used_memory once Redis's cron has shrunk the keyspace's tables after mass deletes
+    (it resizes them a step at a time): stable over half a second, or after 20 s."""
+    last, deadline = used(client), time.monotonic() + 20
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = used(client)
+        if abs(now - last) < 4096:
+            return now
+        last = now
+    return last
+
+
+def history_records(client: redis.Redis) -> int:
+    """Records in the history generations (their ``n``)."""
+    total = 0
+    for key in client.scan_iter(f"{KEYS.namespace}:hist:*", count=5000):
+        if key.count(":") == 4:  # <ns>:hist:{site}:<w>:<g>, a generation's state
+            total += int(client.hget(key, "n") or 0)
+    return total
+
+
 def report(client: redis.Redis, label: str, base: int, n: int, sample: float) -> None:
-    total = used(client) - base
+    total = settled(client) - base
     print(f"{label}: {total / n:7.2f} B/URL ({total:,} B over {n:,} URLs)")
     for kind, (keys, size) in sorted(breakdown(client, sample).items(), key=lambda r: -r[1][1]):
+        if size / n < 0.005:
+            continue
         print(f"    {kind:<34}{keys:>9,} keys  ~{size / n:7.2f} B/URL")
+        if kind.startswith("<ns>:hist"):
+            records = history_records(client)
+            print(f"    {'':<34}{records:>9,} history records, ~{size / max(1, records):.1f} "
+                  "B each (MEMORY USAGE)")
 
 
 async def expand(url: str, n: int, per_seed: int) -> None:
@@ -109,8 +137,8 @@ async def crawl(url: str, history_on: bool) -> int:
     """Every task read and completed as a worker does; how many."""
     client = aioredis.Redis.from_url(url, decode_responses=True)
     consumer = StreamConsumer(client, KEYS, "bench-worker-1")
-    history = TaskHistory(client, KEYS, days=float(DEFAULTS["METEORSEED_TASK_HISTORY_DAYS"]),
-                          per_site=int(DEFAULTS["METEORSEED_TASK_HISTORY_PER_SITE"]))
+    history = TaskHistory(client, KEYS, float(DEFAULTS["METEORSEED_TASK_HISTORY_RETENTION"]),
+                          int(DEFAULTS["METEORSEED_TASK_HISTORY_PER_SITE"]))
     writer = TaskWriter(client, KEYS)
     await consumer.ensure_group()
     ttl = int(DEFAULTS["METEORSEED_DONE_TTL"])
@@ -163,6 +191,11 @@ def main() -> int:
         for key in client.scan_iter(f"{KEYS.namespace}:hist:*", count=5000):
             client.delete(key)  # (as the retention would)
         report(client, "task history expired too", base, n, opts.sample)
+        stats = client.memory_stats()
+        print("MEMORY STATS (bytes/URL): " + ", ".join(
+            f"{k} {float(v) / n:.2f}" for k, v in stats.items()
+            if isinstance(v, int) and k not in ("keys.count", "peak.allocated")
+            and abs(v) > n / 10))
         client.close()
     return 0
 

@@ -25,6 +25,7 @@ from meteorseed_scrapy.queue.task_history import (
     decode_record,
     outcome_name,
 )
+from meteorseed_scrapy.queue.writer import TaskWriter
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 from meteorseed_scrapy.testing.polling import wait_for
@@ -208,3 +209,24 @@ def test_bad_settings_are_refused_naming_them(name: str, value: str) -> None:
                                    ["d1,2", "0", "w"], ["dx,2,3,1", "0", "w"], [b"\xff", 0, 0]])
 def test_an_unreadable_record_is_none(reply: Any) -> None:
     assert decode_record(reply) is None
+
+
+def test_a_cancelled_task_reads_as_cancelled(redis_url: str, namespace: str) -> None:
+    # (what a seed's cancel writes for each task it removes: HistoryEntry "cancelled")
+    url = "https://hist.test/cancelled?b=1&a=2"
+    task = ExecTask.create(seed_id="s", site_id=SITE, url=url)
+
+    async def write() -> None:
+        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            writer = TaskWriter(client, KeyLayout(namespace))
+            entry = HistoryEntry.of(task, writer.fingerprint(task), "cancelled", "ops@host",
+                                    reason="seed s cancelled")
+            await TaskHistory(client, KeyLayout(namespace), 86400, 100).write([entry])
+        finally:
+            await client.aclose()
+
+    asyncio.run(write())
+    body, text = lookup(redis_url, namespace, "https://hist.test/cancelled?a=2&b=1")
+    assert body["state"] == "cancelled" and body["history"][0]["reason"] == "seed s cancelled"
+    assert "cancelled (seed s cancelled) at " in text and "by consumer ops@host" in text
