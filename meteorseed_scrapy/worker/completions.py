@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 MAX_COMPLETING = 4  # completion pipelines on the wire at once
 BATCH = 500
+HISTORY_EVERY_S = 1.0  # task history records gather this long while other writes are queued
 
 
 class Completions:
@@ -63,6 +64,8 @@ class Completions:
         self.latencies_ms: deque[float] = deque(maxlen=20000)
         self.history = history if history is not None and history.active else None
         self.ends: list[HistoryEntry] = []  # for the task history, written after the acks
+        self._ends_since = 0.0  # (monotonic) when the oldest of them was queued
+        self.closing = False  # the worker stops: write everything now
         self._flushing = False
         self._completing: set[asyncio.Future[None]] = set()  # completion pipelines in flight
         self._starting = False  # one is about to start: it takes what is queued by then
@@ -132,6 +135,8 @@ class Completions:
             fp = self.writer.fingerprint(task)
         except ValueError:  # no dedup key: no history either
             return
+        if not self.ends:
+            self._ends_since = time.monotonic()
         self.ends.append(HistoryEntry.of(task, fp, outcome_name(outcome, reason),
                                          self.consumer.consumer, items=items, status=status,
                                          reason=reason))
@@ -139,8 +144,19 @@ class Completions:
     # -- state ---------------------------------------------------------------------------------
     def pending(self) -> bool:
         """Anything queued and not yet written."""
+        return self._writes() or self._history_due()
+
+    def _writes(self) -> bool:
         return bool(self.outbox or self.records or self.acks or self.dead or self.failures
-                    or self.deferrals or self.ends)
+                    or self.deferrals)
+
+    def _history_due(self) -> bool:
+        """Task history records are written in few calls: once a batch is full, once the
+        oldest waited :data:`HISTORY_EVERY_S` (the flush loop wakes at least that often), or
+        when the worker stops."""
+        return bool(self.ends) and (
+            len(self.ends) >= BATCH or self.closing
+            or time.monotonic() - self._ends_since >= HISTORY_EVERY_S)
 
     def refs_in_hand(self) -> list[Ref]:
         """Messages of settled tasks queued for an ack, a dead letter or a deferral: still
@@ -150,7 +166,7 @@ class Completions:
 
     def busy(self) -> bool:
         """Anything queued, being written, or on the wire."""
-        return self.pending() or self._flushing or bool(self._completing)
+        return self.pending() or self._flushing or bool(self._completing) or bool(self.ends)
 
     # -- flush ---------------------------------------------------------------------------------
     async def flush_once(self) -> None:
@@ -201,10 +217,11 @@ class Completions:
                 batch_f = self.failures[:BATCH]
                 await self.task_records.note_failures(batch_f, self.config.done_ttl)
                 del self.failures[: len(batch_f)]
-            if self.ends and self.history is not None:
+            if self.history is not None and self._history_due():
                 batch_h = self.ends[:BATCH]
                 await self.history.write(batch_h)
                 del self.ends[: len(batch_h)]
+                self._ends_since = time.monotonic()
         finally:
             self._flushing = False
         if self.pending():

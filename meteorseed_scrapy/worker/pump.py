@@ -125,6 +125,7 @@ class StreamPump:
         """Stop reading, flush what is queued (within a deadline), hand back the rest, and
         leave the consumer group."""
         self._loops.stopping = True
+        self._completions.closing = True
         self._intake.room.set()
         self._completions.needed.set()
         # The read and maintain loops end their step (a blocking read) before the rest stops.
