@@ -11,7 +11,8 @@ for k = g, math.max(1, g - HS_GENS), -1 do
   if st.n > 0 then
     local value = redis.call('HGET', dd_bucket(st, e), e)
     if value then
-      local info = redis.call('HMGET', st.key, 't', 'i:' .. string.match(value, '^%a%d+,%d+,%d+,(%d+)'))
+      local who = string.match(value, '^%a%d+,%d+,%d+,(%d+)') or ''
+      local info = redis.call('HMGET', st.key, 't', 'i:' .. who)
       return {value, info[1] or '0', info[2] or ''}
     end
   end
