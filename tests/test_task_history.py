@@ -14,12 +14,15 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
+from hypothesis import given
+from hypothesis import strategies as st
 from scrapy.settings import Settings
 
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.scripts import script_source
 from meteorseed_scrapy.queue.task_history import (
+    CODES,
     HistoryEntry,
     TaskHistory,
     decode_record,
@@ -230,3 +233,10 @@ def test_a_cancelled_task_reads_as_cancelled(redis_url: str, namespace: str) -> 
     body, text = lookup(redis_url, namespace, "https://hist.test/cancelled?a=2&b=1")
     assert body["state"] == "cancelled" and body["history"][0]["reason"] == "seed s cancelled"
     assert "cancelled (seed s cancelled) at " in text and "by consumer ops@host" in text
+
+
+@given(st.lists(st.one_of(st.binary(max_size=80), st.text(max_size=80), st.integers()),
+                max_size=4))
+def test_any_reply_decodes_to_a_record_or_none(reply: list[Any]) -> None:
+    record = decode_record(reply)
+    assert record is None or record["outcome"] in CODES

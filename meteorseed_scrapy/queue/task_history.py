@@ -89,7 +89,7 @@ def decode_record(reply: Any) -> dict[str, Any] | None:
     outcome = OUTCOMES.get(head[:1])
     try:
         offset, items, status = int(head[1:]), int(rest[0]), int(rest[1])
-        at = float(start) + offset
+        at = float(int(start) + offset)
     except (ValueError, IndexError):
         return None
     if outcome is None:
