@@ -79,7 +79,8 @@ def test_a_crawl_leaves_each_urls_outcome_when_and_by_whom(
     (sites / "hist.yaml").write_text(RULES)
     with HistorySite() as site:
         urls = {"done": f"{site.url}/page?many=3", "gone": f"{site.url}/gone/1",
-                "robots": f"{site.url}/private/2", "blacklisted": f"{site.url}/banned/3"}
+                "robots": f"{site.url}/private/2", "blacklisted": f"{site.url}/banned/3",
+                "dead": f"{site.url}/page?boom=1"}
         enqueue(redis_url, namespace, urls.values(), site_id=SITE)
         worker = start_worker(tmp_path, redis_url, namespace, name="hist-w1",
                               ROBOTSTXT_OBEY=True, METEORSEED_SITES_DIR=str(sites))
@@ -95,6 +96,8 @@ def test_a_crawl_leaves_each_urls_outcome_when_and_by_whom(
     assert done["history"][0]["items"] == 3 and "done (3 item(s), HTTP 200)" in text
     gone, _ = lookup(redis_url, namespace, urls["gone"])
     assert gone["history"][0]["status"] == 404
+    dead, _ = lookup(redis_url, namespace, urls["dead"])  # (its dead letter is there too)
+    assert dead["history"][0]["reason"] and "boom" in dead["places"][0]["reason"]
     # A URL never crawled has no history.
     body, _ = lookup(redis_url, namespace, f"{site.url}/never")
     assert body["history"] == [] and body["state"] == "not found"
