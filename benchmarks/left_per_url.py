@@ -5,7 +5,7 @@
 Seeds of ``--per-seed`` URLs each (one site) go through the expansion engine with the seed
 registry watching, as ``scrapy seed-expand FILE`` runs it; then one consumer reads every task
 and completes it as a worker does (completion record + ack + XDEL, and the task history record
-of :mod:`meteorseed_scrapy.queue.task_history`), with no fetch. What is left is measured twice:
+of :mod:`meteorseed_scrapy.queue.consume.task_history`), with no fetch. What is left is measured twice:
 at once (completion records still alive for ``METEORSEED_DONE_TTL``) and once they expired,
 with the history kept for its retention, then once the history is gone too. Each figure is
 INFO ``used_memory`` above an empty server, per URL, with the bytes of each key kind
@@ -30,9 +30,9 @@ import redis.asyncio as aioredis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.task_history import HistoryEntry, TaskHistory
 from meteorseed_scrapy.seeding.expand import expand_lines
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions
 from meteorseed_scrapy.seeding.expanded import ExpandedSeeds

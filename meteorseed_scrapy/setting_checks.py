@@ -19,8 +19,8 @@ from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.lanes import LaneWeights
 from meteorseed_scrapy.queue.consume.retention import DeadLetterRetention
+from meteorseed_scrapy.queue.consume.task_history import TaskHistory
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.task_history import TaskHistory
 from meteorseed_scrapy.seeding.runner import bounds_from
 from meteorseed_scrapy.settings import (
     DEFAULTS,

@@ -19,16 +19,16 @@ from hypothesis import strategies as st
 from scrapy.settings import Settings
 
 from meteorseed_scrapy.cli import main
-from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
-from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.plumbing.scripts import script_source
-from meteorseed_scrapy.queue.task_history import (
+from meteorseed_scrapy.queue.consume.task_history import (
     CODES,
     HistoryEntry,
     TaskHistory,
     decode_record,
     outcome_name,
 )
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.scripts import script_source
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 from meteorseed_scrapy.testing.polling import wait_for

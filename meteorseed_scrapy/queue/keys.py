@@ -73,7 +73,7 @@ key                                 type    holds
                                             ``METEORSEED_TASK_HISTORY_RETENTION``, at most
                                             ``METEORSEED_TASK_HISTORY_PER_SITE`` records per
                                             site (``lua/history_lib.lua``,
-                                            :mod:`meteorseed_scrapy.queue.task_history`)
+                                            :mod:`meteorseed_scrapy.queue.consume.task_history`)
 ``<ns>:delayed``                    zset    deferred tasks (``<lane>:<band>|<message JSON>``
                                             -> due time, ms): durable retries with backoff (to
                                             the retry lane), tasks of paused sites (to their own

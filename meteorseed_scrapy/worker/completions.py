@@ -19,9 +19,9 @@ from typing import Any
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory, outcome_name
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
-from meteorseed_scrapy.queue.task_history import HistoryEntry, TaskHistory, outcome_name
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exceptions import DeferReason

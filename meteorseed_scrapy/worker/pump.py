@@ -27,8 +27,8 @@ from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.consume.task_history import TaskHistory
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
-from meteorseed_scrapy.queue.task_history import TaskHistory
 from meteorseed_scrapy.scrapy_internals import downloads_in_progress
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, Scrape, task_of

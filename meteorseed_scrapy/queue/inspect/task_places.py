@@ -11,11 +11,11 @@ import json
 from typing import Any
 
 from meteorseed_scrapy.queue.consume.deadletters import DeadLetter
+from meteorseed_scrapy.queue.consume.task_history import decode_record
 from meteorseed_scrapy.queue.fleet.delayed import DelayedEntry
 from meteorseed_scrapy.queue.inspect.task_query import TaskState
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
 from meteorseed_scrapy.queue.plumbing.replies import text_of
-from meteorseed_scrapy.queue.task_history import decode_record
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 

@@ -19,7 +19,7 @@ from meteorseed_scrapy.task.validation import TaskError, check_id, check_url
 #: The order in which one state sums up a task found in several places (a URL enqueued
 #: again after its window, a done record beside a redelivery).
 ORDER = ("pending", "waiting", "delayed", "dead", "done")
-#: What a URL's task history record may say (queue/task_history.py), when no place has it.
+#: What a URL's task history record may say (queue/consume/task_history.py), when no place has it.
 ENDS = ("done", "gone", "robots", "blacklisted", "ignored", "dead", "cancelled")
 
 
