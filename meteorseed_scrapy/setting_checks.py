@@ -19,6 +19,7 @@ from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.lanes import LaneWeights
 from meteorseed_scrapy.queue.consume.retention import DeadLetterRetention
+from meteorseed_scrapy.queue.consume.task_history import TaskHistory
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.runner import bounds_from
 from meteorseed_scrapy.settings import (
@@ -71,6 +72,7 @@ def check_settings(settings: BaseSettings) -> None:
     Backoff.from_settings(settings)
     BreakerConfig.from_settings(settings)
     DeadLetterRetention.from_settings(settings)
+    TaskHistory.settings_of(settings)
     LaneWeights.from_settings(settings)
     InterpreterTuning.from_settings(settings)
     WorkSizes.from_settings(settings)

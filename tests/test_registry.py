@@ -261,6 +261,44 @@ def test_one_shot_seed_is_not_rescheduled(redis_url: str, namespace: str) -> Non
     assert done is not None and done.next_due is None and done.runs == 1
 
 
+def test_a_one_shot_seed_lets_its_url_list_go_once_run(redis_url: str, namespace: str,
+                                                      sync_redis: redis.Redis) -> None:
+    urls = [f"https://news.example/a/{i}" for i in range(1000)]
+
+    async def body(reg: SeedRegistry) -> tuple[SeedRecord | None, SeedRecord, SeedRecord,
+                                                SeedRecord | None]:
+        rec = await reg.put(seed(schedule=None, urls=urls), lease_s=600)
+        done = await reg.record_run("s1", started_at=rec.added_at, ok=True, error=None,
+                                    new_urls=1000, duplicates=0, rejected=0, rev=rec.rev)
+        again = await reg.put(seed(schedule=None, urls=urls))  # the same line: unchanged
+        other = await reg.put(seed(schedule=None, urls=urls[:10]))  # another list: changed
+        return done, again, other, await reg.get("s1")
+
+    done, again, other, last = run(redis_url, namespace, body)
+    assert done is not None and done.seed.payload["urls"] == []
+    assert done.seed.payload["urls_count"] == 1000 and len(done.seed.payload["urls_sha256"]) == 32
+    assert again.rev == 1 and again.runs == 1
+    assert other.rev == 2 and last is not None and last.seed.payload["urls"] == urls[:10]
+    assert int(sync_redis.hlen(KeyLayout(namespace).seed("s1"))) > 0
+
+
+def test_a_scheduled_or_changed_seed_keeps_its_url_list(redis_url: str, namespace: str) -> None:
+    async def body(reg: SeedRegistry) -> tuple[SeedRecord | None, SeedRecord | None]:
+        rec = await reg.put(seed())  # scheduled: it runs again from its definition
+        kept = await reg.record_run("s1", started_at=rec.added_at, ok=True, error=None,
+                                    new_urls=1, duplicates=0, rejected=0, rev=rec.rev)
+        one = await reg.put(seed("s2", schedule=None), lease_s=600)
+        await reg.put(seed("s2", schedule=None, urls=["https://news.example/new"]))
+        changed = await reg.record_run("s2", started_at=one.added_at, ok=True, error=None,
+                                       new_urls=1, duplicates=0, rejected=0, rev=one.rev)
+        return kept, changed
+
+    kept, changed = run(redis_url, namespace, body)
+    assert kept is not None and kept.seed.payload["urls"] == ["https://news.example/list"]
+    # Changed during its run: the new definition is due at once, with its list.
+    assert changed is not None and changed.seed.payload["urls"] == ["https://news.example/new"]
+
+
 def test_site_bounds_come_from_bounds_for(redis_url: str, namespace: str) -> None:
     async def body(reg: SeedRegistry) -> SeedRecord | None:
         rec = await reg.put(seed(schedule="every 30m"))

@@ -18,6 +18,7 @@ from typing import Any
 from meteorseed_scrapy import __version__
 from meteorseed_scrapy.api.dispatch import LANE
 from meteorseed_scrapy.queue.consume import deadletters
+from meteorseed_scrapy.queue.inspect.task_query import ENDS, ORDER
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.seed_task import TASK_TYPES, SeedTask
 from meteorseed_scrapy.task.validation import ID_MAX, SPIDER_MAX
@@ -125,8 +126,7 @@ _LETTER_PARAM = {"name": "letter_id", "in": "path", "required": True,
 _TASK_STATE = _obj(
     query=_ANY_OBJ, at=_NUM, last_failure={"type": ["string", "null"]},
     exhaustive={"type": "boolean", "description": "every structure was read in full"},
-    state={"enum": ["pending", "waiting", "delayed", "dead", "done", "deduplicated",
-                    "not found"]},
+    state={"enum": list(dict.fromkeys([*ORDER, *ENDS, "deduplicated", "not found"]))},
     places={"type": "array", "items": {**_obj(
         state={"enum": ["pending", "waiting", "delayed", "dead", "done"]}, stream=_STR,
         lane=_STR, band=_STR, entry_id=_STR, enqueued_at=_NUM, ahead=_INT,
@@ -136,6 +136,11 @@ _TASK_STATE = _obj(
     dedup={"type": "array", "items": _obj(
         site_id=_STR, key=_STR, seen={"type": "boolean"}, window_s=_INT,
         seen_from=_INT_OR_NULL, eligible_at=_INT_OR_NULL)},
+    history={"type": "array", "description": "what became of the URL when a task of it last "
+             "ended, per site (its task history: docs/tasks.md)", "items": _obj(
+                 site_id=_STR, key=_STR, outcome={"enum": list(ENDS)}, at=_NUM, items=_INT,
+                 status=_INT_OR_NULL, consumer={"type": ["string", "null"]},
+                 reason={"type": ["string", "null"]})},
     searched={"type": "array", "items": _obj(where=_STR, how=_STR, read=_INT,
                                              complete={"type": "boolean"})},
     notes={"type": "array", "items": _STR})

@@ -1,5 +1,7 @@
 """``meteorseed task URL|ID``: where one task is and since when (waiting, pending, delayed,
-done, dead, deduplicated), read by :mod:`meteorseed_scrapy.queue.inspect.task_state`, the reader the
+done, dead, deduplicated) and what became of its URL when a task of it last ended (done with
+its items, gone, robots, blacklisted, dead, cancelled: the site's task history), read by
+:mod:`meteorseed_scrapy.queue.inspect.task_state`, the reader the
 API's ``GET /tasks`` and the console share."""
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from meteorseed_scrapy.validators import format_duration
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
-        "task", help="where is a task: waiting, pending, delayed, done, dead or deduplicated",
+        "task", help="where is a task: waiting, pending, delayed, done, dead or deduplicated, "
+        "and what became of its URL (task history)",
         description="Look a task up by its task id, or by URL (canonicalised and fingerprinted "
         "as the writer does). Exit code 1 when it is found nowhere searched.")
     add_target_options(parser)
@@ -95,6 +98,28 @@ def _place(place: dict[str, Any], now: float) -> str:
     return kind
 
 
+#: How each task history outcome reads.
+ENDED = {"done": "done", "gone": "gone (not found)", "robots": "not fetched: robots.txt",
+         "blacklisted": "not fetched: the site's blacklist", "ignored": "ignored",
+         "dead": "dead-lettered", "cancelled": "cancelled"}
+
+
+def _ended(row: dict[str, Any], now: float) -> str:
+    """A task history record as a line: what, when, by whom."""
+    what = ENDED.get(row["outcome"], row["outcome"])
+    details = []
+    if row["outcome"] == "done":
+        details.append(f"{row['items']} item(s)")
+    if row.get("status"):
+        details.append(f"HTTP {row['status']}")
+    if row.get("reason"):
+        details.append(str(row["reason"]))
+    head = f"{what} ({', '.join(details)})" if details else what
+    by = f" by consumer {row['consumer']}" if row.get("consumer") else ""
+    return (f"{head} at {_when(row['at'])} ({_ago(row['at'], now)}){by} "
+            f"[site {row['site_id']}'s task history]")
+
+
 def describe(state: TaskState, now: float | None = None) -> list[str]:
     """The answer as lines for a terminal (stored text escaped)."""
     now = state.at if now is None else now
@@ -106,6 +131,7 @@ def describe(state: TaskState, now: float | None = None) -> list[str]:
         lines.append(f"{'task:':<15}{task['task_id']} (site {task['site_id']}, seed "
                      f"{task['seed_id']}) {task['url']}")
     lines += [f"  - {_place(place, now)}" for place in state.places]
+    lines += [f"  - {_ended(row, now)}" for row in state.history]
     for row in state.dedup:
         if not row["seen"]:
             lines.append(f"  - not in site {row['site_id']}'s dedup record: a seed may "

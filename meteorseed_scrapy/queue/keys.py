@@ -9,7 +9,8 @@ as ``<ns>:{s<k>}:tasks``, ``<ns>:dead`` as ``<ns>:{s<k>}:dead`` (on a cluster on
 keeps the one ``<ns>:dead``), ``<ns>:delayed`` as
 ``<ns>:{s<k>}:delayed``, ``<ns>:counts`` as ``<ns>:{s<k>}:counts``, ``<ns>:done:<id>`` as
 ``<ns>:{s<k>}:done:<id>``, ``<ns>:failed:<id>`` as
-``<ns>:{s<k>}:failed:<id>`` and ``<ns>:seen:{<site>}`` as ``<ns>:{s<k>}:seen:<site>``
+``<ns>:{s<k>}:failed:<id>``, ``<ns>:seen:{<site>}`` as ``<ns>:{s<k>}:seen:<site>`` and
+``<ns>:hist:{<site>}`` as ``<ns>:{s<k>}:hist:<site>``
 (:class:`ShardKeys`). On a cluster the seed registry's keys carry ``{seeds}``
 (``<ns>:{seeds}``, ``<ns>:{seeds}:by_site``, ``<ns>:{seeds}:seed:<id>``, ``<ns>:{seeds}:due``,
 ``<ns>:{seeds}:yield``) and the site rules ``{sites}`` (``<ns>:{sites}``, ``<ns>:{sites}:rev``).
@@ -60,6 +61,19 @@ key                                 type    holds
                                             committed and its children durable, just before
                                             its ack; a redelivery of it is acked without a
                                             refetch. Expires after ``METEORSEED_DONE_TTL``.
+``<ns>:hist:{<site_id>}``           hash    the site's task history root (``g``, ``t``, ``w``:
+                                            current generation, its start, its width =
+                                            retention / 4); its generations
+                                            ``<root>:<w>:<g>`` and buckets ``<gen>:<j>`` are
+                                            the dedup layer's, each bucket mapping a URL's
+                                            6-byte fingerprint prefix to its last outcome
+                                            (``d``one, ``g``one, ``r``obots, ``b``lacklist,
+                                            ``x`` dead, ``c``ancelled, ...), time, items,
+                                            status, consumer. Kept for
+                                            ``METEORSEED_TASK_HISTORY_RETENTION``, at most
+                                            ``METEORSEED_TASK_HISTORY_PER_SITE`` records per
+                                            site (``lua/history_lib.lua``,
+                                            :mod:`meteorseed_scrapy.queue.consume.task_history`)
 ``<ns>:delayed``                    zset    deferred tasks (``<lane>:<band>|<message JSON>``
                                             -> due time, ms): durable retries with backoff (to
                                             the retry lane), tasks of paused sites (to their own
@@ -318,13 +332,19 @@ class ShardKeys:
             return f"{self.prefix}:seen:{site_id}"
         return f"{self.namespace}:seen:{{{site_id}}}"
 
+    def history(self, site_id: str) -> str:
+        """A site's task history root (``lua/history_lib.lua``), in its dedup root's slot."""
+        if self.tagged:
+            return f"{self.prefix}:hist:{site_id}"
+        return f"{self.namespace}:hist:{{{site_id}}}"
+
 
 #: The first part after ``<ns>:`` of every key of the layout, hash tags (``{…}``) aside: what
 #: tells a namespace's own keys from those of a namespace nested in it, as older versions, which
 #: allowed ``:`` in a namespace, could make (``prod:eu:tasks`` under ``prod``). A test checks
 #: that every key the layout makes is of one of these kinds.
 KEY_KINDS = frozenset({
-    "adaptive", "counts", "dead", "delayed", "done", "events", "failed", "fp", "held",
+    "adaptive", "counts", "dead", "delayed", "done", "events", "failed", "fp", "held", "hist",
     "overrides",
     "seed", "seeds", "seen", "shards", "sites", "spider", "spiders", "store", "tasks", "workers",
 })
@@ -491,6 +511,10 @@ class KeyLayout:
         """The site's dedup root, in its shard's slot; every dedup key of the site starts
         with it."""
         return self.for_site(site_id).seen(site_id)
+
+    def history(self, site_id: str) -> str:
+        """The site's task history root; every history key of the site starts with it."""
+        return self.for_site(site_id).history(site_id)
 
     @property
     def spiders_key(self) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory, outcome_name
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 MAX_COMPLETING = 4  # completion pipelines on the wire at once
 BATCH = 500
+HISTORY_EVERY_S = 1.0  # task history records gather this long while other writes are queued
 
 
 class Completions:
@@ -45,8 +47,8 @@ class Completions:
                  config: WorkerConfig, stats: StatsCollector, *,
                  on_child_durable: Callable[[str], None],
                  on_new_urls: Callable[[Iterable[str]], None],
-                 on_written: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None
-                 ) -> None:
+                 on_written: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None,
+                 history: TaskHistory | None = None) -> None:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)
         self.writer = writer
@@ -63,6 +65,10 @@ class Completions:
         # (delivery, task to put back, delay s, lane it goes back to, why: recorded with it)
         self.deferrals: list[tuple[Delivery, ExecTask, float, str, DeferReason]] = []
         self.latencies_ms: deque[float] = deque(maxlen=20000)
+        self.history = history if history is not None and history.active else None
+        self.ends: list[HistoryEntry] = []  # for the task history, written after the acks
+        self._ends_since = 0.0  # (monotonic) when the oldest of them was queued
+        self.closing = False  # the worker stops: write everything now
         self._flushing = False
         self._completing: set[asyncio.Future[None]] = set()  # completion pipelines in flight
         self._starting = False  # one is about to start: it takes what is queued by then
@@ -115,17 +121,45 @@ class Completions:
             self.dead.append((first, verdict.reason))
             self.acks.extend((d.ref, 0.0) for d in dups)
         else:
+            self._remember(task, outcome.value, items=entry.scrape.committed if entry.scrape
+                           else 0, status=verdict.status, reason=verdict.reason)
             self.records.append((task, entry.record()))
             self.acks.extend((d.ref, entry.response_at) for d in entry.deliveries)
             if self._send_now():
                 return  # (nothing left for the flush loop: no need to wake it)
         self.needed.set()
 
+    def _remember(self, task: ExecTask, outcome: str, *, items: int = 0, status: int = 0,
+                  reason: str = "") -> None:
+        """Queue ``task``'s end for its site's task history (when one is kept)."""
+        if self.history is None:
+            return
+        try:
+            fp = self.writer.fingerprint(task)
+        except ValueError:  # no dedup key: no history either
+            return
+        if not self.ends:
+            self._ends_since = time.monotonic()
+        self.ends.append(HistoryEntry.of(task, fp, outcome_name(outcome, reason),
+                                         self.consumer.consumer, items=items, status=status,
+                                         reason=reason))
+
     # -- state ---------------------------------------------------------------------------------
     def pending(self) -> bool:
         """Anything queued and not yet written."""
+        return self._writes() or self._history_due()
+
+    def _writes(self) -> bool:
         return bool(self.outbox or self.records or self.acks or self.dead or self.failures
                     or self.deferrals)
+
+    def _history_due(self) -> bool:
+        """Task history records are written in few calls: once a batch is full, once the
+        oldest waited :data:`HISTORY_EVERY_S` (the flush loop wakes at least that often), or
+        when the worker stops."""
+        return bool(self.ends) and (
+            len(self.ends) >= BATCH or self.closing
+            or time.monotonic() - self._ends_since >= HISTORY_EVERY_S)
 
     def refs_in_hand(self) -> list[Ref]:
         """Messages of settled tasks queued for an ack, a dead letter or a deferral: still
@@ -135,7 +169,7 @@ class Completions:
 
     def busy(self) -> bool:
         """Anything queued, being written, or on the wire."""
-        return self.pending() or self._flushing or bool(self._completing)
+        return self.pending() or self._flushing or bool(self._completing) or bool(self.ends)
 
     # -- flush ---------------------------------------------------------------------------------
     async def flush_once(self) -> None:
@@ -166,6 +200,8 @@ class Completions:
                                        "seed_id": task and task.seed_id})
                     continue
                 self.stats.inc_value("meteorseed/dead")
+                if task is not None:
+                    self._remember(task, "dead", reason=reason)
                 logger.error("Dead-lettered task %s (%s) as dead letter %s "
                              "(meteorseed dead show %s): %s",
                              task.task_id if task else f"message {delivery.msg_id}",
@@ -184,6 +220,11 @@ class Completions:
                 batch_f = self.failures[:BATCH]
                 await self.task_records.note_failures(batch_f, self.config.done_ttl)
                 del self.failures[: len(batch_f)]
+            if self.history is not None and self._history_due():
+                batch_h = self.ends[:BATCH]
+                await self.history.write(batch_h)
+                del self.ends[: len(batch_h)]
+                self._ends_since = time.monotonic()
         finally:
             self._flushing = False
         if self.pending():

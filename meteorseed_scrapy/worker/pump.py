@@ -28,6 +28,7 @@ from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.consume.task_history import TaskHistory
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_internals import downloads_in_progress
 from meteorseed_scrapy.settings import WorkerConfig
@@ -83,7 +84,8 @@ class StreamPump:
             consumer, writer, delayed, config, self._stats,
             on_child_durable=lambda parent_id: self._settling.child_durable(parent_id),
             on_new_urls=on_new_urls,
-            on_written=lambda tasks, fresh: self._yielded.written(tasks, fresh))
+            on_written=lambda tasks, fresh: self._yielded.written(tasks, fresh),
+            history=TaskHistory.from_settings(crawler.settings, consumer.redis, consumer.keys))
         self._settling = Settling(self._ledger, self._completions, breaker, crawler, spider,
                                   on_settled=lambda: self._intake.room.set(),
                                   on_parked=lambda task_id: self._pacing.started(task_id))
@@ -128,6 +130,7 @@ class StreamPump:
         """Stop reading, flush what is queued (within a deadline), hand back the rest, and
         leave the consumer group."""
         self._loops.stopping = True
+        self._completions.closing = True
         self._intake.room.set()
         self._completions.needed.set()
         # The read and maintain loops end their step (a blocking read) before the rest stops.

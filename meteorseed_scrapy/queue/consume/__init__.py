@@ -6,6 +6,7 @@
 - :mod:`.delivery`: one delivery and the consumer's bookkeeping
 - :mod:`.lanes`: how free capacity is shared between lanes
 - :mod:`.task_records`: completion records and failure notes beside the streams
+- :mod:`.task_history`: what became of each task, kept per site for a retention
 - :mod:`.deadletters`: the dead-letter stream: read, requeue, purge
 - :mod:`.retention`: how long dead letters and departed consumers are kept
 """

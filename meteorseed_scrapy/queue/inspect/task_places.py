@@ -1,6 +1,5 @@
 """How the Redis replies about a task become the places of its
-:class:`~meteorseed_scrapy.queue.inspect.task_query.TaskState`: one verb per place (waiting,
-pending,
+:class:`~meteorseed_scrapy.queue.inspect.task_query.TaskState`: one verb per place (waiting, pending,
 delayed, dead, done) and for its delivery and dedup records. No I/O: :mod:`.task_state` plans
 the reads and hands each reply here. A message that does not decode is no match, never an
 error: the lookup reports what it can read.
@@ -12,6 +11,7 @@ import json
 from typing import Any
 
 from meteorseed_scrapy.queue.consume.deadletters import DeadLetter
+from meteorseed_scrapy.queue.consume.task_history import decode_record
 from meteorseed_scrapy.queue.fleet.delayed import DelayedEntry
 from meteorseed_scrapy.queue.inspect.task_query import TaskState
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
@@ -94,6 +94,13 @@ def record_dedup(state: TaskState, site: str, key: str, reply: Any) -> None:
         row.update(window_s=window, seen_from=since if window else None,
                    eligible_at=eligible if window else None)
     state.add_dedup(row)
+
+
+def record_history(state: TaskState, site: str, key: str, reply: Any) -> None:
+    """``history_get.lua``'s reply for the URL under one site."""
+    record = decode_record(reply)
+    if record is not None:
+        state.add_history({"site_id": site, "key": key, **record})
 
 
 def record_delayed(state: TaskState, key: str, member: str, score: float) -> None:

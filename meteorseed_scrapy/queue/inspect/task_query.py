@@ -19,6 +19,8 @@ from meteorseed_scrapy.task.validation import TaskError, check_id, check_url
 #: The order in which one state sums up a task found in several places (a URL enqueued
 #: again after its window, a done record beside a redelivery).
 ORDER = ("pending", "waiting", "delayed", "dead", "done")
+#: What a URL's task history record may say (queue/consume/task_history.py), when no place has it.
+ENDS = ("done", "gone", "robots", "blacklisted", "ignored", "dead", "cancelled")
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,8 @@ class TaskState:
     at: float
     places: list[dict[str, Any]] = field(default_factory=list)
     dedup: list[dict[str, Any]] = field(default_factory=list)
+    #: The URL's task history records (one per site that has one), newest first.
+    history: list[dict[str, Any]] = field(default_factory=list)
     last_failure: str | None = None
     searched: list[Search] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -148,6 +152,11 @@ class TaskState:
         """The dedup record of the URL under one site."""
         self.dedup.append(row)
 
+    def add_history(self, row: dict[str, Any]) -> None:
+        """What became of the URL when a task of it last ended (its site's task history)."""
+        self.history.append(row)
+        self.history.sort(key=lambda r: -r["at"])
+
     def record_failure(self, note: str) -> None:
         """The task's last failure note (the last shard read wins)."""
         self.last_failure = note
@@ -165,6 +174,8 @@ class TaskState:
         for name in ORDER:
             if name in found:
                 return name
+        if self.history:
+            return str(self.history[0]["outcome"])
         if any(d["seen"] for d in self.dedup):
             return "deduplicated"
         return "not found"
@@ -175,10 +186,11 @@ class TaskState:
 
     def to_json(self) -> dict[str, Any]:
         return {"query": self.query.to_json(), "state": self.state, "at": self.at,
-                "places": self.places, "dedup": self.dedup, "last_failure": self.last_failure,
+                "places": self.places, "dedup": self.dedup, "history": self.history,
+                "last_failure": self.last_failure,
                 "searched": [s.to_json() for s in self.searched],
                 "exhaustive": self.exhaustive, "notes": self.notes}
 
 
-__all__ = ["ORDER", "Search", "TaskQuery", "TaskState", "parse_query", "query_for_id",
+__all__ = ["ENDS", "ORDER", "Search", "TaskQuery", "TaskState", "parse_query", "query_for_id",
            "query_for_url"]

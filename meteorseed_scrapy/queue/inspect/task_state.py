@@ -28,6 +28,7 @@ from meteorseed_scrapy.queue.inspect.task_places import (
     record_delayed,
     record_delivery,
     record_done,
+    record_history,
     record_pending,
     record_waiting,
 )
@@ -153,13 +154,17 @@ def task_state_plan(keys: KeyLayout, query: TaskQuery) -> Plan[TaskState]:
              for s, entry_id, _ in pending_hits]
     sites = _sites_to_check(state, query, candidates)
     # (EVAL direct: a cluster pipeline has no EVAL; each call goes to its root's node)
-    scripts = [call("eval", script_source("dedup_when"), 1, keys.seen(site), "",
-                    _fingerprint(state, query, site)) for site in sites]
-    delivered, dedup = yield [Batch(third), Batch(scripts, direct=True)]
+    scripts = [c for site in sites for c in (
+        call("eval", script_source("dedup_when"), 1, keys.seen(site), "",
+             _fingerprint(state, query, site)),
+        call("eval", script_source("history_get"), 1, keys.history(site),
+             _fingerprint(state, query, site)))]
+    delivered, replies = yield [Batch(third), Batch(scripts, direct=True)]
     for number, reply in zip(pending_places, delivered, strict=True):
         record_delivery(state, number, _ok(reply) or [])
-    for site, reply in zip(sites, dedup, strict=True):
-        record_dedup(state, site, keys.seen(site), _ok(reply))
+    for site, dedup, history in zip(sites, replies[::2], replies[1::2], strict=True):
+        record_dedup(state, site, keys.seen(site), _ok(dedup))
+        record_history(state, site, keys.history(site), _ok(history))
     if query.url is not None:
         state.add_note("a URL is found by its GET fingerprint; a task with another method "
                        "or a body, and its completion record, are found by task id")

@@ -1,0 +1,149 @@
+"""What became of each URL a worker settled, kept for a retention and bounded per site: the
+task history that ``meteorseed task URL`` reads after the task left every stream.
+
+One record per URL (its dedup fingerprint's first 6 bytes, as the dedup layer keys it) in the
+site's history (``lua/history_lib.lua``; key layout in :mod:`~meteorseed_scrapy.queue.keys`):
+the outcome (done with its items, gone with its 404/410, robots, blacklist, other ignored,
+dead with the start of its reason, cancelled), when, and which consumer. The newest record of a
+URL replaces the one before. ``METEORSEED_TASK_HISTORY_RETENTION`` (default 7 days; 0 = none
+kept) is how long a record is kept at least, ``METEORSEED_TASK_HISTORY_PER_SITE`` how many
+records a site keeps at most (the oldest generation goes first). A record costs about 30 bytes
+of Redis (``benchmarks/left_per_url.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.replies import text_of
+from meteorseed_scrapy.queue.plumbing.scripts import register
+from meteorseed_scrapy.queue.shards import call_scripts
+from meteorseed_scrapy.settings import duration_setting, integer_setting
+from meteorseed_scrapy.task.exec_task import ExecTask
+
+#: Outcome name -> its code in a record (``lua/history_lib.lua``).
+CODES = {"done": "d", "gone": "g", "robots": "r", "blacklisted": "b", "ignored": "i",
+         "dead": "x", "cancelled": "c"}
+OUTCOMES = {code: name for name, code in CODES.items()}
+#: Bytes of a reason kept in a record (the dead letter keeps the whole of it).
+REASON_BYTES = 40
+#: Records written per script call.
+BATCH = 500
+
+
+def outcome_name(outcome: str, reason: str = "") -> str:
+    """The history's name for how a task ended: a worker's outcome (``done``, ``gone``,
+    ``ignored``, ``dead``) with an ignored task told apart by its reason (robots.txt, a site's
+    blacklist)."""
+    if outcome != "ignored":
+        return outcome
+    if "robots.txt" in reason:
+        return "robots"
+    if "blacklisted" in reason:
+        return "blacklisted"
+    return "ignored"
+
+
+def _short(reason: str) -> str:
+    """At most :data:`REASON_BYTES` bytes of ``reason``, cut at a character boundary, commas
+    (the record's separators) kept."""
+    data = reason.encode("utf-8")[:REASON_BYTES]
+    return data.decode("utf-8", "ignore")
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One task's end, to be recorded in its site's history."""
+
+    site_id: str
+    fingerprint: bytes
+    outcome: str  # a key of CODES
+    consumer: str
+    items: int = 0
+    status: int = 0
+    reason: str = ""
+
+    @classmethod
+    def of(cls, task: ExecTask, fingerprint: bytes, outcome: str, consumer: str, *,
+           items: int = 0, status: int = 0, reason: str = "") -> HistoryEntry:
+        if outcome not in CODES:
+            raise ValueError(f"unknown history outcome {outcome!r}")
+        kept = "" if outcome in ("done", "robots", "blacklisted") else _short(reason)
+        return cls(task.site_id, fingerprint, outcome, consumer, items, status, kept)
+
+    def args(self) -> list[Any]:
+        return [self.fingerprint[:6], CODES[self.outcome], self.items, self.status,
+                self.consumer, self.reason]
+
+
+def decode_record(reply: Any) -> dict[str, Any] | None:
+    """``history_get.lua``'s reply as ``{"outcome", "at", "items", "status", "consumer",
+    "reason"}``; None when there is none (or it cannot be read)."""
+    if not reply or len(reply) < 3:
+        return None
+    value, start, consumer = (text_of(part) for part in reply[:3])
+    head, *rest = value.split(",", 4)
+    outcome = OUTCOMES.get(head[:1])
+    try:
+        offset, items, status = int(head[1:]), int(rest[0]), int(rest[1])
+        at = float(int(start) + offset)
+    except (ValueError, IndexError):
+        return None
+    if outcome is None:
+        return None
+    return {"outcome": outcome, "at": at, "items": items, "status": status or None,
+            "consumer": consumer or None, "reason": rest[3] if len(rest) > 3 else None}
+
+
+class TaskHistory:
+    """Writes task ends to their sites' histories (one script call per site and batch)."""
+
+    def __init__(self, redis: Any, keys: KeyLayout, retention_s: float, per_site: int) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.retention_s = retention_s
+        self.per_site = per_site
+        self._add = register(redis, "history_add")
+
+    @staticmethod
+    def settings_of(settings: Any) -> tuple[float, int]:
+        """``METEORSEED_TASK_HISTORY_RETENTION`` (a duration; 0: none kept) and
+        ``METEORSEED_TASK_HISTORY_PER_SITE`` (>= 1); a bad value is a ConfigError naming it."""
+        return (duration_setting(settings, "METEORSEED_TASK_HISTORY_RETENTION"),
+                integer_setting(settings, "METEORSEED_TASK_HISTORY_PER_SITE", minimum=1))
+
+    @classmethod
+    def from_settings(cls, settings: Any, redis: Any, keys: KeyLayout) -> TaskHistory:
+        return cls(redis, keys, *cls.settings_of(settings))
+
+    @property
+    def active(self) -> bool:
+        return self.retention_s > 0
+
+    def calls(self, entries: Sequence[HistoryEntry]) -> list[tuple[list[str], list[Any]]]:
+        """``history_add.lua`` calls for ``entries``: one per site and :data:`BATCH`."""
+        by_site: dict[str, list[HistoryEntry]] = {}
+        for entry in entries:
+            by_site.setdefault(entry.site_id, []).append(entry)
+        out = []
+        head = [max(1, round(self.retention_s)), self.per_site]
+        for site, group in by_site.items():
+            for i in range(0, len(group), BATCH):
+                args = list(head)
+                for entry in group[i:i + BATCH]:
+                    args += entry.args()
+                out.append(([self.keys.history(site)], args))
+        return out
+
+    async def write(self, entries: Sequence[HistoryEntry]) -> int:
+        """Record ``entries`` (nothing when the retention is 0); how many were written."""
+        if not entries or not self.active:
+            return 0
+        replies = await call_scripts(self.redis, self._add, self.calls(entries))
+        return sum(int(n) for n in replies)
+
+
+__all__ = ["CODES", "HistoryEntry", "TaskHistory", "decode_record", "outcome_name"]
