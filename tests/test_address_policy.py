@@ -5,7 +5,9 @@ refuses literal private URLs outright and marks the seeds it accepts."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -156,3 +158,50 @@ def test_a_worker_refuses_api_tasks_to_loopback_unless_allowed(
                "localhost (127.0.0.1) is a loopback address" in log
         assert f"refused http://127.0.0.1:{port}/status/200?api=literal: 127.0.0.1 is a " \
                "loopback address" in log
+
+
+class Proxy(http.server.BaseHTTPRequestHandler):
+    """A forward proxy that answers every request itself: ``public.test``'s page links to
+    loopback; every URL asked for is noted."""
+
+    asked: list[str] = []
+    link = ""
+
+    def do_GET(self) -> None:
+        self.asked.append(self.path)
+        body = f'<html><title>t</title><a href="{self.link}">in</a></html>'.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_link_on_an_api_task_s_page_keeps_the_mark_and_loopback_is_not_fetched(
+        tmp_path: Path, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: the API task's page (a public host, served through a local proxy) links
+    to 127.0.0.1; the child request carries the mark and is refused before any download."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Proxy.asked = []
+    Proxy.link = "http://127.0.0.1:6379/secret"
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        add_tasks(redis_url, namespace, [ExecTask.create(
+            seed_id="api", site_id="probe", meta=MARKED, url="http://www.public.test/page")])
+        worker = start_worker(tmp_path, redis_url, namespace, spider_args={"follow": "1"},
+                              DNS_RESOLVER="probe.public_names.PublicTestNames")
+        assert worker.wait() == 0, worker.log()[-3000:]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert Proxy.asked == ["http://www.public.test/page"]
+    assert "Address policy: refused http://127.0.0.1:6379/secret: 127.0.0.1 is a loopback" \
+        in worker.log()
+    assert worker.stats()[STAT] == 1
