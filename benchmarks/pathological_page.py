@@ -18,8 +18,8 @@ an anomaly.
 ``--links N``: one page of N links instead (the issue's 1 M), crawled by one ``probe`` worker
 (a code spider following every link; the test project's): the figures are the time from the
 worker's start to its parent task's ack (its completion record), and the worker's peak RSS
-(``VmHWM``) then. ``--gzip-bomb`` and ``--robots`` run the response-cap cases (a gzip bomb of
-1 GiB, a 50 MB robots.txt) in a worker and report its time and peak RSS.
+(``VmHWM``) then. ``benchmarks/response_caps.py`` does the same for a gzip bomb and a huge
+robots.txt.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,16 +56,19 @@ fields:
 """
 
 
-def serve(letters: int) -> http.server.ThreadingHTTPServer:
-    bad = "a" * letters + "!"
+Answer = Callable[[str], tuple[bytes, dict[str, str]]]
+
+
+def serve_pages(answer: Answer) -> http.server.ThreadingHTTPServer:
+    """A loopback HTTP server: ``answer(path)`` gives each 200's body and extra headers."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            title = bad if self.path == "/bad" else f"page {self.path}"
-            body = f"<html><body><h1>{title}</h1><p>text</p></body></html>".encode()
+            body, headers = answer(self.path)
             self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
+            for name, value in {"Content-Type": "text/html; charset=utf-8", **headers,
+                                "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
 
@@ -74,6 +78,16 @@ def serve(letters: int) -> http.server.ThreadingHTTPServer:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def serve(letters: int) -> http.server.ThreadingHTTPServer:
+    bad = "a" * letters + "!"
+
+    def answer(path: str) -> tuple[bytes, dict[str, str]]:
+        title = bad if path == "/bad" else f"page {path}"
+        return f"<html><body><h1>{title}</h1><p>text</p></body></html>".encode(), {}
+
+    return serve_pages(answer)
 
 
 def stored(db: Path) -> int:
@@ -132,25 +146,11 @@ def run(code: Path, pages: int, letters: int, workers: int, timeout: float, rege
 
 
 def big_page(links: int) -> http.server.ThreadingHTTPServer:
-    """``/big``: ``links`` links to small pages without links (each page a 200)."""
+    """``/big``: ``links`` links to small pages without links."""
     big = ("<html><body><h1>big</h1>" + "".join(
         f'<a href="/p/{i}">{i}</a>' for i in range(links)) + "</body></html>").encode()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = big if self.path == "/big" else b"<html><title>p</title></html>"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return serve_pages(lambda path: (big if path == "/big" else b"<html><title>p</title></html>",
+                                     {}))
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -163,24 +163,27 @@ def peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def run_links(code: Path, links: int, timeout: float) -> None:
+def until_acked(code: Path, url: str, timeout: float, settings: dict[str, object],
+                spider_args: tuple[str, ...] = ()) -> tuple[float | None, float, Path]:
+    """One ``probe`` worker crawls one task for ``url``: seconds from its start to the task's
+    completion record (None: not within ``timeout``), its peak RSS (MB), its work dir."""
     import redis
 
-    work = Path(tempfile.mkdtemp(prefix="meteorseed-links-"))
-    site = big_page(links)
-    url = f"http://127.0.0.1:{site.server_address[1]}/big"
+    work = Path(tempfile.mkdtemp(prefix="meteorseed-page-"))
     keys = KeyLayout("bench")
     with RedisServer() as server:
-        [task] = [ExecTask.create(seed_id="bench", site_id="probe", url=url)]
+        task = ExecTask.create(seed_id="bench", site_id="probe", url=url)
         run_with_client(server.url, lambda c: TaskWriter(c, keys).add([task]))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code), str(PROJECT)]))
         env.pop("SCRAPY_SETTINGS_MODULE", None)
-        args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "probe", "-a", "follow=1"]
+        args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "probe"]
+        for arg in spider_args:
+            args += ["-a", arg]
         for key, value in {
                 "METEORSEED_REDIS_URL": server.url, "METEORSEED_NAMESPACE": "bench",
                 "METEORSEED_STORE_URI": f"sqlite:///{work / 'items.db'}",
-                "METEORSEED_IDLE_CLOSE": 5, "METEORSEED_SITE_CONCURRENCY": 4,
-                "LOG_FILE": str(work / "w.log")}.items():
+                "METEORSEED_IDLE_CLOSE": 5, "LOG_FILE": str(work / "w.log"),
+                **settings}.items():
             args += ["-s", f"{key}={value}"]
         client = redis.Redis.from_url(server.url)
         started = time.monotonic()
@@ -193,16 +196,26 @@ def run_links(code: Path, links: int, timeout: float) -> None:
             if client.exists(done_key):
                 acked = time.monotonic() - started
                 break
-            time.sleep(0.2)
+            time.sleep(0.1)
         peak = max(peak, peak_rss_mb(proc.pid))
         proc.kill()
         proc.wait()
         client.close()
+    return acked, peak, work
+
+
+def acked_text(acked: float | None, timeout: float) -> str:
+    return f"acked after {acked:.1f} s" if acked is not None else f"NOT acked in {timeout:.0f} s"
+
+
+def run_links(code: Path, links: int, timeout: float) -> None:
+    site = big_page(links)
+    url = f"http://127.0.0.1:{site.server_address[1]}/big"
+    acked, peak, work = until_acked(code, url, timeout, {"METEORSEED_SITE_CONCURRENCY": 4},
+                                    ("follow=1",))
     site.shutdown()
-    outcome = (f"acked after {acked:.1f} s" if acked is not None
-               else f"NOT acked after {time.monotonic() - started:.0f} s")
-    print(f"code {code}: a page of {links} links: parent {outcome}, worker peak RSS "
-          f"{peak:.0f} MB; log in {work}")
+    print(f"code {code}: a page of {links} links: parent {acked_text(acked, timeout)}, worker"
+          f" peak RSS {peak:.0f} MB; log in {work}")
 
 
 def main() -> None:
