@@ -24,9 +24,18 @@ from tests.e2e_helpers import add_tasks, start_worker
 
 
 class Redirecting(http.server.BaseHTTPRequestHandler):
-    """``/loop`` redirects to itself; ``/chain/<n>`` to ``/chain/<n+1>``."""
+    """``/loop`` redirects to itself; ``/chain/<n>`` to ``/chain/<n+1>``; ``/refresh`` is a
+    page whose meta refresh leads to itself."""
 
     def do_GET(self) -> None:
+        if self.path == "/refresh":
+            body = b'<html><head><meta http-equiv="refresh" content="0;url=/refresh"></head></html>'
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path.startswith("/chain/"):
             to = f"/chain/{int(self.path.rsplit('/', 1)[1]) + 1}"
         else:
@@ -76,7 +85,8 @@ def test_only_a_request_discarded_after_its_redirects_is_too_many() -> None:
 
 
 @pytest.mark.parametrize(("path", "shape"), [("/loop", "a loop (back to {site}/loop)"),
-                                             ("/chain/0", "a chain ending at {site}/chain/4")])
+                                             ("/chain/0", "a chain ending at {site}/chain/4"),
+                                             ("/refresh", "a loop (back to {site}/refresh)")])
 def test_a_redirect_loop_is_ignored_with_one_warning_and_its_reason_recorded(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: Any, site: str,
         path: str, shape: str) -> None:
