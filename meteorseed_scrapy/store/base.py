@@ -95,6 +95,11 @@ class Store(ABC):
         :func:`utc_timestamp`); how many were."""
         raise NotImplementedError(f"{type(self).__name__} keeps no retention")
 
+    def stop_waiting(self) -> None:
+        """The worker is stopping: from now on, fail at once instead of waiting for a lock
+        another process holds (called from another thread than the writes')."""
+        return None  # (a back end that waits for no lock of another process)
+
     def all_ids(self) -> set[str]:
         return {doc["_id"] for doc in self.iter_docs()}
 
