@@ -16,7 +16,9 @@ sitemap fetcher's switch) lets the operator allow them.
 Why only API tasks: every test site, and many projects' own targets, are on loopback or an
 intranet; the spider's own ``start()`` and ``seed-expand``'s files are the operator's choice,
 the API's callers are not. A refused request is ignored (``IgnoreRequest``) with a warning
-naming the URL and the address, and ``meteorseed/address_policy/refused``.
+naming the URL and the address, and ``meteorseed/address_policy/refused``. Such a task, and
+the links its page leads to, are fetched over HTTP(S) only: ``file:`` (the worker's own
+files), ``data:``, ``ftp:`` and the rest are refused.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from scrapy import Request, Spider
 from scrapy.crawler import Crawler
@@ -42,6 +44,7 @@ from meteorseed_scrapy.settings import flag_setting
 
 logger = logging.getLogger(__name__)
 STAT = "meteorseed/address_policy/refused"
+WEB_SCHEMES = frozenset({"http", "https"})
 
 
 Resolve = Callable[[str], Awaitable[str]]
@@ -69,16 +72,23 @@ class AddressPolicyMiddleware:
         return cls(crawler, flag_setting(crawler.settings, PRIVATE_SETTING))
 
     async def process_request(self, request: Request, spider: Spider | None = None) -> None:
-        if self.allow_private or request.meta.get(POLICY_META_KEY) != PUBLIC_ONLY:
+        if request.meta.get(POLICY_META_KEY) != PUBLIC_ONLY:
             return
-        host = urlparse_cached(request).hostname or ""
-        problem = await self.problem(host)
-        if problem is None:
+        url = urlparse_cached(request)
+        if url.scheme not in WEB_SCHEMES:  # file:, data:, ftp:... (whatever the switch says)
+            self._refuse(request, f"the {url.scheme}: scheme is not fetched (a task from the"
+                                  " API fetches over HTTP(S) only)")
+        if self.allow_private:
             return
+        problem = await self.problem(url.hostname or "")
+        if problem is not None:
+            self._refuse(request, f"{problem} (a task from the API; set {PRIVATE_SETTING} to"
+                                  " allow such addresses)")
+
+    def _refuse(self, request: Request, problem: str) -> NoReturn:
         if self.crawler.stats is not None:
             self.crawler.stats.inc_value(STAT)
-        reason = (f"refused {request.url}: {problem} (a task from the API; set "
-                  f"{PRIVATE_SETTING} to allow such addresses)")
+        reason = f"refused {request.url}: {problem}"
         logger.warning("Address policy: %s", reason)
         raise IgnoreRequest(reason)
 

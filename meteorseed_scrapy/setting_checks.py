@@ -94,6 +94,7 @@ def check_settings(settings: BaseSettings) -> None:
     integer_setting(settings, "METEORSEED_MAX_BACKLOG", minimum=0)
     integer_setting(settings, "METEORSEED_ROBOTSTXT_MAXSIZE", minimum=1)
     integer_setting(settings, "METEORSEED_MAX_LINKS_PER_PAGE", minimum=1)
+    integer_setting(settings, "METEORSEED_MAX_CHILDREN_PER_TASK", minimum=1)
 
 
 def checked_names() -> frozenset[str]:

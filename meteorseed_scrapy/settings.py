@@ -109,6 +109,8 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_REPOSTS_ACROSS_SITES": False,
     # Links a site rule follows from one page (list, pagination or detail links, each).
     "METEORSEED_MAX_LINKS_PER_PAGE": 10_000,
+    # Requests one task's callback may make children of (any spider); the rest are dropped.
+    "METEORSEED_MAX_CHILDREN_PER_TASK": 10_000,
     # Bounds (s) of adaptive seed intervals unless the schedule or the site's rules say.
     "METEORSEED_SCHEDULE_MIN_INTERVAL": 600,
     "METEORSEED_SCHEDULE_MAX_INTERVAL": 7200,

@@ -5,7 +5,9 @@ refuses literal private URLs outright and marks the seeds it accepts."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PRIVATE_SETTING, PUBLIC_ONLY
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
-from tests.e2e_helpers import add_tasks, start_worker
+from tests.e2e_helpers import add_tasks, start_worker, stored_docs
 
 MARKED = {POLICY_META_KEY: PUBLIC_ONLY}
 DNS = {"public.example": "93.184.216.34", "inner.example": "10.1.2.3",
@@ -62,13 +64,20 @@ def refusal(mw: AddressPolicyMiddleware, request: Request) -> str | None:
     ("http://metadata.example/", "metadata.example (169.254.169.254) is a link-local address"),
     ("http://v6.example/", "v6.example (::1) is a loopback address"),
     ("http://nowhere.example/", "'nowhere.example' cannot be resolved (no such host"),
+    ("file:///etc/passwd", "the file: scheme is not fetched"),
+    ("data:text/html,x", "the data: scheme is not fetched"),
+    ("ftp://public.example/x", "the ftp: scheme is not fetched"),
 ])
 def test_an_api_task_to_a_non_public_address_is_refused_naming_it(url: str, problem: str
                                                                      ) -> None:
     mw = middleware()
     reason = refusal(mw, Request(url, meta=MARKED))
     assert reason is not None and reason.startswith(f"refused {url}: {problem}")
-    assert f"set {PRIVATE_SETTING} to allow" in reason
+    if "scheme" in problem:  # (not HTTP(S): refused whatever the switch says)
+        assert refusal(middleware(**{PRIVATE_SETTING: True}), Request(url, meta=MARKED)) \
+            == reason
+    else:
+        assert f"set {PRIVATE_SETTING} to allow" in reason
     assert mw.crawler.stats.get_value(STAT) == 1  # type: ignore[union-attr]
 
 
@@ -156,3 +165,53 @@ def test_a_worker_refuses_api_tasks_to_loopback_unless_allowed(
                "localhost (127.0.0.1) is a loopback address" in log
         assert f"refused http://127.0.0.1:{port}/status/200?api=literal: 127.0.0.1 is a " \
                "loopback address" in log
+
+
+class Proxy(http.server.BaseHTTPRequestHandler):
+    """A forward proxy that answers every request itself: ``public.test``'s page links to
+    loopback; every URL asked for is noted."""
+
+    asked: list[str] = []
+    link = ""
+
+    def do_GET(self) -> None:
+        self.asked.append(self.path)
+        body = f'<html><title>t</title><a href="{self.link}">in</a></html>'.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_link_on_an_api_task_s_page_keeps_the_mark_and_loopback_is_not_fetched(
+        tmp_path: Path, redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: the API task's page (a public host, served through a local proxy) links
+    to 127.0.0.1; the child request carries the mark and is refused before any download.
+    (A ``file:`` link is no task at all: refused when yielded, ``task/validation.py``.)"""
+    link, problem = "http://127.0.0.1:6379/secret", "127.0.0.1 is a loopback address"
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Proxy.asked = []
+    Proxy.link = link
+    for name in ("no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        add_tasks(redis_url, namespace, [ExecTask.create(
+            seed_id="api", site_id="probe", meta=MARKED, url="http://www.public.test/page")])
+        worker = start_worker(tmp_path, redis_url, namespace, spider_args={"follow": "1"},
+                              DNS_RESOLVER="probe.public_names.PublicTestNames")
+        assert worker.wait() == 0, worker.log()[-3000:]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert Proxy.asked == ["http://www.public.test/page"]
+    assert f"Address policy: refused {link}: {problem}" in worker.log()
+    assert worker.stats()[STAT] == 1
+    assert [doc["url"] for doc in stored_docs(tmp_path / "items.db").values()] == [
+        "http://www.public.test/page"]

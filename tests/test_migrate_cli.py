@@ -100,3 +100,22 @@ def test_a_hostile_entry_is_skipped_reported_and_left(tmp_path: Path, redis_url:
     assert client.zrange(f"{namespace}:requests", 0, -1) == [bad]
     assert not (tmp_path / "pwned").exists()
     client.close()
+
+
+def test_dry_run_of_a_seed_file_is_not_taken_for_the_migration_s(
+        tmp_path: Path, redis_url: str, namespace: str) -> None:
+    """One ``--dry-run`` for both modes (issue 22: the migration's option of the same name
+    shadowed seed-expand's and refused it without --from-scrapy-redis)."""
+    seeds = tmp_path / "seeds.jsonl"
+    seeds.write_text('{"seed_id": "s1", "site_id": "x", "task_type": "url_list",'
+                     ' "payload": {"urls": ["https://a.example/1", "https://a.example/2"]}}\n')
+    proc = seed_expand(tmp_path, "--dry-run", str(seeds),
+                       "-s", f"METEORSEED_REDIS_URL={redis_url}",
+                       "-s", f"METEORSEED_NAMESPACE={namespace}")
+    assert proc.returncode == 0, proc.stderr
+    assert "would enqueue up to 2 (dry run" in proc.stdout
+    client = redis.Redis.from_url(redis_url)
+    assert not client.exists(KeyLayout(namespace).stream)
+    client.close()
+    usage = " ".join(seed_expand(tmp_path, "--help").stdout.split())
+    assert usage.count("--dry-run") == 1 and "with --from-scrapy-redis: count what" in usage

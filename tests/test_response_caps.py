@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import zlib
 from typing import Any
 
 import pytest
@@ -55,6 +56,31 @@ def test_a_gzip_bomb_is_refused_at_the_cap_while_decompressing(
     with caplog.at_level(logging.WARNING), pytest.raises(IgnoreRequest) as info:
         middleware.process_response(request, response)
     assert "exceeded DOWNLOAD_MAXSIZE (33554432 B) during decompression" in str(info.value)
+
+
+def _deflate(data: bytes) -> bytes:
+    return zlib.compress(data, 9)
+
+
+@pytest.mark.parametrize(("encoding", "pack"), [
+    ("deflate", _deflate),
+    ("gzip, gzip", lambda data: gzip.compress(gzip.compress(data, 9), 9)),  # a bomb in a bomb
+    ("deflate, gzip", lambda data: gzip.compress(_deflate(data), 9)),
+])
+def test_other_encodings_and_nested_bombs_are_refused_at_the_cap_too(
+        encoding: str, pack: Any) -> None:
+    """Each layer is decompressed with the cap (Scrapy's decoders all take it): a bomb that
+    is deflated, or wrapped in another layer (smaller still on the wire), is no way round."""
+    crawler = get_crawler(Spider, {"DOWNLOAD_MAXSIZE":
+                                   addon_settings().getint("DOWNLOAD_MAXSIZE")})
+    middleware = HttpCompressionMiddleware.from_crawler(crawler)
+    bomb = pack(b"\0" * (64 * 1024 * 1024))
+    assert len(bomb) < 100_000
+    request = Request("http://127.0.0.1/bomb")
+    response = HtmlResponse(request.url, body=bomb, request=request,
+                            headers={"Content-Encoding": encoding})
+    with pytest.raises(IgnoreRequest, match=r"exceeded DOWNLOAD_MAXSIZE \(33554432 B\)"):
+        middleware.process_response(request, response)
 
 
 def test_only_the_first_bytes_of_a_huge_robots_txt_are_parsed(

@@ -89,7 +89,7 @@ def _place(place: dict[str, Any], now: float) -> str:
                 f"(consumer {place['consumer']}, {place['deliveries']} deliveries)")
     if kind == "done":
         record = place.get("record") or {}
-        parts = [f"{k} {record[k]}" for k in ("outcome", "items", "status", "digest")
+        parts = [f"{k} {record[k]}" for k in ("outcome", "reason", "items", "status", "digest")
                  if k in record]
         at = record.get("at")
         if isinstance(at, (int, float)) and not isinstance(at, bool):

@@ -80,7 +80,8 @@ class Command(ScrapyCommand):
         )
         group.add_argument(
             "--dry-run", action="store_true",
-            help="expand, validate and count the URLs; enqueue nothing (Redis is not used)",
+            help="expand, validate and count the URLs; enqueue nothing (Redis is not used); "
+            "with --from-scrapy-redis: count what would migrate, write nothing",
         )
         group.add_argument(
             "--no-register", action="store_true",

@@ -28,13 +28,13 @@ DEFAULT_SEED_ID = "scrapy-redis"
 
 
 def add_options(group: Any) -> None:
+    """The migration's options. ``--dry-run`` is seed-expand's own (one option for both
+    modes: declared twice, the later one took the name and refused a plain seed file's)."""
     group.add_argument(
         "--from-scrapy-redis", metavar="SPIDER",
         help="instead of reading seeds, migrate the waiting requests and start URLs of this "
              "scrapy-redis spider (keys from SCHEDULER_QUEUE_KEY / REDIS_START_URLS_KEY)",
     )
-    group.add_argument("--dry-run", action="store_true",
-                       help="with --from-scrapy-redis: count what would migrate, write nothing")
     group.add_argument("--move", action="store_true",
                        help="with --from-scrapy-redis: remove each migrated entry from the "
                             "scrapy-redis keys once its task is on the stream")
@@ -48,7 +48,7 @@ def add_options(group: Any) -> None:
 def check_options(args: list[str], opts: argparse.Namespace) -> str | None:
     """A usage problem of the migration options, or None."""
     if not opts.from_scrapy_redis:
-        used = [o for o in ("dry_run", "move", "site_id", "seed_id") if getattr(opts, o)]
+        used = [o for o in ("move", "site_id", "seed_id") if getattr(opts, o)]
         return f"--{used[0].replace('_', '-')} needs --from-scrapy-redis" if used else None
     if args:
         return "--from-scrapy-redis reads Redis, not a FILE: drop the FILE argument"

@@ -95,6 +95,11 @@ class Store(ABC):
         :func:`utc_timestamp`); how many were."""
         raise NotImplementedError(f"{type(self).__name__} keeps no retention")
 
+    def stop_waiting(self) -> None:
+        """The worker is stopping: from now on, fail at once instead of waiting for a lock
+        another process holds (called from another thread than the writes')."""
+        return None  # (a back end that waits for no lock of another process)
+
     # Anomalies: items that failed their site's validation, kept apart from ``items`` with
     # their reasons (same upsert rules: last wins, first_seen_at kept). Concrete here, not
     # abstract, so stores that keep no anomalies (test doubles) need not implement them.

@@ -29,6 +29,12 @@ _T = TypeVar("_T")
 BACKOFF_FIRST = 0.1
 BACKOFF_CAP = 5.0
 STATS_PREFIX = "meteorseed/store/"
+#: How often a slow write, or a wait before a retry, looks whether the crawl is stopping.
+STOP_POLL = 0.25
+
+
+def _never() -> bool:
+    return False
 
 
 @dataclass(eq=False)
@@ -61,6 +67,10 @@ class GroupCommitter:
         #: the worker stops rather than fail task after task on a store that is not there.
         self._on_outage = on_outage
         self._gave_up = False  # during this outage (said once per outage)
+        #: Whether the crawl is being stopped (the outage handler knows its crawler): an
+        #: outage then fails what waits at once instead of retrying for ``retry_max``.
+        self._crawl_stopping: Callable[[], bool] = getattr(on_outage, "stopping", _never)
+        self._stopping = False
         self._store: Store | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._open_batch: _Batch | None = None
@@ -160,11 +170,14 @@ class GroupCommitter:
                 write, batch.write = batch.write, None
                 try:
                     if write is None:
-                        await self._in_thread(store.upsert_many, batch.docs)
-                    else:
-                        await write
+                        write = loop.run_in_executor(self._ensure_open()[1], store.upsert_many,
+                                                     batch.docs)
+                    await self._until_written(write, store)
                 except StoreUnavailable as exc:
                     attempt += 1
+                    if self._stopped(store):
+                        self._give_up_stopping(exc)
+                        continue
                     await self._after_outage(exc, attempt, loop.time())
                     continue
                 except Exception as exc:
@@ -199,6 +212,32 @@ class GroupCommitter:
                 if batch.write is not None:  # (its outcome is nobody's now: not logged)
                     batch.write.add_done_callback(_quiet)
             self._settle(unsettled, StoreUnavailable("the store stage was stopped"))
+
+    async def _until_written(self, write: asyncio.Future[None], store: Store) -> None:
+        """``write``'s outcome; while it lasts, a stopping crawl tells the store not to wait
+        for a lock held elsewhere (the write then fails within moments)."""
+        while not write.done():
+            await asyncio.wait({write}, timeout=STOP_POLL)
+            self._stopped(store)
+        write.result()
+
+    def _stopped(self, store: Store) -> bool:
+        if not self._stopping and self._crawl_stopping():
+            self._stopping = True
+            store.stop_waiting()
+        return self._stopping
+
+    def _give_up_stopping(self, exc: StoreUnavailable) -> None:
+        """The crawl is stopping during an outage: what waits fails now, in one line."""
+        expired = list(self._sealed)
+        self._sealed.clear()
+        if not self._gave_up:
+            logger.warning(
+                "Store unavailable while this worker stops: %d items not written, not"
+                " retried (their tasks stay pending for the next worker): %s",
+                sum(len(batch.docs) for batch in expired), exc)
+        self._gave_up = True
+        self._settle(expired, exc)
 
     async def _after_outage(self, exc: StoreUnavailable, attempt: int, now: float) -> None:
         """Give up on batches past their deadline; back off before retrying the others.
@@ -244,7 +283,13 @@ class GroupCommitter:
             exc,
         )
         self._inc("retries")
-        await asyncio.sleep(delay)
+        end = asyncio.get_running_loop().time() + delay
+        while not self._stopping:  # (a stop ends the wait: the next attempt fails fast)
+            left = end - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            await asyncio.sleep(min(left, STOP_POLL))
+            self._stopped(self._ensure_open()[0])
 
     async def _commit_one_by_one(self, store: Store, batch: _Batch) -> _Batch | None:
         """Write ``batch`` a document at a time: a refused one fails alone. An outage is

@@ -77,6 +77,15 @@ class OutageStop:
     def __init__(self, crawler: Crawler) -> None:
         self._stop = CrawlStop(crawler, REASON, "meteorseed/store/outage_stop")
 
+    def stopping(self) -> bool:
+        """Whether the crawl is being stopped (SIGTERM, SIGINT, ``crawler.stop()``): the store
+        stage then gives up waiting on an outage (its tasks stay pending)."""
+        try:
+            engine = self._stop.crawler.engine
+        except RuntimeError:  # (no crawl running)
+            return False
+        return engine is not None and engine.spider is not None and not engine.running
+
     def __call__(self, exc: StoreUnavailable) -> None:
         self._stop.stop(
             f"Store {'lost' if isinstance(exc, StoreLost) else 'unavailable'}: stopping this"

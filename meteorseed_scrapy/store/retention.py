@@ -57,6 +57,9 @@ class RetainingStore(Store):
     def purge_older_than(self, cutoff: str) -> int:
         return self.inner.purge_older_than(cutoff)
 
+    def stop_waiting(self) -> None:
+        self.inner.stop_waiting()
+
     def upsert_anomalies(self, docs: list[dict[str, Any]]) -> None:
         self.inner.upsert_anomalies(docs)
 

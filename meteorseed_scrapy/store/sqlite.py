@@ -19,9 +19,11 @@ that opens it (:mod:`.sqlite_schema`, logged).
   committed survives power loss, not only a process crash (the task is acked right after;
   batching amortises the fsync).
 - Several processes write the same file: each batch takes the write lock up front
-  (``BEGIN IMMEDIATE``), waits up to ``busy_timeout`` for it, and is retried a few times with
-  backoff on "database is locked"; only then is :class:`StoreUnavailable` raised (the pipeline
-  keeps retrying for longer).
+  (``BEGIN IMMEDIATE``) and waits for it up to ``BUSY_TIMEOUT * LOCK_ATTEMPTS`` (20 s), in
+  slices of ``LOCK_SLICE`` (SQLite's busy handler cannot be interrupted); only then is
+  :class:`StoreUnavailable` raised (the pipeline keeps retrying for longer). Once the worker is
+  stopping (:meth:`SQLiteStore.stop_waiting`), a lock held elsewhere fails the write within a
+  slice: a SIGTERM never waits out another process's transaction.
 - One multi-row ``INSERT ... ON CONFLICT(_id) DO UPDATE`` per chunk of rows, all chunks of a
   batch in one transaction: ``executemany`` pays a GIL hand-off per row while the reactor thread
   is busy, which made it several times slower (see design/SCRAPY_NOTES.md).
@@ -57,6 +59,8 @@ _T = TypeVar("_T")
 
 BUSY_TIMEOUT = 5.0
 LOCK_ATTEMPTS = 4
+#: SQLite's busy wait per try: how soon a stopping worker gives up a lock held elsewhere.
+LOCK_SLICE = 0.25
 #: Rows per INSERT: 3 variables each, below SQLITE_MAX_VARIABLE_NUMBER even on old builds (999).
 CHUNK_ROWS = 300
 
@@ -109,6 +113,7 @@ class SQLiteStore(Store):
         self._lock = threading.Lock()
         #: (device, inode) of the file first opened; None until then, or in memory.
         self.identity: tuple[int, int] | None = None
+        self._stopping = threading.Event()
 
     @classmethod
     def from_uri(cls, uri: str) -> SQLiteStore:
@@ -123,11 +128,12 @@ class SQLiteStore(Store):
             self._check_identity()  # (connecting would create an empty file in its place)
         elif self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        busy = min(BUSY_TIMEOUT, LOCK_SLICE)
         conn = sqlite3.connect(
-            self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+            self.path, timeout=busy, isolation_level=None, check_same_thread=False
         )
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {max(1, int(busy * 1000))}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             create_schema(conn, self.namespace)
@@ -158,11 +164,18 @@ class SQLiteStore(Store):
                 self._conn.close()
             self._conn = None
 
+    def stop_waiting(self) -> None:
+        self._stopping.set()
+
     def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
-        """Run ``work(conn)`` under the lock, retrying transient errors a few times."""
+        """Run ``work(conn)`` under the lock, retrying transient errors a few times and a lock
+        held elsewhere for up to ``BUSY_TIMEOUT * LOCK_ATTEMPTS``."""
         delay = 0.05
+        lock_deadline = time.monotonic() + BUSY_TIMEOUT * LOCK_ATTEMPTS
+        attempt = 0
         with self._lock:
-            for attempt in range(1, LOCK_ATTEMPTS + 1):
+            while True:
+                attempt += 1
                 try:
                     return work(self._connect())
                 except StoreLost:
@@ -175,17 +188,22 @@ class SQLiteStore(Store):
                     if document_error(exc):
                         raise
                     message = str(exc).lower()
-                    if "locked" not in message and "busy" not in message:
+                    locked = "locked" in message or "busy" in message
+                    if not locked:
                         self._drop_connection()  # I/O trouble: start afresh next time
                     if not _is_transient(exc):  # full, read-only, corrupt: the caller backs off
                         raise StoreUnavailable(f"SQLite {self.path}: {exc}") from exc
-                    if attempt == LOCK_ATTEMPTS:
+                    if locked and self._stopping.is_set():
+                        raise StoreUnavailable(
+                            f"SQLite {self.path}: {exc}, held by another process; not waiting"
+                            " for it: this worker is stopping") from exc
+                    if (time.monotonic() >= lock_deadline) if locked \
+                            else attempt >= LOCK_ATTEMPTS:
                         raise StoreUnavailable(
                             f"SQLite {self.path}: {exc} (after {attempt} attempts)"
                         ) from exc
-                    time.sleep(delay * random.uniform(0.5, 1.5))
-                    delay = min(delay * 2, 1.0)
-        raise AssertionError("unreachable")
+                    self._stopping.wait(delay * random.uniform(0.5, 1.5))
+                    delay = min(delay * 2, 1.0) if not locked else 0.05
 
     # -- writes -------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ class Entry:
     verdict: Verdict | None = None  # set when it settles (:func:`.fate.fate`)
     children_pending: int = 0
     children: int = 0  # requests its final hop's callback (or errback) yielded
+    children_dropped: int = 0  # requests beyond METEORSEED_MAX_CHILDREN_PER_TASK
 
     @property
     def outcome(self) -> Outcome | None:
@@ -49,16 +50,19 @@ class Entry:
     def record(self) -> str:
         """The completion record stored in Redis when the task is acked."""
         scrape = self.scrape
-        return json.dumps(
-            {
-                "outcome": self.outcome.value if self.outcome else None,
-                "items": scrape.committed if scrape else 0,
-                "digest": scrape.digest if scrape else "",
-                "status": self.verdict.status if self.verdict is not None else 0,
-                "at": round(time.time(), 3),
-            },
-            separators=(",", ":"),
-        )
+        record: dict[str, object] = {
+            "outcome": self.outcome.value if self.outcome else None,
+            "items": scrape.committed if scrape else 0,
+            "digest": scrape.digest if scrape else "",
+            "status": self.verdict.status if self.verdict is not None else 0,
+            "at": round(time.time(), 3),
+        }
+        if self.reason:
+            record["reason"] = self.reason[:2000]
+        if self.children_dropped:
+            record["anomalies"] = [f"children over cap: {self.children_dropped} yielded"
+                                   " requests dropped (METEORSEED_MAX_CHILDREN_PER_TASK)"]
+        return json.dumps(record, separators=(",", ":"))
 
 
 class TaskLedger:

@@ -6,12 +6,14 @@ not started may be parked for later instead, or given up on while it waited.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from typing import Any
 
 from scrapy import Request, Spider
+from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from twisted.python.failure import Failure
 
@@ -28,7 +30,11 @@ from meteorseed_scrapy.worker.fate import (
 )
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
 from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, trouble_wait
+from meteorseed_scrapy.worker.redirects import STAT as REDIRECTS_STAT
+from meteorseed_scrapy.worker.redirects import too_many_redirects
 from meteorseed_scrapy.worker.signals import task_settled
+
+logger = logging.getLogger(__name__)
 
 
 class Settling:
@@ -49,6 +55,12 @@ class Settling:
 
     def finished(self, entry: Entry, request: Request, result: Response | Failure) -> None:
         """``entry``'s final hop (``request``) ended with ``result`` and its scrape is over."""
+        redirects = too_many_redirects(request, result,
+                                       self._settings.getint("REDIRECT_MAX_TIMES"))
+        if redirects:
+            logger.warning("Task %s ignored: %s", entry.task.task_id, redirects)
+            self._stats.inc_value(REDIRECTS_STAT)
+            result = Failure(IgnoreRequest(redirects))
         scrape = entry.scrape
         output = entry.children + (scrape.committed + scrape.keyless_items if scrape else 0)
         self.record(entry, what_happened(

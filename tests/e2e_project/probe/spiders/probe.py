@@ -32,6 +32,11 @@ class ProbeSpider(scrapy.Spider):
             yield response.follow(f"/news/article/{number + 20}?n={n}")
             yield response.follow(f"/news/article/{number + 40}?n={n}&fpfail=1")
             return
+        if "fanout" in query:  # a page with many links: one item, then fanout requests
+            yield {"unique_key": path, "status": response.status}
+            for i in range(int(query["fanout"][0])):
+                yield scrapy.Request(response.urljoin(f"/status/200?child={i}"))
+            return
         many = query.get("many", [""])[0]
         if many:  # a listing page: many items from one response (then maybe an error)
             for i in range(int(many)):
