@@ -559,3 +559,20 @@ def test_sqlite_export_of_a_table_from_before_the_change_order(tmp_path: Path) -
         assert [(p, d["_id"]) for p, d in first] == [((0, "news:a"), "news:a")]
         store.upsert_many([doc("b")])
         assert [d["_id"] for _, d in store.export_page(first[-1][0], 10)] == ["news:b"]
+
+
+def test_postgres_export_orders_transaction_ids_as_numbers(postgres_uri: str) -> None:
+    import psycopg
+
+    store = open_store(postgres_uri)
+    try:
+        store.upsert_many([doc("ten")])
+        store.upsert_many([doc("nine")])
+        with psycopg.connect(postgres_uri, autocommit=True) as conn:  # 10 before 9 as text
+            conn.execute("UPDATE items SET xid = (CASE _id WHEN 'news:ten' THEN '10'"
+                         " ELSE '9' END)::xid8")
+        assert [(p, d["_id"]) for p, d in store.export_page(None, 10)] == [
+            ((9, "news:nine"), "news:nine"), ((10, "news:ten"), "news:ten")]
+        assert [d["_id"] for _, d in store.export_page((9, "news:nine"), 10)] == ["news:ten"]
+    finally:
+        store.close()

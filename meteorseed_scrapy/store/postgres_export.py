@@ -26,7 +26,8 @@ CHANGE_ON_UPDATE = ", xid = pg_current_xact_id()"
 
 def export_query(namespace: str, after: tuple[int, str] | None, limit: int,
                  site_id: str | None, seed_id: str | None) -> tuple[str, list[Any]]:
-    sql = ("SELECT xid::text, _id, doc FROM items WHERE namespace = %s"
+    # (The output column is not named xid: ORDER BY xid would sort by its text, 10 before 9.)
+    sql = ("SELECT xid::text AS position, _id, doc FROM items WHERE namespace = %s"
            " AND xid < pg_snapshot_xmin(pg_current_snapshot())")
     params: list[Any] = [namespace]
     if after is not None:
@@ -36,7 +37,7 @@ def export_query(namespace: str, after: tuple[int, str] | None, limit: int,
     conditions, values = field_conditions("doc->>'{}' = %s", site_id, seed_id)
     sql += conditions
     params += values
-    sql += ' ORDER BY xid, _id COLLATE "C" LIMIT %s'
+    sql += ' ORDER BY items.xid, _id COLLATE "C" LIMIT %s'
     params.append(limit)
     return sql, params
 
