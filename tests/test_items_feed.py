@@ -161,3 +161,28 @@ def test_feed_off_writes_no_stream(tmp_path: Path, redis_url: str, namespace: st
     assert worker.wait() == 0, worker.log()[-3000:]
     assert len(stored_docs(tmp_path / "items.db")) == 3
     assert not sync_redis.exists(KeyLayout(namespace).items_feed)
+
+
+def test_the_feed_is_bounded_by_length_and_by_age(redis_url: str, namespace: str,
+                                                  sync_redis: redis.Redis) -> None:
+    from meteorseed_scrapy.queue.items_feed import queue_entries
+
+    key = KeyLayout(namespace).items_feed
+    for i in range(1, 501):  # entries from 1970: far older than any bound
+        sync_redis.xadd(key, {"_id": f"old:{i}"}, id=f"{i}-0")
+    entry = feed_entry(DOC, "ids", "now")
+
+    def send(config: FeedConfig, count: int) -> None:
+        async def body(client: Any) -> None:
+            async with client.pipeline(transaction=False) as pipe:
+                assert queue_entries(pipe, key, [entry] * count, config) == count + (
+                    1 if config.max_age else 0)
+                await pipe.execute()
+        run_with_client(redis_url, body)
+
+    send(FeedConfig("ids", maxlen=10_000_000, max_age=3600), 3)
+    # Trimmed by age (whole nodes of 100 entries, as MINID ~ does): what is left is recent.
+    assert sync_redis.xlen(key) <= 103
+    assert sync_redis.xlen(key) >= 3
+    send(FeedConfig("ids", maxlen=150), 300)
+    assert 150 <= sync_redis.xlen(key) < 300  # (MAXLEN ~: at least 150 kept, about that)
