@@ -95,6 +95,20 @@ class Store(ABC):
         :func:`utc_timestamp`); how many were."""
         raise NotImplementedError(f"{type(self).__name__} keeps no retention")
 
+    #: The kind of :meth:`export_page` positions (:mod:`.export_cursor`); "" when it has none.
+    export_kind: str = ""
+
+    def export_page(self, after: tuple[int, str] | None, limit: int, *,
+                    site_id: str | None = None, seed_id: str | None = None
+                    ) -> list[tuple[tuple[int, str], dict[str, Any]]]:
+        """Up to ``limit`` of the namespace's documents after change position ``after`` (None:
+        from the first), in change order, each with its position (``meteorseed export``).
+
+        A position is ``(sequence, _id)``; a write moves a document to a sequence above every
+        position a reader was given before it (a changed document comes again, an unchanged
+        one never). ``site_id`` / ``seed_id`` keep only the documents that have them."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no change order")
+
     def all_ids(self) -> set[str]:
         return {doc["_id"] for doc in self.iter_docs()}
 
