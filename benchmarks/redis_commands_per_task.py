@@ -12,6 +12,8 @@ this Redis meanwhile. Commands run inside Lua scripts (``[0 lua]`` lines) are ex
 call counts as one command, as the issue asks. Start-up and the idle wait before closing are
 included, so the figure slightly overstates the steady state. ``--shards S`` runs the worker
 with ``METEORSEED_STREAM_SHARDS=S`` and spreads the tasks over S sites, one per shard.
+``--feed ids|documents`` runs the worker with that ``METEORSEED_ITEMS_FEED`` (the items feed's
+XADDs ride in the completion pipelines: compare with ``--feed off``, the default).
 The last line is the figure.
 """
 
@@ -101,7 +103,7 @@ def _enqueue(url: str, keys: KeyLayout, tasks: list[ExecTask]) -> None:
     asyncio.run(go())
 
 
-def run(n: int, shards: int = 1) -> int:
+def run(n: int, shards: int = 1, feed: str = "off") -> int:
     keys = KeyLayout(NAMESPACE, shards)
     names: list[str] = []  # one site per shard
     covered: set[int] = set()
@@ -122,7 +124,7 @@ def run(n: int, shards: int = 1) -> int:
             workdir, server.url, NAMESPACE, name="w1",
             METEORSEED_IDLE_CLOSE=1, METEORSEED_SITE_RATE=10000, METEORSEED_SITE_BURST=1000,
             METEORSEED_SITE_CONCURRENCY=16, CONCURRENT_REQUESTS=16,
-            METEORSEED_STREAM_SHARDS=shards,
+            METEORSEED_STREAM_SHARDS=shards, METEORSEED_ITEMS_FEED=feed,
         )
         code = worker.wait(timeout=600)
         lines = monitor.stop()
@@ -133,11 +135,12 @@ def run(n: int, shards: int = 1) -> int:
         client = redis.Redis.from_url(server.url, decode_responses=True)
         left = sum(int(client.xlen(stream)) for stream in keys.streams)
         dead = int(client.xlen(keys.dead))
+        fed = int(client.xlen(keys.items_feed))
         client.close()
     top, in_lua = count_commands(lines)
     total = sum(top.values())
     print(f"tasks enqueued: {n} (sites {', '.join(names)}; {shards} shard(s)); items stored: "
-          f"{stored}; left in the streams: {left}; dead: {dead}")
+          f"{stored}; left in the streams: {left}; dead: {dead}; items feed ({feed}): {fed}")
     print(f"commands inside Lua scripts (not counted): {in_lua}")
     print("top-level commands sent by the worker, by name:")
     for name, count in top.most_common():
@@ -154,8 +157,10 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=500, help="tasks to run (default 500)")
     parser.add_argument("--shards", type=int, default=1,
                         help="METEORSEED_STREAM_SHARDS, tasks over one site per shard (default 1)")
+    parser.add_argument("--feed", choices=("off", "ids", "documents"), default="off",
+                        help="METEORSEED_ITEMS_FEED of the worker (default off)")
     args = parser.parse_args()
-    return run(args.tasks, args.shards)
+    return run(args.tasks, args.shards, args.feed)
 
 
 if __name__ == "__main__":

@@ -45,9 +45,10 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
-from meteorseed_scrapy.settings import StoreConfig
+from meteorseed_scrapy.queue.items_feed import feed_entry
+from meteorseed_scrapy.settings import FeedConfig, StoreConfig
 from meteorseed_scrapy.store.backends import check_store_uri, open_store
-from meteorseed_scrapy.store.base import Store, StoreUnavailable
+from meteorseed_scrapy.store.base import Store, StoreUnavailable, utc_timestamp
 from meteorseed_scrapy.store.documents import item_document
 from meteorseed_scrapy.store.group_commit import (
     GroupCommitter,
@@ -78,8 +79,11 @@ class UpsertPipeline:
         default_site_id: str | None = None,
         last_stage: bool = False,
         on_outage: Callable[[StoreUnavailable], None] | None = None,
+        feed: FeedConfig | None = None,
     ) -> None:
         self.config = config
+        #: ``METEORSEED_ITEMS_FEED``: "off", or what a committed document's feed entry holds.
+        self._feed_mode = feed.mode if feed is not None else "off"
         self.stats = stats
         self._default_site_id = default_site_id
         self._last_stage = last_stage  # a committed item is through: no stage may fail it now
@@ -96,7 +100,8 @@ class UpsertPipeline:
         check_store_uri(config.uri)
         stages = build_component_list(crawler.settings.getwithbase("ITEM_PIPELINES"))
         last = bool(stages) and load_object(stages[-1]) is cls
-        pipeline = cls(config, crawler.stats, last_stage=last, on_outage=OutageStop(crawler))
+        pipeline = cls(config, crawler.stats, last_stage=last, on_outage=OutageStop(crawler),
+                       feed=FeedConfig.from_settings(crawler.settings))
         pipeline._crawler = crawler  # the spider's name, known once it opens (see open_spider)
         return pipeline
 
@@ -129,9 +134,9 @@ class UpsertPipeline:
         doc, content = item_document(item, scrape, self._default_site_id, output)
         on_commit = None
         if scrape is not None:
-            on_commit = partial(_committed, scrape, doc["_id"], content,
+            on_commit = partial(_committed, scrape, doc, content,
                                 output if self._last_stage and output is not None
-                                and output.scrape is scrape else None)
+                                and output.scrape is scrape else None, self._feed_mode)
         error = await self._commits.submit(doc, on_commit)
         if error is not None:
             raise StoreWriteError(f"document {doc['_id']!r} was not committed: {error}") from error
@@ -143,10 +148,14 @@ def _origin() -> str:
     return f"task {scrape.task.task_id} ({scrape.task.url})" if scrape is not None else "spider"
 
 
-def _committed(scrape: Scrape, doc_id: str, content: str, output: Output | None) -> None:
+def _committed(scrape: Scrape, doc: dict[str, Any], content: str, output: Output | None,
+               feed_mode: str) -> None:
     # Run by the committer as soon as the document is committed: the task may be acked from
-    # here, without waiting for this stage's own coroutine to resume.
-    scrape.record_commit(doc_id, content)
+    # here, without waiting for this stage's own coroutine to resume. Its feed entry goes with
+    # that ack, before it (queue/items_feed.py).
+    scrape.record_commit(doc["_id"], content)
+    if feed_mode != "off":
+        scrape.feed.append(feed_entry(doc, feed_mode, utc_timestamp()))
     if output is not None:
         output.done()
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.scrapy_redis_settings import redis_url_and_source as resolve_redis_url
-from meteorseed_scrapy.validators import parse_duration, to_flag, to_integer, to_number
+from meteorseed_scrapy.validators import ConfigError, parse_duration, to_flag, to_integer, to_number
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -92,6 +92,12 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_STORE_RETRY_MAX": 30.0,
     # Documents not updated for this long (s) are deleted by the store stage; 0 = kept.
     "METEORSEED_STORE_RETENTION": 0,
+    # The feed of committed items, stream <ns>:items (docs/items-feed.md): off, ids (identity
+    # of each committed document) or documents (the document too); capped at MAXLEN entries
+    # (approximately) and, when MAX_AGE (s) is not 0, entries older than it are trimmed.
+    "METEORSEED_ITEMS_FEED": "off",
+    "METEORSEED_ITEMS_FEED_MAXLEN": 1_000_000,
+    "METEORSEED_ITEMS_FEED_MAX_AGE": 0,
     # Site rule files (meteorseed_scrapy.sites, ``scrapy crawl sites``), whether rules pushed to
     # Redis (``meteorseed sites push``) are loaded too, and how often (s) they are re-checked.
     "METEORSEED_SITES_DIR": "",
@@ -305,6 +311,32 @@ def store_uri_from(settings: SettingsSource) -> str:
                or DEFAULT_STORE_URI)
 
 
+FEED_MODES = ("off", "ids", "documents")
+
+
+@dataclass(frozen=True)
+class FeedConfig:
+    """``METEORSEED_ITEMS_FEED*``: what goes to ``<ns>:items`` and how long it is kept."""
+
+    mode: str = "off"
+    maxlen: int = DEFAULTS["METEORSEED_ITEMS_FEED_MAXLEN"]
+    max_age: float = 0.0
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> FeedConfig:
+        mode = text_setting(settings, "METEORSEED_ITEMS_FEED").strip().lower()
+        if mode not in FEED_MODES:
+            raise ConfigError("METEORSEED_ITEMS_FEED",
+                              f"expected one of {', '.join(FEED_MODES)}, got {mode!r}")
+        return cls(mode=mode,
+                   maxlen=integer_setting(settings, "METEORSEED_ITEMS_FEED_MAXLEN", minimum=1),
+                   max_age=duration_setting(settings, "METEORSEED_ITEMS_FEED_MAX_AGE"))
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     redis_url: str
@@ -315,6 +347,7 @@ class WorkerConfig:
     max_deliveries: int
     done_ttl: int
     shards: int = 1
+    items_feed: FeedConfig = FeedConfig()
 
     @classmethod
     def from_settings(cls, settings: SettingsSource) -> WorkerConfig:
@@ -330,6 +363,7 @@ class WorkerConfig:
             max_deliveries=integer_setting(settings, "METEORSEED_MAX_DELIVERIES", minimum=1),
             done_ttl=math.ceil(duration_setting(settings, "METEORSEED_DONE_TTL", minimum=1)),
             shards=stream_shards(settings),
+            items_feed=FeedConfig.from_settings(settings),
         )
 
 

@@ -91,11 +91,13 @@ def test_worker_on_cluster_with_shards_stores_everything_once_and_spreads_the_st
 
         worker = start_worker(tmp_path, cluster.url, ns, METEORSEED_STREAM_SHARDS=SHARDS,
                               METEORSEED_SITE_RATE=100, METEORSEED_SITE_BURST=20,
-                              METEORSEED_MAX_DELIVERIES=1)
+                              METEORSEED_MAX_DELIVERIES=1, METEORSEED_ITEMS_FEED="ids")
         assert worker.wait(180) == 0, worker.log()[-3000:]
 
         docs = stored_docs(tmp_path / "items.db")
         assert set(docs) == {f"{t.site_id}:{t.url[len(demo_site.url):]}" for t in tasks}
+        # The items feed, written in the completion pipelines of a cluster too.
+        assert {f["_id"] for _, f in client.xrange(keys.items_feed)} == set(docs)
         assert worker.stats()["meteorseed/acked"] == len(tasks)
         for shard in keys.shard_keys:  # nothing waiting or pending anywhere
             for stream in shard.streams:

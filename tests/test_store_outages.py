@@ -265,6 +265,9 @@ class FailingCollection:
     def bulk_write(self, operations: list[Any], ordered: bool) -> None:
         raise self.exc
 
+    def find_one_and_update(self, *args: Any, **kwargs: Any) -> None:  # (the change sequence)
+        raise self.exc
+
 
 class FailingDatabase(dict):  # type: ignore[type-arg]
     def __missing__(self, name: str) -> FailingCollection:

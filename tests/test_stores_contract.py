@@ -471,3 +471,109 @@ def test_mongodb_collections_from_before_namespaces_are_adopted() -> None:
         assert [d["_id"] for d in store.iter_anomalies()] == ["news:z"]
     with open_store(uri, "other") as other:
         assert other.count() == 0
+
+
+# -- the change order of `meteorseed export` (Store.export_page) ------------------------------
+
+def _export_all(store: Store, after: Any = None, page: int = 3, **where: Any) -> list[Any]:
+    """Every (position, document) after ``after``, read ``page`` at a time."""
+    out: list[Any] = []
+    while True:
+        got = store.export_page(after, page, **where)
+        out += got
+        if len(got) < page:
+            return out
+        after = got[-1][0]
+
+
+def test_export_pages_resume_and_give_each_document_once(store: Store) -> None:
+    store.upsert_many([doc(f"k{i:02d}") for i in range(7)])
+    store.upsert_many([doc("s1", site="shop"), doc("s2", site="shop")])
+    every = _export_all(store)
+    assert sorted(d["_id"] for _, d in every) == sorted(store.all_ids())
+    assert len(every) == 9
+    positions = [p for p, _ in every]
+    assert positions == sorted(positions) and len(set(positions)) == 9
+    assert every[0][1] == store.get(every[0][1]["_id"])  # whole documents, nothing hidden
+    # Interrupted after four, resumed from the fourth's position: the rest, once.
+    rest = _export_all(store, positions[3])
+    assert [d["_id"] for _, d in rest] == [d["_id"] for _, d in every[4:]]
+    assert _export_all(store, positions[-1]) == []
+
+
+def test_export_gives_changed_documents_again_and_unchanged_never(store: Store) -> None:
+    store.upsert_many([doc("a"), doc("b"), doc("c")])
+    first = _export_all(store)
+    cursor = first[-1][0]
+    store.upsert_many([doc("b", title="changed")])
+    store.upsert_many([doc("d")])
+    again = _export_all(store, cursor)
+    assert [d["_id"] for _, d in again] == ["news:b", "news:d"]
+    assert again[0][1]["title"] == "changed"
+    assert again[0][1]["first_seen_at"] == first[1][1]["first_seen_at"]
+
+
+def test_export_filters_by_site_and_seed(open_: Opener) -> None:
+    store = open_()
+    store.upsert_many([doc("a"), doc("b", site="shop"), {**doc("c"), "seed_id": "seed2"}])
+    assert [d["_id"] for _, d in _export_all(store, site_id="shop")] == ["shop:b"]
+    assert [d["_id"] for _, d in _export_all(store, seed_id="seed2")] == ["news:c"]
+    assert [d["_id"] for _, d in _export_all(store, site_id="news", seed_id="seed1")] == [
+        "news:a"]
+    assert _export_all(open_("elsewhere")) == []  # a namespace's own documents only
+
+
+def test_postgres_export_waits_for_a_write_in_flight(postgres_uri: str) -> None:
+    """A transaction that began first and commits last is not skipped: nothing written after
+    it began is exported until it ends, then both come, in transaction order."""
+    import psycopg
+
+    from meteorseed_scrapy.store.postgres import _UPSERT
+    from meteorseed_scrapy.store.postgres_export import CHANGE_ON_UPDATE
+
+    store = open_store(postgres_uri)
+    try:
+        store.upsert_many([doc("before")])
+        cursor = store.export_page(None, 10)[-1][0]
+        with psycopg.connect(postgres_uri) as late:  # (not autocommit: a transaction)
+            late.execute((_UPSERT.format(t="items") + CHANGE_ON_UPDATE).encode(),
+                         (DEFAULT_NAMESPACE, json.dumps([doc("late")])))
+            store.upsert_many([doc("early")])  # began after, committed first
+            assert store.export_page(cursor, 10) == []
+            late.commit()
+        assert [d["_id"] for _, d in store.export_page(cursor, 10)] == ["news:late",
+                                                                         "news:early"]
+    finally:
+        store.close()
+
+
+def test_sqlite_export_of_a_table_from_before_the_change_order(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:  # the namespaced shape, without seq
+        conn.execute("CREATE TABLE items (_id TEXT NOT NULL, doc TEXT NOT NULL,"
+                     " namespace TEXT NOT NULL, PRIMARY KEY (namespace, _id))")
+        conn.execute("INSERT INTO items VALUES ('news:a', ?, ?)",
+                     (json.dumps(doc("a")), DEFAULT_NAMESPACE))
+    conn.close()
+    with open_store(f"sqlite:///{path}") as store:
+        first = store.export_page(None, 10)
+        assert [(p, d["_id"]) for p, d in first] == [((0, "news:a"), "news:a")]
+        store.upsert_many([doc("b")])
+        assert [d["_id"] for _, d in store.export_page(first[-1][0], 10)] == ["news:b"]
+
+
+def test_postgres_export_orders_transaction_ids_as_numbers(postgres_uri: str) -> None:
+    import psycopg
+
+    store = open_store(postgres_uri)
+    try:
+        store.upsert_many([doc("ten")])
+        store.upsert_many([doc("nine")])
+        with psycopg.connect(postgres_uri, autocommit=True) as conn:  # 10 before 9 as text
+            conn.execute("UPDATE items SET xid = (CASE _id WHEN 'news:ten' THEN '10'"
+                         " ELSE '9' END)::xid8")
+        assert [(p, d["_id"]) for p, d in store.export_page(None, 10)] == [
+            ((9, "news:nine"), "news:nine"), ((10, "news:ten"), "news:ten")]
+        assert [d["_id"] for _, d in store.export_page((9, "news:nine"), 10)] == ["news:ten"]
+    finally:
+        store.close()

@@ -102,6 +102,9 @@ key                                 type    holds
 ``<ns>:events``                     stream  crawl events (``site paused``, ``site resumed``,
                                             ``site limited``, ...), capped, for other programs
                                             to read with their own consumer group
+``<ns>:items``                      stream  the feed of committed items (``_id``, ``site_id``,
+                                            ``seed_id``, ``task_id``, ``committed_at``, ``doc``),
+                                            capped, when ``METEORSEED_ITEMS_FEED`` is on
 ``<ns>:{<site>}:strikes``           string  ``<n>:<ms>``: n consecutive 429/403 strikes (the
                                             backoff exponent) and the Redis time in ms the
                                             last strike paused the site; a 429 to a request
@@ -345,8 +348,8 @@ class ShardKeys:
 #: that every key the layout makes is of one of these kinds.
 KEY_KINDS = frozenset({
     "adaptive", "counts", "dead", "delayed", "done", "events", "failed", "fp", "held", "hist",
-    "overrides",
-    "seed", "seeds", "seen", "shards", "sites", "spider", "spiders", "store", "tasks", "workers",
+    "items", "overrides", "seed", "seeds", "seen", "shards", "sites", "spider", "spiders",
+    "store", "tasks", "workers",
 })
 
 
@@ -548,6 +551,11 @@ class KeyLayout:
     def events(self) -> str:
         """The namespace's crawl events (stream: ``event``, ``site``, ``by``, ...)."""
         return f"{self.namespace}:events"
+
+    @property
+    def items_feed(self) -> str:
+        """The feed of committed items (stream: ``_id``, ``site_id``, ..., docs/items-feed.md)."""
+        return f"{self.namespace}:items"
 
     @property
     def adaptive_sites(self) -> str:

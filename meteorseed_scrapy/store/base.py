@@ -100,6 +100,20 @@ class Store(ABC):
         another process holds (called from another thread than the writes')."""
         return None  # (a back end that waits for no lock of another process)
 
+    #: The kind of :meth:`export_page` positions (:mod:`.export_cursor`); "" when it has none.
+    export_kind: str = ""
+
+    def export_page(self, after: tuple[int, str] | None, limit: int, *,
+                    site_id: str | None = None, seed_id: str | None = None
+                    ) -> list[tuple[tuple[int, str], dict[str, Any]]]:
+        """Up to ``limit`` of the namespace's documents after change position ``after`` (None:
+        from the first), in change order, each with its position (``meteorseed export``).
+
+        A position is ``(sequence, _id)``; a write moves a document to a sequence above every
+        position a reader was given before it (a changed document comes again, an unchanged
+        one never). ``site_id`` / ``seed_id`` keep only the documents that have them."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no change order")
+
     # Anomalies: items that failed their site's validation, kept apart from ``items`` with
     # their reasons (same upsert rules: last wins, first_seen_at kept). Concrete here, not
     # abstract, so stores that keep no anomalies (test doubles) need not implement them.

@@ -38,6 +38,7 @@ from pymongo import MongoClient, UpdateOne
 from pymongo.errors import BulkWriteError, ConnectionFailure, InvalidOperation, OperationFailure
 
 from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
+from meteorseed_scrapy.store.mongo_export import SEQUENCE_FIELD, export_docs, next_sequence
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +52,13 @@ INDEXES: dict[str, tuple[list[tuple[str, int]], dict[str, Any]]] = {
     "fingerprint": ([("content_fingerprint", 1)],
                     {"partialFilterExpression": {"content_fingerprint": {"$exists": True}}}),
     "updated": ([("updated_at", 1)], {}),
+    "changes": ([(SEQUENCE_FIELD, 1), ("_id", 1)], {}),  # the export's (mongo_export.py)
 }
 #: ``METEORSEED_STORE_RETENTION`` on MongoDB: a TTL index on ``updated_at`` as a BSON date (TTL
 #: indexes ignore strings), kept in a field of its own that reads leave out.
 TTL_FIELD = "_updated_date"
 TTL_INDEX = "retention"
-_HIDDEN = {TTL_FIELD: 0}
+_HIDDEN = {TTL_FIELD: 0, SEQUENCE_FIELD: 0}
 #: pymongo waits 30 s for a server by default; fail faster so the pipeline's own retry loop
 #: (which logs and counts) decides how long to keep trying.
 SERVER_SELECTION_TIMEOUT_MS = 5000
@@ -85,11 +87,15 @@ def database_name(uri: str) -> str:
     return name or DEFAULT_DATABASE
 
 
-def upsert_operation(doc: dict[str, Any], ttl: bool = False) -> UpdateOne:
+def upsert_operation(doc: dict[str, Any], ttl: bool = False,
+                     sequence: int | None = None) -> UpdateOne:
     """The upsert of ``doc``; with ``ttl``, it carries ``updated_at`` as a BSON date too, for
-    the retention's TTL index (:data:`TTL_FIELD`, left out of every read)."""
+    the retention's TTL index (:data:`TTL_FIELD`, left out of every read); with ``sequence``,
+    its change sequence (:data:`SEQUENCE_FIELD`, hidden too)."""
     keep_first_seen = {"$ifNull": ["$first_seen_at", doc.get("first_seen_at")]}
     parts: list[Any] = [{"$literal": doc}, {"first_seen_at": keep_first_seen}]
+    if sequence is not None:
+        parts.append({SEQUENCE_FIELD: {"$literal": sequence}})
     if ttl:
         parts.append({TTL_FIELD: {"$literal": _as_date(doc.get("updated_at"))}})
     pipeline = [{"$replaceWith": {"$mergeObjects": parts}}]
@@ -205,11 +211,15 @@ class MongoStore(Store):
 
     def _upsert(self, collection: Any, docs: list[dict[str, Any]]) -> None:
         ttl = bool(self.retention) and collection is self.collection
-        operations = [upsert_operation(doc, ttl) for doc in last_wins(docs)]
-        if not operations:
+        folded = last_wins(docs)
+        if not folded:
             return
         self._ready()
         try:
+            # (items only: the export's change order; one more round trip per batch)
+            sequence = (next_sequence(self.database, self.namespace)
+                        if collection is self.collection else None)
+            operations = [upsert_operation(doc, ttl, sequence) for doc in folded]
             collection.bulk_write(operations, ordered=False)
         except (ConnectionFailure, InvalidOperation) as exc:
             # AutoReconnect, NotPrimary, ServerSelectionTimeout..., or a closed client
@@ -254,6 +264,19 @@ class MongoStore(Store):
         groups = self.collection.aggregate([{"$group": {"_id": "$site_id", "n": {"$sum": 1}}}])
         counts = {str(group["_id"]): int(group["n"]) for group in groups}
         return dict(sorted(counts.items()))
+
+    # -- export (meteorseed export) -------------------------------------------------------
+
+    export_kind = "mongodb"
+
+    def export_page(self, after: tuple[int, str] | None, limit: int, *,
+                    site_id: str | None = None, seed_id: str | None = None
+                    ) -> list[tuple[tuple[int, str], dict[str, Any]]]:
+        self._ready()
+        try:
+            return export_docs(self.collection, after, limit, site_id, seed_id)
+        except (ConnectionFailure, InvalidOperation, OperationFailure) as exc:
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
 
     def close(self) -> None:
         if self._owns_client:

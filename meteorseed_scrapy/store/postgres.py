@@ -38,6 +38,11 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 
 from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
+from meteorseed_scrapy.store.postgres_export import (
+    ADD_CHANGE_COLUMN,
+    CHANGE_ON_UPDATE,
+    export_query,
+)
 
 _T = TypeVar("_T")
 
@@ -57,6 +62,7 @@ INDEXES = {
     "items_seed": "(doc->>'seed_id')",
     "items_fingerprint": "(doc->>'content_fingerprint')",
     "items_updated": "(doc->>'updated_at')",
+    "items_changes": 'xid, _id COLLATE "C"',  # the export's change order (postgres_export.py)
 }
 _BY_ID = 'ORDER BY _id COLLATE "C"'  # byte order, as SQLite and MongoDB sort, whatever the locale
 _UPSERT = (
@@ -123,6 +129,8 @@ class PostgresStore(Store):
             for table in ("items", ANOMALIES):
                 if table in missing:
                     conn.execute(_TABLE.format(t=table).encode())
+            if "items_changes" in missing:
+                conn.execute(ADD_CHANGE_COLUMN.encode())
             for name, expressions in INDEXES.items():
                 if name in missing:
                     conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON items"
@@ -165,7 +173,8 @@ class PostgresStore(Store):
         # The batch as one JSON array, one parameter: psycopg's array adapter would escape
         # every document in Python (most of the write's time).
         batch = json.dumps(folded, ensure_ascii=False, separators=(",", ":"))
-        sql = _UPSERT.format(t=table).encode()
+        sql = (_UPSERT.format(t=table) + (CHANGE_ON_UPDATE if table == "items" else "")
+               ).encode()
         self._run(lambda conn: conn.execute(sql, (self.namespace, batch)))
 
     def purge_older_than(self, cutoff: str) -> int:
@@ -198,6 +207,17 @@ class PostgresStore(Store):
         rows = self._rows("SELECT doc->>'site_id' AS site, COUNT(*) FROM items"
                           " WHERE namespace = %s GROUP BY site ORDER BY site")
         return {str(site): int(n) for site, n in rows}
+
+    # -- export (meteorseed export) -------------------------------------------------------
+
+    export_kind = "postgresql"
+
+    def export_page(self, after: tuple[int, str] | None, limit: int, *,
+                    site_id: str | None = None, seed_id: str | None = None
+                    ) -> list[tuple[tuple[int, str], dict[str, Any]]]:
+        sql, params = export_query(self.namespace, after, limit, site_id, seed_id)
+        rows = self._run(lambda conn: conn.execute(sql.encode(), params).fetchall())
+        return [((int(xid), str(doc_id)), dict(doc)) for xid, doc_id, doc in rows]
 
     def close(self) -> None:
         with self._lock:

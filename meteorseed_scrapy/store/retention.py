@@ -78,6 +78,15 @@ class RetainingStore(Store):
     def count_by_site(self) -> dict[str, int]:
         return self.inner.count_by_site()
 
+    @property
+    def export_kind(self) -> str:  # type: ignore[override]
+        return self.inner.export_kind
+
+    def export_page(self, after: tuple[int, str] | None, limit: int, *,
+                    site_id: str | None = None, seed_id: str | None = None
+                    ) -> list[tuple[tuple[int, str], dict[str, Any]]]:
+        return self.inner.export_page(after, limit, site_id=site_id, seed_id=seed_id)
+
     def close(self) -> None:
         self.inner.close()
 

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable, last_wins
+from meteorseed_scrapy.store.sqlite_export import export_rows, next_sequence
 from meteorseed_scrapy.store.sqlite_schema import ANOMALIES, FIELD, create_schema
 
 _T = TypeVar("_T")
@@ -213,6 +214,19 @@ class SQLiteStore(Store):
     def upsert_anomalies(self, docs: list[dict[str, Any]]) -> None:
         self._upsert(ANOMALIES, docs)
 
+    def _insert_sql(self, table: str, count: int) -> str:
+        """The upsert of ``count`` rows; into ``items``, each row also takes the next change
+        sequence (:mod:`.sqlite_export`): one value above every committed one, read in the
+        writing statement itself, under the write lock, so commit order is sequence order."""
+        values = ",".join(["(?, ?, ?)"] * count)
+        tail = _UPSERT_TAIL.format(table=table)
+        if table != "items":
+            return f"INSERT INTO {table} (_id, doc, namespace) VALUES {values}{tail}"
+        # (WHERE true: else SQLite reads ON CONFLICT as a join's constraint)
+        return (f"INSERT INTO items (_id, doc, namespace, seq) SELECT column1, column2, column3,"
+                f" ({next_sequence(self.namespace)}) FROM (VALUES {values}) WHERE true"
+                f"{tail}, seq = excluded.seq")
+
     def _upsert(self, table: str, docs: list[dict[str, Any]]) -> None:
         rows = [
             (doc["_id"], json.dumps(doc, ensure_ascii=False, separators=(",", ":")),
@@ -228,20 +242,15 @@ class SQLiteStore(Store):
                 # sqlite3_step, so this thread takes the GIL back once instead of three times
                 # (BEGIN, INSERT, COMMIT), each a wait of up to the switch interval while the
                 # reactor thread is busy.
-                values = ",".join(["(?, ?, ?)"] * len(rows))
-                tail = _UPSERT_TAIL.format(table=table)
-                conn.execute(f"INSERT INTO {table} (_id, doc, namespace) VALUES {values}{tail}",
+                conn.execute(self._insert_sql(table, len(rows)),
                              [value for row in rows for value in row])
                 return
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for start in range(0, len(rows), CHUNK_ROWS):
                     chunk = rows[start : start + CHUNK_ROWS]
-                    values = ",".join(["(?, ?, ?)"] * len(chunk))
                     params = [value for row in chunk for value in row]
-                    tail = _UPSERT_TAIL.format(table=table)
-                    sql = f"INSERT INTO {table} (_id, doc, namespace) VALUES {values}{tail}"
-                    conn.execute(sql, params)
+                    conn.execute(self._insert_sql(table, len(chunk)), params)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -283,6 +292,16 @@ class SQLiteStore(Store):
         rows = self._rows(f"SELECT {FIELD.format('site_id')} AS site, COUNT(*) FROM items"
                           " WHERE namespace = ? GROUP BY site ORDER BY site")
         return {str(site): int(n) for site, n in rows}
+
+    # -- export (meteorseed export) -------------------------------------------------------
+
+    export_kind = "sqlite"
+
+    def export_page(self, after: tuple[int, str] | None, limit: int, *,
+                    site_id: str | None = None, seed_id: str | None = None
+                    ) -> list[tuple[tuple[int, str], dict[str, Any]]]:
+        return self._run(lambda conn: export_rows(conn, self.namespace, after, limit,
+                                                  site_id, seed_id))
 
     def close(self) -> None:
         with self._lock:

@@ -19,6 +19,7 @@ INDEXES = {
     "items_fingerprint": (FIELD.format("content_fingerprint"),
                           f" WHERE {FIELD.format('content_fingerprint')} IS NOT NULL"),
     "items_updated": (FIELD.format("updated_at"), ""),
+    "items_changes": ("seq, _id", ""),  # the export's change order (sqlite_export.py)
 }
 
 
@@ -32,6 +33,7 @@ def create_schema(conn: sqlite3.Connection, namespace: str) -> None:
             if columns and "namespace" not in columns:
                 migrate_table(conn, table, namespace)
             conn.execute(_TABLE.format(t=table))
+        add_change_sequence(conn)
         for name, (expressions, where) in INDEXES.items():
             conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON items"
                          f" (namespace, {expressions}){where}")
@@ -40,6 +42,14 @@ def create_schema(conn: sqlite3.Connection, namespace: str) -> None:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def add_change_sequence(conn: sqlite3.Connection) -> None:
+    """``items.seq``, the change sequence of ``meteorseed export``, on a table made before it
+    (its rows get 0: exported first, in ``_id`` order)."""
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(items)")]
+    if "seq" not in columns:
+        conn.execute("ALTER TABLE items ADD COLUMN seq INTEGER NOT NULL DEFAULT 0")
 
 
 def migrate_table(conn: sqlite3.Connection, table: str, namespace: str) -> None:
@@ -54,4 +64,4 @@ def migrate_table(conn: sqlite3.Connection, table: str, namespace: str) -> None:
     conn.execute(f"DROP TABLE {table}_before_namespaces")
 
 
-__all__ = ["ANOMALIES", "FIELD", "INDEXES", "create_schema", "migrate_table"]
+__all__ = ["ANOMALIES", "FIELD", "INDEXES", "add_change_sequence", "create_schema", "migrate_table"]

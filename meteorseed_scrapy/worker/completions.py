@@ -14,6 +14,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
@@ -22,6 +23,7 @@ from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory, outcome_name
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.items_feed import queue_entries
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exceptions import DeferReason
@@ -59,6 +61,8 @@ class Completions:
         self.outbox = ChildOutbox(writer, stats, on_written=on_child_durable,
                                   on_new_urls=on_new_urls, on_batch=on_written)
         self.records: list[tuple[ExecTask, str]] = []  # (task, completion record)
+        #: The items feed's entries of the tasks whose records are queued, sent before them.
+        self.feed: list[dict[str, str]] = []
         self.acks: list[tuple[Ref, float]] = []  # ((stream, message id), response time or 0)
         self.dead: list[tuple[Delivery, str]] = []
         self.failures: list[tuple[ExecTask, str]] = []
@@ -124,6 +128,8 @@ class Completions:
             self._remember(task, outcome.value, items=entry.scrape.committed if entry.scrape
                            else 0, status=verdict.status, reason=verdict.reason)
             self.records.append((task, entry.record()))
+            if entry.scrape is not None and entry.scrape.feed:
+                self.feed.extend(entry.scrape.feed)
             self.acks.extend((d.ref, entry.response_at) for d in entry.deliveries)
             if self._send_now():
                 return  # (nothing left for the flush loop: no need to wake it)
@@ -151,7 +157,7 @@ class Completions:
 
     def _writes(self) -> bool:
         return bool(self.outbox or self.records or self.acks or self.dead or self.failures
-                    or self.deferrals)
+                    or self.deferrals or self.feed)
 
     def _history_due(self) -> bool:
         """Task history records are written in few calls: once a batch is full, once the
@@ -177,7 +183,7 @@ class Completions:
         self._flushing = True
         try:
             await self.outbox.flush()
-            if self.records or self.acks:
+            if self.records or self.acks or self.feed:
                 self._start_complete()
                 if len(self._completing) >= MAX_COMPLETING:
                     await asyncio.wait(self._completing, return_when=asyncio.FIRST_COMPLETED)
@@ -230,13 +236,16 @@ class Completions:
         if self.pending():
             self.needed.set()
 
-    def _take(self) -> tuple[list[tuple[ExecTask, str]], list[tuple[Ref, float]]]:
-        # The records of these tasks were queued with (or before) their acks.
+    def _take(self) -> tuple[list[tuple[ExecTask, str]], list[tuple[Ref, float]],
+                             list[dict[str, str]]]:
+        # The records of these tasks were queued with (or before) their acks; the feed entries
+        # with their records (all of them: they go first, ahead of any record or ack).
         records = self.records[:BATCH]
         batch = self.acks[:BATCH] if len(records) == len(self.records) else []
+        feed, self.feed = self.feed, []
         del self.records[: len(records)]
         del self.acks[: len(batch)]
-        return records, batch
+        return records, batch, feed
 
     def _start_complete(self) -> None:
         # Sent without waiting for the pipeline already on the wire: on a busy reactor a round
@@ -271,11 +280,11 @@ class Completions:
 
     async def _complete_queued(self) -> None:
         self._started()
-        records, batch = self._take()
+        records, batch, feed = self._take()
         if self.pending():  # (more than one pipeline's worth, or a flush's work)
             self.needed.set()
-        if records or batch:
-            await self._complete(records, batch)
+        if records or batch or feed:
+            await self._complete(records, batch, feed)
 
     async def drain(self) -> None:
         """Wait for the completion pipelines in flight; raise the first failure."""
@@ -284,12 +293,21 @@ class Completions:
         self._raise_complete_error()
 
     async def _complete(self, records: list[tuple[ExecTask, str]],
-                        batch: list[tuple[Ref, float]]) -> None:
-        """One completion pipeline (records, XACK, XDEL); on failure its records and acks go
-        back to the front of the queues (nothing is lost) and the next flush backs off."""
+                        batch: list[tuple[Ref, float]],
+                        feed: list[dict[str, str]] | None = None) -> None:
+        """One completion pipeline (items feed, records, XACK, XDEL); on failure its feed
+        entries, records and acks go back to the front of the queues (nothing is lost) and the
+        next flush backs off."""
+        feed = feed or []
+        extra: dict[str, Any] = {}  # (the feed's XADDs, first in the pipeline, when any)
+        if feed:
+            key, config = self.consumer.keys.items_feed, self.config.items_feed
+            extra["first"] = partial(queue_entries, key=key, entries=feed, config=config)
         try:
-            await self.consumer.complete(records, [m for m, _ in batch], self.config.done_ttl)
+            await self.consumer.complete(records, [m for m, _ in batch], self.config.done_ttl,
+                                         **extra)
         except BaseException as exc:
+            self.feed[:0] = feed
             self.records[:0] = records
             self.acks[:0] = batch
             if not isinstance(exc, Exception):  # cancelled (stopping)
@@ -303,6 +321,8 @@ class Completions:
         self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
         if batch:
             self.stats.inc_value("meteorseed/acked", len(batch))
+        if feed:
+            self.stats.inc_value("meteorseed/items_feed/entries", len(feed))
 
     def _raise_complete_error(self) -> None:
         if self._complete_error is not None:

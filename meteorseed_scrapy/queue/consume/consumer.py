@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.client import NEVER_DECODE
@@ -239,7 +239,7 @@ class StreamConsumer:
         return sum(int(n) for n in await call_scripts(self.redis, self._handback, calls))
 
     async def complete(self, records: Sequence[tuple[ExecTask, str]], refs: Sequence[Ref],
-                       ttl: int) -> int:
+                       ttl: int, first: Callable[[Any], int] | None = None) -> int:
         """Completion records first, then XACK and XDEL of those of ``refs`` still pending on
         this consumer (ack.lua): one round trip; returns how many were acked. A task
         redelivered after a crash between its record and its ack is acked without a refetch.
@@ -248,14 +248,16 @@ class StreamConsumer:
         CLAIM_IDLE) is left to its new owner. Commands of a pipeline run in order, so no
         entry is acked before the records sent with it are written. A task's record is in its
         shard's slot, with its stream. A cluster pipeline refuses scripts: there the records
-        go first, then the scripts, one per stream.
+        go first, then the scripts, one per stream. ``first(pipe)`` queues commands that go
+        before everything else (the items feed) and says how many.
         """
         streams = by_stream(refs)
-        if not records and not streams:
+        if not records and not streams and first is None:
             return 0
         calls = [([stream], [self.keys.group, self.consumer, *msg_ids])
                  for stream, msg_ids in streams.items()]
         async with self.redis.pipeline(transaction=False) as pipe:
+            ahead = first(pipe) if first is not None else 0
             for task, record in records:
                 pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
             batch = ScriptPipeline(pipe)
@@ -266,7 +268,7 @@ class StreamConsumer:
         if self._cluster:
             replies = [*replies, *(await call_scripts(self.redis, self._ack, calls) if calls
                                    else [])]
-        return sum(int(n) for n in replies[len(records):])
+        return sum(int(n) for n in replies[ahead + len(records):])
 
     async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
         """Move ``delivery`` to its shard's dead letters and release its URL (one script when

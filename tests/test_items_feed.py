@@ -1,0 +1,188 @@
+"""The feed of committed items, ``<ns>:items`` (queue/items_feed.py): its entries, its
+setting, its place before the ack in the completion pipeline, and a real worker feeding it.
+
+Real Redis throughout; the end-to-end test runs a real ``scrapy crawl`` worker.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import redis
+from scrapy.settings import Settings
+
+from meteorseed_scrapy.politeness.gate import SiteGate
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.items_feed import feed_entry
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.settings import FeedConfig, WorkerConfig
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.clients import run_with_client
+from meteorseed_scrapy.testing.sites import DemoSite
+from meteorseed_scrapy.validators import ConfigError
+from meteorseed_scrapy.worker.completions import Completions
+from tests.e2e_helpers import enqueue, start_worker, stored_docs
+
+DOC = {"_id": "news:k1", "site_id": "news", "seed_id": None, "task_id": "t1", "title": "é",
+       "updated_at": "2026-01-01T00:00:00.000000Z"}
+
+
+def test_entry_fields_in_each_mode() -> None:
+    ids = feed_entry(DOC, "ids", "2026-01-01T00:00:01.000000Z")
+    assert ids == {"_id": "news:k1", "site_id": "news", "seed_id": "", "task_id": "t1",
+                   "committed_at": "2026-01-01T00:00:01.000000Z"}
+    full = feed_entry(DOC, "documents", "x")
+    assert json.loads(full.pop("doc")) == DOC
+    assert full == {**ids, "committed_at": "x"}
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("METEORSEED_ITEMS_FEED", "yes"), ("METEORSEED_ITEMS_FEED", "id"),
+    ("METEORSEED_ITEMS_FEED_MAXLEN", "0"), ("METEORSEED_ITEMS_FEED_MAXLEN", "many"),
+    ("METEORSEED_ITEMS_FEED_MAX_AGE", "-1"), ("METEORSEED_ITEMS_FEED_MAX_AGE", "soon"),
+])
+def test_an_invalid_setting_is_refused_by_name(name: str, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        WorkerConfig.from_settings(Settings({name: value}))
+    assert name in str(info.value)
+
+
+def test_off_by_default_and_modes_read() -> None:
+    assert FeedConfig.from_settings(Settings()).mode == "off"
+    config = FeedConfig.from_settings(Settings({"METEORSEED_ITEMS_FEED": "Documents",
+                                                "METEORSEED_ITEMS_FEED_MAX_AGE": "2h"}))
+    assert (config.mode, config.max_age, config.on) == ("documents", 7200.0, True)
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.values: dict[str, int] = {}
+
+    def inc_value(self, key: str, count: int = 1) -> None:
+        self.values[key] = self.values.get(key, 0) + count
+
+
+def _complete_with_feed(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis,
+                        *, break_feed: bool) -> dict[str, Any]:
+    """One task read, settled with two feed entries; the completion written (the feed key a
+    string first when ``break_feed``: its XADDs refused), then written again once repaired."""
+
+    async def body(client: Any) -> dict[str, Any]:
+        writer = TaskWriter(client, keys)
+        task = ExecTask.create(seed_id="s", site_id="news", url="https://news.example/1")
+        await writer.add([task])
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        (delivery,) = await consumer.read(10, 100)
+        config = WorkerConfig("redis://", keys.namespace, "w1", 0, 10, 5, 60,
+                              items_feed=FeedConfig("ids", maxlen=1000))
+        completions = Completions(consumer, writer, cast(SiteGate, None), config, _Stats(),
+                                  on_child_durable=lambda _: None, on_new_urls=lambda _: None)
+        entries = [feed_entry({**DOC, "_id": f"news:{i}"}, "ids", "now") for i in range(2)]
+        completions.feed.extend(entries)
+        completions.records.append((task, "{}"))
+        completions.acks.append((delivery.ref, 0.0))
+        if break_feed:
+            sync_redis.set(keys.items_feed, "not a stream")
+        await completions._complete(*completions._take())
+        out: dict[str, Any] = {"queued_after_first": len(completions.feed),
+                               "pending_after_first": sync_redis.xpending(
+                                   keys.stream, keys.group)["pending"]}
+        if break_feed:
+            assert completions._complete_error is not None
+            completions._complete_error = None
+            sync_redis.delete(keys.items_feed)
+            await completions._complete(*completions._take())
+        out["feed"] = [fields["_id"] for _, fields in sync_redis.xrange(keys.items_feed)]
+        out["queued"] = len(completions.feed)
+        return out
+
+    return run_with_client(redis_url, body)
+
+
+def test_entries_go_in_the_completion_pipeline_before_the_ack(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+    out = _complete_with_feed(redis_url, keys, sync_redis, break_feed=False)
+    assert out == {"queued_after_first": 0, "pending_after_first": 0,
+                   "feed": ["news:0", "news:1"], "queued": 0}
+
+
+def test_entries_redis_refused_are_sent_again_never_lost(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+    out = _complete_with_feed(redis_url, keys, sync_redis, break_feed=True)
+    assert out["queued_after_first"] == 2  # back in the queue, with the record and the ack
+    assert out["feed"] == ["news:0", "news:1"]
+    assert out["queued"] == 0
+
+
+@pytest.mark.e2e
+def test_a_worker_feeds_every_committed_item_to_a_consumer_group(
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+        demo_site: DemoSite) -> None:
+    keys = KeyLayout(namespace)
+    # The analytics side's group exists before the crawl, reading from the start.
+    sync_redis.xgroup_create(keys.items_feed, "analytics", id="0", mkstream=True)
+    urls = [f"{demo_site.url}/news/article/{i}" for i in range(1, 31)]
+    tasks = enqueue(redis_url, namespace, urls, seed_id="s9")
+    worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_ITEMS_FEED="documents")
+    assert worker.wait() == 0, worker.log()[-3000:]
+    docs = stored_docs(tmp_path / "items.db")
+    assert len(docs) == 30
+
+    seen: dict[str, dict[str, Any]] = {}
+    while True:  # the example consumer of docs/items-feed.md, in short
+        reply = sync_redis.xreadgroup("analytics", "c1", {keys.items_feed: ">"}, count=7)
+        if not reply:
+            break
+        for entry_id, fields in reply[0][1]:
+            seen[fields["_id"]] = fields
+            sync_redis.xack(keys.items_feed, "analytics", entry_id)
+    assert set(seen) == set(docs)
+    task_ids = {t.task_id for t in tasks}
+    for doc_id, fields in seen.items():
+        assert json.loads(fields["doc"]) == docs[doc_id]
+        assert fields["site_id"] == "probe" and fields["seed_id"] == "s9"
+        assert fields["task_id"] in task_ids and fields["committed_at"]
+    assert sync_redis.xpending(keys.items_feed, "analytics")["pending"] == 0
+    assert worker.stats()["meteorseed/items_feed/entries"] == 30
+
+
+@pytest.mark.e2e
+def test_feed_off_writes_no_stream(tmp_path: Path, redis_url: str, namespace: str,
+                                   sync_redis: redis.Redis, demo_site: DemoSite) -> None:
+    enqueue(redis_url, namespace, [f"{demo_site.url}/news/article/{i}" for i in range(1, 4)])
+    worker = start_worker(tmp_path, redis_url, namespace)
+    assert worker.wait() == 0, worker.log()[-3000:]
+    assert len(stored_docs(tmp_path / "items.db")) == 3
+    assert not sync_redis.exists(KeyLayout(namespace).items_feed)
+
+
+def test_the_feed_is_bounded_by_length_and_by_age(redis_url: str, namespace: str,
+                                                  sync_redis: redis.Redis) -> None:
+    from meteorseed_scrapy.queue.items_feed import queue_entries
+
+    key = KeyLayout(namespace).items_feed
+    for i in range(1, 501):  # entries from 1970: far older than any bound
+        sync_redis.xadd(key, {"_id": f"old:{i}"}, id=f"{i}-0")
+    entry = feed_entry(DOC, "ids", "now")
+
+    def send(config: FeedConfig, count: int) -> None:
+        async def body(client: Any) -> None:
+            async with client.pipeline(transaction=False) as pipe:
+                assert queue_entries(pipe, key, [entry] * count, config) == count + (
+                    1 if config.max_age else 0)
+                await pipe.execute()
+        run_with_client(redis_url, body)
+
+    send(FeedConfig("ids", maxlen=10_000_000, max_age=3600), 3)
+    # Trimmed by age (whole nodes of 100 entries, as MINID ~ does): what is left is recent.
+    assert sync_redis.xlen(key) <= 103
+    assert sync_redis.xlen(key) >= 3
+    send(FeedConfig("ids", maxlen=150), 300)
+    assert 150 <= sync_redis.xlen(key) < 300  # (MAXLEN ~: at least 150 kept, about that)
