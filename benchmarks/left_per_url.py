@@ -5,7 +5,8 @@
 Seeds of ``--per-seed`` URLs each (one site) go through the expansion engine with the seed
 registry watching, as ``scrapy seed-expand FILE`` runs it; then one consumer reads every task
 and completes it as a worker does (completion record + ack + XDEL, and the task history record
-of :mod:`meteorseed_scrapy.queue.consume.task_history`), with no fetch. What is left is measured twice:
+of :mod:`meteorseed_scrapy.queue.consume.task_history`), with no fetch. What is left is measured
+twice:
 at once (completion records still alive for ``METEORSEED_DONE_TTL``) and once they expired,
 with the history kept for its retention, then once the history is gone too. Each figure is
 INFO ``used_memory`` above an empty server, per URL, with the bytes of each key kind

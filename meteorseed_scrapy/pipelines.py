@@ -45,7 +45,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
-from meteorseed_scrapy.queue.items_feed import feed_entry
+from meteorseed_scrapy.queue.consume.items_feed import feed_entry
 from meteorseed_scrapy.settings import FeedConfig, StoreConfig
 from meteorseed_scrapy.store.backends import check_store_uri, open_store
 from meteorseed_scrapy.store.base import Store, StoreUnavailable, utc_timestamp
@@ -152,7 +152,7 @@ def _committed(scrape: Scrape, doc: dict[str, Any], content: str, output: Output
                feed_mode: str) -> None:
     # Run by the committer as soon as the document is committed: the task may be acked from
     # here, without waiting for this stage's own coroutine to resume. Its feed entry goes with
-    # that ack, before it (queue/items_feed.py).
+    # that ack, before it (queue/consume/items_feed.py).
     scrape.record_commit(doc["_id"], content)
     if feed_mode != "off":
         scrape.feed.append(feed_entry(doc, feed_mode, utc_timestamp()))

@@ -77,7 +77,8 @@ DEFAULTS: dict[str, Any] = {
     # Completion records and failure notes matter only while a task can still be redelivered.
     "METEORSEED_DONE_TTL": 600,
     # What became of each URL (done, 404, robots, blacklist, dead, cancelled) is kept this
-    # long at least (0: not kept), at most this many records per site (queue/consume/task_history.py).
+    # long at least (0: not kept), at most this many records per site
+    # (queue/consume/task_history.py).
     "METEORSEED_TASK_HISTORY_RETENTION": 7 * 86400,
     "METEORSEED_TASK_HISTORY_PER_SITE": 200_000,
     # Dead letters older than this (s) or beyond the newest N are trimmed; 0 = keep them.

@@ -1,4 +1,4 @@
-"""The feed of committed items, ``<ns>:items`` (queue/items_feed.py): its entries, its
+"""The feed of committed items, ``<ns>:items`` (queue/consume/items_feed.py): its entries, its
 setting, its place before the ack in the completion pipeline, and a real worker feeding it.
 
 Real Redis throughout; the end-to-end test runs a real ``scrapy crawl`` worker.
@@ -16,8 +16,8 @@ from scrapy.settings import Settings
 
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.items_feed import feed_entry
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
-from meteorseed_scrapy.queue.items_feed import feed_entry
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import FeedConfig, WorkerConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
@@ -165,7 +165,7 @@ def test_feed_off_writes_no_stream(tmp_path: Path, redis_url: str, namespace: st
 
 def test_the_feed_is_bounded_by_length_and_by_age(redis_url: str, namespace: str,
                                                   sync_redis: redis.Redis) -> None:
-    from meteorseed_scrapy.queue.items_feed import queue_entries
+    from meteorseed_scrapy.queue.consume.items_feed import queue_entries
 
     key = KeyLayout(namespace).items_feed
     for i in range(1, 501):  # entries from 1970: far older than any bound

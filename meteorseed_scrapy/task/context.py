@@ -33,7 +33,7 @@ class Scrape:
     keyless_yielded: int = 0  # keyless items the callback yielded (see Output.keyless_position)
     errors: list[str] = field(default_factory=list)
     lasting: bool = False  # one of the errors would happen again if the task were redelivered
-    #: Entries for the items feed, one per committed document (queue/items_feed.py): written
+    #: Entries for the items feed, one per committed document (queue/consume/items_feed.py): written
     #: with the task's ack, before it.
     feed: list[dict[str, str]] = field(default_factory=list)
     _digest: Any = field(default_factory=hashlib.sha256)

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.consume.items_feed import queue_entries
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory, outcome_name
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
-from meteorseed_scrapy.queue.items_feed import queue_entries
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exceptions import DeferReason

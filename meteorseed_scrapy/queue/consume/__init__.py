@@ -7,6 +7,7 @@
 - :mod:`.lanes`: how free capacity is shared between lanes
 - :mod:`.task_records`: completion records and failure notes beside the streams
 - :mod:`.task_history`: what became of each task, kept per site for a retention
+- :mod:`.items_feed`: committed items handed on to other programs (``<ns>:items``)
 - :mod:`.deadletters`: the dead-letter stream: read, requeue, purge
 - :mod:`.retention`: how long dead letters and departed consumers are kept
 """

@@ -1,5 +1,6 @@
 """How the Redis replies about a task become the places of its
-:class:`~meteorseed_scrapy.queue.inspect.task_query.TaskState`: one verb per place (waiting, pending,
+:class:`~meteorseed_scrapy.queue.inspect.task_query.TaskState`: one verb per place (waiting,
+pending,
 delayed, dead, done) and for its delivery and dedup records. No I/O: :mod:`.task_state` plans
 the reads and hands each reply here. A message that does not decode is no match, never an
 error: the lookup reports what it can read.
