@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 from meteorseed_scrapy.queue.replies import text_of
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION
 
-__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "EnqueueCalls", "pack_tasks", "script_args"]
+__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "EnqueueCalls", "owners_arg", "pack_tasks",
+           "script_args"]
 
 #: Tasks per script call. A call blocks Redis while it runs; 500 dedup checks + XADDs take a
 #: few milliseconds, so workers reading the stream never wait long behind a big seed file.
@@ -42,6 +43,7 @@ class Encoded(NamedTuple):
     window: str  # re-crawl window argument ("" = the site's stored one)
     payload: str  # the task JSON
     stream: str  # the task stream of its lane and band
+    owner: str = ""  # whom it counts for: ``seed_id<TAB>site_id`` (queue/crawl_progress.py)
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class AddResult:
 
 _NO_ROOT = bytes(8)  # root index 0 (no dedup) and an unused entry
 _FIRST_ROOT = (1).to_bytes(2, "big")
-_ROOT, _FINGERPRINT, _WINDOW, _PAYLOAD, _STREAM = (itemgetter(i) for i in range(5))
+_ROOT, _FINGERPRINT, _WINDOW, _PAYLOAD, _STREAM, _OWNER = (itemgetter(i) for i in range(6))
 _ENTRY = itemgetter(slice(0, 6))  # a fingerprint's dedup entry (see enqueue.lua)
 
 
@@ -134,10 +136,26 @@ def pack_tasks(records: Iterable[tuple[int, bytes, str, str]]) -> list[str | byt
     return [jsons, b"".join(meta), *windows]
 
 
-def script_args(stream: str, chunk: Sequence[Encoded], now: str
+def owners_arg(chunk: Sequence[Encoded]) -> str:
+    """enqueue.lua's seed lines: one line when every task of ``chunk`` counts for the same
+    seed and site (a seed's URLs), else one per task."""
+    owners = [*map(_OWNER, chunk)]
+    if len(set(owners)) == 1:
+        return owners[0]
+    return "\n".join(owners) + "\n"
+
+
+def script_args(stream: str, chunk: Sequence[Encoded], now: str, events: str = ""
                 ) -> tuple[list[str], list[str | bytes]]:
     """The keys and arguments of one enqueue.lua call of ``chunk`` (all of ``stream``);
-    ``now``: the clock argument ("" = the server's TIME)."""
+    ``now``: the clock argument ("" = the server's TIME); ``events``: the crawl events stream
+    ("" = none; :func:`~meteorseed_scrapy.queue.crawl_progress.events_key`)."""
+    keys, args = _script_args(stream, chunk, now)
+    return keys, [*args[:3], events, owners_arg(chunk), *args[3:]]
+
+
+def _script_args(stream: str, chunk: Sequence[Encoded], now: str
+                 ) -> tuple[list[str], list[str | bytes]]:
     if _one_root_one_window(chunk):
         # One site and one window (a seed's URLs): packed by C-level joins alone, the
         # window sent with the first task only.
@@ -156,7 +174,7 @@ def script_args(stream: str, chunk: Sequence[Encoded], now: str
     # reading it from Redis again for every task.
     sent: dict[int, str] = {}
     records: list[tuple[int, bytes, str, str]] = []
-    for root, fp, window, payload, _ in chunk:
+    for root, fp, window, payload, *_ in chunk:
         if root is None:
             records.append((0, b"", "", payload))
             continue

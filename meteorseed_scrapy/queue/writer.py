@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from meteorseed_scrapy.queue import scripts
 from meteorseed_scrapy.queue.backlog import StreamCount, stream_counts, wait_for_room
 from meteorseed_scrapy.queue.batch_pipeline import ScriptOrder, call_in_order
+from meteorseed_scrapy.queue.crawl_progress import events_key, owner_line
 from meteorseed_scrapy.queue.dedup import (
     RECRAWL_META_KEY,
     Fingerprinter,
@@ -104,8 +105,9 @@ class TaskWriter:
             raise
         except ValueError as exc:  # e.g. a lone surrogate that UTF-8 cannot encode
             raise TaskError("task", f"cannot be encoded as UTF-8 JSON ({exc})") from None
+        owner = owner_line(task.seed_id, task.site_id)
         if not dedup:
-            return Encoded(None, b"", "", payload, stream)
+            return Encoded(None, b"", "", payload, stream, owner)
         value = task.meta.get(RECRAWL_META_KEY)
         if type(value) is int and value == self._last_window[0]:  # (bool is not int here)
             window = self._last_window[1]  # the same window as the task before: checked then
@@ -123,7 +125,7 @@ class TaskWriter:
             if self.fingerprinter is not None:
                 raise FingerprintError("url", f"cannot be fingerprinted: {exc}") from None
             raise TaskError("url", f"cannot be canonicalised: {exc}") from None
-        return Encoded(root, fp, window, payload, stream)
+        return Encoded(root, fp, window, payload, stream, owner)
 
     def seed_encoder(self, task: ExecTask, dedup: bool = True
                      ) -> Callable[[ExecTask, str, str], Encoded]:
@@ -137,10 +139,12 @@ class TaskWriter:
         root, stream = self._routes.get((task.site_id, task.lane, task.priority, task.spider)
                                         ) or self._route(task)
         window = recrawl_window(task)
+        owner = owner_line(task.seed_id, task.site_id)
         new = tuple.__new__
 
         def encode_one(each: ExecTask, canonical: str, payload: str) -> Encoded:
-            return new(Encoded, (root, url_fingerprint(canonical), window, payload, stream))
+            return new(Encoded, (root, url_fingerprint(canonical), window, payload, stream,
+                                 owner))
 
         return encode_one
 
@@ -216,7 +220,7 @@ class TaskWriter:
     def _script_args(self, stream: str, chunk: Sequence[Encoded]
                      ) -> tuple[list[str], list[str | bytes]]:
         """One enqueue.lua call's keys and arguments, at this writer's clock."""
-        return script_args(stream, chunk, self._now())
+        return script_args(stream, chunk, self._now(), events_key(self._keys))
 
     def fingerprint(self, task: ExecTask) -> bytes:
         """``task``'s dedup key as this writer computes it."""
