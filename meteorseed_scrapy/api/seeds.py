@@ -19,7 +19,7 @@ from aiohttp import web
 
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.queue.crawl_progress import read_progress
+from meteorseed_scrapy.queue.crawl_progress import read_progress, seed_keys
 from meteorseed_scrapy.store.base import Store
 
 #: Seeds per page. A seed's payload may be 2 MiB, so a page leaves payloads out (their size is
@@ -95,6 +95,9 @@ async def delete_seed(request: web.Request) -> web.Response:
     cancelled = await state.expansions.cancel(seed_id)
     if not await state.registry.delete(seed_id):
         return problem(404, f"no seed {seed_id!r}")
+    # Its progress is forgotten with it (tasks still queued are counted afresh as they settle).
+    for key in seed_keys(state.config.keys, seed_id):  # (one slot each on a cluster)
+        await state.client.delete(key)
     return web.json_response({"deleted": seed_id, "expansion_cancelled": cancelled})
 
 
