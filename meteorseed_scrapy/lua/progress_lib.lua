@@ -4,8 +4,8 @@
 --
 -- '<prefix>:crawl:<seed_id>'    hash  enqueued, done, dead, delayed (now), outstanding
 --                                     (enqueued - done - dead), items, anomalies, bytes,
---                                     started_at, finished_at, run, previous (the last run's
---                                     final counters, JSON)
+--                                     started_at, finished_at, run, last_<name> (the last
+--                                     run's final counters)
 -- '<prefix>:crawlsite:<site_id>' hash the same totals per site (no finished state)
 --
 -- <prefix> is the shard's (derived from the task stream or delayed set's name, as counts_lib
@@ -70,12 +70,17 @@ local function pg_counters(key)
   local out = {}
   for i = 1, #flat, 2 do
     local name = flat[i]
-    if name ~= 'previous' then
+    if string.sub(name, 1, 5) ~= 'last_' then
       out[name] = tonumber(flat[i + 1]) or flat[i + 1]
     end
   end
   return out
 end
+
+-- What a new run keeps of the last one, each in a field 'last_<name>' (small fields keep the
+-- hash a compact listpack, where one JSON value of them would not).
+local PG_KEPT = {'enqueued', 'done', 'dead', 'items', 'anomalies', 'bytes', 'started_at',
+                 'finished_at'}
 
 local function pg_event(events, fields)
   if events and events ~= '' then
@@ -84,12 +89,19 @@ local function pg_event(events, fields)
 end
 
 -- A seed's first enqueue (or its first after it finished: a new run, the last run's final
--- counters kept as 'previous'): 'started_at' set, a 'started' event.
+-- counters kept as 'last_<name>'): 'started_at' set, a 'started' event.
 local function pg_start(key, id, events, now)
   if redis.call('HEXISTS', key, 'finished_at') == 1 then
     local last = pg_counters(key)
     redis.call('DEL', key)
-    redis.call('HSET', key, 'previous', cjson.encode(last), 'run', (tonumber(last.run) or 1) + 1)
+    local kept = {}
+    for _, name in ipairs(PG_KEPT) do
+      if last[name] ~= nil then
+        kept[#kept + 1] = 'last_' .. name
+        kept[#kept + 1] = last[name]
+      end
+    end
+    redis.call('HSET', key, 'run', (tonumber(last.run) or 1) + 1, unpack(kept))
   end
   if redis.call('HSETNX', key, 'started_at', now) == 1 and id ~= '' then
     pg_event(events, {'event', 'started', 'seed', id, 'at', now})

@@ -9,7 +9,7 @@ anomalies and bytes the task left, ``dead.lua`` ``dead``, ``defer.lua``/``promot
 the counters expire after ``METEORSEED_SEED_PROGRESS_RETENTION`` and a ``finished`` event (with
 the counters as JSON) goes to ``<ns>:events``. The next task enqueued for a finished seed (a
 scheduled seed's next run, a requeued dead letter) starts a new run: the counters restart,
-the last run's final ones are kept under ``previous``.
+the last run's final ones are kept (``last_<name>`` fields, shown as ``previous``).
 
 Each shard of a sharded layout keeps its own hash (``<ns>:{s<k>}:crawl:<seed>``, in the slot of
 the streams its scripts touch): they are summed here, and the end is judged here too
@@ -91,8 +91,16 @@ def merge(seed_id: str, hashes: Sequence[Mapping[Any, Any]]) -> dict[str, Any] |
     finished = [float(_number(h["finished_at"])) for h in found if "finished_at" in h]
     done = len(finished) == len(found) and total["outstanding"] <= 0
     runs = [int(_number(h["run"])) for h in found if "run" in h]
-    previous = next((json.loads(text_of(h["previous"])) for h in found if "previous" in h),
-                    None)
+    # The last run's final counters (fields last_<name>; summed over the shards that kept them).
+    previous: dict[str, Any] = {}
+    for h in found:
+        for field, value in h.items():
+            if field.startswith("last_"):
+                name, number = field[5:], _number(value)
+                if name in ("started_at", "finished_at"):
+                    previous[name] = max(previous.get(name, number), number)
+                else:
+                    previous[name] = previous.get(name, 0) + number
     return {
         "seed_id": seed_id,
         "state": "finished" if done else "running",
@@ -104,7 +112,7 @@ def merge(seed_id: str, hashes: Sequence[Mapping[Any, Any]]) -> dict[str, Any] |
         "started_at": min(started) if started else None,
         "finished_at": max(finished) if done else None,
         "run": max(runs) if runs else 1,
-        "previous": previous,
+        "previous": previous or None,
     }
 
 

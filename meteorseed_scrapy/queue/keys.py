@@ -75,7 +75,7 @@ key                                 type    holds
                                             ``dead``, ``delayed``, ``outstanding`` (enqueued -
                                             done - dead), ``items``, ``anomalies``, ``bytes``,
                                             ``started_at``, ``finished_at``, ``run``,
-                                            ``previous`` (the last run's counters, JSON);
+                                            ``last_<name>`` (the last run's counters);
                                             expires ``METEORSEED_SEED_PROGRESS_RETENTION``
                                             after it finished. Tagged: one per shard
                                             (``<ns>:{s<k>}:crawl:<seed_id>``), summed on read.
