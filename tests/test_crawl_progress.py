@@ -9,6 +9,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -22,7 +23,10 @@ from meteorseed_scrapy.queue.crawl_progress import Settle, read_progress, read_p
 from meteorseed_scrapy.queue.deadletters import iter_dead, requeue
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout, shard_of
 from meteorseed_scrapy.queue.writer import TaskWriter
+from meteorseed_scrapy.seeding.expand import expand_seeds
+from meteorseed_scrapy.seeding.expand_types import ExpandOptions
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.seed_task import SeedTask
 
 T = TypeVar("T")
 
@@ -273,3 +277,41 @@ def test_a_sharded_seed_finishes_when_every_shard_is_done(
     assert arun(redis_url, body) == ["running", "finished"]
     finished = [e for e in events(sync_redis, keys) if e["event"] == "finished"]
     assert len(finished) == 1 and json.loads(finished[0]["counters"])["done"] == 2
+
+
+@pytest.mark.parametrize("urls", [5, 4, 2], ids=["last-batch-partial", "exact-batches",
+                                                 "one-batch"])
+def test_a_seed_crawled_faster_than_expanded_is_not_finished_between_its_batches(
+        redis_url: str, namespace: str, sync_redis: redis.Redis, urls: int) -> None:
+    # Every batch is crawled (settled) before the next one is written: without the engine's
+    # hold the seed would count as finished after its first batch.
+    keys = KeyLayout(namespace)
+    states: list[str] = []
+
+    class Crawled(TaskWriter):
+        async def enqueue(self, encoded: Any, order: Any = None, holds: Any = None) -> Any:
+            result = await super().enqueue(encoded, order, holds)
+            await settle_all(consumer)
+            states.append(((await read_progress(client, keys, ["big"]))["big"] or {})["state"])
+            return result
+
+    async def body(redis: Any) -> dict[str, Any] | None:
+        nonlocal client, consumer
+        client = redis
+        consumer = StreamConsumer(redis, keys, "w1")
+        await consumer.ensure_group()
+        seeds = [(1, SeedTask.from_dict({
+            "seed_id": "big", "site_id": "news", "task_type": "url_list",
+            "payload": {"urls": [f"https://news.example/{i}" for i in range(urls)]}}))]
+        await expand_seeds(seeds, Crawled(redis, keys), ExpandOptions(batch_size=2),
+                           on_error=lambda r: None)
+        return (await read_progress(redis, keys, ["big"]))["big"]
+
+    client: Any = None
+    consumer: Any = None
+    progress = arun(redis_url, body)
+    assert progress is not None
+    assert (progress["state"], progress["done"], progress["expanding"]) == ("finished", urls,
+                                                                            False)
+    assert [e["event"] for e in events(sync_redis, keys)] == ["started", "finished"], (
+        events(sync_redis, keys), states)

@@ -185,7 +185,7 @@ ENTRY = b"\x00\x01" + b"abcdef"  # root index 1 and a dedup entry
 
 def _call_args(now: str, packed: list[Any], owners: str = "") -> list[Any]:
     """enqueue.lua's arguments around ``pack_tasks``' (no events stream)."""
-    return [now, *packed[:2], "", owners, *packed[2:]]
+    return [now, *packed[:2], "", owners, "", "0", *packed[2:]]
 
 
 @pytest.mark.parametrize(("args", "error", "owners"), [
@@ -267,7 +267,8 @@ def test_a_one_site_chunk_packs_as_the_general_path_would(
                for i, e in enumerate(chunk)]
     packed = pack_tasks(records)
     assert writer._script_args("ns:tasks", chunk) == (
-        ["ns:tasks", "ns:seen:{s}"], ["", *packed[:2], "ns:events", "", *packed[2:]])
+        ["ns:tasks", "ns:seen:{s}"],
+        ["", *packed[:2], "ns:events", "", "", str(writer.progress_retention), *packed[2:]])
 
 
 @settings(max_examples=50, deadline=None)

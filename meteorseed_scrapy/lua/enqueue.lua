@@ -18,7 +18,12 @@
 --              'started' event (progress_lib.lua)
 -- ARGV[5]      per task, in order, 'seed_id<TAB>site_id' and a newline; or one such line for
 --              every task of the call: whom each enqueued task counts for (progress_lib.lua)
--- ARGV[6..]    pairs (task number, window): a task's re-crawl window in seconds, decimal
+-- ARGV[6]      the seeds the expansion engine holds or lets go with this call: lines
+--              'seed_id<TAB>1' (more of its URLs come after this call: not finished before)
+--              or 'seed_id<TAB>0' (its last call), each with a newline; '' = none (children,
+--              other writers). A call may hold no task at all (a seed's end alone)
+-- ARGV[7]      seconds a seed finished by this call (its expansion's end) keeps its counters
+-- ARGV[8..]    pairs (task number, window): a task's re-crawl window in seconds, decimal
 --              ('0' = never re-crawl), which becomes its site's window; a task without one
 --              uses the site's stored window (or the one an earlier task of this call set).
 -- Returns      {enqueued, duplicates, flags}: flags has one character per task, in order,
@@ -96,7 +101,7 @@ do
   end
 end
 local windows_in = {}
-for k = 6, #ARGV, 2 do
+for k = 8, #ARGV, 2 do
   local i, w = tonumber(ARGV[k]), ARGV[k + 1]
   if not i or i < 1 or i > n or i % 1 ~= 0 or not w or not string.match(w, '^%d+$') then
     return redis.error_reply('ERR enqueue.lua: bad window ' .. tostring(ARGV[k]) .. ' '
@@ -142,5 +147,9 @@ for i = 1, n do
 end
 dd_flush()
 count_added(stream, enqueued)
-pg_flush(ARGV[4], string.format('%.3f', now), 0, true)
+for line in string.gmatch(ARGV[6] or '', '([^\n]+)') do
+  local tab = find(line, '\t', 1, true)
+  if tab then pg_hold(progress, sub(line, 1, tab - 1), sub(line, tab + 1) == '1') end
+end
+pg_flush(ARGV[4], string.format('%.3f', now), tonumber(ARGV[7]) or 0, true)
 return {enqueued, duplicates, table.concat(flags)}

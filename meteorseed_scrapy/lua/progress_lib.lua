@@ -5,7 +5,9 @@
 -- '<prefix>:crawl:<seed_id>'    hash  enqueued, done, dead, delayed (now), outstanding
 --                                     (enqueued - done - dead), items, anomalies, bytes,
 --                                     started_at, finished_at, run, last_<name> (the last
---                                     run's final counters)
+--                                     run's final counters), expanding (present while the
+--                                     expansion engine has more of its URLs to enqueue: a
+--                                     seed is not finished then)
 -- '<prefix>:crawlsite:<site_id>' hash the same totals per site (no finished state)
 --
 -- <prefix> is the shard's (derived from the task stream or delayed set's name, as counts_lib
@@ -14,7 +16,7 @@
 -- the empty id ('<prefix>:crawl:'): never an error, which would stall the acks.
 -- Calls gather counts in tables (pg_add) and write them once per seed and site (pg_flush).
 
-local pg_seeds, pg_sites = {}, {}
+local pg_seeds, pg_sites, pg_holds = {}, {}, {}
 
 local function pg_id(id)
   if type(id) ~= 'string' or #id == 0 or #id > 200 or string.find(id, '[%s%c]') then
@@ -65,6 +67,15 @@ local function pg_add(prefix, seed, site, field, n)
   pg_bump(pg_sites, prefix .. ':crawlsite:', pg_id(site), field, n)
 end
 
+-- The expansion engine holds a seed (held: more of its URLs to come after this call) or lets it
+-- go (false: its last); a seed held is not finished (pg_finish).
+local function pg_hold(prefix, id, held)
+  id = pg_id(id)
+  if not prefix or id == '' then return end
+  pg_bump(pg_seeds, prefix .. ':crawl:', id, 'enqueued', 0)
+  pg_holds[prefix .. ':crawl:' .. id] = held
+end
+
 local function pg_counters(key)
   local flat = redis.call('HGETALL', key)
   local out = {}
@@ -108,6 +119,18 @@ local function pg_start(key, id, events, now)
   end
 end
 
+-- Finish the seed of 'key' when nothing of it is left and no expansion holds it: 'finished_at',
+-- the expiry, the 'finished' event. Only where 'events' is given (one Redis, untagged).
+local function pg_finish(key, id, events, now, retention)
+  if not (events and events ~= '') or redis.call('HEXISTS', key, 'expanding') == 1 then
+    return
+  end
+  redis.pcall('HSET', key, 'finished_at', now)
+  if retention > 0 then redis.pcall('EXPIRE', key, retention) end
+  pg_event(events, {'event', 'finished', 'seed', id, 'at', now,
+                    'counters', cjson.encode(pg_counters(key))})
+end
+
 -- Write the gathered counts. enqueueing: start seeds (pg_start). events: the stream of crawl
 -- events ('' or nil: none, on a sharded layout, where one shard reaching zero says nothing of
 -- the others: the caller judges, from the seeds returned). A seed whose outstanding tasks reach
@@ -115,6 +138,7 @@ end
 -- 'finished' event. Returns the ids of the seeds whose outstanding count reached zero here.
 local function pg_flush(events, now, retention, enqueueing)
   local zeroed = {}
+  local holds = pg_holds
   for key, t in pairs(pg_seeds) do
     local id = t.id
     t.id = nil
@@ -125,14 +149,20 @@ local function pg_flush(events, now, retention, enqueueing)
       local v = redis.pcall('HINCRBY', key, field, n)
       if field == 'outstanding' and type(v) == 'number' then left = v end
     end
-    if left ~= nil and left <= 0 and not enqueueing and id ~= '' then
-      zeroed[#zeroed + 1] = id
-      if events and events ~= '' then
-        redis.pcall('HSET', key, 'finished_at', now)
-        if retention > 0 then redis.pcall('EXPIRE', key, retention) end
-        pg_event(events, {'event', 'finished', 'seed', id, 'at', now,
-                          'counters', cjson.encode(pg_counters(key))})
+    local hold = holds[key]
+    if hold == true then
+      redis.pcall('HSET', key, 'expanding', 1)
+    elseif hold == false and id ~= '' and redis.pcall('HDEL', key, 'expanding') == 1 then
+      -- The expansion's end (after this call's tasks are counted): when everything it
+      -- enqueued settled already, the seed is done.
+      left = tonumber(redis.pcall('HGET', key, 'outstanding')) or 0
+      if left <= 0 then
+        zeroed[#zeroed + 1] = id
+        pg_finish(key, id, events, now, retention)
       end
+    elseif left ~= nil and left <= 0 and not enqueueing and id ~= '' then
+      zeroed[#zeroed + 1] = id
+      pg_finish(key, id, events, now, retention)
     end
   end
   for key, t in pairs(pg_sites) do
@@ -141,6 +171,6 @@ local function pg_flush(events, now, retention, enqueueing)
       redis.pcall('HINCRBY', key, field, n)
     end
   end
-  pg_seeds, pg_sites = {}, {}
+  pg_seeds, pg_sites, pg_holds = {}, {}, {}
   return zeroed
 end

@@ -89,7 +89,9 @@ def merge(seed_id: str, hashes: Sequence[Mapping[Any, Any]]) -> dict[str, Any] |
                 total[name] += int(_number(h[name]))
     started = [float(_number(h["started_at"])) for h in found if "started_at" in h]
     finished = [float(_number(h["finished_at"])) for h in found if "finished_at" in h]
-    done = len(finished) == len(found) and total["outstanding"] <= 0
+    # (held by its expansion: more of its URLs to come)
+    expanding = any("expanding" in h for h in found)
+    done = len(finished) == len(found) and total["outstanding"] <= 0 and not expanding
     runs = [int(_number(h["run"])) for h in found if "run" in h]
     # The last run's final counters (fields last_<name>; summed over the shards that kept them).
     previous: dict[str, Any] = {}
@@ -112,6 +114,7 @@ def merge(seed_id: str, hashes: Sequence[Mapping[Any, Any]]) -> dict[str, Any] |
         "started_at": min(started) if started else None,
         "finished_at": max(finished) if done else None,
         "run": max(runs) if runs else 1,
+        "expanding": expanding,
         "previous": previous or None,
     }
 
@@ -160,7 +163,8 @@ async def finish_if_done(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
     seed's last tasks in two shards at once may both announce it: the event is at least once."""
     finished = []
     for seed_id, progress in (await read_progress(redis, keys, seed_ids)).items():
-        if progress is None or progress["outstanding"] > 0 or progress["state"] == "finished":
+        if (progress is None or progress["outstanding"] > 0 or progress["expanding"]
+                or progress["state"] == "finished"):
             continue
         now = f"{time.time():.3f}"
         async with redis.pipeline(transaction=False) as pipe:

@@ -8,7 +8,7 @@ calls (one round trip, or behind the batch before, see
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -145,13 +145,22 @@ def owners_arg(chunk: Sequence[Encoded]) -> str:
     return "\n".join(owners) + "\n"
 
 
-def script_args(stream: str, chunk: Sequence[Encoded], now: str, events: str = ""
+def holds_arg(holds: Mapping[str, bool]) -> str:
+    """enqueue.lua's hold lines: seed_id -> held (more of its URLs come after the call)."""
+    return "".join(f"{seed}\t{int(held)}\n" for seed, held in holds.items())
+
+
+def script_args(stream: str, chunk: Sequence[Encoded], now: str, events: str = "",
+                holds: Mapping[str, bool] | None = None, retention: int = 0
                 ) -> tuple[list[str], list[str | bytes]]:
     """The keys and arguments of one enqueue.lua call of ``chunk`` (all of ``stream``);
     ``now``: the clock argument ("" = the server's TIME); ``events``: the crawl events stream
-    ("" = none; :func:`~meteorseed_scrapy.queue.crawl_progress.events_key`)."""
+    ("" = none; :func:`~meteorseed_scrapy.queue.crawl_progress.events_key`); ``holds``: the
+    seeds the expansion holds (True) or lets go (False) with it; ``retention``: seconds a seed
+    it finishes keeps its counters."""
     keys, args = _script_args(stream, chunk, now)
-    return keys, [*args[:3], events, owners_arg(chunk), *args[3:]]
+    return keys, [*args[:3], events, owners_arg(chunk), holds_arg(holds or {}), str(retention),
+                  *args[3:]]
 
 
 def _script_args(stream: str, chunk: Sequence[Encoded], now: str
@@ -210,6 +219,20 @@ class EnqueueCalls:
         self._sending = [_without_repeats(chunk) for chunk in self.chunks]
         #: The tasks each call sends (a chunk less its repeats), one call a chunk.
         self.sent = [sent for sent, _ in self._sending]
+
+    def holds(self, holds: Mapping[str, bool] | None) -> list[dict[str, bool]]:
+        """Per call, the ``holds`` of the seeds it has tasks of; a seed let go by the batch
+        is still held by each call before the last that has its tasks (they run in order)."""
+        if not holds:
+            return [{} for _ in self.sent]
+        seeds = [{owner.partition("\t")[0] for owner in map(_OWNER, sent)} & holds.keys()
+                 for sent in self.sent]
+        out: list[dict[str, bool]] = []
+        later: set[str] = set()
+        for present in reversed(seeds):
+            out.append({seed: holds[seed] or seed in later for seed in sorted(present)})
+            later |= present
+        return out[::-1]
 
     def streams(self) -> list[str]:
         """The streams the calls write to, each once, in order."""
