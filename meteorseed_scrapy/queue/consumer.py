@@ -19,13 +19,19 @@ from typing import Any
 from redis.client import NEVER_DECODE
 
 from meteorseed_scrapy.queue import scripts
-from meteorseed_scrapy.queue.crawl_progress import Settle, ack_args, events_key, finish_if_done
+from meteorseed_scrapy.queue.crawl_progress import (
+    Settle,
+    ack_calls,
+    events_key,
+    finish_if_done,
+    settle_acks,
+)
 from meteorseed_scrapy.queue.deadletters import letter_id
 from meteorseed_scrapy.queue.delivery import Delivery, Ref, trim_shares
 from meteorseed_scrapy.queue.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
-from meteorseed_scrapy.queue.replies import bytes_of, text_of
+from meteorseed_scrapy.queue.replies import bytes_of
 from meteorseed_scrapy.queue.scripts import ScriptPipeline, call_as_bytes
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 from meteorseed_scrapy.queue.spiders import SharedDefaultSet, foreign_workers
@@ -262,7 +268,8 @@ class StreamConsumer:
         """
         if not records and not refs:
             return 0
-        calls = self._ack_calls(refs, settles)
+        calls = ack_calls(refs, settles, [self.keys.group, self.consumer, self._events,
+                                          f"{time.time():.3f}", self.progress_retention])
         async with self.redis.pipeline(transaction=False) as pipe:
             for task, record in records:
                 pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
@@ -274,26 +281,8 @@ class StreamConsumer:
         if self._cluster:
             replies = [*replies, *(await call_scripts(self.redis, self._ack, calls) if calls
                                    else [])]
-        acked, zeroed = 0, set[str]()
-        for n, seeds in replies[len(records):]:
-            acked += int(n)
-            zeroed.update(text_of(seed) for seed in seeds)
-        if zeroed and self.keys.tagged:  # (one Redis: the script judged the end itself)
-            await finish_if_done(self.redis, self.keys, sorted(zeroed), self.progress_retention)
-        return acked
-
-    def _ack_calls(self, refs: Sequence[Ref], settles: Sequence[Settle | None]
-                   ) -> list[tuple[list[str], list[Any]]]:
-        """ack.lua's calls for ``refs``: one per stream."""
-        now = f"{time.time():.3f}"
-        by: dict[str, list[Any]] = {}
-        for i, (stream, msg_id) in enumerate(refs):
-            args = by.get(stream)
-            if args is None:
-                args = by[stream] = [self.keys.group, self.consumer, self._events, now,
-                                     self.progress_retention]
-            args += ack_args(msg_id, settles[i] if i < len(settles) else None)
-        return [([stream], args) for stream, args in by.items()]
+        return await settle_acks(self.redis, self.keys, replies[len(records):],
+                                 self.progress_retention)
 
     async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
         """Move ``delivery`` to its shard's dead letters and release its URL (one script when
