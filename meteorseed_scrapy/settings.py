@@ -67,6 +67,8 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_SWITCH_INTERVAL": 0.0005,
     # Completion records and failure notes matter only while a task can still be redelivered.
     "METEORSEED_DONE_TTL": 600,
+    # A finished seed's progress counters (queue/crawl_progress.py) are kept this long: a week.
+    "METEORSEED_SEED_PROGRESS_RETENTION": 7 * 86400,
     # Dead letters older than this (s) or beyond the newest N are trimmed; 0 = keep them.
     "METEORSEED_DEAD_RETENTION": 30 * 86400,
     "METEORSEED_DEAD_MAXLEN": 1_000_000,
@@ -286,6 +288,7 @@ class WorkerConfig:
     max_deliveries: int
     done_ttl: int
     shards: int = 1
+    progress_retention: int = DEFAULTS["METEORSEED_SEED_PROGRESS_RETENTION"]
 
     @classmethod
     def from_settings(cls, settings: Any) -> WorkerConfig:
@@ -301,6 +304,8 @@ class WorkerConfig:
             max_deliveries=integer_setting(settings, "METEORSEED_MAX_DELIVERIES", minimum=1),
             done_ttl=math.ceil(duration_setting(settings, "METEORSEED_DONE_TTL", minimum=1)),
             shards=stream_shards(settings),
+            progress_retention=math.ceil(duration_setting(
+                settings, "METEORSEED_SEED_PROGRESS_RETENTION")),
         )
 
 

@@ -1,5 +1,6 @@
 """The ``meteorseed`` console script for operators: ``status``, ``task``, ``dead``, ``reset``,
-``serve``, ``seeder``, ``sites`` and ``redis`` (one module each, listed in :data:`SUBCOMMANDS`).
+``serve``, ``seeder``, ``seeds``, ``sites`` and ``redis`` (one module each, listed in
+:data:`SUBCOMMANDS`).
 
 Each subcommand module has ``register(subparsers)``, which adds its parser and sets
 ``run(args, ctx) -> exit code`` as its default; a new subcommand is one more module there.
@@ -15,7 +16,17 @@ from typing import IO
 import redis
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.cli import dead, redis_cmd, reset, seeder, serve, sites, status, task
+from meteorseed_scrapy.cli import (
+    dead,
+    redis_cmd,
+    reset,
+    seeder,
+    seeds,
+    serve,
+    sites,
+    status,
+    task,
+)
 from meteorseed_scrapy.cli.common import (
     CliError,
     Context,
@@ -28,7 +39,7 @@ from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.scrapy_redis_settings import redact
 
-SUBCOMMANDS = (status, task, dead, reset, serve, seeder, sites, redis_cmd)
+SUBCOMMANDS = (status, task, dead, reset, serve, seeder, seeds, sites, redis_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

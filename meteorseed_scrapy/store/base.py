@@ -95,6 +95,18 @@ class Store(ABC):
         :func:`utc_timestamp`); how many were."""
         raise NotImplementedError(f"{type(self).__name__} keeps no retention")
 
+    def seed_items_page(self, seed_id: str, after: str | None, limit: int
+                        ) -> list[dict[str, Any]]:
+        """A seed's documents in ``_id`` order (bytewise), the first ``limit`` after the ``_id``
+        ``after`` (None: from the first): a stable cursor for paging (``GET
+        /seeds/{id}/items``). The back ends answer it from an index on (seed_id, _id); this
+        default scans (test doubles)."""
+        docs = sorted((d for d in self.iter_docs() if d.get("seed_id") == seed_id),
+                      key=lambda d: str(d["_id"]).encode("utf-8"))
+        if after is not None:
+            docs = [d for d in docs if str(d["_id"]).encode("utf-8") > after.encode("utf-8")]
+        return docs[:limit]
+
     def all_ids(self) -> set[str]:
         return {doc["_id"] for doc in self.iter_docs()}
 

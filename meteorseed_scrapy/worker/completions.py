@@ -20,6 +20,7 @@ from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
+from meteorseed_scrapy.queue.crawl_progress import Settle
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import Scrape
@@ -54,7 +55,8 @@ class Completions:
         self.outbox = ChildOutbox(writer, stats, on_written=on_child_durable,
                                   on_new_urls=on_new_urls, on_batch=on_written)
         self.records: list[tuple[ExecTask, str]] = []  # (task, completion record)
-        self.acks: list[tuple[Ref, float]] = []  # ((stream, message id), response time or 0)
+        # ((stream, message id), response time or 0, what it counts for in its seed's progress)
+        self.acks: list[tuple[Ref, float, Settle]] = []
         self.dead: list[tuple[Delivery, str]] = []
         self.failures: list[tuple[ExecTask, str]] = []
         # (delivery, task to put back, delay s, lane it goes back to, why: recorded with it)
@@ -78,7 +80,7 @@ class Completions:
 
     def ack_committed(self, delivery: Delivery) -> None:
         """A redelivered task whose completion record exists: ack it without a refetch."""
-        self.acks.append((delivery.ref, 0.0))
+        self.acks.append((delivery.ref, 0.0, _settle_of(delivery.task)))
         self.needed.set()
 
     def parked(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER
@@ -86,7 +88,7 @@ class Completions:
         """A task that has not started goes back for later (its site may not be fetched now)."""
         first, *dups = entry.deliveries
         self.deferrals.append((first, entry.task, delay_s, entry.task.lane, why))
-        self.acks.extend((d.ref, 0.0) for d in dups)
+        self.acks.extend((d.ref, 0.0, _settle_of(entry.task)) for d in dups)
         self.needed.set()
 
     def settled(self, entry: Entry, verdict: Verdict) -> None:
@@ -106,14 +108,16 @@ class Completions:
             again = verdict.defer_task or task
             self.deferrals.append((first, again, verdict.defer_s, verdict.defer_lane or again.lane,
                                    verdict.defer_why))
-            self.acks.extend((d.ref, 0.0) for d in dups)
+            self.acks.extend((d.ref, 0.0, _settle_of(task)) for d in dups)
         elif outcome is Outcome.DEAD:
             first, *dups = entry.deliveries
             self.dead.append((first, verdict.reason))
-            self.acks.extend((d.ref, 0.0) for d in dups)
+            self.acks.extend((d.ref, 0.0, _settle_of(task)) for d in dups)
         else:
             self.records.append((task, entry.record()))
-            self.acks.extend((d.ref, entry.response_at) for d in entry.deliveries)
+            first_settle, others = entry.settle(), _settle_of(task)
+            self.acks.extend((d.ref, entry.response_at, first_settle if i == 0 else others)
+                             for i, d in enumerate(entry.deliveries))
             if self._send_now():
                 return  # (nothing left for the flush loop: no need to wake it)
         self.needed.set()
@@ -127,7 +131,7 @@ class Completions:
     def refs_in_hand(self) -> list[Ref]:
         """Messages of settled tasks queued for an ack, a dead letter or a deferral: still
         pending on this worker, so kept alive until written."""
-        return ([ref for ref, _ in self.acks] + [d.ref for d, _ in self.dead]
+        return ([ref for ref, _, _ in self.acks] + [d.ref for d, _ in self.dead]
                 + [d[0].ref for d in self.deferrals])
 
     def busy(self) -> bool:
@@ -186,7 +190,7 @@ class Completions:
         if self.pending():
             self.needed.set()
 
-    def _take(self) -> tuple[list[tuple[ExecTask, str]], list[tuple[Ref, float]]]:
+    def _take(self) -> tuple[list[tuple[ExecTask, str]], list[tuple[Ref, float, Settle]]]:
         # The records of these tasks were queued with (or before) their acks.
         records = self.records[:BATCH]
         batch = self.acks[:BATCH] if len(records) == len(self.records) else []
@@ -240,11 +244,12 @@ class Completions:
         self._raise_complete_error()
 
     async def _complete(self, records: list[tuple[ExecTask, str]],
-                        batch: list[tuple[Ref, float]]) -> None:
+                        batch: list[tuple[Ref, float, Settle]]) -> None:
         """One completion pipeline (records, XACK, XDEL); on failure its records and acks go
         back to the front of the queues (nothing is lost) and the next flush backs off."""
         try:
-            await self.consumer.complete(records, [m for m, _ in batch], self.config.done_ttl)
+            await self.consumer.complete(records, [m for m, _, _ in batch], self.config.done_ttl,
+                                         [s for _, _, s in batch])
         except BaseException as exc:
             self.records[:0] = records
             self.acks[:0] = batch
@@ -256,7 +261,7 @@ class Completions:
             self.needed.set()
             return
         now = time.monotonic()
-        self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
+        self.latencies_ms.extend((now - t) * 1000 for _, t, _ in batch if t)
         if batch:
             self.stats.inc_value("meteorseed/acked", len(batch))
 
@@ -281,3 +286,8 @@ class Completions:
             self.stats.set_value("meteorseed/ack_latency_ms/p50",
                                  round(statistics.median(samples), 1))
             self.stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))
+
+
+def _settle_of(task: ExecTask | None) -> Settle:
+    """What an entry acked without a scrape of its own counts for: its task's seed and site."""
+    return Settle(task.seed_id, task.site_id) if task is not None else Settle()

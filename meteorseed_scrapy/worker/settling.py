@@ -50,6 +50,8 @@ class Settling:
     def finished(self, entry: Entry, request: Request, result: Response | Failure) -> None:
         """``entry``'s final hop (``request``) ended with ``result`` and its scrape is over."""
         scrape = entry.scrape
+        if scrape is not None and isinstance(result, Response):
+            scrape.bytes = len(result.body)
         output = entry.children + (scrape.committed + scrape.keyless_items if scrape else 0)
         self.record(entry, what_happened(
             entry.task, request, result, spider=self._spider, settings=self._settings,
