@@ -81,6 +81,9 @@ DEFAULTS: dict[str, Any] = {
     # (queue/consume/task_history.py).
     "METEORSEED_TASK_HISTORY_RETENTION": 7 * 86400,
     "METEORSEED_TASK_HISTORY_PER_SITE": 200_000,
+    # A finished seed's progress counters (queue/fleet/crawl_progress.py) are kept this long: a
+    # week.
+    "METEORSEED_SEED_PROGRESS_RETENTION": 7 * 86400,
     # Dead letters older than this (s) or beyond the newest N are trimmed; 0 = keep them.
     "METEORSEED_DEAD_RETENTION": 30 * 86400,
     "METEORSEED_DEAD_MAXLEN": 1_000_000,
@@ -349,6 +352,7 @@ class WorkerConfig:
     done_ttl: int
     shards: int = 1
     items_feed: FeedConfig = FeedConfig()
+    progress_retention: int = DEFAULTS["METEORSEED_SEED_PROGRESS_RETENTION"]
 
     @classmethod
     def from_settings(cls, settings: SettingsSource) -> WorkerConfig:
@@ -365,6 +369,8 @@ class WorkerConfig:
             done_ttl=math.ceil(duration_setting(settings, "METEORSEED_DONE_TTL", minimum=1)),
             shards=stream_shards(settings),
             items_feed=FeedConfig.from_settings(settings),
+            progress_retention=math.ceil(duration_setting(
+                settings, "METEORSEED_SEED_PROGRESS_RETENTION")),
         )
 
 

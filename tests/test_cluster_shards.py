@@ -107,6 +107,14 @@ def test_worker_on_cluster_with_shards_stores_everything_once_and_spreads_the_st
         assert [client.xlen(shard.dead) for shard in keys.shard_keys] == [
             1 if shard == dead_shard else 0 for shard in keys.shard_keys]
 
+        # The seed's progress: one hash per shard, summed; the end judged over all of them.
+        code, shown = cli(cluster.url, ns, "seeds", "show", "s1", "--json")
+        assert code == 0, shown
+        progress = shown["progress"]
+        assert (progress["state"], progress["done"], progress["dead"], progress["items"]) == (
+            "finished", len(tasks), 1, len(tasks))
+        assert {f["seed"] for _, f in client.xrange(keys.events)
+                if f["event"] == "finished"} == {"s1"}
         code, status = cli(cluster.url, ns, "status", "--json")
         assert code == 0, status
         assert (status["backlog"], status["pending"], status["dead"]) == (0, 0, 1)

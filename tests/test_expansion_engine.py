@@ -114,8 +114,8 @@ def test_a_seed_is_finished_only_once_its_last_batch_is_answered(redis_url: str,
     recorder = Recorder()
 
     class Slow(TaskWriter):
-        async def enqueue(self, encoded: Any, order: Any = None) -> Any:
-            result = await super().enqueue(encoded, order)
+        async def enqueue(self, encoded: Any, order: Any = None, holds: Any = None) -> Any:
+            result = await super().enqueue(encoded, order, holds)
             await asyncio.sleep(0.01)  # (the engine goes on meanwhile)
             recorder.events.append(("answered", str(len(encoded))))
             return result
@@ -220,10 +220,10 @@ def test_a_dispatch_expansion_keeps_its_lease_and_stops_when_asked(
     class Held(TaskWriter):
         """Holds each batch until the lease was renewed twice more: a slow Redis."""
 
-        async def enqueue(self, encoded: Any, order: Any = None) -> Any:
+        async def enqueue(self, encoded: Any, order: Any = None, holds: Any = None) -> Any:
             target = len(renewals) + 2
             await wait_until(lambda: len(renewals) >= target, timeout=30)
-            result = await super().enqueue(encoded, order)
+            result = await super().enqueue(encoded, order, holds)
             answered.append(result.enqueued)
             return result
 

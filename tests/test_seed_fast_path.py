@@ -272,14 +272,15 @@ class FailingWriter(TaskWriter):
         super().__init__(*args, **kwargs)
         self.fail_at, self.flush_at, self.calls = fail_at, flush_at, 0
 
-    async def enqueue(self, encoded: Any, order: ScriptOrder | None = None) -> Any:
+    async def enqueue(self, encoded: Any, order: ScriptOrder | None = None,
+                      holds: Any = None) -> Any:
         self.calls += 1
         if self.calls == self.fail_at:
             await asyncio.sleep(0.05)  # (the next batch is packed and waiting by then)
             raise RuntimeError("boom")
         if self.calls == self.flush_at:
             await self._redis.script_flush()
-        return await super().enqueue(encoded, order)
+        return await super().enqueue(encoded, order, holds)
 
 
 @pytest.mark.parametrize("single", [False, True], ids=["pipelined", "single-connection"])

@@ -34,6 +34,7 @@ from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.demo_pages import Reply
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
+from tests.console_browser import logged_in_console
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
 from tests.test_api import TOKEN, Client
 
@@ -264,29 +265,19 @@ def test_the_console_pauses_and_resumes_a_site(redis_url: str, namespace: str,
     sync_redis.hset(keys.site("news", "bucket"), mapping={"tokens": 1, "ts": 0})  # a known site
 
     async def flow(base: str) -> list[str]:
-        from playwright.async_api import async_playwright, expect
+        from playwright.async_api import expect
 
         errors: list[str] = []
-        async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path="/usr/bin/chromium",
-                                               headless=True, args=["--no-sandbox"])
-            try:
-                page = await browser.new_page()
-                page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-                await page.goto(f"{base}/console/")
-                await page.fill("#token", TOKEN)
-                await page.click("#login-form button[type=submit]")
-                await page.click("nav a[data-page=sites]")
-                cell = page.locator("[data-testid=hold-news]")
-                await cell.locator("button", has_text="Pause").click()
-                await expect(page.locator("#flash")).to_contain_text("news held fleet-wide")
-                await expect(cell).to_contain_text("held by api@")
-                assert sync_redis.exists(keys.site("news", "hold"))
-                await cell.locator("button", has_text="Resume").click()
-                await expect(page.locator("#flash")).to_contain_text("news resumed")
-                await expect(cell.locator("button")).to_have_text("Pause")
-            finally:
-                await browser.close()
+        async with logged_in_console(base, errors) as page:
+            await page.click("nav a[data-page=sites]")
+            cell = page.locator("[data-testid=hold-news]")
+            await cell.locator("button", has_text="Pause").click()
+            await expect(page.locator("#flash")).to_contain_text("news held fleet-wide")
+            await expect(cell).to_contain_text("held by api@")
+            assert sync_redis.exists(keys.site("news", "hold"))
+            await cell.locator("button", has_text="Resume").click()
+            await expect(page.locator("#flash")).to_contain_text("news resumed")
+            await expect(cell.locator("button")).to_have_text("Pause")
         return errors
 
     with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from e2e_helpers import enqueue, stored_docs
 
+from meteorseed_scrapy.queue.fleet.crawl_progress import read_progress_sync
+from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 
@@ -134,6 +136,12 @@ def test_broken_selectors_fill_the_anomaly_store_and_tasks_are_acked(
     assert all(doc["rule_version"] == "1" and doc["fields"]["author"] for doc in found)
     assert stored_docs(tmp_path / "items.db") == {}
     assert "'meteorseed/anomalies/example_news': 1.0" in log
+    # The seed's progress counts them as anomalies, not items (and so do the site's totals).
+    keys = KeyLayout(namespace)
+    progress = read_progress_sync(sync_redis, keys, ["s1"])["s1"]
+    assert progress is not None and progress["state"] == "finished"
+    assert (progress["anomalies"], progress["items"]) == (50, 0)
+    assert sync_redis.hget(keys.only.crawl_site("example_news"), "anomalies") == "50"
     no_task_left(sync_redis, namespace)
 
 

@@ -439,7 +439,7 @@ def _index_names(store: Store) -> set[str]:
 def test_the_store_creates_indexes_for_the_questions_people_ask(store: Store) -> None:
     store.upsert_many([doc("a", content_fingerprint="f" * 40)])
     names = _index_names(store)
-    for question in ("site_time", "seed", "fingerprint", "updated"):
+    for question in ("site_time", "seed_page", "fingerprint", "updated"):
         assert any(name.endswith(question) for name in names), (question, names)
 
 
@@ -490,7 +490,7 @@ def test_export_pages_resume_and_give_each_document_once(store: Store) -> None:
     store.upsert_many([doc(f"k{i:02d}") for i in range(7)])
     store.upsert_many([doc("s1", site="shop"), doc("s2", site="shop")])
     every = _export_all(store)
-    assert sorted(d["_id"] for _, d in every) == sorted(store.all_ids())
+    assert sorted(d["_id"] for _, d in every) == sorted(all_ids(store))
     assert len(every) == 9
     positions = [p for p, _ in every]
     assert positions == sorted(positions) and len(set(positions)) == 9
@@ -577,3 +577,30 @@ def test_postgres_export_orders_transaction_ids_as_numbers(postgres_uri: str) ->
         assert [d["_id"] for _, d in store.export_page((9, "news:nine"), 10)] == ["news:ten"]
     finally:
         store.close()
+def test_a_seeds_items_page_by_a_stable_id_cursor(open_: Opener) -> None:
+    # The documents of one seed only (another seed's, another namespace's left out), in
+    # bytewise _id order, each page after the last _id of the one before: a document written
+    # meanwhile before the cursor never shifts the pages after it.
+    store, other_ns = open_(), open_("other")
+    keys = ["b", "a", "é", "Z", "a0", "~", "10", "9"]
+    for key in keys:
+        store.upsert_many([build_document({"n": key}, site_id="news", url=f"https://n/{key}",
+                                          seed_id="s1", task_id="t", unique_key=key, now=T0)])
+    store.upsert_many([doc("x1")])  # seed1's
+    other_ns.upsert_many([build_document({}, site_id="news", url="https://n/o", seed_id="s1",
+                                         task_id="t", unique_key="o", now=T0)])
+    pages, after = [], None
+    while True:
+        page = store.seed_items_page("s1", after, 3)
+        if not page:
+            break
+        pages.append([d["_id"] for d in page])
+        after = page[-1]["_id"]
+        if len(pages) == 1:  # written behind the cursor: the next pages are unchanged
+            store.upsert_many([build_document({}, site_id="news", url="https://n/0",
+                                              seed_id="s1", task_id="t", unique_key="0",
+                                              now=T0)])
+    expected = sorted((f"news:{k}" for k in keys), key=lambda i: i.encode("utf-8"))
+    assert [i for page in pages for i in page] == expected
+    assert [len(page) for page in pages] == [3, 3, 2]
+    assert store.seed_items_page("nobody", None, 10) == []

@@ -184,28 +184,34 @@ def test_script_fails_as_a_whole_on_a_wrong_key_type(
 ENTRY = b"\x00\x01" + b"abcdef"  # root index 1 and a dedup entry
 
 
-@pytest.mark.parametrize(("args", "error"), [
-    (['{"a":1}\n'], "bytes of roots and entries for 1 tasks"),  # no roots and entries
-    (['{"a":1}\n', ENTRY + ENTRY], "bytes of roots and entries for 1 tasks"),
-    (['{"a":1}\n', ENTRY[:7]], "bytes of roots and entries for 1 tasks"),
-    (['{"a":1}\n{"b":2}', ENTRY * 2], "task 2 has no newline"),
-    (['{"a":1}\n', b"\x00\x02abcdef"], "bad root index 2"),
-    (['{"a":1}\n', b"\xff\xffabcdef"], "bad root index 65535"),
-    (['{"a":1}\n', ENTRY, "1", "30 days"], "bad window 1 30 days"),
-    (['{"a":1}\n', ENTRY, "1", "-5"], "bad window 1 -5"),
-    (['{"a":1}\n', ENTRY, "2", "60"], "bad window 2 60"),  # no task 2
-    (['{"a":1}\n', ENTRY, "1"], "bad window 1 nil"),  # a window without its value
-    (['{"a":1}\n', ENTRY, "x", "60"], "bad window x 60"),
+def _call_args(now: str, packed: list[Any], owners: str = "") -> list[Any]:
+    """enqueue.lua's arguments around ``pack_tasks``' (no events stream)."""
+    return [now, *packed[:2], "", owners, "", "0", *packed[2:]]
+
+
+@pytest.mark.parametrize(("args", "error", "owners"), [
+    (['{"a":1}\n'], "bytes of roots and entries for 1 tasks", ""),  # no roots and entries
+    (['{"a":1}\n', ENTRY + ENTRY], "bytes of roots and entries for 1 tasks", ""),
+    (['{"a":1}\n', ENTRY[:7]], "bytes of roots and entries for 1 tasks", ""),
+    (['{"a":1}\n{"b":2}', ENTRY * 2], "task 2 has no newline", ""),
+    (['{"a":1}\n', b"\x00\x02abcdef"], "bad root index 2", ""),
+    (['{"a":1}\n', b"\xff\xffabcdef"], "bad root index 65535", ""),
+    (['{"a":1}\n', ENTRY, "1", "30 days"], "bad window 1 30 days", ""),
+    (['{"a":1}\n', ENTRY, "1", "-5"], "bad window 1 -5", ""),
+    (['{"a":1}\n', ENTRY, "2", "60"], "bad window 2 60", ""),  # no task 2
+    (['{"a":1}\n', ENTRY, "1"], "bad window 1 nil", ""),  # a window without its value
+    (['{"a":1}\n', ENTRY, "x", "60"], "bad window x 60", ""),
+    (['{"a":1}\n', ENTRY], "2 seed lines for 1 tasks", "s1\tx\ns2\tx\n"),
 ], ids=["empty-meta", "meta-too-long", "meta-too-short", "no-final-newline", "root-past-keys",
         "root-huge", "window-words", "window-negative", "window-for-no-task",
-        "window-missing", "window-task-not-a-number"])
+        "window-missing", "window-task-not-a-number", "seed-lines-not-one-per-task"])
 def test_a_malformed_batch_is_refused_before_anything_is_written(
-    sync_redis: redis.Redis, namespace: str, args: list[Any], error: str
+    sync_redis: redis.Redis, namespace: str, args: list[Any], error: str, owners: str
 ) -> None:
     keys = KeyLayout(namespace)
     script = sync_redis.register_script(scripts.script_source("enqueue"))
     with pytest.raises(redis.ResponseError, match=error):
-        script(keys=[keys.stream, keys.seen("site_a")], args=["", *args])
+        script(keys=[keys.stream, keys.seen("site_a")], args=_call_args("", args, owners))
     assert sync_redis.xlen(keys.stream) == 0
     assert not sync_redis.exists(keys.seen("site_a"))
 
@@ -230,7 +236,7 @@ def test_any_batch_packs_and_unpacks_task_for_task(
     script = sync_redis.register_script(scripts.script_source("enqueue"))
     records = [(r, fp, w if r else "", f"[{text!r}]") for r, fp, w, text in records]
     enqueued, dups, flags = script(keys=[keys.stream, keys.seen("a"), keys.seen("b")],
-                                   args=[str(T_FIXED), *pack_tasks(records)])
+                                   args=_call_args(str(T_FIXED), pack_tasks(records)))
     seen: set[tuple[int, int, bytes]] = set()
     window = {1: 0, 2: 0}
     expected = []
@@ -260,8 +266,10 @@ def test_a_one_site_chunk_packs_as_the_general_path_would(
     writer = TaskWriter(aioredis.Redis(), KeyLayout("ns"))
     records = [(1, e.fingerprint, window if i == 0 else "", e.payload)
                for i, e in enumerate(chunk)]
+    packed = pack_tasks(records)
     assert writer._script_args("ns:tasks", chunk) == (
-        ["ns:tasks", "ns:seen:{s}"], ["", *pack_tasks(records)])
+        ["ns:tasks", "ns:seen:{s}"],
+        ["", *packed[:2], "ns:events", "", "", str(writer.progress_retention), *packed[2:]])
 
 
 @settings(max_examples=50, deadline=None)

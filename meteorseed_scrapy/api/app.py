@@ -36,6 +36,7 @@ def create_app(config: ApiConfig) -> web.Application:
     app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri, config.namespace)
     app[monitor.KNOWN_SITES] = monitor.KnownSites()
     app[history.HISTORY] = history.History()
+    app[seeds.SEED_ITEMS] = seeds.SeedItems(config.store_uri, config.namespace)
     app.cleanup_ctx.append(_lifecycle)
     app.cleanup_ctx.append(history.sampling)  # (after _lifecycle: it needs the state)
     app.on_shutdown.append(_stop_expansions)
@@ -44,6 +45,7 @@ def create_app(config: ApiConfig) -> web.Application:
     r.add_post("/dispatch", dispatch.dispatch)
     r.add_get("/seeds", seeds.list_seeds)
     r.add_get("/seeds/{seed_id}", seeds.get_seed)
+    r.add_get("/seeds/{seed_id}/items", seeds.seed_items)
     r.add_delete("/seeds/{seed_id}", seeds.delete_seed)
     r.add_get("/status", monitor.overview)
     r.add_get("/sites", monitor.sites)
@@ -63,6 +65,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     app[STATE] = state
     yield
     await state.close()
+    app[seeds.SEED_ITEMS].close()
 
 
 async def _stop_expansions(app: web.Application) -> None:

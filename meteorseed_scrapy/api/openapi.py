@@ -206,7 +206,8 @@ def build_spec() -> dict[str, Any]:
                             _query("limit", {"type": "integer", "minimum": 1,
                                              "maximum": 200}, "at most N (100)")])},
             "/seeds/{seed_id}": {
-                "get": _op("One seed: definition, run state, expansion progress",
+                "get": _op("One seed: definition, run state, expansion, and progress (its "
+                           "tasks' counters, finished state and time)",
                            {**_ok("The seed", _ANY_OBJ), **_problems(404), **auth},
                            parameters=[_ID_PARAM]),
                 "delete": _op("Forget a seed (and stop its expansion)",
@@ -214,6 +215,16 @@ def build_spec() -> dict[str, Any]:
                                                      expansion_cancelled={"type": "boolean"})),
                                **_problems(404), **auth}, parameters=[_ID_PARAM]),
             },
+            "/seeds/{seed_id}/items": {"get": _op(
+                "A seed's stored items, in _id order, a page after the cursor `after`",
+                {**_ok("A page of items; `next` is the cursor of the next page (null: the "
+                       "last)", _obj(seed_id=_STR, limit=_INT, after=_STR, next=_STR,
+                                     items={"type": "array", "items": _ANY_OBJ})),
+                 **_problems(422, 503), **auth},
+                parameters=[_ID_PARAM,
+                            _query("after", _STR, "the `next` of the page before"),
+                            _query("limit", {"type": "integer", "minimum": 1,
+                                             "maximum": 1000}, "at most N (100)")])},
             "/status": {"get": _op(
                 "Overview: backlog, pending, delayed, consumers, dead letters, throughput",
                 {**_ok("As `meteorseed status --json` (without seen, redis), plus "

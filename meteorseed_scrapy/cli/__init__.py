@@ -1,5 +1,5 @@
 """The ``meteorseed`` console script for operators: ``status``, ``task``, ``dead``, ``reset``,
-``serve``, ``seeder``, ``sites``, ``redis`` and ``export`` (one module each, listed in
+``serve``, ``seeder``, ``seeds``, ``sites``, ``redis`` and ``export`` (one module each, listed in
 :data:`SUBCOMMANDS`).
 
 Each subcommand module has ``register(subparsers)``, which adds its parser and sets
@@ -22,6 +22,7 @@ from meteorseed_scrapy.cli import (
     redis_cmd,
     reset,
     seeder,
+    seeds,
     serve,
     sites,
     status,
@@ -39,7 +40,7 @@ from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.scrapy_redis_settings import redact
 
-SUBCOMMANDS = (status, task, dead, reset, serve, seeder, sites, redis_cmd, export)
+SUBCOMMANDS = (status, task, dead, reset, serve, seeder, seeds, sites, redis_cmd, export)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,10 +14,15 @@
 -- ARGV[6]  deliveries so far
 -- ARGV[7]  time (epoch seconds, informational)
 -- ARGV[8]  dedup fingerprint to release, 32 hex digits ('' = none)
+-- ARGV[9]  the task's seed_id, ARGV[10] its site_id ('' = not known: counted under no seed);
+--          counted as dead (progress_lib.lua)
+-- ARGV[11] the crawl events stream ('' = none), ARGV[12] seconds a finished seed's counters
+--          are kept (see ack.lua)
 -- Returns the id of the new dead-letter entry, or false (nothing written) when the entry is not
 -- pending on ARGV[5] (acked, or reclaimed by another consumer).
 
 --#include dedup_lib
+--#include progress_lib
 
 if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1, ARGV[5]) == 0 then
   return false
@@ -31,4 +36,8 @@ if KEYS[3] and #ARGV[8] == 32 and redis.call('TYPE', KEYS[3])['ok'] == 'hash' th
   dd_release(KEYS[3], dd_from_hex(ARGV[8]), dd_now(''))
   dd_flush()
 end
+local prefix = pg_prefix_of_stream(KEYS[1])
+pg_add(prefix, ARGV[9], ARGV[10], 'dead', 1)
+pg_add(prefix, ARGV[9], ARGV[10], 'outstanding', -1)
+pg_flush(ARGV[11], ARGV[7], tonumber(ARGV[12]) or 0, false)
 return dead_id

@@ -15,8 +15,11 @@
 -- ARGV[7]  the consumer deferring it: the entry must still be pending on it ('' = not checked).
 --          A worker cut off from Redis for longer than CLAIM_IDLE may defer late a task another
 --          worker reclaimed meanwhile: that task is its new owner's, never pulled from under it.
+-- ARGV[8]  the task's seed_id, ARGV[9] its site_id: counted as delayed (progress_lib.lua)
 -- Returns 1 if the entry was still pending here (0: acked or reclaimed by another worker;
 -- nothing deferred).
+--#include progress_lib
+
 local due = math.floor(tonumber(ARGV[3]))
 if ARGV[5] == '1' then
   local t = redis.call('TIME')
@@ -43,4 +46,6 @@ if code > 0 then
   score = due - 1 + code / 16  -- (a Lua number reaches Redis as %.17g: kept exactly)
 end
 redis.call('ZADD', KEYS[2], score, ARGV[4])
+pg_add(pg_prefix_of_delayed(KEYS[2]), ARGV[8], ARGV[9], 'delayed', 1)
+pg_flush(nil, '', 0, false)
 return 1

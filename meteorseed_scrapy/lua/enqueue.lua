@@ -14,7 +14,16 @@
 --              position of the task's dedup root among KEYS[2..n]; 0 = no dedup, always
 --              enqueue), then its dedup entry (the fingerprint's first 6 bytes, see
 --              dedup_lib.lua; ignored without dedup)
--- ARGV[4..]    pairs (task number, window): a task's re-crawl window in seconds, decimal
+-- ARGV[4]      the crawl events stream ('' = none): a seed's first task enqueued adds a
+--              'started' event (progress_lib.lua)
+-- ARGV[5]      per task, in order, 'seed_id<TAB>site_id' and a newline; or one such line for
+--              every task of the call: whom each enqueued task counts for (progress_lib.lua)
+-- ARGV[6]      the seeds the expansion engine holds or lets go with this call: lines
+--              'seed_id<TAB>1' (more of its URLs come after this call: not finished before)
+--              or 'seed_id<TAB>0' (its last call), each with a newline; '' = none (children,
+--              other writers). A call may hold no task at all (a seed's end alone)
+-- ARGV[7]      seconds a seed finished by this call (its expansion's end) keeps its counters
+-- ARGV[8..]    pairs (task number, window): a task's re-crawl window in seconds, decimal
 --              ('0' = never re-crawl), which becomes its site's window; a task without one
 --              uses the site's stored window (or the one an earlier task of this call set).
 -- Returns      {enqueued, duplicates, flags}: flags has one character per task, in order,
@@ -27,6 +36,7 @@
 
 --#include dedup_lib
 --#include counts_lib
+--#include progress_lib
 
 local stream = KEYS[1]
 
@@ -71,8 +81,27 @@ for at = 1, 8 * n, 8 do  -- (the roots and entries are read again where they are
     return redis.error_reply('ERR enqueue.lua: bad root index ' .. (r1 * 256 + r2))
   end
 end
+local owners = {}  -- per task, {seed, site} (one entry: every task's)
+do
+  local text, at = ARGV[5] or '', 1
+  while at <= #text do
+    local stop = find(text, '\n', at, true) or (#text + 1)
+    local line = sub(text, at, stop - 1)
+    local tab = find(line, '\t', 1, true)
+    if tab then
+      owners[#owners + 1] = {sub(line, 1, tab - 1), sub(line, tab + 1)}
+    else
+      owners[#owners + 1] = {line, ''}
+    end
+    at = stop + 1
+  end
+  if #owners > 1 and #owners ~= n then
+    return redis.error_reply('ERR enqueue.lua: ' .. #owners .. ' seed lines for ' .. n
+      .. ' tasks')
+  end
+end
 local windows_in = {}
-for k = 4, #ARGV, 2 do
+for k = 8, #ARGV, 2 do
   local i, w = tonumber(ARGV[k]), ARGV[k + 1]
   if not i or i < 1 or i > n or i % 1 ~= 0 or not w or not string.match(w, '^%d+$') then
     return redis.error_reply('ERR enqueue.lua: bad window ' .. tostring(ARGV[k]) .. ' '
@@ -82,6 +111,7 @@ for k = 4, #ARGV, 2 do
 end
 
 local now = dd_now(ARGV[1])
+local progress = pg_prefix_of_stream(stream)
 local adders = {}  -- root index -> dd_adder for this call's window (read once per root)
 local enqueued, duplicates = 0, 0
 local flags = {}
@@ -104,6 +134,11 @@ for i = 1, n do
   if is_new then
     call('XADD', stream, '*', 'v', '1', 't', texts[i])
     enqueued = enqueued + 1
+    local owner = owners[i] or owners[1]
+    if owner then
+      pg_add(progress, owner[1], owner[2], 'enqueued', 1)
+      pg_add(progress, owner[1], owner[2], 'outstanding', 1)
+    end
     flags[i] = '1'
   else
     duplicates = duplicates + 1
@@ -112,4 +147,9 @@ for i = 1, n do
 end
 dd_flush()
 count_added(stream, enqueued)
+for line in string.gmatch(ARGV[6] or '', '([^\n]+)') do
+  local tab = find(line, '\t', 1, true)
+  if tab then pg_hold(progress, sub(line, 1, tab - 1), sub(line, tab + 1) == '1') end
+end
+pg_flush(ARGV[4], string.format('%.3f', now), tonumber(ARGV[7]) or 0, true)
 return {enqueued, duplicates, table.concat(flags)}

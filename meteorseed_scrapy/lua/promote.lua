@@ -10,9 +10,11 @@
 -- Returns {moved, ms until the next one is due (-1: none left)}.
 
 --#include counts_lib
+--#include progress_lib
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local progress = pg_prefix_of_delayed(KEYS[1])
 local routes = {}
 for k = 4, #ARGV do routes[ARGV[k]] = KEYS[k - 2] end
 local default = KEYS[1 + tonumber(ARGV[3])]
@@ -28,7 +30,15 @@ for _, member in ipairs(due) do
   count_added(stream, 1)
   count_field(stream, 'readded', 1)
   redis.call('ZREM', KEYS[1], member)
+  -- No longer delayed (progress_lib.lua): its seed and site read from the message itself.
+  local ok, task = pcall(cjson.decode, message)
+  if ok and type(task) == 'table' then
+    pg_add(progress, task.seed_id, task.site_id, 'delayed', -1)
+  else
+    pg_add(progress, '', '', 'delayed', -1)
+  end
 end
+pg_flush(nil, '', 0, false)
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local wait = -1
 if nxt[2] then

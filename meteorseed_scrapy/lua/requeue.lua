@@ -14,6 +14,7 @@
 
 --#include dedup_lib
 --#include counts_lib
+--#include progress_lib
 
 local out = {}
 local n = (#ARGV - 1) / 3
@@ -24,6 +25,11 @@ for i = 0, n - 1 do
   if #redis.call('XRANGE', KEYS[1], dead_id, dead_id) > 0 then
     local new_id = redis.call('XADD', KEYS[2 + i * 4], '*', 'v', ARGV[1], 't', ARGV[3 + i * 3])
     count_added(KEYS[2 + i * 4], 1)
+    -- Enqueued again for its seed (progress_lib.lua; a finished seed starts a new run).
+    local ok, task = pcall(cjson.decode, ARGV[3 + i * 3])
+    if not ok or type(task) ~= 'table' then task = {} end
+    pg_add(pg_prefix_of_stream(KEYS[2 + i * 4]), task.seed_id, task.site_id, 'enqueued', 1)
+    pg_add(pg_prefix_of_stream(KEYS[2 + i * 4]), task.seed_id, task.site_id, 'outstanding', 1)
     redis.call('DEL', KEYS[3 + i * 4], KEYS[4 + i * 4])
     local root, fp = KEYS[5 + i * 4], ARGV[4 + i * 3]
     if fp ~= '' then
@@ -39,4 +45,5 @@ for i = 0, n - 1 do
   end
 end
 dd_flush()
+pg_flush(nil, string.format('%.3f', now), 0, true)
 return out

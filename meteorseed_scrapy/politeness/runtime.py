@@ -56,7 +56,8 @@ class CrawlRuntime:
             socket_connect_timeout=5, health_check_interval=15,
         )
         self.consumer = StreamConsumer(self.redis, self.keys, self.config.consumer,
-                                       self.lane_weights, spider=self.spider)
+                                       self.lane_weights, spider=self.spider,
+                                       progress_retention=self.config.progress_retention)
         self.gate = SiteGate(self.redis, self.keys, self.limits_for, self.config.consumer,
                              self.backoff, self.breaker_config.probe_interval,
                              lease_ttl_s=lease_ttl(self.config.claim_idle))

@@ -84,6 +84,17 @@ key                                 type    holds
 ``<ns>:counts``                     hash    ``added``: tasks ever added to the task streams
                                             (enqueue, promote, requeue scripts); status derives
                                             throughput from it (Redis 6.2 has no entries-added)
+``<ns>:crawl:<seed_id>``            hash    a seed's progress (``queue/fleet/crawl_progress.py``,
+                                            ``lua/progress_lib.lua``): ``enqueued``, ``done``,
+                                            ``dead``, ``delayed``, ``outstanding`` (enqueued -
+                                            done - dead), ``items``, ``anomalies``, ``bytes``,
+                                            ``started_at``, ``finished_at``, ``run``,
+                                            ``last_<name>`` (the last run's counters);
+                                            expires ``METEORSEED_SEED_PROGRESS_RETENTION``
+                                            after it finished. Tagged: one per shard
+                                            (``<ns>:{s<k>}:crawl:<seed_id>``), summed on read.
+                                            Tasks with no usable seed_id: ``<ns>:crawl:``
+``<ns>:crawlsite:<site_id>``        hash    the same totals per site (no finished state)
 ``<ns>:{<site>}:bucket``            hash    the site's token bucket (tokens, ts in Redis TIME
                                             ms); the rate quota shared by every worker
 ``<ns>:{<site>}:leases``            zset    concurrency leases (lease id -> expiry ms), one per
@@ -326,6 +337,14 @@ class ShardKeys:
     def done(self, task_id: str) -> str:
         return f"{self.prefix}:done:{task_id}"
 
+    def crawl(self, seed_id: str) -> str:
+        """A seed's progress counters in this shard (hash; ``lua/progress_lib.lua``)."""
+        return f"{self.prefix}:crawl:{seed_id}"
+
+    def crawl_site(self, site_id: str) -> str:
+        """A site's progress totals in this shard (hash; ``lua/progress_lib.lua``)."""
+        return f"{self.prefix}:crawlsite:{site_id}"
+
     def failed(self, task_id: str) -> str:
         return f"{self.prefix}:failed:{task_id}"
 
@@ -347,9 +366,9 @@ class ShardKeys:
 #: allowed ``:`` in a namespace, could make (``prod:eu:tasks`` under ``prod``). A test checks
 #: that every key the layout makes is of one of these kinds.
 KEY_KINDS = frozenset({
-    "adaptive", "counts", "dead", "delayed", "done", "events", "failed", "fp", "held", "hist",
-    "items", "overrides", "seed", "seeds", "seen", "shards", "sites", "spider", "spiders",
-    "store", "tasks", "workers",
+    "adaptive", "counts", "crawl", "crawlsite", "dead", "delayed", "done", "events", "failed",
+    "fp", "held", "hist", "items", "overrides", "seed", "seeds", "seen", "shards", "sites",
+    "spider", "spiders", "store", "tasks", "workers",
 })
 
 

@@ -151,10 +151,18 @@ class _Run:
             on_error(Rejection(lineno, str(exc)))
         finally:
             stop.set()
-        result.expanded = True
         if self.segments[-1][1] == len(batch):  # (its last entry: none of its tasks wait here)
             self.segments.pop()
+            if result.held and not self.options.dry_run:
+                # Its last tasks went in a batch that held it: let it go, behind that batch
+                # (answered first, while the seed is not yet expanded: finished once, below).
+                await self.settle()
+                await self.writer.release_expansion(seed.seed_id, seed.site_id)
+                result.held = False
+            result.expanded = True
             self._maybe_finished(result)  # (else once the batch holding its last tasks is)
+        else:
+            result.expanded = True
 
     def _sitemaps(self, stop: threading.Event) -> Callable[[str], FetchPolicy]:
         policy = self.options.sitemaps
@@ -223,7 +231,7 @@ class _Run:
                                in pairwise(marks) if end > start and seed is not None]
         self.segments = [(current, 0)] if current is not None else []
         if not options.dry_run:
-            await self._send(list(batch), segments)
+            await self._send(list(batch), segments, current)
         batch.clear()
         if options.dry_run:
             for seed, _, _ in segments:
@@ -231,7 +239,8 @@ class _Run:
         if options.on_batch is not None:
             options.on_batch(summary)
 
-    async def _send(self, batch: list[Encoded], segments: _Segments) -> None:
+    async def _send(self, batch: list[Encoded], segments: _Segments,
+                    current: SeedResult | None = None) -> None:
         options, writer = self.options, self.writer
         if self.room < len(batch):
             await self.settle()  # (so that the look at the backlog counts the batch before)
@@ -246,7 +255,14 @@ class _Run:
         # its connection, before that one's reply is in (ScriptOrder), so Redis goes from
         # one to the next without waiting for a round trip and this one's packing.
         self.order = order = ScriptOrder(self.order)
-        task = asyncio.ensure_future(writer.enqueue(batch, order))
+        # The seed still being expanded is held (not finished between two of its batches); one
+        # held before and ending in this batch is let go.
+        holds: dict[str, bool] = {}
+        for seed, _, _ in segments:
+            if seed is current or seed.held:
+                holds[seed.seed.seed_id] = seed.held = seed is current
+        task = asyncio.ensure_future(writer.enqueue(batch, order, holds=holds) if holds
+                                     else writer.enqueue(batch, order))
         # (a writer whose enqueue fails or returns before TaskWriter's: the next batch must
         # not wait for this one for ever)
         task.add_done_callback(_finisher(order))

@@ -108,6 +108,9 @@ class SeedResult:
     error: str | None = None  # the whole seed failed (its sitemap could not be read)
     batches: int = field(default=0, repr=False)  # its batches sent and not answered yet
     expanded: bool = field(default=False, repr=False)  # all its URLs are in a batch
+    # A batch sent held it (more of its URLs to come): its progress is not finished until
+    # a later batch, or the engine at its end, lets it go (queue/fleet/crawl_progress.py).
+    held: bool = field(default=False, repr=False)
 
 
 class SeedWatcher:

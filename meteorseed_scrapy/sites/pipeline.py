@@ -144,6 +144,8 @@ class SitesPipeline:
             self._store = bind(self._store_factory(self.store_uri), self.keys.namespace, None)
         await asyncio.get_running_loop().run_in_executor(
             self._executor, self._store.upsert_anomalies, [doc])
+        if scrape is not None:  # (its task's seed counts it: queue/fleet/crawl_progress.py)
+            scrape.anomalies += 1
         self._inc(f"{item.site_id}/anomalies_stored")
 
     def _fingerprints(self) -> RepostIndex:

@@ -114,6 +114,18 @@ class Store(ABC):
         one never). ``site_id`` / ``seed_id`` keep only the documents that have them."""
         raise NotImplementedError(f"{type(self).__name__} keeps no change order")
 
+    def seed_items_page(self, seed_id: str, after: str | None, limit: int
+                        ) -> list[dict[str, Any]]:
+        """A seed's documents in ``_id`` order (bytewise), the first ``limit`` after the ``_id``
+        ``after`` (None: from the first): a stable cursor for paging (``GET
+        /seeds/{id}/items``). The back ends answer it from an index on (seed_id, _id); this
+        default scans (test doubles)."""
+        docs = sorted((d for d in self.iter_docs() if d.get("seed_id") == seed_id),
+                      key=lambda d: str(d["_id"]).encode("utf-8"))
+        if after is not None:
+            docs = [d for d in docs if str(d["_id"]).encode("utf-8") > after.encode("utf-8")]
+        return docs[:limit]
+
     # Anomalies: items that failed their site's validation, kept apart from ``items`` with
     # their reasons (same upsert rules: last wins, first_seen_at kept). Concrete here, not
     # abstract, so stores that keep no anomalies (test doubles) need not implement them.

@@ -48,7 +48,8 @@ ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed
 #: name -> (keys, options) of the indexes on a namespace's items.
 INDEXES: dict[str, tuple[list[tuple[str, int]], dict[str, Any]]] = {
     "site_time": ([("site_id", 1), ("updated_at", 1)], {}),
-    "seed": ([("seed_id", 1)], {}),
+    # A seed's documents in _id order (paging by a stable cursor: seed_items_page).
+    "seed_page": ([("seed_id", 1), ("_id", 1)], {}),
     "fingerprint": ([("content_fingerprint", 1)],
                     {"partialFilterExpression": {"content_fingerprint": {"$exists": True}}}),
     "updated": ([("updated_at", 1)], {}),
@@ -258,6 +259,18 @@ class MongoStore(Store):
         self._ready()
         for doc in self.anomalies.find({}).sort("_id", 1):
             yield dict(doc)
+
+    def seed_items_page(self, seed_id: str, after: str | None, limit: int
+                        ) -> list[dict[str, Any]]:
+        self._ready()
+        query: dict[str, Any] = {"seed_id": seed_id}
+        if after is not None:
+            query["_id"] = {"$gt": after}
+        try:
+            found = self.collection.find(query, _HIDDEN).sort("_id", 1).limit(limit)
+            return [dict(doc) for doc in found]
+        except (ConnectionFailure, InvalidOperation, OperationFailure) as exc:
+            raise StoreUnavailable(f"MongoDB: {exc}") from exc
 
     def count_by_site(self) -> dict[str, int]:
         self._ready()

@@ -59,7 +59,8 @@ _TABLE = ("CREATE TABLE IF NOT EXISTS {t} (namespace text NOT NULL, _id text NOT
 #: name -> indexed expressions of ``items`` (each led by the namespace).
 INDEXES = {
     "items_site_time": "(doc->>'site_id'), (doc->>'updated_at')",
-    "items_seed": "(doc->>'seed_id')",
+    # A seed's documents in _id order (paging by a stable cursor: seed_items_page).
+    "items_seed_page": "(doc->>'seed_id'), _id COLLATE \"C\"",
     "items_fingerprint": "(doc->>'content_fingerprint')",
     "items_updated": "(doc->>'updated_at')",
     "items_changes": 'xid, _id COLLATE "C"',  # the export's change order (postgres_export.py)
@@ -202,6 +203,13 @@ class PostgresStore(Store):
     def iter_anomalies(self) -> Iterator[dict[str, Any]]:
         for (doc,) in self._rows(f"SELECT doc FROM {ANOMALIES} WHERE namespace = %s {_BY_ID}"):
             yield dict(doc)
+
+    def seed_items_page(self, seed_id: str, after: str | None, limit: int
+                        ) -> list[dict[str, Any]]:
+        rows = self._rows("SELECT doc FROM items WHERE namespace = %s AND doc->>'seed_id' = %s"
+                          f' AND _id COLLATE "C" > %s {_BY_ID} LIMIT %s',
+                          seed_id, after or "", limit)
+        return [dict(doc) for (doc,) in rows]
 
     def count_by_site(self) -> dict[str, int]:
         rows = self._rows("SELECT doc->>'site_id' AS site, COUNT(*) FROM items"

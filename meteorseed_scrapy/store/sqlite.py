@@ -288,6 +288,13 @@ class SQLiteStore(Store):
         for (doc,) in self._rows(f"SELECT doc FROM {ANOMALIES} WHERE namespace = ? ORDER BY _id"):
             yield json.loads(doc)
 
+    def seed_items_page(self, seed_id: str, after: str | None, limit: int
+                        ) -> list[dict[str, Any]]:
+        rows = self._rows(
+            f"SELECT doc FROM items WHERE namespace = ? AND {FIELD.format('seed_id')} = ?"
+            " AND _id > ? ORDER BY _id LIMIT ?", seed_id, after or "", limit)
+        return [json.loads(doc) for (doc,) in rows]
+
     def count_by_site(self) -> dict[str, int]:
         rows = self._rows(f"SELECT {FIELD.format('site_id')} AS site, COUNT(*) FROM items"
                           " WHERE namespace = ? GROUP BY site ORDER BY site")

@@ -15,7 +15,8 @@ FIELD = "json_extract(doc, '$.{}')"
 #: where there is one: most documents have none).
 INDEXES = {
     "items_site_time": (f"{FIELD.format('site_id')}, {FIELD.format('updated_at')}", ""),
-    "items_seed": (FIELD.format("seed_id"), ""),
+    # A seed's documents in _id order (paging by a stable cursor: Store.seed_items_page).
+    "items_seed_page": (f"{FIELD.format('seed_id')}, _id", ""),
     "items_fingerprint": (FIELD.format("content_fingerprint"),
                           f" WHERE {FIELD.format('content_fingerprint')} IS NOT NULL"),
     "items_updated": (FIELD.format("updated_at"), ""),
@@ -34,6 +35,7 @@ def create_schema(conn: sqlite3.Connection, namespace: str) -> None:
                 migrate_table(conn, table, namespace)
             conn.execute(_TABLE.format(t=table))
         add_change_sequence(conn)
+        conn.execute("DROP INDEX IF EXISTS items_seed")  # (items_seed_page leads with it)
         for name, (expressions, where) in INDEXES.items():
             conn.execute(f"CREATE INDEX IF NOT EXISTS {name} ON items"
                          f" (namespace, {expressions}){where}")

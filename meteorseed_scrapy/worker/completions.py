@@ -24,6 +24,7 @@ from meteorseed_scrapy.queue.consume.items_feed import queue_entries
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory, outcome_name
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exceptions import DeferReason
@@ -63,7 +64,8 @@ class Completions:
         self.records: list[tuple[ExecTask, str]] = []  # (task, completion record)
         #: The items feed's entries of the tasks whose records are queued, sent before them.
         self.feed: list[dict[str, str]] = []
-        self.acks: list[tuple[Ref, float]] = []  # ((stream, message id), response time or 0)
+        # ((stream, message id), response time or 0, what it counts for in its seed's progress)
+        self.acks: list[tuple[Ref, float, Settle]] = []
         self.dead: list[tuple[Delivery, str]] = []
         self.failures: list[tuple[ExecTask, str]] = []
         # (delivery, task to put back, delay s, lane it goes back to, why: recorded with it)
@@ -91,7 +93,7 @@ class Completions:
 
     def ack_committed(self, delivery: Delivery) -> None:
         """A redelivered task whose completion record exists: ack it without a refetch."""
-        self.acks.append((delivery.ref, 0.0))
+        self.acks.append((delivery.ref, 0.0, _settle_of(delivery.task)))
         self.needed.set()
 
     def parked(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER
@@ -99,7 +101,7 @@ class Completions:
         """A task that has not started goes back for later (its site may not be fetched now)."""
         first, *dups = entry.deliveries
         self.deferrals.append((first, entry.task, delay_s, entry.task.lane, why))
-        self.acks.extend((d.ref, 0.0) for d in dups)
+        self.acks.extend((d.ref, 0.0, _settle_of(entry.task)) for d in dups)
         self.needed.set()
 
     def settled(self, entry: Entry, verdict: Verdict) -> None:
@@ -119,18 +121,20 @@ class Completions:
             again = verdict.defer_task or task
             self.deferrals.append((first, again, verdict.defer_s, verdict.defer_lane or again.lane,
                                    verdict.defer_why))
-            self.acks.extend((d.ref, 0.0) for d in dups)
+            self.acks.extend((d.ref, 0.0, _settle_of(task)) for d in dups)
         elif outcome is Outcome.DEAD:
             first, *dups = entry.deliveries
             self.dead.append((first, verdict.reason))
-            self.acks.extend((d.ref, 0.0) for d in dups)
+            self.acks.extend((d.ref, 0.0, _settle_of(task)) for d in dups)
         else:
             self._remember(task, outcome.value, items=entry.scrape.committed if entry.scrape
                            else 0, status=verdict.status, reason=verdict.reason)
             self.records.append((task, entry.record()))
             if entry.scrape is not None and entry.scrape.feed:
                 self.feed.extend(entry.scrape.feed)
-            self.acks.extend((d.ref, entry.response_at) for d in entry.deliveries)
+            first_settle, others = entry.settle(), _settle_of(task)
+            self.acks.extend((d.ref, entry.response_at, first_settle if i == 0 else others)
+                             for i, d in enumerate(entry.deliveries))
             if self._send_now():
                 return  # (nothing left for the flush loop: no need to wake it)
         self.needed.set()
@@ -170,7 +174,7 @@ class Completions:
     def refs_in_hand(self) -> list[Ref]:
         """Messages of settled tasks queued for an ack, a dead letter or a deferral: still
         pending on this worker, so kept alive until written."""
-        return ([ref for ref, _ in self.acks] + [d.ref for d, _ in self.dead]
+        return ([ref for ref, _, _ in self.acks] + [d.ref for d, _ in self.dead]
                 + [d[0].ref for d in self.deferrals])
 
     def busy(self) -> bool:
@@ -236,7 +240,7 @@ class Completions:
         if self.pending():
             self.needed.set()
 
-    def _take(self) -> tuple[list[tuple[ExecTask, str]], list[tuple[Ref, float]],
+    def _take(self) -> tuple[list[tuple[ExecTask, str]], list[tuple[Ref, float, Settle]],
                              list[dict[str, str]]]:
         # The records of these tasks were queued with (or before) their acks; the feed entries
         # with their records (all of them: they go first, ahead of any record or ack).
@@ -293,7 +297,7 @@ class Completions:
         self._raise_complete_error()
 
     async def _complete(self, records: list[tuple[ExecTask, str]],
-                        batch: list[tuple[Ref, float]],
+                        batch: list[tuple[Ref, float, Settle]],
                         feed: list[dict[str, str]] | None = None) -> None:
         """One completion pipeline (items feed, records, XACK, XDEL); on failure its feed
         entries, records and acks go back to the front of the queues (nothing is lost) and the
@@ -304,8 +308,8 @@ class Completions:
             key, config = self.consumer.keys.items_feed, self.config.items_feed
             extra["first"] = partial(queue_entries, key=key, entries=feed, config=config)
         try:
-            await self.consumer.complete(records, [m for m, _ in batch], self.config.done_ttl,
-                                         **extra)
+            await self.consumer.complete(records, [m for m, _, _ in batch], self.config.done_ttl,
+                                         [s for _, _, s in batch], **extra)
         except BaseException as exc:
             self.feed[:0] = feed
             self.records[:0] = records
@@ -318,7 +322,7 @@ class Completions:
             self.needed.set()
             return
         now = time.monotonic()
-        self.latencies_ms.extend((now - t) * 1000 for _, t in batch if t)
+        self.latencies_ms.extend((now - t) * 1000 for _, t, _ in batch if t)
         if batch:
             self.stats.inc_value("meteorseed/acked", len(batch))
         if feed:
@@ -345,3 +349,8 @@ class Completions:
             self.stats.set_value("meteorseed/ack_latency_ms/p50",
                                  round(statistics.median(samples), 1))
             self.stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))
+
+
+def _settle_of(task: ExecTask | None) -> Settle:
+    """What an entry acked without a scrape of its own counts for: its task's seed and site."""
+    return Settle(task.seed_id, task.site_id) if task is not None else Settle()

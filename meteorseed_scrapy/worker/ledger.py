@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.worker.fate import WhatHappened
@@ -46,6 +47,15 @@ class Entry:
     def refs(self) -> list[Ref]:
         """Its messages as ``(stream, id)``: each delivery knows the stream (lane) it came from."""
         return [d.ref for d in self.deliveries]
+
+    def settle(self) -> Settle:
+        """What its ack counts for in its seed's progress: the items its scrape committed, the
+        anomalies it kept, the bytes of its final response."""
+        scrape = self.scrape
+        if scrape is None:
+            return Settle(self.task.seed_id, self.task.site_id)
+        return Settle(self.task.seed_id, self.task.site_id, scrape.committed, scrape.anomalies,
+                      scrape.bytes)
 
     def record(self) -> str:
         """The completion record stored in Redis when the task is acked."""

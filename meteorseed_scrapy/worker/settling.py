@@ -62,6 +62,8 @@ class Settling:
             self._stats.inc_value(REDIRECTS_STAT)
             result = Failure(IgnoreRequest(redirects))
         scrape = entry.scrape
+        if scrape is not None and isinstance(result, Response):
+            scrape.bytes = len(result.body)
         output = entry.children + (scrape.committed + scrape.keyless_items if scrape else 0)
         self.record(entry, what_happened(
             entry.task, request, result, spider=self._spider, settings=self._settings,

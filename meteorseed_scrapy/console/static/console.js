@@ -138,6 +138,25 @@ async function showOverview() {
       due(r.next_due - Date.now() / 1000)) : "–") },
     { label: "Last error", cls: "url", render: (r) => fmt(r.last_error) },
   ], seedRows, "No seed registered."));
+  // What became of each seed's tasks (GET /seeds' progress, counted fleet-wide as they settle).
+  const counted = seedRows.filter((r) => r.progress);
+  // (soft hyphens: a header may break, so the table fits 800 px)
+  const labels = { enqueued: "En\u00adqueued", waiting: "Wait\u00ading",
+    delayed: "De\u00adlayed", anomalies: "Anom\u00adalies" };
+  const cell = (name) => ({ label: labels[name] || name[0].toUpperCase() + name.slice(1),
+    cls: "num",
+    render: (r) => el("span", { "data-testid": `${name}-${r.seed.seed_id}` },
+      fmt(r.progress[name])) });
+  $("overview-progress").replaceChildren(table([
+    { label: "Seed", render: (r) => r.seed.seed_id },
+    { label: "State", render: (r) => el("span", { "data-testid": `progress-${r.seed.seed_id}` },
+      badge(r.progress.state)) },
+    ...["enqueued", "done", "dead", "waiting", "delayed", "items", "anomalies", "bytes"]
+      .map(cell),
+    { label: "Finished", render: (r) => (r.progress.finished_at
+      ? el("span", { title: when(r.progress.finished_at) }, agoText(r.progress.finished_at))
+      : "–") },
+  ], counted, "No task of these seeds counted yet."));
   const warnings = (s.redis && s.redis.warnings) || [];
   $("overview-warnings").replaceChildren(...warnings.map((w) => el("li", {}, w)));
 }

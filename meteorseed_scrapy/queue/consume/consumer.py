@@ -19,15 +19,23 @@ from typing import Any
 from redis.client import NEVER_DECODE
 
 from meteorseed_scrapy.queue.consume.deadletters import letter_id
-from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref, by_stream, trim_shares
+from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref, trim_shares
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
 from meteorseed_scrapy.queue.consume.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
+from meteorseed_scrapy.queue.fleet.crawl_progress import (
+    Settle,
+    ack_calls,
+    events_key,
+    finish_if_done,
+    settle_acks,
+)
 from meteorseed_scrapy.queue.fleet.spiders import SharedDefaultSet, foreign_workers
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import bytes_of
 from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline, call_as_bytes
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
+from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 
@@ -47,8 +55,13 @@ class StreamConsumer:
     """
 
     def __init__(self, redis: Any, keys: KeyLayout, consumer: str,
-                 weights: LaneWeights | None = None, spider: str | None = None) -> None:
+                 weights: LaneWeights | None = None, spider: str | None = None,
+                 progress_retention: int = DEFAULTS["METEORSEED_SEED_PROGRESS_RETENTION"]
+                 ) -> None:
         self.redis = redis
+        #: Seconds a finished seed's counters are kept (queue/fleet/crawl_progress.py).
+        self.progress_retention = progress_retention
+        self._events = events_key(keys)
         self.keys = keys
         self.consumer = consumer
         # The worker's spider: ``keys`` holds its task set (when its name can name one) besides
@@ -239,7 +252,8 @@ class StreamConsumer:
         return sum(int(n) for n in await call_scripts(self.redis, self._handback, calls))
 
     async def complete(self, records: Sequence[tuple[ExecTask, str]], refs: Sequence[Ref],
-                       ttl: int, first: Callable[[Any], int] | None = None) -> int:
+                       ttl: int, settles: Sequence[Settle | None] = (),
+                       first: Callable[[Any], int] | None = None) -> int:
         """Completion records first, then XACK and XDEL of those of ``refs`` still pending on
         this consumer (ack.lua): one round trip; returns how many were acked. A task
         redelivered after a crash between its record and its ack is acked without a refetch.
@@ -248,14 +262,16 @@ class StreamConsumer:
         CLAIM_IDLE) is left to its new owner. Commands of a pipeline run in order, so no
         entry is acked before the records sent with it are written. A task's record is in its
         shard's slot, with its stream. A cluster pipeline refuses scripts: there the records
-        go first, then the scripts, one per stream. ``first(pipe)`` queues commands that go
-        before everything else (the items feed) and says how many.
+        go first, then the scripts, one per stream.
+
+        ``settles`` (one per ref, in order; missing: counted under no seed) say what each
+        acked entry counts for in its seed's progress (:mod:`.crawl_progress`). ``first(pipe)``
+        queues commands that go before everything else (the items feed) and says how many.
         """
-        streams = by_stream(refs)
-        if not records and not streams and first is None:
+        if not records and not refs and first is None:
             return 0
-        calls = [([stream], [self.keys.group, self.consumer, *msg_ids])
-                 for stream, msg_ids in streams.items()]
+        calls = ack_calls(refs, settles, [self.keys.group, self.consumer, self._events,
+                                          f"{time.time():.3f}", self.progress_retention])
         async with self.redis.pipeline(transaction=False) as pipe:
             ahead = first(pipe) if first is not None else 0
             for task, record in records:
@@ -268,7 +284,8 @@ class StreamConsumer:
         if self._cluster:
             replies = [*replies, *(await call_scripts(self.redis, self._ack, calls) if calls
                                    else [])]
-        return sum(int(n) for n in replies[ahead + len(records):])
+        return await settle_acks(self.redis, self.keys, replies[ahead + len(records):],
+                                 self.progress_retention)
 
     async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
         """Move ``delivery`` to its shard's dead letters and release its URL (one script when
@@ -292,7 +309,9 @@ class StreamConsumer:
         # A reason may quote a value that is not UTF-8: escaped, so that Redis can take it.
         reason = reason[:2000].encode("utf-8", "backslashreplace").decode("utf-8")
         args = [self.keys.group, delivery.msg_id, delivery.dead_payload, reason, self.consumer,
-                delivery.deliveries, f"{time.time():.3f}", fingerprint]
+                delivery.deliveries, f"{time.time():.3f}", fingerprint,
+                task.seed_id if task else "", task.site_id if task else "", self._events,
+                self.progress_retention]
         dead_id = await self._dead(keys=keys, args=args)
         if not dead_id:
             # Normal after a reclaim: the caller logs it once, with the task (INFO).
@@ -302,6 +321,8 @@ class StreamConsumer:
         if release and task is not None:
             await self._release(keys=[self.keys.seen(task.site_id)],
                                 args=["", bytes.fromhex(release)])
+        if task is not None and self.keys.tagged:
+            await finish_if_done(self.redis, self.keys, [task.seed_id], self.progress_retention)
         return letter_id(self.keys, shard.index, _text(dead_id))
 
 

@@ -48,7 +48,7 @@ class DelayedSet:
         done = await self._defer(  # (in its task set's delayed set: its spider's workers only)
             keys=[ref[0], shard.delayed_of(shard.stream_spiders[ref[0]])],
             args=[self.keys.group, ref[1], int(delay_s * 1000), f"{route}|{task.to_message()['t']}",
-                  "1", reason_code(why), owner],
+                  "1", reason_code(why), owner, task.seed_id, task.site_id],
         )
         return bool(done)
 

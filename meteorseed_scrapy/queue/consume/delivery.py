@@ -93,13 +93,6 @@ def _escaped(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def by_stream(refs: Sequence[Ref]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for stream, msg_id in refs:
-        out.setdefault(stream, []).append(msg_id)
-    return out
-
-
 def trim_shares(shares: list[int], total: int) -> list[int]:
     """``shares`` cut down (last lanes first) so that they sum to at most ``total``."""
     out = list(shares)

@@ -9,7 +9,7 @@ calls (one round trip, or behind the batch before, see
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, NamedTuple
@@ -17,7 +17,8 @@ from typing import Any, NamedTuple
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION
 
-__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "EnqueueCalls", "pack_tasks", "script_args"]
+__all__ = ["CHUNK_SIZE", "AddResult", "Encoded", "EnqueueCalls", "owners_arg", "pack_tasks",
+           "script_args"]
 
 #: Tasks per script call. A call blocks Redis while it runs; 500 dedup checks + XADDs take a
 #: few milliseconds, so workers reading the stream never wait long behind a big seed file.
@@ -43,6 +44,7 @@ class Encoded(NamedTuple):
     window: str  # re-crawl window argument ("" = the site's stored one)
     payload: str  # the task JSON
     stream: str  # the task stream of its lane and band
+    owner: str = ""  # whom it counts for: ``seed_id<TAB>site_id`` (queue/fleet/crawl_progress.py)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class AddResult:
 
 _NO_ROOT = bytes(8)  # root index 0 (no dedup) and an unused entry
 _FIRST_ROOT = (1).to_bytes(2, "big")
-_ROOT, _FINGERPRINT, _WINDOW, _PAYLOAD, _STREAM = (itemgetter(i) for i in range(5))
+_ROOT, _FINGERPRINT, _WINDOW, _PAYLOAD, _STREAM, _OWNER = (itemgetter(i) for i in range(6))
 _ENTRY = itemgetter(slice(0, 6))  # a fingerprint's dedup entry (see enqueue.lua)
 
 
@@ -136,10 +138,35 @@ def pack_tasks(records: Iterable[tuple[int, bytes, str, str]]) -> list[str | byt
     return [jsons, b"".join(meta), *windows]
 
 
-def script_args(stream: str, chunk: Sequence[Encoded], now: str
+def owners_arg(chunk: Sequence[Encoded]) -> str:
+    """enqueue.lua's seed lines: one line when every task of ``chunk`` counts for the same
+    seed and site (a seed's URLs), else one per task."""
+    owners = [*map(_OWNER, chunk)]
+    if len(set(owners)) == 1:
+        return owners[0]
+    return "\n".join(owners) + "\n"
+
+
+def holds_arg(holds: Mapping[str, bool]) -> str:
+    """enqueue.lua's hold lines: seed_id -> held (more of its URLs come after the call)."""
+    return "".join(f"{seed}\t{int(held)}\n" for seed, held in holds.items())
+
+
+def script_args(stream: str, chunk: Sequence[Encoded], now: str, events: str = "",
+                holds: Mapping[str, bool] | None = None, retention: int = 0
                 ) -> tuple[list[str], list[str | bytes]]:
     """The keys and arguments of one enqueue.lua call of ``chunk`` (all of ``stream``);
-    ``now``: the clock argument ("" = the server's TIME)."""
+    ``now``: the clock argument ("" = the server's TIME); ``events``: the crawl events stream
+    ("" = none; :func:`~meteorseed_scrapy.queue.fleet.crawl_progress.events_key`); ``holds``: the
+    seeds the expansion holds (True) or lets go (False) with it; ``retention``: seconds a seed
+    it finishes keeps its counters."""
+    keys, args = _script_args(stream, chunk, now)
+    return keys, [*args[:3], events, owners_arg(chunk), holds_arg(holds or {}), str(retention),
+                  *args[3:]]
+
+
+def _script_args(stream: str, chunk: Sequence[Encoded], now: str
+                 ) -> tuple[list[str], list[str | bytes]]:
     if _one_root_one_window(chunk):
         # One site and one window (a seed's URLs): packed by C-level joins alone, the
         # window sent with the first task only.
@@ -158,7 +185,7 @@ def script_args(stream: str, chunk: Sequence[Encoded], now: str
     # reading it from Redis again for every task.
     sent: dict[int, str] = {}
     records: list[tuple[int, bytes, str, str]] = []
-    for root, fp, window, payload, _ in chunk:
+    for root, fp, window, payload, *_ in chunk:
         if root is None:
             records.append((0, b"", "", payload))
             continue
@@ -194,6 +221,20 @@ class EnqueueCalls:
         self._sending = [_without_repeats(chunk) for chunk in self.chunks]
         #: The tasks each call sends (a chunk less its repeats), one call a chunk.
         self.sent = [sent for sent, _ in self._sending]
+
+    def holds(self, holds: Mapping[str, bool] | None) -> list[dict[str, bool]]:
+        """Per call, the ``holds`` of the seeds it has tasks of; a seed let go by the batch
+        is still held by each call before the last that has its tasks (they run in order)."""
+        if not holds:
+            return [{} for _ in self.sent]
+        seeds = [{owner.partition("\t")[0] for owner in map(_OWNER, sent)} & holds.keys()
+                 for sent in self.sent]
+        out: list[dict[str, bool]] = []
+        later: set[str] = set()
+        for present in reversed(seeds):
+            out.append({seed: holds[seed] or seed in later for seed in sorted(present)})
+            later |= present
+        return out[::-1]
 
     def streams(self) -> list[str]:
         """The streams the calls write to, each once, in order."""

@@ -11,7 +11,7 @@ acked it (and then XDELs it), which is also what makes :meth:`TaskWriter.backlog
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -31,10 +31,12 @@ from meteorseed_scrapy.queue.enqueue.enqueue_calls import (
     EnqueueCalls,
     script_args,
 )
+from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, finish_if_done, owner_line
 from meteorseed_scrapy.queue.fleet.spiders import register_spiders
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.shards import call_scripts, check_shard_count
+from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.validation import TaskError
@@ -82,6 +84,8 @@ class TaskWriter:
         if lane is not None and lane not in LANES:
             raise ValueError(f"lane must be one of {', '.join(LANES)}, got {lane!r}")
         self._lane = lane
+        #: Seconds a seed this writer finishes (its expansion's end) keeps its counters.
+        self.progress_retention: int = DEFAULTS["METEORSEED_SEED_PROGRESS_RETENTION"]
 
     @property
     def keys(self) -> KeyLayout:
@@ -109,8 +113,9 @@ class TaskWriter:
             raise
         except ValueError as exc:  # e.g. a lone surrogate that UTF-8 cannot encode
             raise TaskError("task", f"cannot be encoded as UTF-8 JSON ({exc})") from None
+        owner = owner_line(task.seed_id, task.site_id)
         if not dedup:
-            return Encoded(None, b"", "", payload, stream)
+            return Encoded(None, b"", "", payload, stream, owner)
         value = task.meta.get(RECRAWL_META_KEY)
         if type(value) is int and value == self._last_window[0]:  # (bool is not int here)
             window = self._last_window[1]  # the same window as the task before: checked then
@@ -128,7 +133,7 @@ class TaskWriter:
             if self.fingerprinter is not None:
                 raise FingerprintError("url", f"cannot be fingerprinted: {exc}") from None
             raise TaskError("url", f"cannot be canonicalised: {exc}") from None
-        return Encoded(root, fp, window, payload, stream)
+        return Encoded(root, fp, window, payload, stream, owner)
 
     def seed_encoder(self, task: ExecTask, dedup: bool = True
                      ) -> Callable[[ExecTask, str, str], Encoded]:
@@ -142,10 +147,12 @@ class TaskWriter:
         root, stream = self._routes.get((task.site_id, task.lane, task.priority, task.spider)
                                         ) or self._route(task)
         window = recrawl_window(task)
+        owner = owner_line(task.seed_id, task.site_id)
         new = tuple.__new__
 
         def encode_one(each: ExecTask, canonical: str, payload: str) -> Encoded:
-            return new(Encoded, (root, url_fingerprint(canonical), window, payload, stream))
+            return new(Encoded, (root, url_fingerprint(canonical), window, payload, stream,
+                                 owner))
 
         return encode_one
 
@@ -175,8 +182,8 @@ class TaskWriter:
         """
         return await self.enqueue([self.encode(task, dedup) for task in tasks])
 
-    async def enqueue(self, encoded: Sequence[Encoded], order: ScriptOrder | None = None
-                      ) -> AddResult:
+    async def enqueue(self, encoded: Sequence[Encoded], order: ScriptOrder | None = None,
+                      holds: Mapping[str, bool] | None = None) -> AddResult:
         """Enqueue tasks already encoded (by :meth:`encode` or a :meth:`seed_encoder`), in
         script calls of :data:`~meteorseed_scrapy.queue.enqueue.enqueue_calls.CHUNK_SIZE` per
         stream,
@@ -184,15 +191,17 @@ class TaskWriter:
         the call before it in a caller's sequence (see
         :class:`~meteorseed_scrapy.queue.enqueue.batch_pipeline.ScriptOrder`), which is finished
         when
-        this returns or raises."""
+        this returns or raises. ``holds``: seed_id -> whether the expansion has more of that
+        seed's URLs after these (a held seed is not finished:
+        :mod:`~meteorseed_scrapy.queue.fleet.crawl_progress`)."""
         try:
-            return await self._enqueue(encoded, order)
+            return await self._enqueue(encoded, order, holds)
         finally:
             if order is not None:
                 order.finish(sent=False)  # (a failure before sending; else done already)
 
-    async def _enqueue(self, encoded: Sequence[Encoded], sequence: ScriptOrder | None
-                       ) -> AddResult:
+    async def _enqueue(self, encoded: Sequence[Encoded], sequence: ScriptOrder | None,
+                       holds: Mapping[str, bool] | None = None) -> AddResult:
         if not encoded:
             if sequence is not None:
                 sequence.finish(sent=True)  # (nothing to send: the next call goes on)
@@ -208,7 +217,8 @@ class TaskWriter:
             self._spiders_new = set()
         script = self._scripts["enqueue"]
         batch = EnqueueCalls(encoded)
-        calls = [self._script_args(sent[0].stream, sent) for sent in batch.sent]
+        calls = [self._script_args(sent[0].stream, sent, holds)
+                 for sent, holds in zip(batch.sent, batch.holds(holds), strict=True)]
         if sequence is None:
             replies = await call_scripts(self._redis, script, calls)
         else:
@@ -220,10 +230,23 @@ class TaskWriter:
         )
         return result
 
-    def _script_args(self, stream: str, chunk: Sequence[Encoded]
+    def _script_args(self, stream: str, chunk: Sequence[Encoded],
+                     holds: Mapping[str, bool] | None = None
                      ) -> tuple[list[str], list[str | bytes]]:
         """One enqueue.lua call's keys and arguments, at this writer's clock."""
-        return script_args(stream, chunk, self._now())
+        return script_args(stream, chunk, self._now(), events_key(self._keys), holds,
+                           self.progress_retention)
+
+    async def release_expansion(self, seed_id: str, site_id: str) -> None:
+        """The expansion of ``seed_id`` (of ``site_id``) is over, and its last batch held it
+        (its tasks end in an earlier batch): let it go, finishing it when everything it
+        enqueued settled already. One script call with no task, in the seed's shard."""
+        stream = self._keys.for_site(site_id).stream
+        await self._scripts["enqueue"](keys=[stream], args=script_args(
+            stream, [], self._now(), events_key(self._keys), {seed_id: False},
+            self.progress_retention)[1])
+        if self._keys.tagged:
+            await finish_if_done(self._redis, self._keys, [seed_id], self.progress_retention)
 
     def fingerprint(self, task: ExecTask) -> bytes:
         """``task``'s dedup key as this writer computes it."""

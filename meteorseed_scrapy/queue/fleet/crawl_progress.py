@@ -1,0 +1,216 @@
+"""A crawl's progress: per-seed (and per-site) counters, written by the scripts that enqueue and
+settle tasks (``lua/progress_lib.lua``), read here.
+
+Counting costs no round trip of its own: ``enqueue.lua`` counts ``enqueued`` (children too,
+since they are written with their parent's ``seed_id``), ``ack.lua`` ``done`` with the items,
+anomalies and bytes the task left, ``dead.lua`` ``dead``, ``defer.lua``/``promote.lua`` the
+``delayed`` tasks, ``requeue.lua`` a dead letter enqueued again. ``outstanding`` is enqueued -
+(done + dead); when a settle brings it to zero the seed is finished: ``finished_at`` is set,
+the counters expire after ``METEORSEED_SEED_PROGRESS_RETENTION`` and a ``finished`` event (with
+the counters as JSON) goes to ``<ns>:events``. The next task enqueued for a finished seed (a
+scheduled seed's next run, a requeued dead letter) starts a new run: the counters restart,
+the last run's final ones are kept (``last_<name>`` fields, shown as ``previous``).
+
+Each shard of a sharded layout keeps its own hash (``<ns>:{s<k>}:crawl:<seed>``, in the slot of
+the streams its scripts touch): they are summed here, and the end is judged here too
+(:func:`finish_if_done`), since one shard reaching zero says nothing of the others.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.replies import text_of
+
+__all__ = ["COUNTERS", "Settle", "ack_args", "ack_calls", "events_key", "finish_if_done",
+           "merge", "owner_line", "read_progress", "read_progress_sync", "read_site_totals",
+           "seed_keys", "settle_acks"]
+
+#: The counters of a seed (and a site), in the order they are shown.
+COUNTERS = ("enqueued", "done", "dead", "delayed", "waiting", "items", "anomalies", "bytes")
+
+
+class Settle(NamedTuple):
+    """What a settled task counts for: its seed and site, and what it left."""
+
+    seed: str = ""
+    site: str = ""
+    items: int = 0
+    anomalies: int = 0
+    bytes: int = 0
+
+
+def owner_line(seed: str, site: str) -> str:
+    """Whom an enqueued task counts for, as ``enqueue.lua`` takes it (ids hold no whitespace:
+    a tab parts them)."""
+    return f"{seed}\t{site}"
+
+
+def ack_args(msg_id: str, settle: Settle | None) -> list[Any]:
+    """``ack.lua``'s six values for one entry."""
+    s = settle or Settle()
+    return [msg_id, s.seed, s.site, s.items, s.anomalies, s.bytes]
+
+
+def ack_calls(refs: Sequence[tuple[str, str]], settles: Sequence[Settle | None],
+              head: Sequence[Any]) -> list[tuple[list[str], list[Any]]]:
+    """``ack.lua``'s calls for ``refs`` ((stream, id), one call per stream): ``head`` (group,
+    consumer, events stream, now, retention), then each entry's six values; ``settles`` one
+    per ref, in order (missing: counted under no seed)."""
+    by: dict[str, list[Any]] = {}
+    for i, (stream, msg_id) in enumerate(refs):
+        args = by.get(stream)
+        if args is None:
+            args = by[stream] = list(head)
+        args += ack_args(msg_id, settles[i] if i < len(settles) else None)
+    return [([stream], args) for stream, args in by.items()]
+
+
+async def settle_acks(redis: Any, keys: KeyLayout, replies: Sequence[Any], retention: int
+                      ) -> int:
+    """How many entries ``ack.lua``'s ``replies`` acked; on a tagged layout, the seeds they
+    brought to zero in a shard are finished when nothing of them is left anywhere
+    (:func:`finish_if_done`; one Redis: the script judged it)."""
+    acked, zeroed = 0, set[str]()
+    for n, seeds in replies:
+        acked += int(n)
+        zeroed.update(text_of(seed) for seed in seeds)
+    if zeroed and keys.tagged:
+        await finish_if_done(redis, keys, sorted(zeroed), retention)
+    return acked
+
+
+def events_key(keys: KeyLayout) -> str:
+    """The events stream the scripts write to: none on a tagged layout (a script may touch
+    one slot only, and one shard's end is not the seed's)."""
+    return "" if keys.tagged else keys.events
+
+
+def seed_keys(keys: KeyLayout, seed_id: str) -> list[str]:
+    """The seed's counter hash in every shard."""
+    return [shard.crawl(seed_id) for shard in keys.shard_keys]
+
+
+def _number(value: Any) -> float | int:
+    text = text_of(value)
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+def merge(seed_id: str, hashes: Sequence[Mapping[Any, Any]]) -> dict[str, Any] | None:
+    """One seed's progress from its hash in each shard (HGETALL replies); None when no shard
+    has counted anything of it (never enqueued, or expired after it finished)."""
+    found = [{text_of(k): v for k, v in h.items()} for h in hashes if h]
+    if not found:
+        return None
+    total: dict[str, Any] = {name: 0 for name in
+                             ("enqueued", "done", "dead", "delayed", "outstanding", "items",
+                              "anomalies", "bytes")}
+    for h in found:
+        for name in total:
+            if name in h:
+                total[name] += int(_number(h[name]))
+    started = [float(_number(h["started_at"])) for h in found if "started_at" in h]
+    finished = [float(_number(h["finished_at"])) for h in found if "finished_at" in h]
+    # (held by its expansion: more of its URLs to come)
+    expanding = any("expanding" in h for h in found)
+    done = len(finished) == len(found) and total["outstanding"] <= 0 and not expanding
+    runs = [int(_number(h["run"])) for h in found if "run" in h]
+    # The last run's final counters (fields last_<name>; summed over the shards that kept them).
+    previous: dict[str, Any] = {}
+    for h in found:
+        for field, value in h.items():
+            if field.startswith("last_"):
+                name, number = field[5:], _number(value)
+                if name in ("started_at", "finished_at"):
+                    previous[name] = max(previous.get(name, number), number)
+                else:
+                    previous[name] = previous.get(name, 0) + number
+    return {
+        "seed_id": seed_id,
+        "state": "finished" if done else "running",
+        **{name: total[name] for name in ("enqueued", "done", "dead", "delayed")},
+        # Waiting in a stream or being fetched: what is neither settled nor delayed.
+        "waiting": max(0, total["outstanding"] - total["delayed"]),
+        "outstanding": max(0, total["outstanding"]),
+        **{name: total[name] for name in ("items", "anomalies", "bytes")},
+        "started_at": min(started) if started else None,
+        "finished_at": max(finished) if done else None,
+        "run": max(runs) if runs else 1,
+        "expanding": expanding,
+        "previous": previous or None,
+    }
+
+
+async def read_progress(redis: Any, keys: KeyLayout, seed_ids: Iterable[str]
+                        ) -> dict[str, dict[str, Any] | None]:
+    """Each seed's progress (:func:`merge`), read in one round trip (an asyncio client)."""
+    ids = list(seed_ids)
+    async with redis.pipeline(transaction=False) as pipe:
+        for seed_id in ids:
+            for key in seed_keys(keys, seed_id):
+                pipe.hgetall(key)
+        replies = await pipe.execute()
+    n = len(keys.shard_keys)
+    return {seed_id: merge(seed_id, replies[i * n:(i + 1) * n]) for i, seed_id in enumerate(ids)}
+
+
+def read_progress_sync(redis: Any, keys: KeyLayout, seed_ids: Iterable[str]
+                       ) -> dict[str, dict[str, Any] | None]:
+    """:func:`read_progress` on a blocking client (the CLI's)."""
+    ids = list(seed_ids)
+    pipe = redis.pipeline(transaction=False)
+    for seed_id in ids:
+        for key in seed_keys(keys, seed_id):
+            pipe.hgetall(key)
+    replies = pipe.execute()
+    n = len(keys.shard_keys)
+    return {seed_id: merge(seed_id, replies[i * n:(i + 1) * n]) for i, seed_id in enumerate(ids)}
+
+
+async def read_site_totals(redis: Any, keys: KeyLayout, site_id: str) -> dict[str, int]:
+    """A site's totals (the same counters, no finished state), from its shard."""
+    raw = await redis.hgetall(keys.for_site(site_id).crawl_site(site_id))
+    counts = {text_of(k): int(_number(v)) for k, v in raw.items()}
+    out = {name: counts.get(name, 0) for name in ("enqueued", "done", "dead", "delayed",
+                                                  "items", "anomalies", "bytes")}
+    out["waiting"] = max(0, counts.get("outstanding", 0) - out["delayed"])
+    return out
+
+
+async def finish_if_done(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
+                         retention: int) -> list[str]:
+    """On a tagged layout, the seeds of ``seed_ids`` (whose outstanding count reached zero in
+    one shard) that have nothing left in any shard: each shard's hash gets ``finished_at`` and
+    the expiry, and a ``finished`` event goes out. Returns those seeds. Two workers settling a
+    seed's last tasks in two shards at once may both announce it: the event is at least once."""
+    finished = []
+    for seed_id, progress in (await read_progress(redis, keys, seed_ids)).items():
+        if (progress is None or progress["outstanding"] > 0 or progress["expanding"]
+                or progress["state"] == "finished"):
+            continue
+        now = f"{time.time():.3f}"
+        async with redis.pipeline(transaction=False) as pipe:
+            for key in seed_keys(keys, seed_id):
+                # (only the shards that counted it: EXISTS-guarded by HSET on an existing key)
+                pipe.hset(key, "finished_at", now)
+                if retention > 0:
+                    pipe.expire(key, retention)
+            pipe.xadd(keys.events, {"event": "finished", "seed": seed_id, "at": now,
+                                    "counters": json.dumps(progress_counters(progress))},
+                      maxlen=10000, approximate=True)
+            await pipe.execute()
+        finished.append(seed_id)
+    return finished
+
+
+def progress_counters(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """The counters of a progress record, as a ``finished`` event carries them."""
+    return {name: progress[name] for name in (*COUNTERS, "started_at", "finished_at", "run")
+            if name in progress}
