@@ -14,10 +14,11 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.items_feed import feed_entry
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import FeedConfig, WorkerConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
@@ -80,12 +81,12 @@ def _complete_with_feed(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
         (delivery,) = await consumer.read(10, 100)
         config = WorkerConfig("redis://", keys.namespace, "w1", 0, 10, 5, 60,
                               items_feed=FeedConfig("ids", maxlen=1000))
-        completions = Completions(consumer, writer, cast(SiteGate, None), config, _Stats(),
+        completions = Completions(consumer, writer, cast(DelayedSet, None), config, _Stats(),
                                   on_child_durable=lambda _: None, on_new_urls=lambda _: None)
         entries = [feed_entry({**DOC, "_id": f"news:{i}"}, "ids", "now") for i in range(2)]
         completions.feed.extend(entries)
         completions.records.append((task, "{}"))
-        completions.acks.append((delivery.ref, 0.0))
+        completions.acks.append((delivery.ref, 0.0, Settle(task.seed_id, task.site_id)))
         if break_feed:
             sync_redis.set(keys.items_feed, "not a stream")
         await completions._complete(*completions._take())
