@@ -24,7 +24,7 @@ download slot). These middlewares classify what comes back:
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
 from scrapy.downloadermiddlewares.retry import get_retry_request
@@ -50,6 +50,11 @@ from meteorseed_scrapy.task.context import LEASE_META_KEY, task_of
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.worker.requests import status_allowed
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
 logger = logging.getLogger(__name__)
 
 PAUSE_CODES = frozenset({429, 403})
@@ -57,7 +62,7 @@ PAUSE_CODES = frozenset({429, 403})
 
 class SiteSlotMiddleware:
     @classmethod
-    def from_crawler(cls, crawler: Any) -> SiteSlotMiddleware:
+    def from_crawler(cls, crawler: Crawler) -> SiteSlotMiddleware:
         return cls()
 
     def process_request(self, request: Request, spider: Spider | None = None) -> None:
@@ -115,8 +120,9 @@ def retry_decision(request: Request, retries: int, reason: str | Exception, *,
 class BackoffMiddleware:
     """Turns throttling and transient failures into durable, fleet-wide backoff."""
 
-    def __init__(self, runtime: CrawlRuntime, max_retries: int, stats: Any, settings: Any,
-                 configs: SiteConfigs | None = None, crawler: Any = None) -> None:
+    def __init__(self, runtime: CrawlRuntime, max_retries: int, stats: StatsCollector,
+                 settings: BaseSettings, configs: SiteConfigs | None = None,
+                 crawler: Crawler | None = None) -> None:
         self.crawler = crawler  # (its spider asks Scrapy whether to retry)
         self.runtime = runtime  # its gate and breaker, once the crawl is a worker crawl
         self.backoff = runtime.backoff
@@ -135,7 +141,7 @@ class BackoffMiddleware:
         self.faults = SiteFaults("pause", stats)
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> BackoffMiddleware:
+    def from_crawler(cls, crawler: Crawler) -> BackoffMiddleware:
         settings = crawler.settings
         return cls(CrawlRuntime.of(crawler), settings.getint("RETRY_TIMES", 2),
                    crawler.stats, settings, site_configs(crawler), crawler)
@@ -256,7 +262,7 @@ class CircuitBreakerMiddleware:
         self.runtime = runtime  # its breaker, once the crawl is a worker crawl
 
     @classmethod
-    def from_crawler(cls, crawler: Any) -> CircuitBreakerMiddleware:
+    def from_crawler(cls, crawler: Crawler) -> CircuitBreakerMiddleware:
         return cls(CrawlRuntime.of(crawler))
 
     def _record(self, request: Request, error: bool, good: bool = False) -> None:

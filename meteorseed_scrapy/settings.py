@@ -331,7 +331,7 @@ class FeedConfig:
         return self.mode != "off"
 
     @classmethod
-    def from_settings(cls, settings: Any) -> FeedConfig:
+    def from_settings(cls, settings: SettingsSource) -> FeedConfig:
         mode = text_setting(settings, "METEORSEED_ITEMS_FEED").strip().lower()
         if mode not in FEED_MODES:
             raise ConfigError("METEORSEED_ITEMS_FEED",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
@@ -23,6 +23,9 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN, async_client
 from meteorseed_scrapy.task.validation import TaskError, check_spider
 from meteorseed_scrapy.task.validation import check_id as _check_id
+
+if TYPE_CHECKING:
+    from scrapy.settings import Settings
 
 DEFAULT_SEED_ID = "scrapy-redis"
 
@@ -74,7 +77,7 @@ def _set_name(spider: str) -> str | None:
         return None
 
 
-def run_migration(settings: Any, redis_url: str, keys: KeyLayout, opts: argparse.Namespace,
+def run_migration(settings: Settings, redis_url: str, keys: KeyLayout, opts: argparse.Namespace,
                   max_backlog: int, redact: Any) -> int:
     """Run it, print the summary; returns the exit code."""
     spider = opts.from_scrapy_redis

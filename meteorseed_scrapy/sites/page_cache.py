@@ -24,7 +24,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import NotConfigured
@@ -54,6 +54,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
+    from meteorseed_scrapy.settings import SettingsSource
+
 logger = logging.getLogger(__name__)
 EXTENSION = "meteorseed_scrapy.sites.page_cache.PageCacheWriter"
 CALLBACKS = ("parse", "parse_list", "parse_detail")
@@ -72,7 +74,7 @@ class PageCacheConfig:
     max_bytes: int
 
     @classmethod
-    def from_settings(cls, settings: Any) -> PageCacheConfig:
+    def from_settings(cls, settings: SettingsSource) -> PageCacheConfig:
         uri = text_setting(settings, "METEORSEED_PAGE_CACHE_URI") or store_uri_from(settings)
         config = cls(flag_setting(settings, "METEORSEED_PAGE_CACHE"), uri,
                      duration_setting(settings, "METEORSEED_PAGE_CACHE_MAX_AGE", positive=True),

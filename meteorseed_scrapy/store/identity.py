@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from scrapy.utils.conf import build_component_list
@@ -24,6 +24,9 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import store_uri_from
 from meteorseed_scrapy.store.sqlite import sqlite_path
 from meteorseed_scrapy.validators import ConfigError
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ def store_identity(uri: str) -> str:
     return f"{scheme}://{hosts}/{database_name(uri)}"
 
 
-def _stores_items(settings: Any) -> bool:
+def _stores_items(settings: BaseSettings) -> bool:
     for stage in build_component_list(settings.getwithbase("ITEM_PIPELINES")):
         cls = load_object(stage) if isinstance(stage, str) else stage
         if any(f"{c.__module__}.{c.__qualname__}" == _STAGE for c in getattr(cls, "__mro__", ())):
@@ -54,7 +57,7 @@ def _stores_items(settings: Any) -> bool:
     return False
 
 
-async def check_store_identity(client: Any, keys: KeyLayout, settings: Any) -> None:
+async def check_store_identity(client: Any, keys: KeyLayout, settings: BaseSettings) -> None:
     """Record the namespace's store if none is, else refuse another (:class:`ConfigError`
     naming ``METEORSEED_STORE_URI``). Nothing to do for a crawl that stores no items here."""
     if not _stores_items(settings):

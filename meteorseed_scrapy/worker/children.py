@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from redis.exceptions import RedisError
 
@@ -21,6 +21,9 @@ from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult, Encoded
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +42,7 @@ class Child(NamedTuple):
 class ChildOutbox:
     """The children not yet written, in the order they were yielded."""
 
-    def __init__(self, writer: TaskWriter, stats: Any, *,
+    def __init__(self, writer: TaskWriter, stats: StatsCollector, *,
                  on_written: Callable[[str], None],
                  on_new_urls: Callable[[Iterable[str]], None],
                  on_batch: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
 from scrapy.exceptions import IgnoreRequest
@@ -34,12 +34,15 @@ from meteorseed_scrapy.worker.redirects import STAT as REDIRECTS_STAT
 from meteorseed_scrapy.worker.redirects import too_many_redirects
 from meteorseed_scrapy.worker.signals import task_settled
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
 logger = logging.getLogger(__name__)
 
 
 class Settling:
     def __init__(self, ledger: TaskLedger, completions: Completions, breaker: Breaker,
-                 crawler: Any, spider: Spider | None, *, on_settled: Callable[[], None],
+                 crawler: Crawler, spider: Spider | None, *, on_settled: Callable[[], None],
                  on_parked: Callable[[str], None]) -> None:
         self._ledger = ledger
         self._completions = completions

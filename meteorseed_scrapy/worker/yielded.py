@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request, Spider
 
@@ -30,13 +30,16 @@ from meteorseed_scrapy.worker.ledger import TaskLedger
 from meteorseed_scrapy.worker.requests import request_to_task
 from meteorseed_scrapy.worker.start_pacing import StartPacing
 
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
 logger = logging.getLogger(__name__)
 CAP_SETTING = "METEORSEED_MAX_CHILDREN_PER_TASK"
 OVER_CAP_STAT = "meteorseed/children/over_cap"
 
 
 class YieldedRequests:
-    def __init__(self, crawler: Any, spider: Spider | None, ledger: TaskLedger,
+    def __init__(self, crawler: Crawler, spider: Spider | None, ledger: TaskLedger,
                  completions: Completions, pacing: StartPacing, coming: ComingTasks,
                  reads_started: Callable[[], int]) -> None:
         self._spider = spider

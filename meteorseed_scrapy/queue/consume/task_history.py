@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.replies import text_of
@@ -23,6 +23,9 @@ from meteorseed_scrapy.queue.plumbing.scripts import register
 from meteorseed_scrapy.queue.shards import call_scripts
 from meteorseed_scrapy.settings import duration_setting, integer_setting
 from meteorseed_scrapy.task.exec_task import ExecTask
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.settings import SettingsSource
 
 #: Outcome name -> its code in a record (``lua/history_lib.lua``).
 CODES = {"done": "d", "gone": "g", "robots": "r", "blacklisted": "b", "ignored": "i",
@@ -109,14 +112,14 @@ class TaskHistory:
         self._add = register(redis, "history_add")
 
     @staticmethod
-    def settings_of(settings: Any) -> tuple[float, int]:
+    def settings_of(settings: SettingsSource) -> tuple[float, int]:
         """``METEORSEED_TASK_HISTORY_RETENTION`` (a duration; 0: none kept) and
         ``METEORSEED_TASK_HISTORY_PER_SITE`` (>= 1); a bad value is a ConfigError naming it."""
         return (duration_setting(settings, "METEORSEED_TASK_HISTORY_RETENTION"),
                 integer_setting(settings, "METEORSEED_TASK_HISTORY_PER_SITE", minimum=1))
 
     @classmethod
-    def from_settings(cls, settings: Any, redis: Any, keys: KeyLayout) -> TaskHistory:
+    def from_settings(cls, settings: SettingsSource, redis: Any, keys: KeyLayout) -> TaskHistory:
         return cls(redis, keys, *cls.settings_of(settings))
 
     @property
