@@ -115,12 +115,13 @@ def test_sigterm_while_another_process_holds_the_store_locked(
     store = tmp_path / "items.db"
     lock = held_lock(store)
     try:
-        enqueue(redis_url, namespace, [f"{demo_site.url}/shop/product/{i}" for i in range(1, 6)])
+        # (a query of this test's own: the demo site is shared by the session's tests)
+        pages = [f"/shop/product/{i}?held={namespace}" for i in range(1, 6)]
+        enqueue(redis_url, namespace, [demo_site.url + page for page in pages])
         worker = start_worker(tmp_path, redis_url, namespace, store=store,
                               METEORSEED_IDLE_CLOSE=0)
         # Fetched: their items wait for the lock (SQLite's busy wait, in the store thread).
-        wait_for(lambda: all(
-            demo_site.hits(f"/shop/product/{i}") for i in range(1, 6)), 60)
+        wait_for(lambda: all(demo_site.hits(page) for page in pages), 60)
         sent = time.monotonic()
         worker.signal(signal.SIGTERM)
         code = worker.wait(120)
