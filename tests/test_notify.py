@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,10 +31,13 @@ from meteorseed_scrapy.observability.notify import GROUP, Deliverer, NotifyConfi
 from meteorseed_scrapy.politeness.policy import Backoff
 from meteorseed_scrapy.queue.events import CrawlEvent, append
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.seeding.registry import SeedRegistry
+from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.polling import wait_for, wait_until
 from tests.test_api import TOKEN, Client, url_list
 
 SECRET = "webhook-secret"
+BIN = Path(sys.executable).parent
 COUNTERS = {"enqueued": 3, "done": 2, "dead": 1, "items": 7}
 
 
@@ -329,5 +337,41 @@ def test_serve_delivers_the_webhook_of_a_dispatched_seed(redis_url: str, namespa
         wait_for(lambda: receiver.calls, 30)
     [(headers, raw, _)] = receiver.calls
     assert json.loads(raw)["seed_id"] == "s1"
+    assert webhook.verify(SECRET.encode(), headers[webhook.TIMESTAMP_HEADER], raw,
+                          headers[webhook.SIGNATURE_HEADER])
+
+
+def test_the_notify_command_delivers_until_sigterm(redis_url: str, namespace: str,
+                                                   sync_redis: redis.Redis,
+                                                   receiver: Receiver) -> None:
+    async def register() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            await SeedRegistry(client, KeyLayout(namespace)).put(SeedTask.from_dict(url_list(
+                "s1", ["https://news.example/a"], notify=receiver.url)))
+        finally:
+            await client.aclose()
+
+    asyncio.run(register())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("METEORSEED_")}
+    cmd = [str(BIN / "meteorseed"), "notify", "--redis-url", redis_url, "--namespace",
+           namespace]
+    refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60,
+                             check=False)
+    assert refused.returncode == 2 and "METEORSEED_NOTIFY_SECRET is not set" in refused.stderr
+    env.update(METEORSEED_NOTIFY_SECRET=SECRET, METEORSEED_NOTIFY_PRIVATE_ADDRESSES="true")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        finished(sync_redis, namespace, "s1")
+        wait_for(lambda: receiver.calls, 60)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    [(headers, raw, _)] = receiver.calls
     assert webhook.verify(SECRET.encode(), headers[webhook.TIMESTAMP_HEADER], raw,
                           headers[webhook.SIGNATURE_HEADER])
