@@ -82,7 +82,9 @@ def test_a_pending_event_trimmed_away_is_reported_gone(redis_url: str, namespace
             await reader.read(1, 100)
             await client.xdel(stream, entry)
             claimed, gone = await EventReader(client, stream, "g", "b").claim(0.0, 10)
-            assert (claimed, gone) == ([], [entry])
+            major = int(str((await client.info("server"))["redis_version"]).split(".")[0])
+            # (Redis 6.2 answers nil without the id: nothing to acknowledge, nothing handled)
+            assert (claimed, gone) == ([], [entry] if major >= 7 else [])
         finally:
             await client.aclose()
 

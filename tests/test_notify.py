@@ -27,9 +27,9 @@ import redis.asyncio
 from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.observability import webhook
-from meteorseed_scrapy.observability.notify import GROUP, Deliverer, NotifyConfig
+from meteorseed_scrapy.observability.notify import GROUP, Deliverer, NotifyConfig, delivery_id
 from meteorseed_scrapy.politeness.policy import Backoff
-from meteorseed_scrapy.queue.events import CrawlEvent, append
+from meteorseed_scrapy.queue.events import CrawlEvent, Event, append
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.task.seed_task import SeedTask
@@ -133,7 +133,7 @@ def with_deliverer(redis_url: str, namespace: str, urls: dict[str, str], body: B
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
         deliverer = Deliverer(client, KeyLayout(namespace), config(**changes), lookup,
-                              consumer=consumer)
+                              consumer=consumer, read_block_ms=100)
         task = asyncio.ensure_future(deliverer.run())
         try:
             await body(deliverer)
@@ -182,6 +182,7 @@ def test_5xx_then_2xx_is_delivered_with_exactly_one_success(
 
         async def body(_d: Deliverer) -> None:
             await wait_until(lambda: events_of(sync_redis, namespace, "notify delivered"), 30)
+            await wait_until(lambda: pending(sync_redis, namespace) == 0, 30)
 
         with_deliverer(redis_url, namespace, {"s1": receiver.url}, body)
         assert [c[2] for c in receiver.calls] == [500, (503, {"Retry-After": "0"}), 200]
@@ -262,6 +263,7 @@ def test_a_private_address_is_refused_with_the_reason(redis_url: str, namespace:
     async def body(_d: Deliverer) -> None:
         await wait_until(lambda: len(events_of(sync_redis, namespace, "notify failed")) == 2,
                          30)
+        await wait_until(lambda: pending(sync_redis, namespace) == 0, 30)
 
     with_deliverer(redis_url, namespace, urls, body, private_addresses=False)
     assert receiver.calls == []
@@ -313,6 +315,7 @@ def test_attempts_run_out_and_the_failure_is_recorded(redis_url: str, namespace:
 
         async def body(_d: Deliverer) -> None:
             await wait_until(lambda: events_of(sync_redis, namespace, "notify failed"), 30)
+            await wait_until(lambda: pending(sync_redis, namespace) == 0, 30)
 
         with_deliverer(redis_url, namespace, {"s1": receiver.url}, body, attempts=3)
         [failed] = events_of(sync_redis, namespace, "notify failed")
@@ -375,3 +378,46 @@ def test_the_notify_command_delivers_until_sigterm(redis_url: str, namespace: st
     [(headers, raw, _)] = receiver.calls
     assert webhook.verify(SECRET.encode(), headers[webhook.TIMESTAMP_HEADER], raw,
                           headers[webhook.SIGNATURE_HEADER])
+
+
+def test_one_run_announced_twice_keeps_one_delivery_id() -> None:
+    def event(entry: str, seed: str, **counters: Any) -> Event:
+        return Event(entry, "finished", {"seed": seed, "at": "1.000",
+                                         "counters": json.dumps({"done": 1, **counters})})
+
+    first = delivery_id(event("1-0", "s1", run=2, started_at=10.5), "ns")
+    assert first == delivery_id(event("2-0", "s1", run=2, started_at=10.5), "ns")
+    assert len({first, delivery_id(event("1-0", "s1", run=3, started_at=99.0), "ns"),
+                delivery_id(event("1-0", "s2", run=2, started_at=10.5), "ns"),
+                delivery_id(event("1-0", "s1", run=2, started_at=10.5), "other")}) == 4
+    assert delivery_id(event("7-0", "s1"), "ns") == "7-0"  # no run: the event's id
+
+
+def test_a_deliverer_cancelled_at_any_moment_stops(redis_url: str, namespace: str,
+                                                   sync_redis: redis.Redis,
+                                                   receiver: Receiver) -> None:
+    """Cancelled while its Redis commands are in flight (redis-py 8.2 can swallow such a
+    cancellation and keep the task running: ``meteorseed serve`` would never stop)."""
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url, decode_responses=True)
+
+        async def lookup(seed: str) -> str | None:
+            return receiver.url
+
+        try:
+            for round_ in range(20):
+                finished(sync_redis, namespace, f"s{round_}")
+                deliverer = Deliverer(client, KeyLayout(namespace), config(), lookup,
+                                      consumer="d1", read_block_ms=100)
+                task = asyncio.ensure_future(deliverer.run())
+                await wait_until(lambda r=round_: any(
+                    f["seed"] == f"s{r}" for f in events_of(sync_redis, namespace,
+                                                             "notify delivered")), 30, 0.001)
+                task.cancel()  # (its ack, its next read, or its claim under way)
+                done, _ = await asyncio.wait([task], timeout=30)
+                assert done, f"round {round_}: the cancelled deliverer still runs"
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    assert len(receiver.ok_calls()) >= 20  # (one a round; a round's unacked one comes again)

@@ -17,6 +17,7 @@ appended to the stream and logged. A 2xx appends ``notify delivered``.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio
 
@@ -43,6 +44,7 @@ from meteorseed_scrapy.settings import (
 from meteorseed_scrapy.validators import ConfigError
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 GROUP = "notify"
 SECRET_SETTING = "METEORSEED_NOTIFY_SECRET"
@@ -106,6 +108,19 @@ def payload(event: Event, namespace: str) -> bytes:
     }, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def delivery_id(event: Event, namespace: str) -> str:
+    """The same for every attempt of one call, and for a seed run announced twice (two
+    workers settling its last tasks in two shards): its namespace, seed, run and start
+    (hashed: the header carries no text of the caller's); else the event's stream id."""
+    counters = event.json_field("counters")
+    run = counters.get("run") if isinstance(counters, dict) else None
+    started = counters.get("started_at") if isinstance(counters, dict) else None
+    if run is None and started is None:
+        return event.id
+    key = json.dumps([namespace, event.fields.get("seed"), run, started])
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
 def default_consumer() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -115,12 +130,13 @@ class Deliverer:
 
     def __init__(self, client: redis.asyncio.Redis, keys: KeyLayout, config: NotifyConfig,
                  notify_url: NotifyLookup, consumer: str | None = None,
-                 post: Post = webhook.post) -> None:
+                 post: Post = webhook.post, read_block_ms: int = READ_BLOCK_MS) -> None:
         self.client, self.keys, self.config = client, keys, config
-        self.notify_url, self.post = notify_url, post
+        self.notify_url, self.post, self.read_block_ms = notify_url, post, read_block_ms
         self.reader = EventReader(client, keys.events, GROUP, consumer or default_consumer())
         self._busy: dict[str, asyncio.Task[None]] = {}  # entry id -> its delivery
         self._started = False
+        self._calls: set[asyncio.Future[Any]] = set()  # Redis commands under way
 
     async def run(self) -> None:
         """Read, deliver, acknowledge; cancelled, the calls under way stop unacknowledged."""
@@ -129,7 +145,7 @@ class Deliverer:
             while True:
                 try:
                     if failures or not self._started:
-                        await self.reader.create_group("0")
+                        await self._redis(self.reader.create_group("0"))
                         self._started = True
                     await self.step()
                     failures = 0
@@ -143,6 +159,23 @@ class Deliverer:
             for task in self._busy.values():
                 task.cancel()
             await asyncio.gather(*self._busy.values(), return_exceptions=True)
+            if self._calls:  # (a read blocks read_block_ms at most)
+                await asyncio.wait(self._calls, timeout=self.read_block_ms / 1000 + 5)
+
+    async def _redis(self, call: Awaitable[T]) -> T:
+        """``await call``, a Redis command, shielded: cancelling a redis-py command in flight
+        can leave the cancellation swallowed and the task running (redis-py 8.2), so a
+        cancelled deliverer stops waiting at once and the command ends by itself (awaited
+        when :meth:`run` ends)."""
+        task = asyncio.ensure_future(call)
+        self._calls.add(task)
+        task.add_done_callback(self._call_done)
+        return await asyncio.shield(task)
+
+    def _call_done(self, task: asyncio.Future[Any]) -> None:
+        self._calls.discard(task)
+        if not task.cancelled():
+            task.exception()  # (retrieved: whoever still waits got it; nobody else needs it)
 
     async def step(self) -> None:
         """One round: take over stale entries, else read new ones, and start their calls."""
@@ -150,14 +183,14 @@ class Deliverer:
         if free <= 0:
             await asyncio.wait(list(self._busy.values()), return_when=asyncio.FIRST_COMPLETED)
             return
-        claimed, gone = await self.reader.claim(self.config.claim_idle, free)
+        claimed, gone = await self._redis(self.reader.claim(self.config.claim_idle, free))
         if gone:
             logger.warning("Webhooks: %d pending events were trimmed from %s before delivery",
                            len(gone), self.keys.events)
-            await self.reader.ack(*gone)
+            await self._redis(self.reader.ack(*gone))
         fresh = [e for e in claimed if e.id not in self._busy]
         if not fresh:
-            fresh = await self.reader.read(free, READ_BLOCK_MS)
+            fresh = await self._redis(self.reader.read(free, self.read_block_ms))
         for event in fresh:
             task = asyncio.ensure_future(self.handle(event))
             self._busy[event.id] = task
@@ -175,21 +208,22 @@ class Deliverer:
     async def handle(self, event: Event) -> None:
         """Deliver ``event`` if it is a ``finished`` with a webhook, then acknowledge it."""
         seed = event.fields.get("seed")
-        url = (await self.notify_url(seed) if event.event == CrawlEvent.FINISHED.value
-               and seed else None)
+        url = (await self._redis(self.notify_url(seed))
+               if event.event == CrawlEvent.FINISHED.value and seed else None)
         if url is not None:
             await self.deliver(event, seed or "", url)
-        await self.reader.ack(event.id)
+        await self._redis(self.reader.ack(event.id))
 
     async def deliver(self, event: Event, seed: str, url: str) -> None:
         body = payload(event, self.keys.namespace)
+        delivery = delivery_id(event, self.keys.namespace)
         outcome = webhook.Outcome(None, False, "not attempted")
         attempt = 0
         while attempt < self.config.attempts:
             attempt += 1
             stamp = str(int(time.time()))
             headers = {"Content-Type": "application/json", "User-Agent": "meteorseed-notify",
-                       webhook.TIMESTAMP_HEADER: stamp, webhook.DELIVERY_HEADER: event.id,
+                       webhook.TIMESTAMP_HEADER: stamp, webhook.DELIVERY_HEADER: delivery,
                        webhook.SIGNATURE_HEADER: webhook.sign(
                            self.config.secret.encode("utf-8"), stamp, body)}
             outcome = await self.post(url, body, headers, timeout=self.config.timeout,
@@ -197,9 +231,9 @@ class Deliverer:
             if outcome.ok:
                 logger.info("Webhook of seed %s delivered to %s (%s, attempt %d)", seed, url,
                             outcome.status, attempt)
-                await events.append_async(
+                await self._redis(events.append_async(
                     self.client, self.keys.events, CrawlEvent.NOTIFY_DELIVERED, seed=seed,
-                    url=url, status=outcome.status, attempts=attempt)
+                    url=url, status=outcome.status, attempts=attempt))
                 return
             if not outcome.retry or attempt >= self.config.attempts:
                 break
@@ -209,15 +243,16 @@ class Deliverer:
             await self._hold(event.id, delay)
         logger.warning("Webhook of seed %s to %s given up after %d attempts: %s", seed, url,
                        attempt, outcome.reason)
-        await events.append_async(self.client, self.keys.events, CrawlEvent.NOTIFY_FAILED,
-                                  seed=seed, url=url, reason=outcome.reason, attempts=attempt)
+        await self._redis(events.append_async(
+            self.client, self.keys.events, CrawlEvent.NOTIFY_FAILED, seed=seed, url=url,
+            reason=outcome.reason, attempts=attempt))
 
     async def _hold(self, entry_id: str, delay: float) -> None:
         """Wait ``delay`` seconds keeping ``entry_id`` fresh, so no other deliverer takes it."""
         end = time.monotonic() + delay
         while (left := end - time.monotonic()) > 0:
             await asyncio.sleep(min(left, self.config.claim_idle / 3))
-            await self.reader.keep(entry_id)
+            await self._redis(self.reader.keep(entry_id))
 
 
 def registry_lookup(get_seed: Callable[[str], Awaitable[Any]]) -> NotifyLookup:
@@ -229,4 +264,5 @@ def registry_lookup(get_seed: Callable[[str], Awaitable[Any]]) -> NotifyLookup:
     return lookup
 
 
-__all__ = ["GROUP", "Deliverer", "NotifyConfig", "NotifyLookup", "payload", "registry_lookup"]
+__all__ = ["GROUP", "Deliverer", "NotifyConfig", "NotifyLookup", "delivery_id", "payload",
+           "registry_lookup"]

@@ -5,7 +5,8 @@ answer (docs/webhooks.md).
   with the ``X-MeteorSeed-Timestamp`` sent along (epoch seconds): a receiver recomputes it over
   the exact bytes it got (:func:`verify`) and refuses an old timestamp, so a captured call
   cannot be replayed later. ``X-MeteorSeed-Delivery`` is the same for every attempt of one
-  call (the event's stream id): calls come at least once, a receiver drops repeats by it.
+  call (:func:`~meteorseed_scrapy.observability.notify.delivery_id`): calls come at least
+  once, a receiver drops repeats by it.
 * **Addresses.** The host is resolved here and each address checked against the fetch policy
   (:func:`~meteorseed_scrapy.seeding.addresses.address_problem`); the connection then goes to
   those addresses only (a pinned resolver: no second lookup a rebinding DNS server could answer

@@ -83,7 +83,7 @@ class Event:
 
 
 def _event(entry_id: Any, raw: Mapping[Any, Any] | None) -> Event | None:
-    if raw is None:  # trimmed away while pending (Redis 6.2 answers XAUTOCLAIM so)
+    if not raw:  # trimmed away while pending (so Redis 6.2's XAUTOCLAIM answers: no fields)
         return None
     fields = {text_of(k): text_of(v) for k, v in raw.items()}
     return Event(text_of(entry_id), fields.pop("event", ""), fields)
@@ -124,17 +124,20 @@ class EventReader:
 
     async def claim(self, claim_idle: float, count: int) -> tuple[list[Event], list[str]]:
         """Entries pending for other consumers idle ``claim_idle`` s (XAUTOCLAIM, resuming
-        where the last call stopped), and ids pending that the stream no longer holds."""
+        where the last call stopped), and ids pending that the stream no longer holds (to be
+        acknowledged)."""
         reply = await self.client.xautoclaim(self.stream, self.group, self.consumer,
                                              int(claim_idle * 1000), self._cursor, count=count)
         self._cursor = text_of(reply[0])
+        # Redis 7 lists the ids it dropped from the group; 6.2 answers nil in an entry's place
+        # (its id unknown: it stays pending, claimed again each time, until the group goes).
         events, gone = [], [text_of(i) for i in (reply[2] if len(reply) > 2 else ())]
         for entry_id, raw in reply[1]:
             event = _event(entry_id, raw)
-            if event is None:
-                gone.append(text_of(entry_id))
-            else:
+            if event is not None:
                 events.append(event)
+            elif entry_id is not None:
+                gone.append(text_of(entry_id))
         return events, gone
 
     async def keep(self, entry_id: str) -> None:
