@@ -15,6 +15,7 @@ from typing import Any
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.observability.metrics import SETTING as METRICS_PORT
 from meteorseed_scrapy.observability.metrics import port_range
+from meteorseed_scrapy.observability.notify import NotifyConfig
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.lanes import LaneWeights
@@ -39,6 +40,7 @@ from meteorseed_scrapy.worker.work_budget import WorkSizes
 TEXT = frozenset({
     "METEORSEED_REDIS_URL", "METEORSEED_STORE_URI", "METEORSEED_CONSUMER",
     "METEORSEED_SITES_DIR", "METEORSEED_METRICS_HOST", "METEORSEED_CHROMIUM_PATH",
+    "METEORSEED_NOTIFY_SECRET",
 })
 FLAGS = ("METEORSEED_POLITENESS", "METEORSEED_SITES_REDIS", "METEORSEED_LOG_JSON",
          "METEORSEED_FETCH_PRIVATE_ADDRESSES")
@@ -68,6 +70,7 @@ def check_settings(settings: Any) -> None:
     LaneWeights.from_settings(settings)
     InterpreterTuning.from_settings(settings)
     WorkSizes.from_settings(settings)
+    NotifyConfig.from_settings(settings)
     try:
         bounds_from(lambda name: setting(settings, name))
     except ConfigError:

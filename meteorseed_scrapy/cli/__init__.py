@@ -15,7 +15,17 @@ from typing import IO
 import redis
 from redis.exceptions import RedisError
 
-from meteorseed_scrapy.cli import dead, redis_cmd, reset, seeder, serve, sites, status, task
+from meteorseed_scrapy.cli import (
+    dead,
+    notify,
+    redis_cmd,
+    reset,
+    seeder,
+    serve,
+    sites,
+    status,
+    task,
+)
 from meteorseed_scrapy.cli.common import (
     CliError,
     Context,
@@ -28,7 +38,7 @@ from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.scrapy_redis_settings import redact
 
-SUBCOMMANDS = (status, task, dead, reset, serve, seeder, sites, redis_cmd)
+SUBCOMMANDS = (status, task, dead, reset, serve, seeder, notify, sites, redis_cmd)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -85,9 +85,11 @@ key                                 type    holds
 ``<ns>:held`` / ``<ns>:overrides``  hash    site -> JSON (who, when, why): the index of the two
                                             above, for listing (:mod:`~meteorseed_scrapy.
                                             politeness.control`)
-``<ns>:events``                     stream  crawl events (``site paused``, ``site resumed``,
-                                            ``site limited``, ...), capped, for other programs
-                                            to read with their own consumer group
+``<ns>:events``                     stream  crawl events (``started``, ``finished``, ``site
+                                            paused``, ...: :mod:`.events`), capped, for other
+                                            programs to read with their own consumer group
+                                            (docs/events.md); the group ``notify`` is the
+                                            webhook deliverer's
 ``<ns>:{<site>}:strikes``           string  ``<n>:<ms>``: n consecutive 429/403 strikes (the
                                             backoff exponent) and the Redis time in ms the
                                             last strike paused the site; a 429 to a request
