@@ -1,4 +1,4 @@
-"""The crawl-events stream ``<ns>:events`` (queue/events.py): the entry format other programs
+"""The crawl-events stream ``<ns>:events`` (queue/fleet/events.py): the entry format other programs
 read, its bound, and reading it with a consumer group of one's own (docs/events.md)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 import redis
 import redis.asyncio
 
-from meteorseed_scrapy.queue import events
-from meteorseed_scrapy.queue.events import EVENTS_KEPT, CrawlEvent, EventReader
+from meteorseed_scrapy.queue.fleet import events
+from meteorseed_scrapy.queue.fleet.events import EVENTS_KEPT, CrawlEvent, EventReader
 from meteorseed_scrapy.queue.keys import KeyLayout
 
 

@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from meteorseed_scrapy.observability import webhook
-from meteorseed_scrapy.queue import events
-from meteorseed_scrapy.queue.events import CrawlEvent
+from meteorseed_scrapy.queue.fleet import events
+from meteorseed_scrapy.queue.fleet.events import CrawlEvent
 from meteorseed_scrapy.queue.keys import KeyLayout
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

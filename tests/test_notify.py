@@ -29,7 +29,7 @@ from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.observability import webhook
 from meteorseed_scrapy.observability.notify import GROUP, Deliverer, NotifyConfig, delivery_id
 from meteorseed_scrapy.politeness.policy import Backoff
-from meteorseed_scrapy.queue.events import CrawlEvent, Event, append
+from meteorseed_scrapy.queue.fleet.events import CrawlEvent, Event, append
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.task.seed_task import SeedTask

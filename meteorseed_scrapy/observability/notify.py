@@ -31,8 +31,8 @@ import redis.asyncio
 
 from meteorseed_scrapy.observability import webhook
 from meteorseed_scrapy.politeness.policy import Backoff
-from meteorseed_scrapy.queue import events
-from meteorseed_scrapy.queue.events import CrawlEvent, Event, EventReader
+from meteorseed_scrapy.queue.fleet import events
+from meteorseed_scrapy.queue.fleet.events import CrawlEvent, Event, EventReader
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import (
     DEFAULTS,

@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 
-from meteorseed_scrapy.queue import events
+from meteorseed_scrapy.queue.fleet import events
 from meteorseed_scrapy.queue.fleet.delayed import SCALE, reason_code, reason_of, site_of
 from meteorseed_scrapy.queue.fleet.spiders import with_registered_sync
 from meteorseed_scrapy.queue.keys import KeyLayout

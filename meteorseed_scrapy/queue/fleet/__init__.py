@@ -4,4 +4,5 @@
 - :mod:`.spiders`: which spiders have task sets, and which spider each worker runs
 - :mod:`.delayed`: the delayed set's entries (site, reason, due time)
 - :mod:`.snapshot`: the status snapshot's shape and JSON
+- :mod:`.events`: the crawl events stream (``<ns>:events``), its one writer and reader
 """
