@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.observability.metrics import SETTING as METRICS_PORT
 from meteorseed_scrapy.observability.metrics import port_range
+from meteorseed_scrapy.observability.notify import NotifyConfig
 from meteorseed_scrapy.politeness.breaker import BreakerConfig
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.queue.consume.lanes import LaneWeights
@@ -45,6 +46,7 @@ TEXT = frozenset({
     "METEORSEED_REDIS_URL", "METEORSEED_STORE_URI", "METEORSEED_CONSUMER",
     "METEORSEED_SITES_DIR", "METEORSEED_METRICS_HOST", "METEORSEED_CHROMIUM_PATH",
     "METEORSEED_PAGE_CACHE_URI",
+    "METEORSEED_NOTIFY_SECRET",
 })
 FLAGS = ("METEORSEED_POLITENESS", "METEORSEED_SITES_REDIS", "METEORSEED_LOG_JSON",
          "METEORSEED_FETCH_PRIVATE_ADDRESSES", "METEORSEED_PAGE_CACHE",
@@ -77,6 +79,7 @@ def check_settings(settings: BaseSettings) -> None:
     InterpreterTuning.from_settings(settings)
     WorkSizes.from_settings(settings)
     PageCacheConfig.from_settings(settings)
+    NotifyConfig.from_settings(settings)
     try:
         bounds_from(lambda name: setting(settings, name))
     except ConfigError:

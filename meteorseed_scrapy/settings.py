@@ -127,6 +127,19 @@ DEFAULTS: dict[str, Any] = {
     # Let server-side fetches (sitemaps in serve, the seeder, seed-expand) reach loopback,
     # private, link-local and reserved addresses.
     "METEORSEED_FETCH_PRIVATE_ADDRESSES": False,
+    # Completion webhooks (a seed's ``notify`` URL; observability/notify.py, docs/webhooks.md):
+    # the HMAC-SHA256 key of their signature (empty: no webhook is sent), whether they may go
+    # to loopback, private, link-local or reserved addresses, attempts before giving up, the
+    # backoff between attempts (s), seconds one attempt may take, calls at once, and how long
+    # (s) a call left pending by a stopped deliverer waits before another one takes it over.
+    "METEORSEED_NOTIFY_SECRET": "",
+    "METEORSEED_NOTIFY_PRIVATE_ADDRESSES": False,
+    "METEORSEED_NOTIFY_ATTEMPTS": 8,
+    "METEORSEED_NOTIFY_BACKOFF_BASE": 1.0,
+    "METEORSEED_NOTIFY_BACKOFF_MAX": 300.0,
+    "METEORSEED_NOTIFY_TIMEOUT": 10.0,
+    "METEORSEED_NOTIFY_CONCURRENCY": 8,
+    "METEORSEED_NOTIFY_CLAIM_IDLE": 60.0,
     # Bytes of a robots.txt that are parsed (workers and the sitemap fetcher; Google's 500 KiB).
     "METEORSEED_ROBOTSTXT_MAXSIZE": 512 * 1024,
     # Fleet-wide per-site limits (a site's rule config may override them).

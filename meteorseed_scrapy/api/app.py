@@ -9,7 +9,16 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from meteorseed_scrapy import console
-from meteorseed_scrapy.api import dead, dispatch, history, monitor, seeds, site_control, tasks
+from meteorseed_scrapy.api import (
+    dead,
+    dispatch,
+    history,
+    monitor,
+    seeds,
+    site_control,
+    tasks,
+    webhooks,
+)
 from meteorseed_scrapy.api.auth import auth_middleware
 from meteorseed_scrapy.api.config import CONFIG, ApiConfig
 from meteorseed_scrapy.api.guard import body_timeout_middleware, local_only_middleware
@@ -39,6 +48,7 @@ def create_app(config: ApiConfig) -> web.Application:
     app[seeds.SEED_ITEMS] = seeds.SeedItems(config.store_uri, config.namespace)
     app.cleanup_ctx.append(_lifecycle)
     app.cleanup_ctx.append(history.sampling)  # (after _lifecycle: it needs the state)
+    app.cleanup_ctx.append(webhooks.deliveries)  # (the same)
     app.on_shutdown.append(_stop_expansions)
     r = app.router
     r.add_get("/openapi.json", openapi)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from meteorseed_scrapy.observability.notify import NotifyConfig
 from meteorseed_scrapy.queue.enqueue.dedup import Fingerprinter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import is_cluster_url
@@ -47,6 +48,9 @@ class ApiConfig:
     #: project that sets its own): the dedup keys of dispatch, ``GET /tasks?url=`` and requeue,
     #: as the project's workers compute them. None: canonical URLs.
     fingerprinter: Fingerprinter | None = field(default=None, compare=False, repr=False)
+    #: ``METEORSEED_NOTIFY_*``: completion webhooks, delivered by this server when its secret
+    #: is set (meteorseed_scrapy.api.webhooks); None: none delivered, private targets refused.
+    notify: NotifyConfig | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         _ = self.keys  # raises ValueError naming METEORSEED_NAMESPACE or the shard count

@@ -37,6 +37,7 @@ from meteorseed_scrapy.api.expansion import (
 )
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, json_body, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
+from meteorseed_scrapy.observability.webhook import literal_refusal
 from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PUBLIC_ONLY, literal_problem
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.payload import check_payload
@@ -112,7 +113,8 @@ async def dispatch(request: web.Request) -> web.Response:
         except InvalidInput as exc:
             errors.extend(exc.errors)
             continue
-        refused = _sitemap_problem(state, seed, prefix) or _url_list_problem(state, seed, prefix)
+        refused = (_sitemap_problem(state, seed, prefix) or _url_list_problem(state, seed, prefix)
+                   or _notify_problem(state, seed, prefix))
         if refused is not None:
             errors.append(refused)
         elif seed.seed_id in seen_ids:
@@ -196,6 +198,14 @@ def _url_list_problem(state: ApiState, seed: SeedTask, prefix: str) -> FieldErro
         if problem is not None:
             return FieldError(f"{prefix}payload.urls[{index}]", problem)
     return None
+
+
+def _notify_problem(state: ApiState, seed: SeedTask, prefix: str) -> FieldError | None:
+    """Why the seed's webhook may not be called, as far as can be told without DNS."""
+    notify = state.config.notify
+    problem = None if seed.notify is None else literal_refusal(
+        seed.notify, notify is not None and notify.private_addresses)
+    return None if problem is None else FieldError(f"{prefix}notify", problem)
 
 
 async def _start(state: ApiState, index: int, prefix: str, seed: SeedTask,

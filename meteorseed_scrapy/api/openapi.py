@@ -20,6 +20,7 @@ from meteorseed_scrapy.api.dispatch import LANE
 from meteorseed_scrapy.queue.consume import deadletters
 from meteorseed_scrapy.queue.inspect.task_query import ENDS, ORDER
 from meteorseed_scrapy.task.lanes import LANES
+from meteorseed_scrapy.task.notify_url import NOTIFY_URL_MAX
 from meteorseed_scrapy.task.seed_task import TASK_TYPES, SeedTask
 from meteorseed_scrapy.task.validation import ID_MAX, SPIDER_MAX
 
@@ -80,6 +81,9 @@ _SEED_DETAILS: dict[str, dict[str, Any]] = {
                "pattern": r"^[\w.-]+$",
                "description": "the spider whose workers take its tasks (and their children); "
                               "null: any worker"},
+    "notify": {"type": ["string", "null"], "format": "uri", "maxLength": NOTIFY_URL_MAX,
+               "description": "completion webhook: one signed POST when the seed has finished "
+                              "(docs/webhooks.md); no credentials in the URL"},
 }
 
 

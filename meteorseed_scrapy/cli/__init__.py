@@ -1,5 +1,5 @@
 """The ``meteorseed`` console script for operators: ``status``, ``task``, ``dead``, ``reset``,
-``serve``, ``seeder``, ``seeds``, ``sites``, ``redis`` and ``export`` (one module each, listed in
+``serve``, ``seeder``, ``seeds``, ``notify``, ``sites``, ``redis`` and ``export`` (one module each, listed in
 :data:`SUBCOMMANDS`).
 
 Each subcommand module has ``register(subparsers)``, which adds its parser and sets
@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from meteorseed_scrapy.cli import (
     dead,
     export,
+    notify,
     redis_cmd,
     reset,
     seeder,
@@ -40,7 +41,7 @@ from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.scrapy_redis_settings import redact
 
-SUBCOMMANDS = (status, task, dead, reset, serve, seeder, seeds, sites, redis_cmd, export)
+SUBCOMMANDS = (status, task, dead, reset, serve, seeder, seeds, notify, sites, redis_cmd, export)
 
 
 def build_parser() -> argparse.ArgumentParser:

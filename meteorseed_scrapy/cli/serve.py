@@ -63,6 +63,7 @@ def register(sub: Any) -> None:
 def config_from(args: argparse.Namespace, shards: int = 1,
                 fingerprinter: Fingerprinter | None = None) -> Any:
     from meteorseed_scrapy.api.config import ApiConfig
+    from meteorseed_scrapy.observability.notify import NotifyConfig
     from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
@@ -90,6 +91,7 @@ def config_from(args: argparse.Namespace, shards: int = 1,
             shards=shards,
             fetch_private_addresses=flag_setting(settings, PRIVATE_SETTING),
             fingerprinter=fingerprinter,
+            notify=NotifyConfig.from_settings(settings),
         )
     except ValueError as exc:
         raise CliError(f"serve: {exc}") from None

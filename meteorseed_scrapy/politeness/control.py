@@ -30,6 +30,7 @@ from typing import Any
 import redis
 
 from meteorseed_scrapy.queue.consume.delayed_set import make_due
+from meteorseed_scrapy.queue.fleet import events
 from meteorseed_scrapy.queue.fleet.delayed import site_of
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exceptions import DeferReason
@@ -42,8 +43,6 @@ HOLD_KEYS = ("hold", "override")
 #: A held site's worker asks for permits again after this long (its parked tasks come back
 #: then, or at once on resume).
 HOLD_RECHECK_S = 3600.0
-#: Events kept in ``<ns>:events`` (approximately: MAXLEN ~).
-EVENTS_KEPT = 10_000
 
 
 @dataclass(frozen=True)
@@ -67,10 +66,7 @@ class SiteRef:
 
 def _event(client: redis.Redis, keys: KeyLayout, event: str, site: str, by: str,
            **fields: Any) -> None:
-    body: dict[Any, Any] = {"event": event, "site": site, "by": by, "at": f"{time.time():.3f}",
-            **{k: json.dumps(v) if not isinstance(v, str) else v for k, v in fields.items()
-               if v is not None}}
-    client.xadd(keys.events, body, maxlen=EVENTS_KEPT, approximate=True)
+    events.append(client, keys.events, event, site=site, by=by, **fields)
     logger.info("%s %s by %s%s", event.capitalize(), site, by,
                 "".join(f"; {k} {v}" for k, v in fields.items() if v is not None))
 

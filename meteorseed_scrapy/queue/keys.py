@@ -110,9 +110,11 @@ key                                 type    holds
 ``<ns>:held`` / ``<ns>:overrides``  hash    site -> JSON (who, when, why): the index of the two
                                             above, for listing (:mod:`~meteorseed_scrapy.
                                             politeness.control`)
-``<ns>:events``                     stream  crawl events (``site paused``, ``site resumed``,
-                                            ``site limited``, ...), capped, for other programs
-                                            to read with their own consumer group
+``<ns>:events``                     stream  crawl events (``started``, ``finished``, ``site
+                                            paused``, ...: :mod:`.events`), capped, for other
+                                            programs to read with their own consumer group
+                                            (docs/events.md); the group ``notify`` is the
+                                            webhook deliverer's
 ``<ns>:items``                      stream  the feed of committed items (``_id``, ``site_id``,
                                             ``seed_id``, ``task_id``, ``committed_at``, ``doc``),
                                             capped, when ``METEORSEED_ITEMS_FEED`` is on

@@ -21,7 +21,7 @@ def seed_to_dict(seed: SeedTask) -> dict[str, Any]:
                            "task_type": seed.task_type, "payload": dict(seed.payload)}
     if seed.priority:
         out["priority"] = seed.priority
-    for name in ("schedule", "parse_rule", "callback", "spider"):
+    for name in ("schedule", "parse_rule", "callback", "spider", "notify"):
         if getattr(seed, name) is not None:
             out[name] = getattr(seed, name)
     if seed.meta:

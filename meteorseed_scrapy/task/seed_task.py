@@ -11,6 +11,7 @@ from typing import Any
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.ids import fast_task_id
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
+from meteorseed_scrapy.task.notify_url import check_notify_url
 from meteorseed_scrapy.task.validation import (
     TaskError,
     check_callback,
@@ -59,6 +60,7 @@ class SeedTask:
     meta: Mapping[str, Any] = field(default_factory=dict)
     lane: str = DEFAULT_LANE
     spider: str | None = None  # the spider whose workers take its tasks (None: any)
+    notify: str | None = None  # completion webhook URL (task/notify_url.py)
 
     def __post_init__(self) -> None:
         check_id("seed_id", self.seed_id)
@@ -80,6 +82,7 @@ class SeedTask:
         check_json_safe("meta", dict(self.meta))
         check_lane(self.lane)
         check_spider(self.spider)
+        check_notify_url(self.notify)
 
     @classmethod
     def from_dict(cls, data: Any) -> SeedTask:

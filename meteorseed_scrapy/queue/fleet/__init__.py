@@ -6,4 +6,5 @@
 - :mod:`.snapshot`: the status snapshot's shape and JSON
 - :mod:`.crawl_progress`: each seed's counters, kept by the scripts as its tasks are written
   and settle, and its end
+- :mod:`.events`: the crawl events stream (``<ns>:events``), its one writer and reader
 """
