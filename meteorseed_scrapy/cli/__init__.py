@@ -1,7 +1,6 @@
 """The ``meteorseed`` console script for operators: ``status``, ``task``, ``dead``, ``reset``,
-``serve``, ``seeder``, ``seeds``, ``notify``, ``sites``, ``redis`` and ``export`` (one module each,
-listed in
-:data:`SUBCOMMANDS`).
+``serve``, ``seeder``, ``seeds``, ``notify``, ``sites``, ``redis`` and ``export`` (one module
+each, listed in :data:`SUBCOMMANDS`).
 
 Each subcommand module has ``register(subparsers)``, which adds its parser and sets
 ``run(args, ctx) -> exit code`` as its default; a new subcommand is one more module there.
