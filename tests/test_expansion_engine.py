@@ -244,3 +244,31 @@ def test_a_dispatch_expansion_keeps_its_lease_and_stops_when_asked(
     run(redis_url, body)
     assert len(renewals) >= 6
     assert progress.enqueued == sum(answered) < 100_000  # the counts so far are kept
+
+
+def test_the_api_lease_keeper_ends_though_a_renewal_swallowed_the_cancel(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis-py 8.2 can swallow a cancellation that lands while a command is in flight: the
+    keeper of a dispatched seed's lease must end all the same once the expansion is over."""
+    monkeypatch.setattr(expansion, "KEEPALIVE_S", 0.01)
+    swallowed: list[bool] = []
+
+    async def renewal_in_flight() -> None:
+        try:
+            await asyncio.sleep(0.2)  # (a command that takes long to answer)
+        except asyncio.CancelledError:
+            if swallowed:
+                raise
+            swallowed.append(True)  # as redis-py may: once, the cancel is lost
+
+    async def main() -> bool:
+        done = asyncio.Event()
+        keeper = asyncio.ensure_future(expansion._keep(renewal_in_flight, done))
+        await asyncio.sleep(0.05)  # (inside a renewal by now)
+        done.set()
+        keeper.cancel()
+        await asyncio.wait([keeper], timeout=30)  # (a bound, not a pace)
+        return keeper.done()
+
+    assert asyncio.run(main()), "the keeper renews for ever"
+    assert swallowed == [True]

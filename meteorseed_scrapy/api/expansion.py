@@ -186,13 +186,15 @@ async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: T
         sitemaps=policies(rules.get, private_addresses), on_wait=_waiting, on_batch=counted,
         threads=True, executor=None if pool is None else pool.executor)
     watcher = _ProgressWatcher(progress)
-    lease = asyncio.ensure_future(_keep(keepalive)) if keepalive is not None else None
+    done = asyncio.Event()
+    lease = asyncio.ensure_future(_keep(keepalive, done)) if keepalive is not None else None
     try:
         await expand_seeds([(0, seed)], writer, options, on_error=rejected, watcher=watcher,
                            summary=summary)
     finally:
         counted(summary)
         if lease is not None:
+            done.set()  # (a cancel landing inside a Redis command can be swallowed: see _keep)
             lease.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await lease
@@ -200,11 +202,16 @@ async def expand_seed(seed: SeedTask, prefix: str, progress: Progress, writer: T
     return (ExpansionState.DONE, None) if error is None else (ExpansionState.FAILED, error)
 
 
-async def _keep(keepalive: Callable[[], Awaitable[None]]) -> None:
+async def _keep(keepalive: Callable[[], Awaitable[None]], done: asyncio.Event) -> None:
     """The seed's lease, renewed while a long expansion runs (a Redis that is down fails the
-    expansion itself: here it is only logged)."""
-    while True:
-        await asyncio.sleep(KEEPALIVE_S)
+    expansion itself: here it is only logged), until ``done``. The event, not only the cancel,
+    ends it: redis-py 8.2 can swallow a cancellation that lands while a command is in flight,
+    and the loop would then renew for ever while its caller waits for it to end."""
+    while not done.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(done.wait(), KEEPALIVE_S)
+        if done.is_set():
+            return
         try:
             await keepalive()
         except Exception as exc:  # (the registry shares Redis: it may be down too)

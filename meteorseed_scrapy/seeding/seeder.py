@@ -211,7 +211,8 @@ class Seeder:
         dedup = seed.task_type in ITEM_SEED_TYPES
         summary = ExpandSummary()
         watcher = _Watcher()
-        renewal = asyncio.ensure_future(self._renew(seed.seed_id))
+        ran = asyncio.Event()
+        renewal = asyncio.ensure_future(self._renew(seed.seed_id, ran))
         error: str | None = None
         try:
             options = replace(self._options, dedup=dedup,
@@ -224,6 +225,7 @@ class Seeder:
             logger.exception("seeder: seed %s failed", seed.seed_id)
             error = f"{type(exc).__name__}: {exc}"
         finally:
+            ran.set()  # (a cancel landing inside a Redis command can be swallowed: see _renew)
             renewal.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewal
@@ -245,10 +247,16 @@ class Seeder:
         secs, usecs = await self._redis.time()
         return int(secs) + int(usecs) / 1e6
 
-    async def _renew(self, seed_id: str) -> None:
-        """Keep the lease of a long run (a sitemap index, a full backlog) alive."""
-        while True:
-            await asyncio.sleep(self.config.lease_s / 3)
+    async def _renew(self, seed_id: str, ran: asyncio.Event) -> None:
+        """Keep the lease of a long run (a sitemap index, a full backlog) alive until ``ran``.
+        The event, not only the cancel, ends it: redis-py 8.2 can swallow a cancellation that
+        lands while a command is in flight, and the loop would then renew for ever while the
+        run waits for it to end (seen as a seeder test hanging under load)."""
+        while not ran.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(ran.wait(), self.config.lease_s / 3)
+            if ran.is_set():
+                return
             try:
                 await self.registry.renew(seed_id, self.config.lease_s)
             except (RedisError, OSError) as exc:
