@@ -108,7 +108,12 @@ def test_metrics_endpoint_shows_queue_outcomes_and_latency(
         def finished() -> str | None:
             text = scrape(port)
             done = sample(text, "meteorseed_tasks_total", outcome="done")
-            return text if done == 20 and sample(text, "meteorseed_queue_backlog") == 0 else None
+            # (the queue's gauges are sampled every 0.2 s apart from the counters: wait for a
+            # sample taken after the last ack too)
+            drained = all(sample(text, "meteorseed_lane_pending", lane=lane) == 0
+                          for lane in ("realtime", "scheduled", "retry"))
+            return text if (done == 20 and sample(text, "meteorseed_queue_backlog") == 0
+                            and drained) else None
 
         text = wait_for(finished, timeout=60, interval=0.2)
     finally:
