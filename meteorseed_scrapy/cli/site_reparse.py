@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from meteorseed_scrapy.cli.common import CliError, cli_settings
-from meteorseed_scrapy.cli.site_try import _sites_dir, load_rules, offline_context
+from meteorseed_scrapy.cli.site_try import offline_context, site_rules
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.settings import (
@@ -85,12 +85,7 @@ def run_reparse(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[
         raise CliError(str(exc)) from None
     store_uri = args.store_uri or store_uri_from(settings)
     cache_uri = text_setting(settings, "METEORSEED_PAGE_CACHE_URI") or store_uri
-    loaded = load_rules([_sites_dir(args.sites_dir)])
-    config = loaded.configs.get(args.site_id)
-    if config is None:
-        problems = "".join(f"\n  {e}" for e in loaded.errors)
-        raise CliError(f"no valid rules for site {args.site_id!r} (valid:"
-                       f" {', '.join(sorted(loaded.configs)) or 'none'}){problems}")
+    config, path = site_rules(args.sites_dir, args.site_id)
     # Imported here: the spider brings Twisted, which `meteorseed status` need not load.
     from meteorseed_scrapy.sites.loader import SiteRegistry
     from meteorseed_scrapy.sites.pipeline import SitesPipeline
@@ -101,7 +96,7 @@ def run_reparse(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[
     from meteorseed_scrapy.store.page_cache import open_page_cache
 
     registry = SiteRegistry(None)
-    registry.apply([FileResult(loaded.paths[config.site_id], (0, 0), config=config)])
+    registry.apply([FileResult(path, (0, 0), config=config)])
     spider = RuleSpider(registry=registry, reload_interval=0)
     try:
         cache = open_page_cache(cache_uri, namespace)

@@ -190,20 +190,28 @@ def _selector(rule: Selector) -> str:
                      if (value := getattr(rule, name)) is not None) or "the page URL"
 
 
-def run_try(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]) -> int:
-    ctx = offline_context(args, out, err, stdin)
-    loaded = load_rules([_sites_dir(args.sites_dir)])
-    config = loaded.configs.get(args.site_id)
+def site_rules(sites_dir: Path | None, site_id: str) -> tuple[SiteConfig, Path]:
+    """The valid rules of ``site_id`` in the rules directory and their file, else a
+    :class:`CliError` naming the valid sites and every problem found (``sites try`` and
+    ``sites reparse``)."""
+    loaded = load_rules([_sites_dir(sites_dir)])
+    config = loaded.configs.get(site_id)
     if config is None:
         problems = "".join(f"\n  {e}" for e in loaded.errors)
-        raise CliError(f"no valid rules for site {args.site_id!r} (valid:"
+        raise CliError(f"no valid rules for site {site_id!r} (valid:"
                        f" {', '.join(sorted(loaded.configs)) or 'none'}){problems}")
+    return config, loaded.paths[site_id]
+
+
+def run_try(args: argparse.Namespace, out: IO[str], err: IO[str], stdin: IO[str]) -> int:
+    ctx = offline_context(args, out, err, stdin)
+    config, path = site_rules(args.sites_dir, args.site_id)
     response = _response(ctx, config, args)
     # Imported here: the spider brings Twisted, which `meteorseed status` need not load.
     from meteorseed_scrapy.sites.spider import RuleSpider
 
     registry = SiteRegistry(None)
-    registry.apply([FileResult(loaded.paths[config.site_id], (0, 0), config=config)])
+    registry.apply([FileResult(path, (0, 0), config=config)])
     spider = RuleSpider(registry=registry, reload_interval=0)
     try:
         output = list(getattr(spider, args.callback)(response))
