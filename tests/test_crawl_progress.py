@@ -4,16 +4,13 @@ and a sharded layout (counters per shard summed, the end judged on read)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from redis.asyncio import Redis
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.deadletters import iter_dead, requeue
@@ -26,19 +23,11 @@ from meteorseed_scrapy.seeding.expand import expand_seeds
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.testing.clients import run_with_client
 
 T = TypeVar("T")
 
 
-def arun(redis_url: str, body: Callable[[Any], Awaitable[T]]) -> T:
-    async def main() -> T:
-        client = Redis.from_url(redis_url, decode_responses=True)
-        try:
-            return await body(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def task(n: int, seed: str = "s1", site: str = "news") -> ExecTask:
@@ -72,7 +61,7 @@ def test_a_seed_counts_its_tasks_and_finishes_once_all_are_done(
         assert await settle_all(consumer, items=2) == 3
         return (await read_progress(client, keys, ["s1"]))["s1"] or {}
 
-    done = arun(redis_url, body)
+    done = run_with_client(redis_url, body)
     assert done["state"] == "finished"
     assert (done["enqueued"], done["done"], done["dead"], done["waiting"]) == (3, 3, 0, 0)
     assert (done["items"], done["bytes"]) == (6, 300)
@@ -109,7 +98,7 @@ def test_children_keep_their_seed_running_until_they_settle(
         states.append(progress["state"])
         return states
 
-    assert arun(redis_url, body) == ["running", "finished"]
+    assert run_with_client(redis_url, body) == ["running", "finished"]
 
 
 def test_a_dead_lettered_task_counts_as_dead_and_ends_its_seed(
@@ -125,7 +114,7 @@ def test_a_dead_lettered_task_counts_as_dead_and_ends_its_seed(
         assert await consumer.dead_letter(second, "gone for good")
         return (await read_progress(client, keys, ["s1"]))["s1"]
 
-    progress = arun(redis_url, body)
+    progress = run_with_client(redis_url, body)
     assert progress is not None
     assert (progress["state"], progress["done"], progress["dead"]) == ("finished", 1, 1)
 
@@ -153,7 +142,8 @@ def test_a_deferred_task_is_delayed_not_waiting_and_the_seed_is_not_finished(
         seen.append((progress["state"], progress["delayed"], progress["done"]))
         return seen
 
-    assert arun(redis_url, body) == [("running", 1, 0), ("running", 0, 1), ("finished", 0, 1)]
+    assert run_with_client(redis_url, body) == [("running", 1, 0), ("running", 0, 1),
+                                                ("finished", 0, 1)]
 
 
 def test_a_finished_seed_enqueued_again_starts_a_new_run_keeping_the_last(
@@ -168,7 +158,7 @@ def test_a_finished_seed_enqueued_again_starts_a_new_run_keeping_the_last(
         await TaskWriter(client, keys).add([task(2)])  # the next run (a schedule's)
         return (await read_progress(client, keys, ["s1"]))["s1"]
 
-    progress = arun(redis_url, body)
+    progress = run_with_client(redis_url, body)
     assert progress is not None
     assert (progress["state"], progress["run"], progress["enqueued"]) == ("running", 2, 1)
     assert progress["previous"]["done"] == 2 and progress["previous"]["finished_at"]
@@ -187,7 +177,7 @@ def test_a_requeued_dead_letter_is_enqueued_again_for_its_seed(
         [delivery] = await consumer.read(10, 0)
         await consumer.dead_letter(delivery, "boom")
 
-    arun(redis_url, body)
+    run_with_client(redis_url, body)
     [letter] = list(iter_dead(sync_redis, keys))
     assert requeue(sync_redis, keys, [letter]).requeued
     progress = read_progress_sync(sync_redis, keys, ["s1"])["s1"]
@@ -244,7 +234,7 @@ def test_an_undecodable_message_dead_letters_under_no_seed(
         assert delivery.task is None
         return await consumer.dead_letter(delivery, "undecodable")
 
-    assert arun(redis_url, body)
+    assert run_with_client(redis_url, body)
     assert sync_redis.hget(keys.only.crawl(""), "dead") == "1"
 
 
@@ -274,7 +264,7 @@ def test_a_sharded_seed_finishes_when_every_shard_is_done(
         states.append(progress["state"])
         return states
 
-    assert arun(redis_url, body) == ["running", "finished"]
+    assert run_with_client(redis_url, body) == ["running", "finished"]
     finished = [e for e in events(sync_redis, keys) if e["event"] == "finished"]
     assert len(finished) == 1 and json.loads(finished[0]["counters"])["done"] == 2
 
@@ -309,7 +299,7 @@ def test_a_seed_crawled_faster_than_expanded_is_not_finished_between_its_batches
 
     client: Any = None
     consumer: Any = None
-    progress = arun(redis_url, body)
+    progress = run_with_client(redis_url, body)
     assert progress is not None
     assert (progress["state"], progress["done"], progress["expanding"]) == ("finished", urls,
                                                                             False)
