@@ -5,7 +5,7 @@ and a sharded layout (counters per shard summed, the end judged on read)."""
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import redis
@@ -25,7 +25,6 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.clients import run_with_client
 
-T = TypeVar("T")
 
 
 
