@@ -26,9 +26,6 @@ from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.clients import run_with_client
 
 
-
-
-
 def task(n: int, seed: str = "s1", site: str = "news") -> ExecTask:
     return ExecTask.create(seed_id=seed, site_id=site, url=f"https://{site}.example/p/{n}")
 
