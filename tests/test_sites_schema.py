@@ -107,6 +107,23 @@ def test_invalid_yaml_is_a_config_error(tmp_path: Path) -> None:
         load_file(bad)
 
 
+def test_an_unquoted_off_in_yaml_says_to_quote_it(tmp_path: Path) -> None:
+    rules = tmp_path / "news.yaml"
+    rules.write_text((EXAMPLES / "news.yaml").read_text()
+                     .replace("mode: mark", "mode: off"))
+    with pytest.raises(RuleError) as info:
+        load_file(rules)
+    assert info.value.path == "dedup.mode"
+    assert 'quote the word ("off")' in info.value.problem
+
+
+def test_utc_timestamps_keep_one_width_for_early_years() -> None:
+    from meteorseed_scrapy.store.base import utc_timestamp
+    early = utc_timestamp(datetime(5, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc))
+    assert early == "0005-01-02T03:04:05.000006Z"
+    assert len(early) == len(utc_timestamp()) and early < utc_timestamp()
+
+
 @pytest.mark.parametrize(("text", "decimal", "expected"), [
     ("1,299.00", ".", 1299.0), ("Price: 12,345,678.5 EUR", ".", 12345678.5),
     ("1.299,00", ",", 1299.0), ("1\u00a0299,50 €", ",", 1299.5), ("7", ".", 7.0),

@@ -17,6 +17,9 @@ from meteorseed_scrapy.sites.patterns import RulePattern, compile_pattern
 from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.sites.spec import Key
 
+#: Words YAML 1.1 reads as booleans when unquoted; a choice among them needs quotes.
+_YAML_BOOLEAN_WORDS = frozenset({"off", "on", "yes", "no", "true", "false"})
+
 
 class RuleError(validators.ConfigError):
     """A site rule config is invalid: ``source`` (file), ``path`` (field path) and ``problem``;
@@ -86,10 +89,14 @@ class Reader:
             return default
         if numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
             value = str(value)  # YAML reads `version: 3` as a number; a string is meant
-        if not isinstance(value, str) or (required and not value.strip()):
-            raise self.error(key, f"expected a non-empty string, got {shown(value)}")
         declared = self.spec_of(key)
         choices = choices or (declared.enum if declared is not None else ())
+        if isinstance(value, bool) and any(c in _YAML_BOOLEAN_WORDS for c in choices):
+            # YAML 1.1 reads an unquoted off/on/yes/no as a boolean
+            raise self.error(key, f"got the boolean {shown(value)}: YAML reads an unquoted "
+                             f"off/on/yes/no as one; quote the word (\"off\")")
+        if not isinstance(value, str) or (required and not value.strip()):
+            raise self.error(key, f"expected a non-empty string, got {shown(value)}")
         if choices and value not in choices:
             raise self.error(key, f"must be one of {', '.join(choices)}, got {shown(value)}")
         return value

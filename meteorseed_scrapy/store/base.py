@@ -150,7 +150,8 @@ class Store(ABC):
 def utc_timestamp(now: datetime | None = None) -> str:
     """ISO-8601 UTC with microseconds and a ``Z``: one fixed width, so strings sort by time."""
     moment = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # (not strftime's %Y: it does not pad years below 1000 on glibc, which breaks the sort)
+    return f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S.%fZ")
 
 
 def check_unique_key(value: Any) -> str:
