@@ -122,8 +122,9 @@ end
 -- Finish the seed of 'key' when nothing of it is left and no expansion holds it: 'finished_at',
 -- the expiry, the 'finished' event. Only where 'events' is given (one Redis, untagged).
 local function pg_finish(key, id, events, now, retention)
-  if not (events and events ~= '') or redis.call('HEXISTS', key, 'expanding') == 1 then
-    return
+  if not (events and events ~= '') or redis.call('HEXISTS', key, 'expanding') == 1
+      or redis.call('HEXISTS', key, 'finished_at') == 1 then
+    return  -- (finished already: a late settle of this run tells it once, not again)
   end
   redis.pcall('HSET', key, 'finished_at', now)
   if retention > 0 then redis.pcall('EXPIRE', key, retention) end
