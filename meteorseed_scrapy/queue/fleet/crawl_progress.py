@@ -4,12 +4,14 @@ settle tasks (``lua/progress_lib.lua``), read here.
 Counting costs no round trip of its own: ``enqueue.lua`` counts ``enqueued`` (children too,
 since they are written with their parent's ``seed_id``), ``ack.lua`` ``done`` with the items,
 anomalies and bytes the task left, ``dead.lua`` ``dead``, ``defer.lua``/``promote.lua`` the
-``delayed`` tasks, ``requeue.lua`` a dead letter enqueued again. ``outstanding`` is enqueued -
-(done + dead); when a settle brings it to zero the seed is finished: ``finished_at`` is set,
-the counters expire after ``METEORSEED_SEED_PROGRESS_RETENTION`` and a ``finished`` event (with
-the counters as JSON) goes to ``<ns>:events``. The next task enqueued for a finished seed (a
-scheduled seed's next run, a requeued dead letter) starts a new run: the counters restart,
-the last run's final ones are kept (``last_<name>`` fields, shown as ``previous``).
+``delayed`` tasks, ``requeue.lua`` a dead letter enqueued again, ``seed_cancel.lua`` the
+``cancelled`` tasks of a cancelled seed (:mod:`~meteorseed_scrapy.queue.consume.seed_control`).
+``outstanding`` is enqueued - (done + dead + cancelled); when a settle brings it to zero the
+seed is finished: ``finished_at`` is set, the counters expire after
+``METEORSEED_SEED_PROGRESS_RETENTION`` and a ``finished`` event (with the counters as JSON)
+goes to ``<ns>:events``. The next task enqueued for a finished seed (a scheduled seed's next
+run, a requeued dead letter) starts a new run: the counters restart, the last run's final ones
+are kept (``last_<name>`` fields, shown as ``previous``).
 
 Each shard of a sharded layout keeps its own hash (``<ns>:{s<k>}:crawl:<seed>``, in the slot of
 the streams its scripts touch): they are summed here, and the end is judged here too
@@ -36,7 +38,8 @@ __all__ = ["COUNTERS", "Settle", "ack_args", "ack_calls", "enqueued_seeds", "eve
            "told_key"]
 
 #: The counters of a seed (and a site), in the order they are shown.
-COUNTERS = ("enqueued", "done", "dead", "delayed", "waiting", "items", "anomalies", "bytes")
+COUNTERS = ("enqueued", "done", "dead", "cancelled", "delayed", "waiting", "items", "anomalies",
+            "bytes")
 
 
 class Settle(NamedTuple):
@@ -115,8 +118,8 @@ def merge(seed_id: str, hashes: Sequence[Mapping[Any, Any]]) -> dict[str, Any] |
     if not found:
         return None
     total: dict[str, Any] = {name: 0 for name in
-                             ("enqueued", "done", "dead", "delayed", "outstanding", "items",
-                              "anomalies", "bytes")}
+                             ("enqueued", "done", "dead", "cancelled", "delayed", "outstanding",
+                              "items", "anomalies", "bytes")}
     for h in found:
         for name in total:
             if name in h:
@@ -140,7 +143,7 @@ def merge(seed_id: str, hashes: Sequence[Mapping[Any, Any]]) -> dict[str, Any] |
     return {
         "seed_id": seed_id,
         "state": "finished" if done else "running",
-        **{name: total[name] for name in ("enqueued", "done", "dead", "delayed")},
+        **{name: total[name] for name in ("enqueued", "done", "dead", "cancelled", "delayed")},
         # Waiting in a stream or being fetched: what is neither settled nor delayed.
         "waiting": max(0, total["outstanding"] - total["delayed"]),
         "outstanding": max(0, total["outstanding"]),
@@ -183,8 +186,8 @@ async def read_site_totals(redis: Any, keys: KeyLayout, site_id: str) -> dict[st
     """A site's totals (the same counters, no finished state), from its shard."""
     raw = await redis.hgetall(keys.for_site(site_id).crawl_site(site_id))
     counts = {text_of(k): int(_number(v)) for k, v in raw.items()}
-    out = {name: counts.get(name, 0) for name in ("enqueued", "done", "dead", "delayed",
-                                                  "items", "anomalies", "bytes")}
+    out = {name: counts.get(name, 0) for name in ("enqueued", "done", "dead", "cancelled",
+                                                  "delayed", "items", "anomalies", "bytes")}
     out["waiting"] = max(0, counts.get("outstanding", 0) - out["delayed"])
     return out
 

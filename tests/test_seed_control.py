@@ -1,0 +1,180 @@
+"""An operator's hand on a seed (issue 24.4): hold, resume and cancel against a real Redis, on
+one Redis and on a sharded layout, and through ``meteorseed seeds``. (The four-worker figure:
+tests/test_seed_control_fleet.py.)"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meteorseed_scrapy.cli import main
+from meteorseed_scrapy.queue.consume import seed_control
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
+from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.fleet.crawl_progress import Settle, read_progress_sync
+from meteorseed_scrapy.queue.fleet.delayed import reason_of
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.task.exceptions import DeferReason
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.clients import run_with_client as run
+
+
+def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main([*argv, "--redis-url", redis_url, "--namespace", namespace],
+                stdin=io.StringIO(), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def task(seed: str, n: int) -> ExecTask:
+    site = f"site{n % 5}"
+    return ExecTask.create(seed_id=seed, site_id=site, url=f"https://{site}.test/{seed}/{n}")
+
+
+def told(sync_redis: redis.Redis, keys: KeyLayout) -> list[tuple[str, str]]:
+    return [(f["event"], f.get("seed", "")) for _i, f in sync_redis.xrange(keys.events)]
+
+
+def test_resume_wakes_the_seeds_parked_tasks_only(redis_url: str, namespace: str,
+                                                  sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+    mine, other = [task("s1", i) for i in range(3)], task("s2", 9)
+    assert seed_control.hold(sync_redis, keys, "s1", "ops@host", "too fast")
+    assert not seed_control.hold(sync_redis, keys, "s1", "someone@else")  # the first stays
+
+    async def park(client: Any) -> None:
+        await TaskWriter(client, keys).add([*mine, other])
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        delayed = DelayedSet(client, keys)
+        for d in await consumer.read(10, 0):
+            assert d.task is not None
+            assert await delayed.defer(d.ref, d.task, seed_control.PARK_S, "",
+                                       DeferReason.PAUSED)
+
+    run(redis_url, park)
+    assert seed_control.release(sync_redis, keys, "s1", "ops@host") == 3
+    assert seed_control.release(sync_redis, keys, "s1", "ops@host") is None
+    now_ms = sync_redis.time()[0] * 1000
+    due = {json.loads(m.split("|", 1)[1])["seed_id"] + json.loads(m.split("|", 1)[1])["url"]:
+           s for m, s in sync_redis.zrange(keys.delayed, 0, -1, withscores=True)}
+    assert sum(1 for k, s in due.items() if k.startswith("s1") and s <= now_ms + 1000) == 3
+    assert all(reason_of(s) == "paused" for s in due.values())
+    assert next(s for k, s in due.items() if k.startswith("s2")) > now_ms + 3000_000
+    events = [f for _i, f in sync_redis.xrange(keys.events) if f["event"].startswith("seed ")]
+    assert [(e["event"], e["seed"], e["by"]) for e in events] == [
+        ("seed paused", "s1", "ops@host"), ("seed resumed", "s1", "ops@host")]
+    assert events[0]["reason"] == "too fast" and events[1]["woken"] == "3"
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_cancel_removes_and_counts_waiting_and_delayed_tasks_in_flight_ones_finish(
+        redis_url: str, namespace: str, sync_redis: redis.Redis, shards: int) -> None:
+    keys = KeyLayout(namespace, shards=shards)
+    mine, others = [task("s1", i) for i in range(20)], [task("s2", i) for i in range(5)]
+
+    async def start(client: Any) -> list[Any]:
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        await TaskWriter(client, keys).add(mine)
+        got = await consumer.read(6, 0)  # six of s1 read: two in flight, four parked
+        delayed = DelayedSet(client, keys)
+        for d in got[2:]:
+            assert d.task is not None
+            assert await delayed.defer(d.ref, d.task, 60, "", DeferReason.QUOTA)
+        await TaskWriter(client, keys).add(others)
+        return got[:2]
+
+    in_flight = run(redis_url, start)
+    removed = seed_control.cancel(sync_redis, keys, "s1", "ops@host")
+    assert removed == {"delayed": 4, "waiting": 14}
+    progress = read_progress_sync(sync_redis, keys, ["s1", "s2"])
+    p1 = progress["s1"]
+    assert p1 is not None and p1["state"] == "running"
+    assert (p1["cancelled"], p1["delayed"], p1["waiting"], p1["outstanding"]) == (18, 0, 2, 2)
+    assert progress["s2"] is not None and progress["s2"]["waiting"] == 5  # untouched
+    assert sum(sync_redis.xlen(s) for sh in keys.shard_keys for s in sh.streams) == 2 + 5
+    assert not any(sync_redis.zcard(d) for sh in keys.shard_keys for d in sh.delayeds)
+
+    async def finish(client: Any) -> int:  # the two in flight finish normally
+        consumer = StreamConsumer(client, keys, "w1")
+        return await consumer.complete((), [d.ref for d in in_flight], 60, [
+            Settle("s1", d.task.site_id, 1) for d in in_flight])
+
+    assert run(redis_url, finish) == 2
+    p1 = read_progress_sync(sync_redis, keys, ["s1"])["s1"]
+    assert p1 is not None and (p1["state"], p1["done"], p1["cancelled"]) == ("finished", 2, 18)
+    assert [e for e in told(sync_redis, keys) if e[1] == "s1"] == [
+        ("started", "s1"), ("seed cancelled", "s1"), ("finished", "s1")]
+    _code, out, _ = cli(redis_url, namespace, "task", mine[-1].url, "--site", mine[-1].site_id)
+    assert "cancelled" in out, out
+
+
+def test_a_task_read_after_the_cancel_is_settled_cancelled_once(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+
+    async def body(client: Any) -> tuple[int, int]:
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        await TaskWriter(client, keys).add([task("s1", i) for i in range(3)])
+        got = await consumer.read(3, 0)
+        seed_control.cancel(sync_redis, keys, "s1", "ops")  # read already: not removed
+        script = scripts.register(client, "seed_cancel")
+        args: list[Any] = ["pending", keys.group, "w1", keys.events, "1.0", 60]
+        for d in got:
+            args += [d.ref[1], "s1", d.task.site_id]
+        first, _ = await script(keys=[keys.stream], args=args)
+        again, _ = await script(keys=[keys.stream], args=args)  # (acked: not counted twice)
+        return int(first), int(again)
+
+    assert run(redis_url, body) == (3, 0)
+    p1 = read_progress_sync(sync_redis, keys, ["s1"])["s1"]
+    assert p1 is not None and (p1["state"], p1["cancelled"]) == ("finished", 3)
+    assert [e for e, s in told(sync_redis, keys)].count("finished") == 1
+
+
+def test_the_cli_pauses_resumes_cancels_and_lists(redis_url: str, namespace: str,
+                                                  sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+    code, out, err = cli(redis_url, namespace, "seeds", "pause", "s1", "--by", "ann",
+                         "--reason", "asked")
+    assert code == 0 and "seed s1 held fleet-wide" in out, err
+    assert sync_redis.hexists(seed_control.held_key(keys), "s1")
+    code, out, _ = cli(redis_url, namespace, "seeds", "controls", "--json")
+    listed = json.loads(out)
+    assert listed["s1"]["held"] and listed["s1"]["by"] == "ann"
+    assert listed["s1"]["reason"] == "asked"
+    code, out, _ = cli(redis_url, namespace, "seeds", "resume", "s1")
+    assert code == 0 and "seed s1 resumed: 0 parked" in out
+    code, out, _ = cli(redis_url, namespace, "seeds", "resume", "s1")
+    assert code != 0 and "was not held" in out
+    code, out, _ = cli(redis_url, namespace, "seeds", "cancel", "s1", "--json")
+    assert code == 0 and json.loads(out)["removed"] == {"delayed": 0, "waiting": 0}
+    code, out, _ = cli(redis_url, namespace, "seeds", "show", "s1", "--json")
+    assert json.loads(out)["control"]["cancelled"] is True
+    assert "@" in json.loads(out)["control"]["by"]  # (user@host when --by is not given)
+    code, _, err = cli(redis_url, namespace, "seeds", "pause", "bad seed")
+    assert code != 0 and "seed_id" in err
+    assert [(e, s) for e, s in told(sync_redis, keys)] == [
+        ("seed paused", "s1"), ("seed resumed", "s1"), ("seed cancelled", "s1")]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(st.text(max_size=300), st.sampled_from(
+    ["", " ", "a b", "a\nb", "x" * 201, "a\tb", "\x00", "s\u200b1"])))
+def test_a_malformed_seed_id_is_refused_naming_the_field(seed: str) -> None:
+    try:
+        ok = seed_control.checked(seed)
+    except ValueError as exc:
+        assert "seed_id" in str(exc)
+    else:
+        assert ok == seed and seed.strip() == seed and seed
