@@ -4,8 +4,11 @@ tests/test_seed_control_fleet.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +16,8 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from meteorseed_scrapy.api.background import ServerThread
+from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.consume import seed_control
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
@@ -25,6 +30,10 @@ from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client as run
+from tests.console_browser import logged_in_console
+from tests.test_api import TOKEN, Client, url_list
+
+URLS = ["https://news.example/1", "https://news.example/2"]
 
 
 def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str, str]:
@@ -178,3 +187,72 @@ def test_a_malformed_seed_id_is_refused_naming_the_field(seed: str) -> None:
         assert "seed_id" in str(exc)
     else:
         assert ok == seed and seed.strip() == seed and seed
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="/usr/bin/chromium is absent")
+def test_the_console_pauses_resumes_and_cancels_a_seed(redis_url: str, namespace: str,
+                                                      sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+
+    async def flow(base: str) -> list[str]:
+        from playwright.async_api import expect
+
+        errors: list[str] = []
+        async with logged_in_console(base, errors) as page:
+            page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+            cell = page.locator("[data-testid=seed-control-p1]")
+            await cell.locator("button", has_text="Pause").click()
+            await expect(page.locator("#flash")).to_contain_text("Seed p1 held fleet-wide")
+            await expect(cell).to_have_attribute("title", re.compile("^paused by api@"))
+            assert sync_redis.hexists(seed_control.held_key(keys), "p1")
+            await cell.locator("button", has_text="Resume").click()
+            await expect(page.locator("#flash")).to_contain_text("Seed p1 resumed")
+            await cell.locator("button", has_text="Cancel").click()
+            await expect(page.locator("#flash")).to_contain_text(
+                "Seed p1 cancelled: 2 waiting and 0 delayed task(s) removed")
+            await expect(cell).to_contain_text("cancelled")
+            await expect(cell).to_have_attribute("title", re.compile("^cancelled by api@"))
+            await expect(page.locator("[data-testid=cancelled-p1]")).to_have_text("2")
+            await expect(page.locator("[data-testid=progress-p1]")).to_have_text("finished")
+            await page.set_viewport_size({"width": 800, "height": 900})
+            assert await page.locator("#overview-progress").evaluate(  # (it fits at 800 px)
+                "box => box.scrollWidth <= box.clientWidth")
+        return errors
+
+    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+        dispatched = Client(srv.url).call("POST", "/dispatch", url_list("p1", URLS))
+        assert dispatched[0] == 202, dispatched
+        # (the page's first call has no token: its 401 is no error)
+        assert [e for e in asyncio.run(flow(srv.url)) if "401" not in e] == []
+    assert [e for e, s in told(sync_redis, keys) if e.startswith("seed ")] == [
+        "seed paused", "seed resumed", "seed cancelled"]
+
+
+def test_the_api_pauses_resumes_and_cancels_naming_bad_fields(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace)
+    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+        client = Client(srv.url)
+        status, _, body = client.call("POST", "/dispatch", url_list("p1", URLS))
+        assert status == 202, body
+        status, _, body = client.call("POST", "/seeds/p1/pause", {"reason": "asked"})
+        assert status == 200 and body == {"seed_id": "p1", "held": True, "already": False}
+        status, _, body = client.call("GET", "/seeds/p1")
+        assert body["control"]["held"] and body["control"]["reason"] == "asked"
+        status, _, body = client.call("POST", "/seeds/p1/pause", {"reason": 5, "color": 1})
+        assert status == 422 and {e["field"] for e in body["errors"]} == {"reason", "color"}
+        status, _, body = client.call("POST", "/seeds/p1/resume")
+        assert status == 200 and body["was_held"] is True
+        status, _, body = client.call("GET", "/seed-controls")
+        assert body["p1"]["state"] == "resumed" and body["p1"]["by"].startswith("api@")
+        status, _, body = client.call("POST", "/seeds/p1/cancel")
+        assert status == 200 and body["removed"] == {"waiting": 2, "delayed": 0}
+        status, _, body = client.call("GET", "/seeds/p1")
+        assert body["progress"]["cancelled"] == 2 and body["progress"]["state"] == "finished"
+        assert body["control"]["cancelled"] is True
+        for bad in ("bad%20seed", "x" * 300):
+            status, _, body = client.call("POST", f"/seeds/{bad}/cancel")
+            assert status == 422 and body["errors"][0]["field"] == "path.seed_id", body
+        status, _, body = client.call("POST", "/seeds/p1/pause", token=None)
+        assert status == 401
+    assert not sync_redis.exists(seed_control.held_key(keys))
