@@ -115,6 +115,18 @@ key                                 type    holds
                                             programs to read with their own consumer group
                                             (docs/events.md); the group ``notify`` is the
                                             webhook deliverer's
+``<ns>:events:{<ns>:events}:told:<seed_id>``
+                                    string  tagged layouts: ``started`` or ``finished``, what
+                                            was told last of the seed (``lua/tell_once.lua``;
+                                            in the events stream's slot); expires with the
+                                            seed's counters once finished
+``<ns>:seeds:held``                 hash    seed -> JSON (who, when, why): held seeds, read by
+                                            every worker every 0.25 s
+                                            (:mod:`~meteorseed_scrapy.queue.consume.seed_control`)
+``<ns>:seeds:cancelled``            zset    seed -> when its cancel's mark lapses (ms): a task
+                                            of it read before then is settled as cancelled
+``<ns>:seeds:controls``             hash    seed -> JSON: its last control (paused, resumed,
+                                            cancelled; who, when)
 ``<ns>:items``                      stream  the feed of committed items (``_id``, ``site_id``,
                                             ``seed_id``, ``task_id``, ``committed_at``, ``doc``),
                                             capped, when ``METEORSEED_ITEMS_FEED`` is on

@@ -6,8 +6,9 @@
   :data:`PARK_S`), as it parks a held site's.
   Nothing is lost: waiting tasks stay in their streams, in-flight requests finish, children
   carry their parent's ``seed_id`` and are held too.
-- **Resume.** The seed leaves the set and its parked tasks are made due now (two passes, as a
-  site's resume: a worker may park one a moment after the first).
+- **Resume.** The seed leaves the set and its parked tasks are made due now, and again 1 s and
+  3 s later (:data:`RESUME_PASSES_S`): a worker parks the seed's tasks until its next read of
+  the holds.
 - **Cancel.** The seed in ``<ns>:seeds:cancelled`` (a zset: seed -> when the mark lapses,
   :data:`CANCEL_RETENTION_S` on), then its tasks in the delayed sets and the entries of the
   streams no worker has read yet are removed, each counted ``cancelled`` in the seed's
@@ -52,6 +53,10 @@ POLL_S = 0.25
 CANCEL_RETENTION_S = 7 * 86400
 #: A held seed's tasks are parked this long (seconds; made due at once on resume).
 PARK_S = 3600.0
+#: A resume makes the seed's parked tasks due at once, and again after these pauses
+#: (seconds): a worker that read the holds just before the resume parks the tasks it holds
+#: until its next read (POLL_S), and its parking reaches Redis with its next writes.
+RESUME_PASSES_S = (0.0, 1.0, 2.0)
 #: Entries or members looked at per page, and settled per script call.
 PAGE = 500
 
@@ -81,7 +86,7 @@ def _record(client: Any, keys: KeyLayout, seed_id: str, what: str, by: str,
     record = {"state": what, "by": by, "at": time.time(),
               **{k: v for k, v in fields.items() if v not in (None, "")}}
     client.hset(records_key(keys), seed_id, json.dumps(record))
-    events.append(client, keys.events, f"seed {what}", seed=seed_id, by=by,
+    events.append(client, keys.events, events.CrawlEvent(f"seed {what}"), seed=seed_id, by=by,
                   **{k: v for k, v in fields.items() if v not in (None, "")})
     logger.info("Seed %s %s by %s%s", seed_id, what, by,
                 "".join(f"; {k} {v}" for k, v in fields.items() if v not in (None, "")))
@@ -122,7 +127,10 @@ def release(client: Any, keys: KeyLayout, seed_id: str, by: str) -> int | None:
     def parked_here(member: Any) -> bool:
         return _seed_of(_message(member)) == seed_id
 
-    woken = sum(make_due(client, keys, DeferReason.PAUSED, parked_here) for _ in range(2))
+    woken = 0
+    for wait in RESUME_PASSES_S:
+        time.sleep(wait)
+        woken += make_due(client, keys, DeferReason.PAUSED, parked_here)
     _record(client, keys, seed_id, "resumed", by, woken=woken)
     return woken
 

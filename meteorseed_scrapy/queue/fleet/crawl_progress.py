@@ -195,7 +195,7 @@ async def read_site_totals(redis: Any, keys: KeyLayout, site_id: str) -> dict[st
 def told_key(keys: KeyLayout, seed_id: str) -> str:
     """What was told last of the seed on a tagged layout (``lua/tell_once.lua``): in the events
     stream's slot (its name is the hash tag), under the namespace (``reset`` finds it)."""
-    return f"{keys.namespace}:{{{keys.events}}}:told:{seed_id}"
+    return f"{keys.events}:{{{keys.events}}}:told:{seed_id}"
 
 
 def _tell_call(keys: KeyLayout, event: str, told: Mapping[str, str | None], now: str,
