@@ -14,7 +14,8 @@
   streams no worker has read yet are removed, each counted ``cancelled`` in the seed's
   progress (``lua/seed_cancel.lua``) and recorded ``cancelled`` in the task history. A task a
   worker holds or reads later while the mark lasts is settled the same way without being
-  fetched; one in flight finishes. The seed is ``finished`` once nothing of it is left.
+  fetched; one in flight finishes. The seed is ``finished`` once nothing of it is left. A
+  resume lifts the mark (a scheduled seed's next run would be cancelled too while it lasts).
 
 Each action is recorded (``<ns>:seeds:controls``: who, when, what), appended to the
 namespace's event stream (``seed paused``, ``seed resumed``, ``seed cancelled``) and logged.
@@ -119,10 +120,12 @@ def _seed_of(message: str) -> str | None:
 
 
 def release(client: Any, keys: KeyLayout, seed_id: str, by: str) -> int | None:
-    """Resume a held seed: its parked tasks due now. How many were made due (None: it was not
-    held)."""
+    """Resume a held seed: its parked tasks due now. How many were made due (None: it was
+    neither held nor cancelled). A cancelled seed's mark is lifted: tasks of it enqueued from
+    now on (a scheduled seed's next run) are crawled."""
     seed_id = checked(seed_id)
-    if not client.hdel(held_key(keys), seed_id):
+    lifted = client.zrem(cancelled_key(keys), seed_id)
+    if not client.hdel(held_key(keys), seed_id) and not lifted:
         return None
     def parked_here(member: Any) -> bool:
         return _seed_of(_message(member)) == seed_id
