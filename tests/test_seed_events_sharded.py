@@ -11,6 +11,7 @@ from typing import Any
 import redis
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.consume.deadletters import iter_dead, requeue
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.crawl_progress import (
     Settle,
@@ -110,3 +111,22 @@ def test_a_seed_done_before_its_start_was_told_is_told_both_in_order(
     assert told(sync_redis, keys) == [("started", "s1"), ("finished", "s1")]
     progress = run_with_client(redis_url, lambda c: read_progress(c, keys, ["s1"]))["s1"]
     assert progress is not None and progress["state"] == "finished"
+
+
+def test_a_seed_run_again_by_a_requeued_dead_letter_is_told_started_and_finished(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    keys = KeyLayout(namespace, shards=SHARDS)
+
+    async def die(client: Any) -> None:
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        await TaskWriter(client, keys).add([task("s1", 0)])
+        [delivery] = await consumer.read(10, 0)
+        await consumer.dead_letter(delivery, "boom")
+
+    run_with_client(redis_url, die)
+    assert told(sync_redis, keys) == [("started", "s1"), ("finished", "s1")]
+    [letter] = list(iter_dead(sync_redis, keys))
+    assert requeue(sync_redis, keys, [letter]).requeued
+    assert run_with_client(redis_url, lambda c: work(c, keys, "w2")) == 1
+    assert told(sync_redis, keys) == [("started", "s1"), ("finished", "s1")] * 2

@@ -35,7 +35,7 @@ from meteorseed_scrapy.queue.plumbing.replies import text_of
 __all__ = ["COUNTERS", "Settle", "ack_args", "ack_calls", "enqueued_seeds", "events_key",
            "finish_if_done", "finish_if_done_sync", "merge", "owner_line", "read_progress",
            "read_progress_sync", "read_site_totals", "seed_keys", "settle_acks", "tell_started",
-           "told_key"]
+           "tell_started_sync", "told_key"]
 
 #: The counters of a seed (and a site), in the order they are shown.
 COUNTERS = ("enqueued", "done", "dead", "cancelled", "delayed", "waiting", "items", "anomalies",
@@ -256,6 +256,19 @@ def finish_if_done_sync(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
     _mark_finished(pipe, keys, told, now, retention)
     pipe.execute()
     return [text_of(s) for s in told]
+
+
+def tell_started_sync(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
+                      retention: int) -> list[str]:
+    """:func:`tell_started` on a blocking client (a requeue of dead letters by the CLI)."""
+    ids = sorted(set(seed_ids) - {""})
+    if not keys.tagged or not ids:
+        return []
+    told = [text_of(s) for s in scripts.register(redis, "tell_once")(
+        *_tell_call(keys, "started", dict.fromkeys(ids), f"{time.time():.3f}", retention))]
+    if told:
+        finish_if_done_sync(redis, keys, told, retention)
+    return told
 
 
 def enqueued_seeds(owners: Iterable[str], fresh: Iterable[bool],
