@@ -20,7 +20,7 @@ from typing import Any, cast
 import redis
 
 from meteorseed_scrapy.queue.enqueue.dedup import Fingerprinter, fingerprint_bytes
-from meteorseed_scrapy.queue.fleet.crawl_progress import tell_started_sync
+from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, tell_started_sync
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.settings import DEFAULTS
@@ -241,7 +241,8 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
                 except ValueError:  # the project's fingerprinter failed: keep dedup untouched
                     fp = ""
                 args += [letter.entry_id or letter.id, letter.fields["t"], fp]
-            done = dict(script(keys=script_keys, args=args))
+            done = dict(script(keys=[*script_keys, *filter(None, [events_key(keys)])],
+                               args=args))
             for letter, task in chunk:
                 new_id = done.get(letter.entry_id or letter.id)
                 if new_id is not None:
