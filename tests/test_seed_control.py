@@ -32,9 +32,11 @@ from meteorseed_scrapy.queue.fleet.crawl_progress import (
 from meteorseed_scrapy.queue.fleet.delayed import reason_of
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.queue.plumbing.connection import async_client, sync_client
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client as run
+from meteorseed_scrapy.testing.cluster import LocalCluster
 from tests.console_browser import logged_in_console
 from tests.test_api import TOKEN, Client, url_list
 
@@ -271,3 +273,32 @@ def test_the_api_pauses_resumes_and_cancels_naming_bad_fields(
         status, _, body = client.call("POST", "/seeds/p1/pause", token=None)
         assert status == 401
     assert not sync_redis.exists(seed_control.held_key(keys))
+
+
+def test_cancel_and_resume_on_a_cluster(cluster: LocalCluster, ns: str) -> None:
+    keys = KeyLayout(ns, shards=3, cluster=True)
+    client = sync_client(cluster.url, decode_responses=True)
+    try:
+        async def start(aclient: Any) -> None:
+            await StreamConsumer(aclient, keys, "w1").ensure_group()
+            await TaskWriter(aclient, keys).add([task("s1", i) for i in range(9)])
+
+        async def main() -> None:
+            aclient = async_client(cluster.url, decode_responses=True)
+            try:
+                await start(aclient)
+            finally:
+                await aclient.aclose()
+
+        asyncio.run(main())
+        assert seed_control.hold(client, keys, "s1", "ops")
+        assert seed_control.cancel(client, keys, "s1", "ops") == {"delayed": 0, "waiting": 9}
+        progress = read_progress_sync(client, keys, ["s1"])["s1"]
+        assert progress is not None and (progress["state"], progress["cancelled"]) == (
+            "finished", 9)
+        assert seed_control.release(client, keys, "s1", "ops") == 0  # the mark lifted
+        assert seed_control.controls(client, keys)["s1"]["cancelled"] is False
+        assert [f["event"] for _i, f in client.xrange(keys.events)] == [
+            "started", "seed paused", "finished", "seed cancelled", "seed resumed"]
+    finally:
+        client.close()

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import redis
 
@@ -21,10 +22,13 @@ from meteorseed_scrapy.queue.fleet.crawl_progress import (
     told_key,
 )
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client
+from meteorseed_scrapy.testing.cluster import LocalCluster
 
 SHARDS = 4
+T = TypeVar("T")
 
 
 def task(seed: str, n: int) -> ExecTask:
@@ -130,3 +134,30 @@ def test_a_seed_run_again_by_a_requeued_dead_letter_is_told_started_and_finished
     assert requeue(sync_redis, keys, [letter]).requeued
     assert run_with_client(redis_url, lambda c: work(c, keys, "w2")) == 1
     assert told(sync_redis, keys) == [("started", "s1"), ("finished", "s1")] * 2
+
+
+def test_on_a_cluster_each_seed_is_told_started_and_finished_once(
+        cluster: LocalCluster, ns: str) -> None:
+    keys = KeyLayout(ns, shards=3, cluster=True)
+    seeds = ["s1", "s2"]
+
+    async def body(client: Any) -> list[tuple[str, str]]:
+        await StreamConsumer(client, keys, "w0").ensure_group()
+        for seed in seeds:
+            await TaskWriter(client, keys).add([task(seed, i) for i in range(12)])
+        assert sum(await asyncio.gather(*(work(client, keys, f"w{i}") for i in range(4)))) == 24
+        return [(f["event"], f["seed"]) for _i, f in await client.xrange(keys.events)]
+
+    got = run_cluster(cluster.url, body)
+    assert Counter(got) == Counter({(e, s): 1 for s in seeds for e in ("started", "finished")})
+
+
+def run_cluster(url: str, body: Callable[[Any], Awaitable[T]]) -> T:
+    async def main() -> T:
+        client = async_client(url, decode_responses=True)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
