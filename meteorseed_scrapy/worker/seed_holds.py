@@ -86,7 +86,8 @@ class SeedHolds:
     def _sweep(self) -> None:
         """The tasks waiting here of a held or cancelled seed leave now."""
         stopped = self.held | self.cancelled
-        for site in self._buffer.sites():
+        sites = {e.task.site_id for e in self._buffer if e.task.seed_id in stopped}
+        for site in sites & set(self._buffer.sites()):
             entries = self._buffer.take_all(site)
             for entry in entries:
                 # (one taken over by another worker meanwhile is dropped, as a start would)
