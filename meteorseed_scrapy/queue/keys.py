@@ -86,8 +86,9 @@ key                                 type    holds
                                             throughput from it (Redis 6.2 has no entries-added)
 ``<ns>:crawl:<seed_id>``            hash    a seed's progress (``queue/fleet/crawl_progress.py``,
                                             ``lua/progress_lib.lua``): ``enqueued``, ``done``,
-                                            ``dead``, ``delayed``, ``outstanding`` (enqueued -
-                                            done - dead), ``items``, ``anomalies``, ``bytes``,
+                                            ``dead``, ``cancelled``, ``delayed``,
+                                            ``outstanding`` (enqueued - done - dead -
+                                            cancelled), ``items``, ``anomalies``, ``bytes``,
                                             ``started_at``, ``finished_at``, ``run``,
                                             ``last_<name>`` (the last run's counters);
                                             expires ``METEORSEED_SEED_PROGRESS_RETENTION``
