@@ -180,6 +180,8 @@ def test_a_requeued_dead_letter_is_enqueued_again_for_its_seed(
     assert progress is not None
     assert (progress["state"], progress["run"], progress["enqueued"]) == ("running", 2, 1)
     assert progress["previous"]["dead"] == 1
+    # The new run is told started (once; its end after it settles: test_seed_events_sharded)
+    assert [e["event"] for e in events(sync_redis, keys)] == ["started", "finished", "started"]
 
 
 NASTY_SEEDS = ["", " ", "a b", "x" * 201, "line\nbreak", "tab\tin", "\x00", "é" * 80,

@@ -14,6 +14,7 @@ from meteorseed_scrapy.api import (
     dispatch,
     history,
     monitor,
+    seed_control,
     seeds,
     site_control,
     tasks,
@@ -66,6 +67,7 @@ def create_app(config: ApiConfig) -> web.Application:
     r.add_get("/dead-letters/{letter_id}", dead.show_dead)
     r.add_post("/dead-letters/{letter_id}/requeue", dead.requeue_dead)
     site_control.add_routes(r)
+    seed_control.add_routes(r)
     console.add_routes(app)
     return app
 

@@ -304,6 +304,7 @@ def build_spec() -> dict[str, Any]:
                 {**_ok("Requeued", _obj(requeued=_ANY_OBJ)), **_problems(404, 409, 422),
                  **auth}, parameters=[_LETTER_PARAM])},
             **_control_paths(auth),
+            **_seed_control_paths(auth),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
@@ -334,4 +335,30 @@ def _control_paths(auth: dict[str, Any]) -> dict[str, Any]:
             {**_ok("Set", _ANY_OBJ), **bad}, parameters=site,
             requestBody={"required": True, "content": {"application/json": {"schema": _obj(
                 rate=_NUM, concurrency=_INT, reset={"type": "boolean"})}}})},
+    }
+
+
+def _seed_control_paths(auth: dict[str, Any]) -> dict[str, Any]:
+    """An operator's hand on a seed (api/seed_control.py)."""
+    seed = [{"name": "seed_id", "in": "path", "required": True, "schema": _STR}]
+    bad = {**_problems(422), **auth}
+    return {
+        "/seed-controls": {"get": _op("Held and cancelled seeds: who, when, why",
+                                      {**_ok("Per seed", _ANY_OBJ), **auth})},
+        "/seeds/{seed_id}/pause": {"post": _op(
+            "Hold the seed fleet-wide: none of its tasks fetched, nothing lost, until resumed",
+            {**_ok("Held", _obj(seed_id=_STR, held={"type": "boolean"},
+                                already={"type": "boolean"})), **bad}, parameters=seed,
+            requestBody={"required": False, "content": {"application/json": {
+                "schema": _obj(reason=_STR)}}})},
+        "/seeds/{seed_id}/resume": {"post": _op(
+            "Let a held seed go: its parked tasks due now",
+            {**_ok("Resumed", _obj(seed_id=_STR, was_held={"type": "boolean"}, woken=_INT)),
+             **bad}, parameters=seed)},
+        "/seeds/{seed_id}/cancel": {"post": _op(
+            "Cancel the seed: its waiting and delayed tasks removed and counted, in-flight "
+            "ones finish",
+            {**_ok("Cancelled", _obj(seed_id=_STR, cancelled={"type": "boolean"},
+                                     removed=_obj(waiting=_INT, delayed=_INT))), **bad},
+            parameters=seed)},
     }

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
+from meteorseed_scrapy.queue.consume.seed_control import control_of
 from meteorseed_scrapy.queue.fleet.crawl_progress import read_progress, seed_keys
 from meteorseed_scrapy.store.base import Store
 
@@ -81,12 +82,15 @@ async def get_seed(request: web.Request) -> web.Response:
     seed_id = request.match_info["seed_id"]
     record = await state.registry.get(seed_id)
     progress = (await read_progress(state.client, state.config.keys, [seed_id]))[seed_id]
+    # (held or cancelled: meteorseed_scrapy.queue.consume.seed_control)
+    control = await asyncio.to_thread(control_of, state.sync_client, state.config.keys, seed_id)
     if record is None:
-        if progress is None:
+        if progress is None and control is None:
             return problem(404, f"no seed {seed_id!r}")
         # Counted but no longer (or never) registered: its progress alone.
-        return web.json_response({"seed": {"seed_id": seed_id}, "progress": progress})
-    return web.json_response(_shown(state, record, progress))
+        return web.json_response({"seed": {"seed_id": seed_id}, "progress": progress,
+                                  "control": control})
+    return web.json_response({**_shown(state, record, progress), "control": control})
 
 
 async def delete_seed(request: web.Request) -> web.Response:

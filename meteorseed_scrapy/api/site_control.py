@@ -18,7 +18,7 @@ from meteorseed_scrapy.validators import ConfigError, to_integer, to_number
 LIMIT_FIELDS = frozenset({"rate", "concurrency", "reset"})
 
 
-def _who(request: web.Request) -> str:
+def who(request: web.Request) -> str:
     return f"api@{request.remote or 'unknown'}"
 
 
@@ -32,7 +32,7 @@ async def _ref(request: web.Request, state: ApiState) -> control.SiteRef:
         raise InvalidInput([FieldError("path.site_id", str(exc))]) from None
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+async def body_of(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     if not raw.strip():
         return {}
@@ -45,12 +45,12 @@ async def _body(request: web.Request) -> dict[str, Any]:
 async def pause(request: web.Request) -> web.Response:
     state = request.app[STATE]
     ref = await _ref(request, state)
-    body = await _body(request)
+    body = await body_of(request)
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 500:
         raise InvalidInput([FieldError("reason", "must be a string of at most 500 characters")])
     new = await asyncio.to_thread(control.hold, state.sync_client, state.config.keys, ref,
-                                  _who(request), reason)
+                                  who(request), reason)
     return web.json_response({"site_id": ref.site, "held": True, "already": not new})
 
 
@@ -58,7 +58,7 @@ async def resume(request: web.Request) -> web.Response:
     state = request.app[STATE]
     ref = await _ref(request, state)
     woken = await asyncio.to_thread(control.release, state.sync_client, state.config.keys, ref,
-                                    _who(request))
+                                    who(request))
     return web.json_response({"site_id": ref.site, "was_held": woken is not None,
                               "woken": woken or 0})
 
@@ -66,7 +66,7 @@ async def resume(request: web.Request) -> web.Response:
 async def limit(request: web.Request) -> web.Response:
     state = request.app[STATE]
     ref = await _ref(request, state)
-    body = await _body(request)
+    body = await body_of(request)
     errors = [FieldError(k, "unknown field") for k in sorted(set(body) - LIMIT_FIELDS)]
     if body.get("reset") is True:
         if set(body) != {"reset"}:
@@ -74,7 +74,7 @@ async def limit(request: web.Request) -> web.Response:
         if errors:
             raise InvalidInput(errors)
         gone = await asyncio.to_thread(control.unlimit, state.sync_client, state.config.keys,
-                                       ref, _who(request))
+                                       ref, who(request))
         return web.json_response({"site_id": ref.site, "reset": gone})
     rate = concurrency = None
     try:
@@ -94,7 +94,7 @@ async def limit(request: web.Request) -> web.Response:
     if errors:
         raise InvalidInput(errors)
     await asyncio.to_thread(control.limit, state.sync_client, state.config.keys, ref,
-                            _who(request), rate=rate, concurrency=concurrency)
+                            who(request), rate=rate, concurrency=concurrency)
     return web.json_response({"site_id": ref.site, "rate": rate, "concurrency": concurrency})
 
 

@@ -1,4 +1,5 @@
-"""``meteorseed seeds list | show ID | items ID``: a crawl as a whole, seed by seed.
+"""``meteorseed seeds list | show ID | items ID``: a crawl as a whole, seed by seed (``pause``,
+``resume``, ``cancel`` and ``controls``: :mod:`.seed_control`).
 
 ``list`` and ``show`` print each seed's progress
 (:mod:`meteorseed_scrapy.queue.fleet.crawl_progress`:
@@ -23,7 +24,9 @@ from meteorseed_scrapy.cli.common import (
     resolve_target,
     table,
 )
+from meteorseed_scrapy.cli.seed_control import register as register_control
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
+from meteorseed_scrapy.queue.consume.seed_control import control_of
 from meteorseed_scrapy.queue.fleet.crawl_progress import COUNTERS, read_progress_sync
 from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.seeding.records import SeedRecord
@@ -56,6 +59,7 @@ def register(sub: Any) -> None:
     p.add_argument("--store-uri", help="the store (default: METEORSEED_STORE_URI)")
     add_target_options(p)
     p.set_defaults(run=run_items)
+    register_control(actions)
 
 
 def _when(value: float | None) -> str:
@@ -126,11 +130,12 @@ def run_show(args: argparse.Namespace, ctx: Context) -> int:
     records = _records(args, ctx, seed_id)
     record = records[0] if records else None
     progress = read_progress_sync(ctx.client, ctx.keys, [seed_id])[seed_id]
-    if record is None and progress is None:
+    control = control_of(ctx.client, ctx.keys, seed_id)
+    if record is None and progress is None and control is None:
         raise CliError(f"no seed {seed_id!r} (not registered, nothing of it counted)",
                        EXIT_INCOMPLETE)
     if ctx.json:
-        ctx.emit_json(_json(seed_id, record, progress))
+        ctx.emit_json({**_json(seed_id, record, progress), "control": control})
         return EXIT_OK
     shown = row(seed_id, record, progress)
     for name in COLUMNS:
@@ -142,6 +147,10 @@ def run_show(args: argparse.Namespace, ctx: Context) -> int:
             last = progress["previous"]
             ctx.say(f"{'last run:':<11} " + ", ".join(
                 f"{name} {last.get(name, 0)}" for name in ("enqueued", "done", "dead", "items")))
+    if control is not None:
+        now = "cancelled" if control["cancelled"] else "paused" if control["held"] else "free"
+        ctx.say(f"{'control:':<11} {now}; last {control.get('state', '?')} by "
+                f"{control.get('by', '?')} at {_when(control.get('at'))}")
     return EXIT_OK
 
 

@@ -2,8 +2,8 @@
 -- settle tasks (enqueue, ack, dead, defer, promote), so counting costs no round trip of its
 -- own. See queue/crawl_progress.py (the reader) and queue/keys.py (the keys).
 --
--- '<prefix>:crawl:<seed_id>'    hash  enqueued, done, dead, delayed (now), outstanding
---                                     (enqueued - done - dead), items, anomalies, bytes,
+-- '<prefix>:crawl:<seed_id>'    hash  enqueued, done, dead, cancelled, delayed (now), outstanding
+--                                     (enqueued - done - dead - cancelled), items, anomalies, bytes,
 --                                     started_at, finished_at, run, last_<name> (the last
 --                                     run's final counters), expanding (present while the
 --                                     expansion engine has more of its URLs to enqueue: a
@@ -90,7 +90,7 @@ end
 
 -- What a new run keeps of the last one, each in a field 'last_<name>' (small fields keep the
 -- hash a compact listpack, where one JSON value of them would not).
-local PG_KEPT = {'enqueued', 'done', 'dead', 'items', 'anomalies', 'bytes', 'started_at',
+local PG_KEPT = {'enqueued', 'done', 'dead', 'cancelled', 'items', 'anomalies', 'bytes', 'started_at',
                  'finished_at'}
 
 local function pg_event(events, fields)
@@ -122,8 +122,9 @@ end
 -- Finish the seed of 'key' when nothing of it is left and no expansion holds it: 'finished_at',
 -- the expiry, the 'finished' event. Only where 'events' is given (one Redis, untagged).
 local function pg_finish(key, id, events, now, retention)
-  if not (events and events ~= '') or redis.call('HEXISTS', key, 'expanding') == 1 then
-    return
+  if not (events and events ~= '') or redis.call('HEXISTS', key, 'expanding') == 1
+      or redis.call('HEXISTS', key, 'finished_at') == 1 then
+    return  -- (finished already: a late settle of this run tells it once, not again)
   end
   redis.pcall('HSET', key, 'finished_at', now)
   if retention > 0 then redis.pcall('EXPIRE', key, retention) end

@@ -7,6 +7,9 @@
 -- KEYS[1]   the dead-letter stream
 -- KEYS[2..] four keys per task, in order: its task stream (its lane and band),
 --           <ns>:done:<task_id>, <ns>:failed:<task_id>, the site's dedup root <ns>:seen:{site}
+-- KEYS[last] (optional, after the tasks' keys) the crawl events stream: a seed run again by
+--           its requeue is told 'started' (progress_lib.lua; one Redis only: the caller passes
+--           none on a sharded layout and tells it itself)
 -- ARGV[1]   message version (the stream field "v")
 -- ARGV[2..] three values per task, in order: dead-letter id, task JSON, dedup fingerprint
 --           (32 hex digits; '' = leave dedup alone)
@@ -45,5 +48,7 @@ for i = 0, n - 1 do
   end
 end
 dd_flush()
-pg_flush(nil, string.format('%.3f', now), 0, true)
+local events = nil
+if #KEYS == 4 * n + 2 then events = KEYS[#KEYS] end
+pg_flush(events, string.format('%.3f', now), 0, true)
 return out

@@ -86,8 +86,9 @@ key                                 type    holds
                                             throughput from it (Redis 6.2 has no entries-added)
 ``<ns>:crawl:<seed_id>``            hash    a seed's progress (``queue/fleet/crawl_progress.py``,
                                             ``lua/progress_lib.lua``): ``enqueued``, ``done``,
-                                            ``dead``, ``delayed``, ``outstanding`` (enqueued -
-                                            done - dead), ``items``, ``anomalies``, ``bytes``,
+                                            ``dead``, ``cancelled``, ``delayed``,
+                                            ``outstanding`` (enqueued - done - dead -
+                                            cancelled), ``items``, ``anomalies``, ``bytes``,
                                             ``started_at``, ``finished_at``, ``run``,
                                             ``last_<name>`` (the last run's counters);
                                             expires ``METEORSEED_SEED_PROGRESS_RETENTION``
@@ -115,6 +116,18 @@ key                                 type    holds
                                             programs to read with their own consumer group
                                             (docs/events.md); the group ``notify`` is the
                                             webhook deliverer's
+``<ns>:events:{<ns>:events}:told:<seed_id>``
+                                    string  tagged layouts: ``started`` or ``finished``, what
+                                            was told last of the seed (``lua/tell_once.lua``;
+                                            in the events stream's slot); expires with the
+                                            seed's counters once finished
+``<ns>:seeds:held``                 hash    seed -> JSON (who, when, why): held seeds, read by
+                                            every worker every 0.25 s
+                                            (:mod:`~meteorseed_scrapy.queue.consume.seed_control`)
+``<ns>:seeds:cancelled``            zset    seed -> when its cancel's mark lapses (ms): a task
+                                            of it read before then is settled as cancelled
+``<ns>:seeds:controls``             hash    seed -> JSON: its last control (paused, resumed,
+                                            cancelled; who, when)
 ``<ns>:items``                      stream  the feed of committed items (``_id``, ``site_id``,
                                             ``seed_id``, ``task_id``, ``committed_at``, ``doc``),
                                             capped, when ``METEORSEED_ITEMS_FEED`` is on

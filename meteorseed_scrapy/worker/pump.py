@@ -47,6 +47,7 @@ from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
 from meteorseed_scrapy.worker.loops import Loops
 from meteorseed_scrapy.worker.redis_watch import RedisWatch
 from meteorseed_scrapy.worker.requests import task_to_request
+from meteorseed_scrapy.worker.seed_holds import SeedHolds
 from meteorseed_scrapy.worker.settling import Settling
 from meteorseed_scrapy.worker.shutdown import last_writes
 from meteorseed_scrapy.worker.start_pacing import StartPacing
@@ -110,6 +111,8 @@ class StreamPump:
                                         self._pacing, self._coming,
                                         lambda: self._intake.reads_started)
         self._blocked = False  # next_request() refused for max_settling: wake the engine later
+        self._seed_holds = SeedHolds(consumer, self._ledger, self._buffer, self._completions,
+                                     self._stats, on_gone=self._gone)
 
     # -- life --------------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +123,7 @@ class StreamPump:
         loops.start(self._intake.read_once, "read")
         loops.start(self._intake.maintain_once, "reclaim")
         loops.start(self._watch.step, "eviction watch")
+        loops.start(self._seed_holds.step, "seed holds")
         loops.start(self._completions.flush_once, "ack", self._completions.needed,
                     self._completions.pending)
         if self._dispatcher is not None:
@@ -199,6 +203,8 @@ class StreamPump:
                 return None
             if self._ledger.get(entry.task.task_id) is not entry:
                 continue  # taken over by another worker meanwhile
+            if self._seed_holds.stops(entry):
+                continue  # its seed is held or cancelled
             try:
                 request = task_to_request(entry.task, self._spider)
             except TaskError as exc:
@@ -297,6 +303,11 @@ class StreamPump:
 
     def read_done(self) -> None:
         self._pacing.progress.set()
+
+    def _gone(self, task_id: str) -> None:
+        """A task left without starting (parked, cancelled): room for another."""
+        self._pacing.started(task_id)
+        self._intake.room.set()
 
     def _full(self) -> bool:
         """This worker holds all the tasks it may (it reads no more until one ends)."""

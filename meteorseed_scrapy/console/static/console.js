@@ -81,8 +81,8 @@ function problemText(result) {
 // --- pages ---------------------------------------------------------------------------------
 
 async function showOverview() {
-  const [status, seeds, history] = await Promise.all([api("GET", "/status"),
-    api("GET", "/seeds?limit=20"), api("GET", "/history")]);
+  const [status, seeds, history, controls] = await Promise.all([api("GET", "/status"),
+    api("GET", "/seeds?limit=20"), api("GET", "/history"), api("GET", "/seed-controls")]);
   if (status.status !== 200) { flash(problemText(status)); return; }
   const s = status.data;
   const t = s.throughput || {};
@@ -149,8 +149,11 @@ async function showOverview() {
       fmt(r.progress[name])) });
   $("overview-progress").replaceChildren(table([
     { label: "Seed", render: (r) => r.seed.seed_id },
-    { label: "State", render: (r) => el("span", { "data-testid": `progress-${r.seed.seed_id}` },
-      badge(r.progress.state)) },
+    // (its pause, resume and cancel buttons under its state)
+    { label: "State", render: (r) => el("div", {},
+      el("span", { "data-testid": `progress-${r.seed.seed_id}` }, badge(r.progress.state)),
+      seedControlCell(r.seed.seed_id, r.progress,
+        (controls.status === 200 ? controls.data : {})[r.seed.seed_id] || {})) },
     ...["enqueued", "done", "dead", "waiting", "delayed", "items", "anomalies", "bytes"]
       .map(cell),
     { label: "Finished", render: (r) => (r.progress.finished_at
@@ -291,6 +294,46 @@ async function siteControl(site, action) {
       : `${site} resumed: ${result.data.woken} parked task(s) due now.`, true);
   } else flash(problemText(result));
   await guarded(showSites);
+}
+
+// Pause / resume / cancel a seed fleet-wide (POST /seeds/{id}/pause|resume|cancel).
+function seedControlCell(seed, progress, control) {
+  const testid = `seed-control-${seed}`;
+  const who = control.by ? `${control.state} by ${control.by} at ${when(control.at)}` : "";
+  // (how many of its tasks were cancelled: its progress' counter)
+  const count = el("span", { "data-testid": `cancelled-${seed}` }, fmt(progress.cancelled));
+  if (control.cancelled) {
+    return el("div", { "data-testid": testid, title: who }, "cancelled ", count);
+  }
+  const cancelled = progress.cancelled ? el("span", { class: "hint" }, " (", count, ")") : "";
+  const cancel = el("button", { type: "button", class: "secondary small",
+    onclick: () => seedControl(seed, "cancel") }, "Cancel");
+  if (control.held) {
+    return el("div", { "data-testid": testid, title: who }, "held ",
+      el("button", { type: "button", class: "small",
+        onclick: () => seedControl(seed, "resume") }, "Resume"), cancel, cancelled);
+  }
+  return el("div", { "data-testid": testid, title: who },
+    el("button", { type: "button", class: "secondary small",
+      onclick: () => seedControl(seed, "pause") }, "Pause"), cancel, cancelled);
+}
+
+async function seedControl(seed, action) {
+  if (action === "cancel" && !window.confirm(`Cancel seed ${seed}? Its waiting and delayed ` +
+      "tasks are removed.")) return;
+  const body = action === "pause" ? { reason: "from the console" } : undefined;
+  const result = await guarded(() => api("POST",
+    `/seeds/${encodeURIComponent(seed)}/${action}`, body));
+  if (!result) return;
+  if (result.status !== 200) flash(problemText(result));
+  else if (action === "pause") flash(`Seed ${seed} held fleet-wide.`, true);
+  else if (action === "resume") {
+    flash(`Seed ${seed} resumed: ${result.data.woken} parked task(s) due now.`, true);
+  } else {
+    flash(`Seed ${seed} cancelled: ${result.data.removed.waiting} waiting and ` +
+      `${result.data.removed.delayed} delayed task(s) removed.`, true);
+  }
+  await guarded(showOverview);
 }
 
 async function showDead() {

@@ -20,8 +20,10 @@ from typing import Any, cast
 import redis
 
 from meteorseed_scrapy.queue.enqueue.dedup import Fingerprinter, fingerprint_bytes
+from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, tell_started_sync
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 
@@ -239,7 +241,8 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
                 except ValueError:  # the project's fingerprinter failed: keep dedup untouched
                     fp = ""
                 args += [letter.entry_id or letter.id, letter.fields["t"], fp]
-            done = dict(script(keys=script_keys, args=args))
+            done = dict(script(keys=[*script_keys, *filter(None, [events_key(keys)])],
+                               args=args))
             for letter, task in chunk:
                 new_id = done.get(letter.entry_id or letter.id)
                 if new_id is not None:
@@ -247,6 +250,9 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
                                             "stream_id": new_id})
                 else:
                     result.missing.append(letter.id)
+    # (a sharded layout's scripts tell no event: a seed run again by its requeue starts here)
+    tell_started_sync(client, keys, {t.seed_id for _l, t in valid},
+                      DEFAULTS["METEORSEED_SEED_PROGRESS_RETENTION"])
     return result
 
 

@@ -31,7 +31,13 @@ from meteorseed_scrapy.queue.enqueue.enqueue_calls import (
     EnqueueCalls,
     script_args,
 )
-from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, finish_if_done, owner_line
+from meteorseed_scrapy.queue.fleet.crawl_progress import (
+    enqueued_seeds,
+    events_key,
+    finish_if_done,
+    owner_line,
+    tell_started,
+)
 from meteorseed_scrapy.queue.fleet.spiders import register_spiders
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
@@ -224,6 +230,9 @@ class TaskWriter:
         else:
             replies = await call_in_order(self._redis, sequence, script, calls)
         result = batch.result(replies)
+        if self._keys.tagged:  # (one Redis: enqueue.lua told it)
+            await tell_started(self._redis, self._keys, enqueued_seeds(
+                (e.owner for e in encoded), result.fresh, holds), self.progress_retention)
         logger.debug(
             "enqueued %d tasks, %d duplicates, into %s", result.enqueued, result.duplicates,
             ", ".join(batch.streams()),

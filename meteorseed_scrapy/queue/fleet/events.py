@@ -38,6 +38,9 @@ class CrawlEvent(str, enum.Enum):
     SITE_RESUMED = "site resumed"  # site, by, woken
     SITE_LIMITED = "site limited"  # site, by, rate, concurrency
     SITE_LIMITS_RESET = "site limits reset"  # site, by
+    SEED_PAUSED = "seed paused"  # seed, by, reason
+    SEED_RESUMED = "seed resumed"  # seed, by, woken
+    SEED_CANCELLED = "seed cancelled"  # seed, by, waiting, delayed (tasks removed)
     NOTIFY_DELIVERED = "notify delivered"  # seed, url, status, attempts
     NOTIFY_FAILED = "notify failed"  # seed, url, reason, attempts
 

@@ -1,0 +1,283 @@
+"""An operator's hand on a seed, fleet-wide: hold it (pause), let it go (resume), or cancel it.
+
+- **Hold.** The seed in ``<ns>:seeds:held`` (who, when, why): every worker reads that set at
+  least every :data:`POLL_S` (``worker/seed_holds.py``) and starts no task of the seed from
+  then on; it parks the seed's tasks it holds in the delayed set (reason ``paused``, due in
+  :data:`PARK_S`), as it parks a held site's.
+  Nothing is lost: waiting tasks stay in their streams, in-flight requests finish, children
+  carry their parent's ``seed_id`` and are held too.
+- **Resume.** The seed leaves the set and its parked tasks are made due now, and again 1 s and
+  3 s later (:data:`RESUME_PASSES_S`): a worker parks the seed's tasks until its next read of
+  the holds.
+- **Cancel.** The seed in ``<ns>:seeds:cancelled`` (a zset: seed -> when the mark lapses,
+  :data:`CANCEL_RETENTION_S` on), then its tasks in the delayed sets and the entries of the
+  streams no worker has read yet are removed, each counted ``cancelled`` in the seed's
+  progress (``lua/seed_cancel.lua``) and recorded ``cancelled`` in the task history. A task a
+  worker holds or reads later while the mark lasts is settled the same way without being
+  fetched; one in flight finishes. The seed is ``finished`` once nothing of it is left. A
+  resume lifts the mark (a scheduled seed's next run would be cancelled too while it lasts).
+
+Each action is recorded (``<ns>:seeds:controls``: who, when, what), appended to the
+namespace's event stream (``seed paused``, ``seed resumed``, ``seed cancelled``) and logged.
+The functions take a blocking client (the CLI's, the API's).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from meteorseed_scrapy.queue.consume.delayed_set import make_due
+from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory
+from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
+from meteorseed_scrapy.queue.fleet import events
+from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, finish_if_done_sync
+from meteorseed_scrapy.queue.fleet.spiders import with_registered_sync
+from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.queue.plumbing.replies import text_of
+from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.task.exceptions import DeferReason
+from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
+from meteorseed_scrapy.task.validation import TaskError, check_id
+
+logger = logging.getLogger(__name__)
+
+#: A worker reads the held and cancelled seeds this often (seconds): a hold takes effect on
+#: every worker within this (tasks started before it finish).
+POLL_S = 0.25
+#: How long a cancel's mark lasts (seconds): a task of the seed read later is settled as
+#: cancelled without a fetch (one that comes out of a stream after that is crawled).
+CANCEL_RETENTION_S = 7 * 86400
+#: A held seed's tasks are parked this long (seconds; made due at once on resume).
+PARK_S = 3600.0
+#: A resume makes the seed's parked tasks due at once, and again after these pauses
+#: (seconds): a worker that read the holds just before the resume parks the tasks it holds
+#: until its next read (POLL_S), and its parking reaches Redis with its next writes.
+RESUME_PASSES_S = (0.0, 1.0, 2.0)
+#: Entries or members looked at per page, and settled per script call.
+PAGE = 500
+
+
+def held_key(keys: KeyLayout) -> str:
+    return f"{keys.namespace}:seeds:held"
+
+
+def cancelled_key(keys: KeyLayout) -> str:
+    return f"{keys.namespace}:seeds:cancelled"
+
+
+def records_key(keys: KeyLayout) -> str:
+    return f"{keys.namespace}:seeds:controls"
+
+
+def checked(seed_id: str) -> str:
+    """``seed_id`` as an id, else a ValueError naming ``seed_id``."""
+    try:
+        return check_id("seed_id", seed_id)
+    except TaskError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _record(client: Any, keys: KeyLayout, seed_id: str, what: str, by: str,
+            **fields: Any) -> dict[str, Any]:
+    record = {"state": what, "by": by, "at": time.time(),
+              **{k: v for k, v in fields.items() if v not in (None, "")}}
+    client.hset(records_key(keys), seed_id, json.dumps(record))
+    events.append(client, keys.events, events.CrawlEvent(f"seed {what}"), seed=seed_id, by=by,
+                  **{k: v for k, v in fields.items() if v not in (None, "")})
+    logger.info("Seed %s %s by %s%s", seed_id, what, by,
+                "".join(f"; {k} {v}" for k, v in fields.items() if v not in (None, "")))
+    return record
+
+
+def hold(client: Any, keys: KeyLayout, seed_id: str, by: str, reason: str = "") -> bool:
+    """Hold the seed fleet-wide; False when it was held already (the first hold stays)."""
+    seed_id = checked(seed_id)
+    record = json.dumps({"by": by, "at": time.time(), "reason": reason})
+    if not client.hsetnx(held_key(keys), seed_id, record):
+        return False
+    _record(client, keys, seed_id, "paused", by, reason=reason)
+    return True
+
+
+def _message(member: Any) -> str:
+    """A delayed-set member's task JSON (after its route), or a stream message's ``t``."""
+    text = text_of(member, "backslashreplace")
+    return text if text.startswith("{") else text.partition("|")[2]
+
+
+def _seed_of(message: str) -> str | None:
+    try:
+        data = json.loads(message)
+    except (ValueError, RecursionError):
+        return None
+    seed = data.get("seed_id") if isinstance(data, dict) else None
+    return seed if isinstance(seed, str) else None
+
+
+def release(client: Any, keys: KeyLayout, seed_id: str, by: str) -> int | None:
+    """Resume a held seed: its parked tasks due now. How many were made due (None: it was
+    neither held nor cancelled). A cancelled seed's mark is lifted: tasks of it enqueued from
+    now on (a scheduled seed's next run) are crawled."""
+    seed_id = checked(seed_id)
+    lifted = client.zrem(cancelled_key(keys), seed_id)
+    if not client.hdel(held_key(keys), seed_id) and not lifted:
+        return None
+    def parked_here(member: Any) -> bool:
+        return _seed_of(_message(member)) == seed_id
+
+    woken = 0
+    for wait in RESUME_PASSES_S:
+        time.sleep(wait)
+        woken += make_due(client, keys, DeferReason.PAUSED, parked_here)
+    _record(client, keys, seed_id, "resumed", by, woken=woken)
+    return woken
+
+
+def _pages(found: Iterable[tuple[Any, str]], seed_id: str
+           ) -> Iterator[list[tuple[Any, ExecTask]]]:
+    """The (id or member, task) of ``seed_id`` among ``found`` ((id or member, task JSON)), in
+    pages (a message that is not a task is left alone)."""
+    page: list[tuple[Any, ExecTask]] = []
+    for ref, message in found:
+        if _seed_of(message) != seed_id:
+            continue
+        try:
+            page.append((ref, ExecTask.from_message({"v": MESSAGE_VERSION, "t": message})))
+        except TaskError:
+            continue
+        if len(page) >= PAGE:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+def _stream_entries(client: Any, stream: str) -> Iterator[tuple[Any, Any]]:
+    start = "-"
+    while True:
+        entries = client.xrange(stream, start, "+", count=PAGE)
+        for msg_id, fields in entries:
+            yield msg_id, _message(fields.get("t", fields.get(b"t", "")))
+        if len(entries) < PAGE:
+            return
+        start = "(" + text_of(entries[-1][0])
+
+
+class Canceller:
+    """One cancel's sweep: the seed's delayed tasks, then its unread stream entries."""
+
+    def __init__(self, client: Any, keys: KeyLayout, seed_id: str, progress_retention: int,
+                 history: TaskHistory | None) -> None:
+        self.client, self.seed_id = client, seed_id
+        self.keys = with_registered_sync(client, keys)  # every spider's task set too
+        self.retention = progress_retention
+        self.history = history if history is not None and history.active else None
+        self.script = scripts.register(client, "seed_cancel")
+        self.zeroed: set[str] = set()
+
+    def _settle(self, key: str, mode: str, page: list[tuple[Any, ExecTask]]) -> int:
+        args: list[Any] = [mode, GROUP, "", events_key(self.keys), f"{time.time():.3f}",
+                           self.retention]
+        for ref, task in page:
+            args += [ref, task.seed_id, task.site_id]
+        settled, zeroed = self.script(keys=[key], args=args)
+        self.zeroed.update(text_of(s) for s in zeroed)
+        if self.history is not None and int(settled):
+            self._remember([task for _ref, task in page])
+        return int(settled)
+
+    def _remember(self, tasks: list[ExecTask]) -> None:
+        assert self.history is not None
+        entries = []
+        for task in tasks:  # (a few of them may have been settled by a worker instead)
+            try:
+                fp = fingerprint_bytes(task)
+            except ValueError:
+                continue
+            entries.append(HistoryEntry.of(task, fp, "cancelled", "", reason="seed cancelled"))
+        for keys, args in self.history.calls(entries):
+            scripts.register(self.client, "history_add")(keys=keys, args=args)
+
+    def delayed(self) -> int:
+        n = 0
+        for key in (d for shard in self.keys.shard_keys for d in shard.delayeds):
+            members = [(m, _message(m)) for m, _score in self.client.zscan_iter(key, count=PAGE)]
+            for page in _pages(members, self.seed_id):
+                n += self._settle(key, "delayed", page)
+        return n
+
+    def unread(self) -> int:
+        n = 0
+        for stream in (s for shard in self.keys.shard_keys for s in shard.streams):
+            for page in _pages(_stream_entries(self.client, stream), self.seed_id):
+                n += self._settle(stream, "unread", page)
+        return n
+
+
+def cancel(client: Any, keys: KeyLayout, seed_id: str, by: str, *,
+           progress_retention: int = DEFAULTS["METEORSEED_SEED_PROGRESS_RETENTION"],
+           history: TaskHistory | None = None,
+           retention_s: float = CANCEL_RETENTION_S) -> dict[str, int]:
+    """Cancel the seed fleet-wide; what was removed (``delayed``, ``waiting``). ``history``:
+    where the removed tasks' ends are recorded (default: the default retention and bound)."""
+    seed_id = checked(seed_id)
+    if history is None:
+        history = TaskHistory(client, keys, DEFAULTS["METEORSEED_TASK_HISTORY_RETENTION"],
+                              DEFAULTS["METEORSEED_TASK_HISTORY_PER_SITE"])
+    seconds, micros = client.time()
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    lapsed = [text_of(s) for s in client.zrangebyscore(cancelled_key(keys), "-inf", now_ms)]
+    if lapsed:  # (their records go with their marks: the set stays bounded)
+        client.zrem(cancelled_key(keys), *lapsed)
+        client.hdel(records_key(keys), *lapsed)
+    client.zadd(cancelled_key(keys), {seed_id: now_ms + int(retention_s * 1000)})
+    client.hdel(held_key(keys), seed_id)  # (its parked tasks are removed below)
+    sweep = Canceller(client, keys, seed_id, progress_retention, history)
+    removed = {"delayed": sweep.delayed(), "waiting": sweep.unread()}
+    if sweep.zeroed and keys.tagged:
+        finish_if_done_sync(client, keys, sorted(sweep.zeroed), progress_retention)
+    _record(client, keys, seed_id, "cancelled", by, **removed)
+    return removed
+
+
+def control_of(client: Any, keys: KeyLayout, seed_id: str) -> dict[str, Any] | None:
+    """The seed's last control and whether it is held or cancelled now; None: never
+    controlled."""
+    held = client.hexists(held_key(keys), seed_id)
+    lapses = client.zscore(cancelled_key(keys), seed_id)
+    raw = client.hget(records_key(keys), seed_id)
+    if raw is None and not held and lapses is None:
+        return None
+    try:
+        record = json.loads(raw) if raw is not None else {}
+    except ValueError:
+        record = {"damaged": text_of(raw)[:200]}
+    return {**record, "held": bool(held),
+            "cancelled": lapses is not None and lapses > time.time() * 1000}
+
+
+def controls(client: Any, keys: KeyLayout) -> dict[str, dict[str, Any]]:
+    """Per seed: its last control (``state`` paused|resumed|cancelled, who, when) and
+    whether it is ``held`` or ``cancelled`` now."""
+    held = {text_of(s) for s in client.hkeys(held_key(keys))}
+    cancelled = {text_of(s) for s in client.zrangebyscore(cancelled_key(keys), "(" + str(
+        int(time.time() * 1000)), "+inf")}
+    out: dict[str, dict[str, Any]] = {}
+    for seed, raw in client.hgetall(records_key(keys)).items():
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = {"damaged": text_of(raw)[:200]}
+        out[text_of(seed)] = record
+    for seed in held | cancelled | set(out):
+        out.setdefault(seed, {}).update(held=seed in held, cancelled=seed in cancelled)
+    return out
+
+
+__all__ = ["CANCEL_RETENTION_S", "PARK_S", "POLL_S", "cancel", "cancelled_key", "checked",
+           "control_of", "controls", "held_key", "hold", "records_key", "release"]
