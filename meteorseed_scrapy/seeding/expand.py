@@ -96,13 +96,21 @@ class _Run:
         self.segments: list[tuple[SeedResult, int]] = []  # (seed, first index) in the batch
         self.in_flight: tuple[asyncio.Task[AddResult], _Segments] | None = None
         self.order: ScriptOrder | None = None  # of the batch in flight
+        self.encode: Callable[[ExecTask, str, str], Encoded] | None = None  # the seed's
         # Tasks that may still be sent before the backlog must be looked at again: workers
         # only ever shrink it, so after a look showing room for N, N more cannot pass the
         # limit. (One look per batch was a round trip with Redis idle, for every 500 URLs.)
         self.room = 0
 
     def as_template(self, template: ExecTask) -> bool:
-        return not self.writer.seed_encoder_reads_tasks(template, self.options.dedup)
+        """Whether a seed's template task may stand for each of its tasks (which share site,
+        lane, priority and meta): the seed's one encoder, made here, reads none."""
+        try:
+            encoder = self.writer.encoder(template, self.options.dedup)
+        except TaskError:  # (its tasks say why, URL by URL)
+            return False
+        self.encode = encoder.encode
+        return not encoder.reads_tasks
 
     async def seed(self, lineno: int, seed: SeedTask) -> None:
         """Expand one seed into the batches."""
@@ -112,11 +120,11 @@ class _Run:
         options, summary, on_error, batch = self.options, self.summary, self.on_error, self.batch
         rejects, batch_size, append = options.rejects, options.batch_size, batch.append
         stop = threading.Event()  # set when this seed ends: a sitemap fetch under way stops
-        # The tasks of one seed share its site, lane, priority and meta: one encoder each.
-        encode: Callable[[ExecTask, str, str], Encoded] | None = None
+        self.encode = None
         position = -1
         try:
             items = expand_checked(seed, self._sitemaps(stop), self.as_template)
+            encode = self.encode  # (from the template, else from the seed's first task)
             more: bool | SitemapError = True
             while more is True:
                 chunk, more = await self._pull(items)
@@ -133,7 +141,7 @@ class _Run:
                             continue
                     try:
                         if encode is None:
-                            encode = self.writer.seed_encoder(task, options.dedup)
+                            encode = self.writer.encoder(task, options.dedup).encode
                         append(encode(task, canonical, payload))
                     except TaskError as exc:  # (expand checked these; a guard, not a path)
                         self._reject(result, Rejection(lineno, str(exc), position))

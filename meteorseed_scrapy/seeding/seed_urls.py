@@ -20,7 +20,7 @@ from meteorseed_scrapy.task.seed_task import JSON_OPEN, ExecJson, SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
 #: canonical_url of the URLs just expanded: the check here and the fingerprint in
-#: TaskWriter.encode then canonicalise each URL once (w3lib is the costliest step per URL).
+#: TaskWriter.encoder then canonicalise each URL once (w3lib is the costliest step per URL).
 cached_canonical_url = functools.lru_cache(maxsize=4096)(canonical_url)
 
 #: Longest accepted URL, in UTF-8 bytes.
@@ -63,8 +63,8 @@ def expand_checked(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None
                    as_template: Callable[[ExecTask], bool] | None = None
                    ) -> Iterator[tuple[ExecTask, str, str, str] | UrlError]:
     """:func:`expand` as ``(task, canonical URL, message JSON, URL)``, with what the checks
-    computed (:meth:`TaskWriter.seed_encoder
-    <meteorseed_scrapy.queue.enqueue.writer.TaskWriter.seed_encoder>` takes them as they are).
+    computed (:meth:`TaskWriter.encoder
+    <meteorseed_scrapy.queue.enqueue.writer.TaskWriter.encoder>` takes them as they are).
 
     When ``as_template(template)`` is true for the seed's template task (a caller whose
     encoder reads only the seed-level fields of a task), URLs already in canonical form come
