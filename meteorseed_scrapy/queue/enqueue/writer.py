@@ -21,11 +21,11 @@ from meteorseed_scrapy.queue.enqueue.batch_pipeline import ScriptOrder, call_in_
 from meteorseed_scrapy.queue.enqueue.dedup import (
     RECRAWL_META_KEY,
     Fingerprinter,
+    check_server_config,
     fingerprint_bytes,
     recrawl_window,
     url_fingerprint,
 )
-from meteorseed_scrapy.queue.enqueue.dedup_server import check_server_config
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import (
     AddResult,
     Encoded,
