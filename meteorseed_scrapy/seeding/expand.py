@@ -98,8 +98,7 @@ class _Run:
         self.order: ScriptOrder | None = None  # of the batch in flight
         self.encode: Callable[[ExecTask, str, str], Encoded] | None = None  # the seed's
         # Tasks that may still be sent before the backlog must be looked at again: workers
-        # only ever shrink it, so after a look showing room for N, N more cannot pass the
-        # limit. (One look per batch was a round trip with Redis idle, for every 500 URLs.)
+        # only ever shrink it, so after a look showing room for N, N more cannot pass it.
         self.room = 0
 
     def as_template(self, template: ExecTask) -> bool:
@@ -259,9 +258,8 @@ class _Run:
         await self.watcher.before_send()
         for seed, _, _ in segments:
             seed.batches += 1
-        # Two batches going at once: this one is written to Redis behind the one before, on
-        # its connection, before that one's reply is in (ScriptOrder), so Redis goes from
-        # one to the next without waiting for a round trip and this one's packing.
+        # Two batches going at once: this one is written behind the one before, on its
+        # connection, before its reply is in (ScriptOrder): Redis never idles between them.
         self.order = order = ScriptOrder(self.order)
         # The seed still being expanded is held (not finished between two of its batches); one
         # held before and ending in this batch is let go.
@@ -271,8 +269,7 @@ class _Run:
                 holds[seed.seed.seed_id] = seed.held = seed is current
         task = asyncio.ensure_future(writer.enqueue(batch, order, holds=holds) if holds
                                      else writer.enqueue(batch, order))
-        # (a writer whose enqueue fails or returns before TaskWriter's: the next batch must
-        # not wait for this one for ever)
+        # (an enqueue that fails or returns early: the next batch must not wait for ever)
         task.add_done_callback(_finisher(order))
         sent: list[asyncio.Future[Any]] = [order.sent, task]
         await asyncio.wait(sent, return_when=asyncio.FIRST_COMPLETED)  # (it goes out now)

@@ -277,12 +277,9 @@ class TaskWriter:
 
     async def release(self, task: ExecTask) -> bool:
         """Forget ``task``'s URL, so a later seed may enqueue it again; True if it was there.
-
-        ``dead.lua`` does the same for a dead-lettered task, in the same step as the dead letter.
-        """
+        (``dead.lua`` does the same for a dead-lettered task, in the step of its dead letter.)"""
         removed = await self._scripts["dedup_release"](
-            keys=[self._keys.seen(task.site_id)], args=[self._now(), self.fingerprint(task)]
-        )
+            keys=[self._keys.seen(task.site_id)], args=[self._now(), self.fingerprint(task)])
         return int(removed) > 0
 
     async def backlog(self) -> int:
@@ -294,9 +291,8 @@ class TaskWriter:
         (:func:`~meteorseed_scrapy.queue.enqueue.backlog.stream_counts`)."""
         return await stream_counts(self._redis, self._keys)
 
-    async def wait_for_room(
-        self, max_backlog: int, on_wait: Callable[[int], None], poll: float = 1.0
-    ) -> int:
+    async def wait_for_room(self, max_backlog: int, on_wait: Callable[[int], None],
+                            poll: float = 1.0) -> int:
         """Return :meth:`backlog` once it is at most ``max_backlog``, waiting for workers until
         then (:func:`~meteorseed_scrapy.queue.enqueue.backlog.wait_for_room`). Backpressure only:
         nothing is ever trimmed to make room."""
