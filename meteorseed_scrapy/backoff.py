@@ -3,7 +3,7 @@ times a random factor drawn from ``jitter`` (so retries of many workers spread o
 
 Every wait that grows with failures uses it: Redis outages (``worker/loops.py``), a site's
 backoff after 429/403 (``politeness/policy.py``), a failing per-site call
-(``politeness/site_errors.py``), store retries (``store/group_commit.py``) and a failing seed's
+(``politeness/site_errors.py``), store retries (``store/outage.py``) and a failing seed's
 next run (``seeding/adapt.py``).
 """
 

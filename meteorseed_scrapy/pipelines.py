@@ -53,7 +53,7 @@ from meteorseed_scrapy.store.documents import item_document
 from meteorseed_scrapy.store.group_commit import (
     GroupCommitter,
 )
-from meteorseed_scrapy.store.outage_stop import OutageStop
+from meteorseed_scrapy.store.outage import OutageStop
 from meteorseed_scrapy.task.context import Output, Scrape, current_output, current_scrape
 from meteorseed_scrapy.task.local_crawl import command_of
 

@@ -1,4 +1,4 @@
-"""A worker's own new tasks on their way through the stream (worker/coming.py): what counts,
+"""A worker's own new tasks on their way through the stream (worker/waiting.py): what counts,
 and that nothing is kept once read back, a duplicate, or older than COMING_MAX_S."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.worker import coming as coming_module
-from meteorseed_scrapy.worker.coming import ComingTasks
+from meteorseed_scrapy.worker import waiting as coming_module
+from meteorseed_scrapy.worker.waiting import ComingTasks
 
 
 def task(n: int, priority: int = 0) -> ExecTask:

@@ -10,8 +10,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio as aioredis
 
-from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
-from meteorseed_scrapy.queue.enqueue.dedup_server import check_server_config
+from meteorseed_scrapy.queue.enqueue.dedup import check_server_config, fingerprint_bytes
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout

@@ -1,4 +1,4 @@
-"""A seed's ``notify`` webhook URL (task/notify_url.py): checked where a seed enters, a seed
+"""A seed's ``notify`` webhook URL (task/seed_task.py): checked where a seed enters, a seed
 line or ``POST /dispatch``, refused with the field named; stored with the seed."""
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.observability.notify import NotifyConfig
 from meteorseed_scrapy.seeding.records import seed_to_dict
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
-from meteorseed_scrapy.task.notify_url import NOTIFY_URL_MAX, check_notify_url
-from meteorseed_scrapy.task.seed_task import SeedTask
+from meteorseed_scrapy.task.seed_task import NOTIFY_URL_MAX, SeedTask, check_notify_url
 from meteorseed_scrapy.task.validation import TaskError
 from tests.test_api import TOKEN, Client, url_list
 

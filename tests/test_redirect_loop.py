@@ -19,7 +19,8 @@ from twisted.python.failure import Failure
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.worker.redirects import STAT, too_many_redirects
+from meteorseed_scrapy.worker.settling import REDIRECTS_STAT as STAT
+from meteorseed_scrapy.worker.settling import too_many_redirects
 from tests.e2e_helpers import add_tasks, start_worker
 
 

@@ -22,14 +22,13 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.expand import expand_lines
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions, ExpandSummary, Rejection
-from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
 from meteorseed_scrapy.seeding.seed_lines import (
     MAX_LINE_BYTES,
     SeedLineError,
     parse_seed_line,
     read_lines,
 )
-from meteorseed_scrapy.seeding.seed_urls import UrlError, expand
+from meteorseed_scrapy.seeding.seed_urls import MAX_URLS_PER_LINE, UrlError, expand
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from w3lib.url import canonicalize_url
 
 from meteorseed_scrapy.queue.enqueue.batch_pipeline import NotSent, ScriptOrder
-from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.enqueue.writer import TaskEncoder, TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.expand import expand_lines
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions, ExpandSummary
@@ -132,7 +132,7 @@ def check_same(fields: dict[str, Any], urls: list[Any]) -> int:
         else:
             assert task == expected
         # The dedup key and everything else the writer sends for it.
-        encode = general.seed_encoder(task)
+        encode = general.encoder(task).encode
         assert encode(task, canonical, payload) == general.encode(expected, True, canonical)
         assert encode(task, canonical, payload).fingerprint == general.fingerprint(expected)
     return fast_ones
@@ -194,8 +194,8 @@ def test_task_ids_are_fresh_version_4_uuids() -> None:
 class GeneralWriter(TaskWriter):
     """A writer whose encoder reads each task: the engine takes the general way."""
 
-    def seed_encoder_reads_tasks(self, task: ExecTask, dedup: bool = True) -> bool:
-        return True
+    def encoder(self, task: ExecTask, dedup: bool = True) -> TaskEncoder:
+        return TaskEncoder(lambda each, canonical, _: self.encode(each, dedup, canonical), True)
 
 
 def run(redis_url: str, namespace: str, lines: list[str], general: bool) -> list[str]:
@@ -251,7 +251,7 @@ def test_a_raw_newline_in_a_task_json_is_refused_before_sending() -> None:
     seed = make_seed([f"https://a.example/{i}" for i in range(3)], SEEDS[0])
     items = [item for item in expand_checked(seed, as_template=lambda template: True)
              if not isinstance(item, UrlError)]
-    encode = w.seed_encoder(items[0][0])
+    encode = w.encoder(items[0][0]).encode
     chunk = [encode(task, canonical, payload) for task, canonical, payload, _ in items]
     keys, args = w._script_args(chunk[0].stream, chunk)
     assert keys == ["t:tasks", "t:seen:{news}"]
@@ -322,7 +322,7 @@ def test_a_call_after_one_that_failed_sends_nothing(
     w = writer()
     seed = make_seed(["https://a.example/1"], SEEDS[0])
     [(task, canonical, payload, _)] = expand_checked(seed, as_template=lambda template: True)
-    item = w.seed_encoder(task)(task, canonical, payload)
+    item = w.encoder(task).encode(task, canonical, payload)
 
     async def main() -> None:
         client = aioredis.Redis.from_url(redis_url)
@@ -357,7 +357,7 @@ def test_repeats_left_out_of_a_call_get_the_answer_the_script_gives(
             seed = make_seed([f"https://a.example/{n}"], {**SEEDS[2], "site_id": site})
             [(task, canonical, payload, _)] = expand_checked(seed,
                                                              as_template=lambda template: True)
-            out.append(w.seed_encoder(task)(task, canonical, payload))
+            out.append(w.encoder(task).encode(task, canonical, payload))
         return out
 
     async def run(ns: str, leave_out: bool) -> tuple[Any, list[str]]:

@@ -277,7 +277,7 @@ def test_a_one_site_chunk_packs_as_the_general_path_would(
        method=st.sampled_from(["GET", "POST"]), body=st.sampled_from(["", "q=1"]),
        lane=st.sampled_from([None, "scheduled", "realtime"]), dedup=st.booleans(),
        priority=st.integers(-5, 5))
-def test_a_seed_encoder_encodes_as_encode_does(
+def test_a_seeds_encoder_encodes_each_task_as_encode_does(
     path: str, window: int | None, method: str, body: str, lane: str | None, dedup: bool,
     priority: int
 ) -> None:
@@ -286,7 +286,7 @@ def test_a_seed_encoder_encodes_as_encode_does(
     first, each = (task(f"https://example.com/{i}/{path}", meta=meta, method=method,
                         body=body, priority=priority) for i in range(2))
     canonical = canonical_url(each.url)
-    encoded = writer.seed_encoder(first, dedup)(each, canonical, each.to_message()["t"])
+    encoded = writer.encoder(first, dedup).encode(each, canonical, each.to_message()["t"])
     assert encoded == writer.encode(each, dedup, canonical)
 
 

@@ -40,7 +40,7 @@ from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.observability.webhook import literal_refusal
 from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PUBLIC_ONLY, literal_problem
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
-from meteorseed_scrapy.seeding.payload import check_payload
+from meteorseed_scrapy.seeding.seed_urls import check_payload
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 

@@ -20,8 +20,7 @@ from meteorseed_scrapy.api.dispatch import LANE
 from meteorseed_scrapy.queue.consume import deadletters
 from meteorseed_scrapy.queue.inspect.task_query import ENDS, ORDER
 from meteorseed_scrapy.task.lanes import LANES
-from meteorseed_scrapy.task.notify_url import NOTIFY_URL_MAX
-from meteorseed_scrapy.task.seed_task import TASK_TYPES, SeedTask
+from meteorseed_scrapy.task.seed_task import NOTIFY_URL_MAX, TASK_TYPES, SeedTask
 from meteorseed_scrapy.task.validation import ID_MAX, SPIDER_MAX
 
 _PROBLEM = {"$ref": "#/components/schemas/Problem"}

@@ -40,8 +40,8 @@ class Command(ScrapyCommand):
 
     def long_desc(self) -> str:
         from meteorseed_scrapy.exit_codes import EXIT_ERROR, EXIT_INCOMPLETE
-        from meteorseed_scrapy.seeding.payload import MAX_URLS_PER_LINE
         from meteorseed_scrapy.seeding.seed_lines import MAX_LINE_BYTES
+        from meteorseed_scrapy.seeding.seed_urls import MAX_URLS_PER_LINE
 
         return (
             "Read seeds, one JSON object per line, from FILE (or stdin for -), expand each into "

@@ -1,4 +1,5 @@
-"""Small validated value objects for per-site limits and the backoff policy."""
+"""Small validated value objects for per-site limits (and each site's, the settings' defaults
+overridden by its rule config: :class:`SiteLimitsLookup`) and the backoff policy."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
     from meteorseed_scrapy.settings import SettingsSource
+    from meteorseed_scrapy.sites.lookup import SiteConfigs
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,26 @@ class SiteLimits:
     def quota(self, site: str) -> str:
         """The name the fleet-wide bucket, leases and pauses of ``site`` live under."""
         return self.quota_key or site
+
+
+class SiteLimitsLookup:
+    """``lookup(site_id)``: the site's :class:`SiteLimits`, hot-reloaded with its rule config
+    (computed once per config object, then cached)."""
+
+    def __init__(self, defaults: SiteLimits, configs: SiteConfigs) -> None:
+        self.defaults = defaults
+        self.configs = configs
+        self._limits: dict[str, tuple[Any, SiteLimits]] = {}  # site -> (its config, limits)
+
+    def __call__(self, site_id: str) -> SiteLimits:
+        config = self.configs.get(site_id)
+        if config is None:
+            return self.defaults
+        cached = self._limits.get(site_id)
+        if cached is None or cached[0] is not config:
+            cached = self._limits[site_id] = (
+                config, self.defaults.overridden(config.limits, robots=config.robots))
+        return cached[1]
 
 
 @dataclass(frozen=True)

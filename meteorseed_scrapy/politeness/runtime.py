@@ -16,8 +16,7 @@ from weakref import WeakKeyDictionary
 
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate, lease_ttl
-from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.politeness.site_limits import SiteLimitsLookup
+from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits, SiteLimitsLookup
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.lanes import LaneWeights

@@ -96,13 +96,20 @@ class _Run:
         self.segments: list[tuple[SeedResult, int]] = []  # (seed, first index) in the batch
         self.in_flight: tuple[asyncio.Task[AddResult], _Segments] | None = None
         self.order: ScriptOrder | None = None  # of the batch in flight
+        self.encode: Callable[[ExecTask, str, str], Encoded] | None = None  # the seed's
         # Tasks that may still be sent before the backlog must be looked at again: workers
-        # only ever shrink it, so after a look showing room for N, N more cannot pass the
-        # limit. (One look per batch was a round trip with Redis idle, for every 500 URLs.)
+        # only ever shrink it, so after a look showing room for N, N more cannot pass it.
         self.room = 0
 
     def as_template(self, template: ExecTask) -> bool:
-        return not self.writer.seed_encoder_reads_tasks(template, self.options.dedup)
+        """Whether a seed's template task may stand for each of its tasks (which share site,
+        lane, priority and meta): the seed's one encoder, made here, reads none."""
+        try:
+            encoder = self.writer.encoder(template, self.options.dedup)
+        except TaskError:  # (its tasks say why, URL by URL)
+            return False
+        self.encode = encoder.encode
+        return not encoder.reads_tasks
 
     async def seed(self, lineno: int, seed: SeedTask) -> None:
         """Expand one seed into the batches."""
@@ -112,11 +119,11 @@ class _Run:
         options, summary, on_error, batch = self.options, self.summary, self.on_error, self.batch
         rejects, batch_size, append = options.rejects, options.batch_size, batch.append
         stop = threading.Event()  # set when this seed ends: a sitemap fetch under way stops
-        # The tasks of one seed share its site, lane, priority and meta: one encoder each.
-        encode: Callable[[ExecTask, str, str], Encoded] | None = None
+        self.encode = None
         position = -1
         try:
             items = expand_checked(seed, self._sitemaps(stop), self.as_template)
+            encode = self.encode  # (from the template, else from the seed's first task)
             more: bool | SitemapError = True
             while more is True:
                 chunk, more = await self._pull(items)
@@ -133,7 +140,7 @@ class _Run:
                             continue
                     try:
                         if encode is None:
-                            encode = self.writer.seed_encoder(task, options.dedup)
+                            encode = self.writer.encoder(task, options.dedup).encode
                         append(encode(task, canonical, payload))
                     except TaskError as exc:  # (expand checked these; a guard, not a path)
                         self._reject(result, Rejection(lineno, str(exc), position))
@@ -251,9 +258,8 @@ class _Run:
         await self.watcher.before_send()
         for seed, _, _ in segments:
             seed.batches += 1
-        # Two batches going at once: this one is written to Redis behind the one before, on
-        # its connection, before that one's reply is in (ScriptOrder), so Redis goes from
-        # one to the next without waiting for a round trip and this one's packing.
+        # Two batches going at once: this one is written behind the one before, on its
+        # connection, before its reply is in (ScriptOrder): Redis never idles between them.
         self.order = order = ScriptOrder(self.order)
         # The seed still being expanded is held (not finished between two of its batches); one
         # held before and ending in this batch is let go.
@@ -263,8 +269,7 @@ class _Run:
                 holds[seed.seed.seed_id] = seed.held = seed is current
         task = asyncio.ensure_future(writer.enqueue(batch, order, holds=holds) if holds
                                      else writer.enqueue(batch, order))
-        # (a writer whose enqueue fails or returns before TaskWriter's: the next batch must
-        # not wait for this one for ever)
+        # (an enqueue that fails or returns early: the next batch must not wait for ever)
         task.add_done_callback(_finisher(order))
         sent: list[asyncio.Future[Any]] = [order.sent, task]
         await asyncio.wait(sent, return_when=asyncio.FIRST_COMPLETED)  # (it goes out now)

@@ -25,7 +25,6 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor, RunState, plan_next
-from meteorseed_scrapy.seeding.payload import check_payload
 from meteorseed_scrapy.seeding.records import (
     SeedRecord,
     canonical_json,
@@ -33,6 +32,7 @@ from meteorseed_scrapy.seeding.records import (
     seed_to_dict,
 )
 from meteorseed_scrapy.seeding.schedule import schedule_of
+from meteorseed_scrapy.seeding.seed_urls import check_payload
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import IO
 
 from meteorseed_scrapy.seeding.expand_types import ExpandSummary, Rejection
-from meteorseed_scrapy.seeding.payload import check_payload
+from meteorseed_scrapy.seeding.seed_urls import check_payload
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 

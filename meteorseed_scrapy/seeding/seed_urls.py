@@ -1,4 +1,5 @@
-"""One seed to its exec tasks, one per URL, lazily; a bad URL is data (:class:`UrlError`)."""
+"""One seed to its exec tasks, one per URL, lazily; a bad URL is data (:class:`UrlError`). What
+a seed's payload must be, by its type, is checked first (:func:`check_payload`)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from meteorseed_scrapy.queue.enqueue.dedup import RECRAWL_META_KEY
+from meteorseed_scrapy.queue.enqueue.dedup import RECRAWL_META_KEY, check_recrawl_after
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
-from meteorseed_scrapy.seeding.payload import check_payload
-from meteorseed_scrapy.seeding.sitemap import SitemapError, expand_sitemap
-from meteorseed_scrapy.seeding.templates import expand_keywords, expand_template
+from meteorseed_scrapy.seeding.schedule import parse_schedule
+from meteorseed_scrapy.seeding.sitemap import SitemapError, check_sitemap_payload, expand_sitemap
+from meteorseed_scrapy.seeding.templates import (
+    expand_keywords,
+    expand_template,
+    plan_keywords,
+    plan_template,
+)
 from meteorseed_scrapy.task.canonical import AS_IS_MAX_LEN, AS_IS_URL, canonical_url
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.task.ids import task_ids
@@ -20,9 +26,11 @@ from meteorseed_scrapy.task.seed_task import JSON_OPEN, ExecJson, SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
 #: canonical_url of the URLs just expanded: the check here and the fingerprint in
-#: TaskWriter.encode then canonicalise each URL once (w3lib is the costliest step per URL).
+#: TaskWriter.encoder then canonicalise each URL once (w3lib is the costliest step per URL).
 cached_canonical_url = functools.lru_cache(maxsize=4096)(canonical_url)
 
+#: Most URLs accepted in one ``url_list`` seed line.
+MAX_URLS_PER_LINE = 10_000
 #: Longest accepted URL, in UTF-8 bytes.
 MAX_URL_BYTES = 2048
 _LONG_URL = MAX_URL_BYTES // 4  # (a str of at most this many characters is short enough)
@@ -41,6 +49,32 @@ class UrlError:
 
     position: int
     reason: str
+
+
+def check_payload(seed: SeedTask) -> None:
+    """Check the type-specific payload and the ``schedule`` of ``seed``; raises
+    :class:`TaskError`."""
+    parse_schedule(seed.schedule)
+    for where, holder in (("payload", seed.payload), ("meta", seed.meta)):
+        if RECRAWL_META_KEY in holder:
+            check_recrawl_after(holder[RECRAWL_META_KEY], f"{where}.{RECRAWL_META_KEY}")
+    if seed.task_type == "url_template":
+        plan_template(seed.payload)
+        return
+    if seed.task_type == "keywords":
+        plan_keywords(seed.payload)
+        return
+    if seed.task_type == "sitemap":
+        check_sitemap_payload(seed.payload)
+        return
+    urls = seed.payload.get("urls")
+    if not isinstance(urls, list):
+        raise TaskError("payload.urls", "must be a list of URLs")
+    if len(urls) > MAX_URLS_PER_LINE:
+        raise TaskError(
+            "payload.urls",
+            f"has {len(urls)} URLs, more than the limit of {MAX_URLS_PER_LINE} per line",
+        )
 
 
 def expand(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
@@ -63,8 +97,8 @@ def expand_checked(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None
                    as_template: Callable[[ExecTask], bool] | None = None
                    ) -> Iterator[tuple[ExecTask, str, str, str] | UrlError]:
     """:func:`expand` as ``(task, canonical URL, message JSON, URL)``, with what the checks
-    computed (:meth:`TaskWriter.seed_encoder
-    <meteorseed_scrapy.queue.enqueue.writer.TaskWriter.seed_encoder>` takes them as they are).
+    computed (:meth:`TaskWriter.encoder
+    <meteorseed_scrapy.queue.enqueue.writer.TaskWriter.encoder>` takes them as they are).
 
     When ``as_template(template)`` is true for the seed's template task (a caller whose
     encoder reads only the seed-level fields of a task), URLs already in canonical form come
@@ -174,4 +208,5 @@ def _expand_as_is(seed: SeedTask, urls: Iterable[Any], parts: ExecJson
         yield template, canonical, f"{JSON_OPEN}{task_id}{head}{url}{closing}", url
 
 
-__all__ = ["MAX_URL_BYTES", "UrlError", "cached_canonical_url", "expand", "expand_checked"]
+__all__ = ["MAX_URLS_PER_LINE", "MAX_URL_BYTES", "UrlError", "cached_canonical_url",
+           "check_payload", "expand", "expand_checked"]

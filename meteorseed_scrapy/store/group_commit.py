@@ -14,10 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.settings import StoreConfig
 from meteorseed_scrapy.store.backends import open_store
-from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable
+from meteorseed_scrapy.store.base import Store, StoreUnavailable
+from meteorseed_scrapy.store.outage import OutageRetries
 from meteorseed_scrapy.store.retention import bind
 
 if TYPE_CHECKING:
@@ -26,19 +26,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-BACKOFF_FIRST = 0.1
-BACKOFF_CAP = 5.0
 STATS_PREFIX = "meteorseed/store/"
-#: How often a slow write, or a wait before a retry, looks whether the crawl is stopping.
-STOP_POLL = 0.25
-
-
-def _never() -> bool:
-    return False
 
 
 @dataclass(eq=False)
-class _Batch:
+class Batch:
     docs: list[dict[str, Any]] = field(default_factory=list)
     #: One future per document, in order: its error, or None once committed. Each submitter
     #: awaits its own, so cancelling one never cancels its batch-mates' write (and needs no
@@ -63,20 +55,15 @@ class GroupCommitter:
         self.config = config
         self.stats = stats
         self._store_factory = store_factory
-        #: Told when an outage made items give up (past ``retry_max``, or the store lost):
-        #: the worker stops rather than fail task after task on a store that is not there.
-        self._on_outage = on_outage
-        self._gave_up = False  # during this outage (said once per outage)
-        #: Whether the crawl is being stopped (the outage handler knows its crawler): an
-        #: outage then fails what waits at once instead of retrying for ``retry_max``.
-        self._crawl_stopping: Callable[[], bool] = getattr(on_outage, "stopping", _never)
-        self._stopping = False
         self._store: Store | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._open_batch: _Batch | None = None
+        self._open_batch: Batch | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._sealed: deque[_Batch] = deque()
+        self._sealed: deque[Batch] = deque()
         self._committer: asyncio.Task[None] | None = None
+        #: ``on_outage``: told when an outage made items give up (:mod:`.outage`).
+        self._outage = OutageRetries(self._sealed, config.retry_max, on_outage, self._settle,
+                                     self._inc, logger)
 
     def open(self) -> None:
         self._ensure_open()
@@ -114,7 +101,7 @@ class GroupCommitter:
         batch = self._open_batch
         idle = self._committer is None or self._committer.done()
         if batch is None:
-            batch = self._open_batch = _Batch()
+            batch = self._open_batch = Batch()
             if idle and self.config.batch_wait > 0:
                 self._timer = loop.call_later(self.config.batch_wait, self._seal)
         waiter: asyncio.Future[BaseException | None] = loop.create_future()
@@ -139,7 +126,7 @@ class GroupCommitter:
             self._start_write(batch)
             self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
 
-    def _start_write(self, batch: _Batch) -> None:
+    def _start_write(self, batch: Batch) -> None:
         store, executor = self._ensure_open()
         batch.write = asyncio.get_running_loop().run_in_executor(
             executor, store.upsert_many, batch.docs)
@@ -172,13 +159,13 @@ class GroupCommitter:
                     if write is None:
                         write = loop.run_in_executor(self._ensure_open()[1], store.upsert_many,
                                                      batch.docs)
-                    await self._until_written(write, store)
+                    await self._outage.until_written(write, store)
                 except StoreUnavailable as exc:
                     attempt += 1
-                    if self._stopped(store):
-                        self._give_up_stopping(exc)
+                    if self._outage.stopped(store):
+                        self._outage.give_up_stopping(exc)
                         continue
-                    await self._after_outage(exc, attempt, loop.time())
+                    await self._outage.after_outage(exc, attempt, loop.time(), store)
                     continue
                 except Exception as exc:
                     self._sealed.popleft()
@@ -196,7 +183,7 @@ class GroupCommitter:
                 if attempt:
                     logger.info("Store is available again after %d retries", attempt)
                     attempt = 0
-                    self._gave_up = False
+                    self._outage.gave_up = False
                 # The next write first, then the waiters of this one: what they run when told
                 # (a task's settling, its ack) must not hold up the store thread.
                 self._start_next()
@@ -213,85 +200,7 @@ class GroupCommitter:
                     batch.write.add_done_callback(_quiet)
             self._settle(unsettled, StoreUnavailable("the store stage was stopped"))
 
-    async def _until_written(self, write: asyncio.Future[None], store: Store) -> None:
-        """``write``'s outcome; while it lasts, a stopping crawl tells the store not to wait
-        for a lock held elsewhere (the write then fails within moments)."""
-        while not write.done():
-            await asyncio.wait({write}, timeout=STOP_POLL)
-            self._stopped(store)
-        write.result()
-
-    def _stopped(self, store: Store) -> bool:
-        if not self._stopping and self._crawl_stopping():
-            self._stopping = True
-            store.stop_waiting()
-        return self._stopping
-
-    def _give_up_stopping(self, exc: StoreUnavailable) -> None:
-        """The crawl is stopping during an outage: what waits fails now, in one line."""
-        expired = list(self._sealed)
-        self._sealed.clear()
-        if not self._gave_up:
-            logger.warning(
-                "Store unavailable while this worker stops: %d items not written, not"
-                " retried (their tasks stay pending for the next worker): %s",
-                sum(len(batch.docs) for batch in expired), exc)
-        self._gave_up = True
-        self._settle(expired, exc)
-
-    async def _after_outage(self, exc: StoreUnavailable, attempt: int, now: float) -> None:
-        """Give up on batches past their deadline; back off before retrying the others.
-
-        Every waiting batch shares the outage: its retry window starts at the first failed
-        attempt it waited through, so a long queue does not wait ``retry_max`` per batch.
-        """
-        for batch in self._sealed:
-            if batch.deadline is None:
-                batch.deadline = now + self.config.retry_max
-        expired: list[_Batch] = []
-        lost = isinstance(exc, StoreLost)  # retrying cannot help: everything gives up now
-        while self._sealed and (lost or (self._sealed[0].deadline or now) <= now):
-            expired.append(self._sealed.popleft())  # deadlines grow along the queue
-        if expired:
-            # (Said once; by the handler told below, when there is one: the worker stops.)
-            quiet = self._gave_up or self._on_outage is not None
-            (logger.debug if quiet else logger.error)(
-                "Store %s, giving up on %d items (not acked: their tasks stay pending): %s",
-                "lost" if lost else f"unavailable for {self.config.retry_max:.1f} s",
-                sum(len(batch.docs) for batch in expired),
-                exc,
-            )
-            self._settle(expired, exc)
-            if self._on_outage is not None and not self._gave_up:
-                self._on_outage(exc)
-            self._gave_up = True
-        if not self._sealed:
-            return
-        delay = exponential(attempt - 1, BACKOFF_FIRST, BACKOFF_CAP, jitter=(0.5, 1.0))
-        # Never sleep past the next deadline: the last attempt happens right at it.
-        delay = max(0.0, min(delay, (self._sealed[0].deadline or now) - now))
-        # One line per outage; its retries are counted (meteorseed/store/retries).
-        if attempt == 1:
-            self._inc("outages")
-        (logger.warning if attempt == 1 else logger.debug)(
-            "Store unavailable (attempt %d, %d items waiting), retrying in %.2f s for up to"
-            " %.1f s: %s",
-            attempt,
-            sum(len(batch.docs) for batch in self._sealed),
-            delay,
-            self.config.retry_max,
-            exc,
-        )
-        self._inc("retries")
-        end = asyncio.get_running_loop().time() + delay
-        while not self._stopping:  # (a stop ends the wait: the next attempt fails fast)
-            left = end - asyncio.get_running_loop().time()
-            if left <= 0:
-                break
-            await asyncio.sleep(min(left, STOP_POLL))
-            self._stopped(self._ensure_open()[0])
-
-    async def _commit_one_by_one(self, store: Store, batch: _Batch) -> _Batch | None:
+    async def _commit_one_by_one(self, store: Store, batch: Batch) -> Batch | None:
         """Write ``batch`` a document at a time: a refused one fails alone. An outage is
         nobody's fault: the documents from there on are returned, as a batch to retry."""
         outcome: list[BaseException | None] = []
@@ -300,7 +209,7 @@ class GroupCommitter:
                 await self._in_thread(store.upsert_many, [doc])
             except StoreUnavailable:
                 done = len(outcome)
-                rest = _Batch(batch.docs[done:], batch.waiters[done:], batch.hooks[done:])
+                rest = Batch(batch.docs[done:], batch.waiters[done:], batch.hooks[done:])
                 batch.docs, batch.waiters, batch.hooks = (
                     batch.docs[:done], batch.waiters[:done], batch.hooks[:done])
                 self._resolve(batch, outcome)
@@ -316,14 +225,14 @@ class GroupCommitter:
         self._resolve(batch, outcome)
         return None
 
-    def _settle(self, batches: list[_Batch], error: BaseException | None) -> None:
+    def _settle(self, batches: list[Batch], error: BaseException | None) -> None:
         for batch in batches:
             self._resolve(batch, [error] * len(batch.docs))
             if error is not None:
                 self._inc("failed", len(batch.docs))
 
     @staticmethod
-    def _resolve(batch: _Batch, outcome: list[BaseException | None]) -> None:
+    def _resolve(batch: Batch, outcome: list[BaseException | None]) -> None:
         for doc, waiter, hook, error in zip(batch.docs, batch.waiters, batch.hooks, outcome,
                                             strict=True):
             if waiter.done():  # (a cancelled submitter: its item is not through)
@@ -345,4 +254,4 @@ def _quiet(write: asyncio.Future[None]) -> None:
         write.exception()
 
 
-__all__ = ["BACKOFF_CAP", "BACKOFF_FIRST", "STATS_PREFIX", "GroupCommitter"]
+__all__ = ["STATS_PREFIX", "Batch", "GroupCommitter"]

@@ -1,17 +1,27 @@
-"""The seed task: where data comes from and how often; ``seed-expand`` turns it into exec tasks."""
+"""The seed task: where data comes from and how often; ``seed-expand`` turns it into exec tasks.
+
+Its completion webhook, ``notify`` (docs/webhooks.md), is checked where a seed enters (a seed
+line, ``POST /dispatch``), with the field named (:func:`check_notify_url`): an http(s) URL with
+a host, at most :data:`NOTIFY_URL_MAX` characters, no whitespace or control character, and no
+user name or password (the URL is stored with the seed and shown by ``GET /seeds``: the
+receiver authenticates a call by its signature instead). Whether its host's addresses may be
+reached is decided when the call is made, resolved
+(:mod:`meteorseed_scrapy.observability.notify`).
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.ids import fast_task_id
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
-from meteorseed_scrapy.task.notify_url import check_notify_url
 from meteorseed_scrapy.task.validation import (
     TaskError,
     check_callback,
@@ -23,6 +33,9 @@ from meteorseed_scrapy.task.validation import (
     check_url,
 )
 
+NOTIFY_FIELD = "notify"
+NOTIFY_URL_MAX = 2048
+_BAD_CHARS = re.compile(r"[\x00-\x20\x7f-\x9f\s]")
 TASK_TYPES = frozenset({"url_list", "url_template", "sitemap", "keywords"})
 
 _json_str: Callable[[str], str] = json.encoder.encode_basestring
@@ -60,7 +73,7 @@ class SeedTask:
     meta: Mapping[str, Any] = field(default_factory=dict)
     lane: str = DEFAULT_LANE
     spider: str | None = None  # the spider whose workers take its tasks (None: any)
-    notify: str | None = None  # completion webhook URL (task/notify_url.py)
+    notify: str | None = None  # completion webhook URL (check_notify_url)
 
     def __post_init__(self) -> None:
         check_id("seed_id", self.seed_id)
@@ -176,4 +189,30 @@ class SeedTask:
         return task
 
 
-__all__ = ["JSON_OPEN", "TASK_TYPES", "ExecJson", "SeedTask"]
+def check_notify_url(value: Any, name: str = NOTIFY_FIELD) -> str | None:
+    """``value`` when it is an acceptable webhook URL (or None: no webhook), else raise
+    :class:`TaskError` naming ``name``."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TaskError(name, f"must be an http(s) URL or null, got {type(value).__name__}")
+    if len(value) > NOTIFY_URL_MAX:
+        raise TaskError(name, f"is {len(value)} characters long, more than the limit of "
+                              f"{NOTIFY_URL_MAX}")
+    if (bad := _BAD_CHARS.search(value)) is not None:
+        raise TaskError(name, f"holds a whitespace or control character ({bad.group()!r})")
+    check_url(value, name)
+    try:
+        parts = urlsplit(value)
+        host, _port = parts.hostname, parts.port  # (.port raises on a bad port)
+    except ValueError as exc:
+        raise TaskError(name, f"is not a valid URL ({exc})") from None
+    if not host:
+        raise TaskError(name, f"has no host: {value[:200]!r}")
+    if parts.username is not None or parts.password is not None:
+        raise TaskError(name, "must not hold a user name or password (it is stored with the "
+                              "seed and shown; receivers check the call's signature)")
+    return value
+
+
+__all__ = ["JSON_OPEN", "NOTIFY_URL_MAX", "TASK_TYPES", "ExecJson", "SeedTask", "check_notify_url"]

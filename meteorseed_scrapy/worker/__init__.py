@@ -3,9 +3,9 @@
 - :mod:`.crawl`: the assembly, in one place (the crawl's runtime to the pump)
 - :mod:`.pump`: a worker's tasks from delivery to ack, the one owner of their state
 - :mod:`.intake`, :mod:`.work_budget`, :mod:`.waiting`, :mod:`.dispatcher`: tasks read by free
-  capacity, held per site and served by priority, let go to the downloader by permit
-- :mod:`.start_pacing`, :mod:`.coming`: start requests paced as Scrapy paces them; this worker's
-  own new tasks on their way through the stream
+  capacity, held per site and served by priority (with this worker's own new tasks on their
+  way through the stream), handed out to the downloader by permit
+- :mod:`.start_pacing`: start requests paced as Scrapy paces them
 - :mod:`.requests`: ExecTask <-> ``scrapy.Request``, without pickle
 - :mod:`.scrapes`: which task Scrapy's scraper works for
 - :mod:`.yielded`, :mod:`.duplicates`, :mod:`.children`: requests a callback yields become

@@ -1,8 +1,11 @@
-"""Which waiting task may go to the downloader now: permits per site, parking of blocked sites.
+"""Which waiting task may go to the downloader now: the hand-out (:class:`Handout`: retries and
+redirects first, then the most urgent task waiting, each with a permit of its site), and the
+permits per site with the parking of blocked sites (:class:`Dispatcher`).
 
-Runs as one of the worker's background loops. Tasks of a site that may not be fetched for a
-while (paused after a 429, or far behind its quota) are parked in the delayed set rather than
-kept in memory, so they neither hold download capacity nor crowd out other sites' tasks.
+The dispatcher runs as one of the worker's background loops. Tasks of a site that may not be
+fetched for a while (paused after a 429, or far behind its quota) are parked in the delayed set
+rather than kept in memory, so they neither hold download capacity nor crowd out other sites'
+tasks.
 """
 
 from __future__ import annotations
@@ -14,13 +17,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerState
+from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
+from meteorseed_scrapy.task.context import LEASE_META_KEY
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.worker.ledger import Entry
 from meteorseed_scrapy.worker.waiting import WaitingTasks
+from meteorseed_scrapy.worker.work_budget import WorkBudget
 
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.statscollectors import StatsCollector
 
 PARK_AFTER_S = 2.0  # a site that must wait longer than this gives its waiting tasks back
@@ -98,3 +105,63 @@ class Dispatcher:
             self.stats.inc_value(f"meteorseed/quota/parked/{site}", len(parked))
         if degraded:
             self.stats.inc_value(f"meteorseed/breaker/{site}/degraded", degraded)
+
+
+class Handout:
+    """The requests handed to Scrapy: retries and redirects of started tasks first (``hops``),
+    then the most urgent task waiting (``start(site)`` starts the site's next one), each with a
+    permit of its site when politeness is on (``gate``: the :class:`Dispatcher` gets them)."""
+
+    def __init__(self, buffer: WaitingTasks, budget: WorkBudget,
+                 start: Callable[[str], Request | None], stats: StatsCollector, *,
+                 gate: SiteGate | None, limits_for: Callable[[str], SiteLimits],
+                 breaker: Breaker, on_change: Callable[[], None],
+                 park: Callable[[Entry, float, DeferReason], None]) -> None:
+        self.buffer, self.hops = buffer, SiteQueues()  # hops: retries/redirects, per site
+        self._budget, self._start = budget, start
+        self.desk = PermitDesk(gate, stats) if gate is not None else None
+        self.dispatcher = None if self.desk is None else Dispatcher(
+            self.desk, buffer, self.hops, limits_for, breaker, budget=self._permits,
+            on_change=on_change, park=park, stats=stats)
+
+    def next_request(self) -> Request | None:
+        """The request to download now, holding a permit of its site (None: nothing may go)."""
+        desk = self.desk
+        sites = list(desk.ready_sites()) if desk is not None else (
+            self.hops.sites() + self.buffer.sites())
+        # Retries and redirects of started tasks first, then the most urgent task waiting
+        # (Scrapy's scheduler too serves the highest priority first, whatever its site).
+        hops = [(site, self.hops.pop) for site in sites if self.hops.count(site)]
+        waiting = [(site, self._start) for site in sorted(sites, key=self.buffer.head)]
+        for site, take in [*hops, *waiting]:
+            request = take(site)
+            if request is None:
+                continue
+            if desk is not None:
+                request.meta[LEASE_META_KEY] = desk.take(site)
+            return request
+        return None
+
+    def hop(self, site: str, request: Request) -> None:
+        """A retry or redirect of a started task: it goes out again with a permit."""
+        self.download_done(request)
+        self.hops.append(site, request)
+        self.want_permits()
+
+    def download_done(self, request: Request) -> None:
+        """The download that carried ``request``'s permit is over: give the permit back."""
+        lease = request.meta.pop(LEASE_META_KEY, None)
+        if self.desk is not None and lease:
+            self.desk.done(lease)
+            self.want_permits()
+
+    def want_permits(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.wake.set()
+
+    def _permits(self) -> int:
+        held = sum(len(v) for v in self.desk.available.values()) if self.desk else 0
+        return self._budget.permits(held)
+
+
+__all__ = ["Dispatcher", "Handout"]

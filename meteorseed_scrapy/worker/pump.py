@@ -23,7 +23,6 @@ from twisted.python.failure import Failure
 
 from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.politeness.gate import SiteGate
-from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import SiteLimits
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
@@ -32,14 +31,13 @@ from meteorseed_scrapy.queue.consume.task_history import TaskHistory
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.scrapy_internals import downloads_in_progress
 from meteorseed_scrapy.settings import WorkerConfig
-from meteorseed_scrapy.task.context import LEASE_META_KEY, Scrape, task_of
+from meteorseed_scrapy.task.context import Scrape, task_of
 from meteorseed_scrapy.task.exceptions import TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
-from meteorseed_scrapy.worker.coming import ComingTasks
 from meteorseed_scrapy.worker.completions import Completions
-from meteorseed_scrapy.worker.dispatcher import Dispatcher
+from meteorseed_scrapy.worker.dispatcher import Handout
 from meteorseed_scrapy.worker.fate import WhatHappened
 from meteorseed_scrapy.worker.intake import READ_BLOCK_MS, Intake
 from meteorseed_scrapy.worker.keepalive import KeepAlive
@@ -51,7 +49,7 @@ from meteorseed_scrapy.worker.seed_holds import SeedHolds
 from meteorseed_scrapy.worker.settling import Settling
 from meteorseed_scrapy.worker.shutdown import last_writes
 from meteorseed_scrapy.worker.start_pacing import StartPacing
-from meteorseed_scrapy.worker.waiting import WaitingTasks
+from meteorseed_scrapy.worker.waiting import ComingTasks, WaitingTasks
 from meteorseed_scrapy.worker.work_budget import WorkBudget, WorkSizes
 from meteorseed_scrapy.worker.yielded import YieldedRequests
 
@@ -80,7 +78,6 @@ class StreamPump:
         self._budget = WorkBudget(self._ledger, sizes, partial(downloads_in_progress, crawler))
         # Entries read but not started, per site, by priority (realtime lane first).
         self._buffer = WaitingTasks(lambda e: consumer.lane_of(e.deliveries[0]) == "realtime")
-        self._hops = SiteQueues()  # retries/redirects of tasks we hold, per site
         self._completions = Completions(
             consumer, writer, delayed, config, self._stats,
             on_child_durable=lambda parent_id: self._settling.child_durable(parent_id),
@@ -90,15 +87,11 @@ class StreamPump:
         self._settling = Settling(self._ledger, self._completions, breaker, crawler, spider,
                                   on_settled=lambda: self._intake.room.set(),
                                   on_parked=lambda task_id: self._pacing.started(task_id))
-        self._desk: PermitDesk | None = None
-        self._dispatcher: Dispatcher | None = None
         self._breaker = breaker
-        if politeness:  # else: every task may go at once
-            self._desk = PermitDesk(gate, self._stats)
-            self._dispatcher = Dispatcher(
-                self._desk, self._buffer, self._hops, limits_for, breaker, budget=self._permits,
-                on_change=on_change, park=self._settling.park, stats=self._stats,
-            )
+        self._handout = Handout(  # (without politeness every task may go at once)
+            self._buffer, self._budget, self._start_next, self._stats,
+            gate=gate if politeness else None, limits_for=limits_for, breaker=breaker,
+            on_change=on_change, park=self._settling.park)
         self._loops = Loops(consumer, self._stats)
         self._watch = RedisWatch(crawler, consumer, self)
         self._loops.on_refused = self._watch.refused
@@ -126,8 +119,8 @@ class StreamPump:
         loops.start(self._seed_holds.step, "seed holds")
         loops.start(self._completions.flush_once, "ack", self._completions.needed,
                     self._completions.pending)
-        if self._dispatcher is not None:
-            quota = BreakerStates(self._dispatcher.step, self._breaker, self._signals)
+        if self._handout.dispatcher is not None:
+            quota = BreakerStates(self._handout.dispatcher.step, self._breaker, self._signals)
             loops.start(quota.step, "quota")
 
     async def stop(self, deadline_s: float = 15.0) -> None:
@@ -142,12 +135,13 @@ class StreamPump:
         await self._loops.cancel()
         # Before the hand-back: a touch after it would undo the idle time it sets.
         await asyncio.to_thread(self._keepalive.stop)
-        if self._desk is not None:
-            self._desk.give_back_all()
+        desk = self._handout.desk
+        if desk is not None:
+            desk.give_back_all()
         await last_writes(
             self._completions, self._consumer, self._config, self._loops.outage,
             unsettled=lambda: [d for e in self._ledger.entries() for d in e.deliveries],
-            flush_permits=self._desk.flush if self._desk is not None else None,
+            flush_permits=desk.flush if desk is not None else None,
             deadline_s=deadline_s)
         self._completions.record_ack_latency()
         self._yielded.dupes.close("finished")
@@ -157,7 +151,7 @@ class StreamPump:
         """Requests to hand out, or children on their way: not yet written to the stream, or
         written and not yet looked for by a read of this worker (Scrapy's scheduler has a
         request yielded by a callback at once: it must not look empty meanwhile)."""
-        return bool(self._hops or self._buffer or self._completions.outbox
+        return bool(self._handout.hops or self._buffer or self._completions.outbox
                     or self._intake.reads_done <= self._yielded.written_mark)
 
     def quiet_for(self) -> float | None:
@@ -173,25 +167,12 @@ class StreamPump:
         if not self._budget.may_dispatch():
             self._blocked = True
             return None
-        desk = self._desk
-        sites = list(desk.ready_sites()) if desk is not None else (
-            self._hops.sites() + self._buffer.sites())
-        # Retries and redirects of started tasks first, then the most urgent task waiting
-        # (Scrapy's scheduler too serves the highest priority first, whatever its site).
-        hops = [(site, self._hops.pop) for site in sites if self._hops.count(site)]
-        waiting = [(site, self._start_next) for site in sorted(sites, key=self._buffer.head)]
-        for site, take in [*hops, *waiting]:
-            request = take(site)
-            if request is None:
-                continue
-            if desk is not None:
-                request.meta[LEASE_META_KEY] = desk.take(site)
-            return request
-        return None
+        return self._handout.next_request()
 
     def ahead_of(self, priority: int) -> bool:
         """A task of higher priority than ``priority`` waits here, or is on its way here
-        (:mod:`.coming`): Scrapy's scheduler would serve it before a request of ``priority``."""
+        (:class:`~.waiting.ComingTasks`): Scrapy's scheduler would serve it before a request
+        of ``priority``."""
         best = max((-self._buffer.head(site)[1] for site in self._buffer.sites()), default=None)
         coming = self._coming.best()
         return any(p is not None and p > priority for p in (best, coming))
@@ -225,9 +206,7 @@ class StreamPump:
         task = task_of(request)
         if task is None or task.task_id not in self._ledger:
             return False
-        self._download_done(request)
-        self._hops.append(task.site_id, request)
-        self._want_permits()
+        self._handout.hop(task.site_id, request)
         return True
 
     def child(self, scrape: Scrape | None, request: Request) -> bool:
@@ -237,7 +216,7 @@ class StreamPump:
     def scrape_started(self, request: Request) -> Scrape | None:
         """``request``'s response (or failure) goes to the scraper: its permit comes back. The
         scrape of its task (to make current while it runs), or None when no task of ours."""
-        self._download_done(request)
+        self._handout.download_done(request)
         task = task_of(request)
         entry = self._ledger.get(task.task_id) if task is not None else None
         if entry is None:
@@ -286,7 +265,7 @@ class StreamPump:
         if entry is not None:  # (else a duplicate delivery, absorbed by the task's entry)
             self._buffer.append(entry.task.site_id, entry)  # (urgent: its lane says)
             self._coming.arrived(entry.task.task_id)
-            self._want_permits()
+            self._handout.want_permits()
             self._pacing.booked(entry.task.task_id)
 
     def held_refs(self) -> list[Ref]:
@@ -312,19 +291,3 @@ class StreamPump:
     def _full(self) -> bool:
         """This worker holds all the tasks it may (it reads no more until one ends)."""
         return self._budget.want() <= len(self._buffer)
-
-    # -- permits -----------------------------------------------------------------------------
-    def _download_done(self, request: Request) -> None:
-        """The download that carried ``request``'s permit is over: give the permit back."""
-        lease = request.meta.pop(LEASE_META_KEY, None)
-        if self._desk is not None and lease:
-            self._desk.done(lease)
-            self._want_permits()
-
-    def _want_permits(self) -> None:
-        if self._dispatcher is not None:
-            self._dispatcher.wake.set()
-
-    def _permits(self) -> int:
-        held = sum(len(v) for v in self._desk.available.values()) if self._desk else 0
-        return self._budget.permits(held)

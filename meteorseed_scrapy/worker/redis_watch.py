@@ -26,7 +26,7 @@ from redis.exceptions import RedisError, ResponseError
 from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.queue.fleet.snapshot import RedisMemory
 from meteorseed_scrapy.queue.plumbing.replies import text_of
-from meteorseed_scrapy.store.outage_stop import CrawlStop
+from meteorseed_scrapy.store.outage import CrawlStop
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

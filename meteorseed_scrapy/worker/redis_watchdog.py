@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.scrapy_redis_settings import redact
-from meteorseed_scrapy.store.outage_stop import CrawlStop
+from meteorseed_scrapy.store.outage import CrawlStop
 from meteorseed_scrapy.validators import format_duration
 
 if TYPE_CHECKING:

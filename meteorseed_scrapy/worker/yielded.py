@@ -23,12 +23,12 @@ from meteorseed_scrapy.settings import integer_setting
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
-from meteorseed_scrapy.worker.coming import ComingTasks
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.duplicates import Duplicates
 from meteorseed_scrapy.worker.ledger import TaskLedger
 from meteorseed_scrapy.worker.requests import request_to_task
 from meteorseed_scrapy.worker.start_pacing import StartPacing
+from meteorseed_scrapy.worker.waiting import ComingTasks
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

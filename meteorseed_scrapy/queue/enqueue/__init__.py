@@ -4,7 +4,7 @@
   and enqueue
 - :mod:`.enqueue_calls`: ``lua/enqueue.lua``'s calls packed and their replies read
 - :mod:`.batch_pipeline`: ordered pipelining of a caller's batches
-- :mod:`.dedup` / :mod:`.dedup_server`: what identifies a request, and the server setting the
+- :mod:`.dedup`: what identifies a request, its re-crawl window, and the server setting the
   dedup layer depends on
 - :mod:`.backlog`: how many tasks wait, and backpressure
 """

@@ -37,7 +37,7 @@ if MESSAGE_VERSION != _SCRIPT_MESSAGE_VERSION:  # pragma: no cover - guards a fu
 
 class Encoded(NamedTuple):
     """One task as ``enqueue.lua`` takes it (see
-    :meth:`~meteorseed_scrapy.queue.enqueue.writer.TaskWriter.encode`)."""
+    :meth:`~meteorseed_scrapy.queue.enqueue.writer.TaskWriter.encoder`)."""
 
     root: str | None  # the site's dedup root, None = no dedup
     fingerprint: bytes

@@ -13,18 +13,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, NamedTuple
 
 from meteorseed_scrapy.queue.enqueue.backlog import StreamCount, stream_counts, wait_for_room
 from meteorseed_scrapy.queue.enqueue.batch_pipeline import ScriptOrder, call_in_order
 from meteorseed_scrapy.queue.enqueue.dedup import (
     RECRAWL_META_KEY,
     Fingerprinter,
+    check_server_config,
     fingerprint_bytes,
     recrawl_window,
     url_fingerprint,
 )
-from meteorseed_scrapy.queue.enqueue.dedup_server import check_server_config
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import (
     AddResult,
     Encoded,
@@ -50,7 +51,7 @@ from meteorseed_scrapy.task.validation import TaskError
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-__all__ = ["FingerprintError", "TaskWriter"]
+__all__ = ["FingerprintError", "TaskEncoder", "TaskWriter"]
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +61,26 @@ class FingerprintError(TaskError):
     where Scrapy's scheduler would have raised."""
 
 
+class TaskEncoder(NamedTuple):
+    """:meth:`TaskWriter.encoder`'s answer. ``reads_tasks``: whether ``encode`` reads each task
+    it is given (True) or only the canonical URL and JSON (False: then a seed's template task
+    may stand for each, as ``seed-expand`` passes it, sparing an object per URL)."""
+
+    encode: Callable[[ExecTask, str, str], Encoded]
+    reads_tasks: bool
+
+
+class _Shared(NamedTuple):
+    """What the tasks of one encoder share (``root`` None: no dedup)."""
+
+    reads_tasks: bool
+    lane: str | None  # the writer's lane, replacing the tasks' own, or None
+    root: str | None
+    window: str
+    stream: str
+    owner: str
+
+
 class TaskWriter:
     """Adds exec tasks to their lanes' streams (deduplicated per site) and watches the backlog.
 
@@ -67,9 +88,8 @@ class TaskWriter:
     tests pass one. Every writer of a namespace must share one clock, which the server's is.
     ``lane`` puts every task this writer adds in that lane (``seed-expand --lane``); None
     keeps each task's own. ``fingerprinter``: the project's Scrapy request fingerprinter for the
-    dedup keys (:func:`~meteorseed_scrapy.queue.enqueue.dedup.project_fingerprinter`); None keeps
-    the
-    canonical-URL ones. Every writer of a namespace must use the same.
+    dedup keys (:func:`~meteorseed_scrapy.queue.enqueue.dedup.project_fingerprinter`); None
+    keeps the canonical-URL ones. Every writer of a namespace must use the same.
     """
 
     def __init__(self, redis: Redis, keys: KeyLayout,
@@ -104,24 +124,41 @@ class TaskWriter:
     def _now(self) -> str:
         return "" if self._clock is None else str(int(self._clock()))
 
-    def encode(self, task: ExecTask, dedup: bool = True, canonical: str | None = None) -> Encoded:
-        """Everything :meth:`add` sends for ``task``; raises :class:`TaskError` (too large, not
-        encodable, a URL that cannot be canonicalised, a bad ``meta.recrawl_after``)."""
-        if self._lane is not None and task.lane != self._lane:
-            task = replace(task, lane=self._lane)
-        route = self._routes.get((task.site_id, task.lane, task.priority, task.spider))
-        if route is None:
-            route = self._route(task)
-        root, stream = route
-        try:
-            payload = task.to_message()["t"]
-        except TaskError:
-            raise
-        except ValueError as exc:  # e.g. a lone surrogate that UTF-8 cannot encode
-            raise TaskError("task", f"cannot be encoded as UTF-8 JSON ({exc})") from None
+    def encoder(self, task: ExecTask, dedup: bool = True) -> TaskEncoder:
+        """The one task encoder: ``encode(each, canonical, payload)`` for ``task`` and every
+        task sharing its site, lane, priority, spider, meta, method and body (one seed's
+        tasks), what they share worked out once, here; ``canonical`` and ``payload`` are
+        ``each``'s canonical URL and ``to_message()`` JSON, as the expansion checked them.
+        Raises :class:`TaskError` (a bad ``meta.recrawl_after``), and ``encode`` too (too
+        large, not encodable, a URL that cannot be canonicalised)."""
+        shared = self._shared(task, dedup)
+        if shared.reads_tasks:
+            return TaskEncoder(partial(self._encode, shared), True)
+        root, window, stream, owner = shared.root, shared.window, shared.stream, shared.owner
+        new = tuple.__new__
+
+        def encode_seed_url(each: ExecTask, canonical: str, payload: str) -> Encoded:
+            # (_encode inlined for the common case: a GET without body, deduplicated by the
+            # canonical URL; ``each`` is not read)
+            return new(Encoded, (root, url_fingerprint(canonical), window, payload, stream,
+                                 owner))
+
+        return TaskEncoder(encode_seed_url, False)
+
+    def encode(self, task: ExecTask, dedup: bool = True, canonical: str | None = None
+               ) -> Encoded:
+        """Everything :meth:`add` sends for ``task``: its :meth:`encoder` applied to it."""
+        return self._encode(self._shared(task, dedup), task, canonical)
+
+    def _shared(self, task: ExecTask, dedup: bool) -> _Shared:
+        lane = self._lane if self._lane is not None and task.lane != self._lane else None
+        if lane is not None:
+            task = replace(task, lane=lane)
+        root, stream = (self._routes.get((task.site_id, task.lane, task.priority, task.spider))
+                        or self._route(task))
         owner = owner_line(task.seed_id, task.site_id)
         if not dedup:
-            return Encoded(None, b"", "", payload, stream, owner)
+            return _Shared(True, lane, None, "", stream, owner)
         value = task.meta.get(RECRAWL_META_KEY)
         if type(value) is int and value == self._last_window[0]:  # (bool is not int here)
             window = self._last_window[1]  # the same window as the task before: checked then
@@ -129,46 +166,34 @@ class TaskWriter:
             window = recrawl_window(task)
             if type(value) is int:
                 self._last_window = (value, window)
+        reads = (self.fingerprinter is not None or task.method != "GET" or bool(task.body)
+                 or lane is not None)
+        return _Shared(reads, lane, root, window, stream, owner)
+
+    def _encode(self, shared: _Shared, each: ExecTask, canonical: str | None = None,
+                payload: str | None = None) -> Encoded:
+        if shared.lane is not None:
+            each, payload = replace(each, lane=shared.lane), None
+        if payload is None:
+            try:
+                payload = each.to_message()["t"]
+            except TaskError:
+                raise
+            except ValueError as exc:  # e.g. a lone surrogate that UTF-8 cannot encode
+                raise TaskError("task", f"cannot be encoded as UTF-8 JSON ({exc})") from None
+        if shared.root is None:
+            return Encoded(None, b"", "", payload, shared.stream, shared.owner)
         try:
-            if (canonical is not None and self.fingerprinter is None and task.method == "GET"
-                    and not task.body):
+            if (canonical is not None and self.fingerprinter is None and each.method == "GET"
+                    and not each.body):
                 fp = url_fingerprint(canonical)  # (the common case, without the checks)
             else:
-                fp = fingerprint_bytes(task, canonical, self.fingerprinter)
+                fp = fingerprint_bytes(each, canonical, self.fingerprinter)
         except ValueError as exc:
             if self.fingerprinter is not None:
                 raise FingerprintError("url", f"cannot be fingerprinted: {exc}") from None
             raise TaskError("url", f"cannot be canonicalised: {exc}") from None
-        return Encoded(root, fp, window, payload, stream, owner)
-
-    def seed_encoder(self, task: ExecTask, dedup: bool = True
-                     ) -> Callable[[ExecTask, str, str], Encoded]:
-        """:meth:`encode` for the tasks of one seed, which share ``task``'s site, lane,
-        priority, meta, method and body: ``(task, canonical URL, message JSON) -> Encoded``,
-        with the JSON of ``task.to_message()`` (the expansion checked it). What is the same
-        for every task is worked out once, here. Raises :class:`TaskError` as :meth:`encode`.
-        """
-        if self.seed_encoder_reads_tasks(task, dedup):
-            return lambda each, canonical, _: self.encode(each, dedup, canonical)
-        root, stream = self._routes.get((task.site_id, task.lane, task.priority, task.spider)
-                                        ) or self._route(task)
-        window = recrawl_window(task)
-        owner = owner_line(task.seed_id, task.site_id)
-        new = tuple.__new__
-
-        def encode_one(each: ExecTask, canonical: str, payload: str) -> Encoded:
-            return new(Encoded, (root, url_fingerprint(canonical), window, payload, stream,
-                                 owner))
-
-        return encode_one
-
-    def seed_encoder_reads_tasks(self, task: ExecTask, dedup: bool = True) -> bool:
-        """Whether :meth:`seed_encoder`'s callable for ``task``'s seed reads each task it is
-        given (True) or only the canonical URL and JSON (False): then the seed's template task
-        may stand for each, as ``seed-expand`` passes it, sparing an object per URL. (An
-        override of :meth:`seed_encoder` may read only seed-level fields of ``each``.)"""
-        return (not dedup or self.fingerprinter is not None or task.method != "GET"
-                or bool(task.body) or (self._lane is not None and task.lane != self._lane))
+        return Encoded(shared.root, fp, shared.window, payload, shared.stream, shared.owner)
 
     def _route(self, task: ExecTask) -> tuple[str, str]:
         if len(self._routes) >= 4096:  # (a worker may see many sites: bounded)
@@ -190,15 +215,13 @@ class TaskWriter:
 
     async def enqueue(self, encoded: Sequence[Encoded], order: ScriptOrder | None = None,
                       holds: Mapping[str, bool] | None = None) -> AddResult:
-        """Enqueue tasks already encoded (by :meth:`encode` or a :meth:`seed_encoder`), in
-        script calls of :data:`~meteorseed_scrapy.queue.enqueue.enqueue_calls.CHUNK_SIZE` per
-        stream,
-        all sent in one round trip (concurrently on a cluster). With ``order``, written behind
-        the call before it in a caller's sequence (see
-        :class:`~meteorseed_scrapy.queue.enqueue.batch_pipeline.ScriptOrder`), which is finished
-        when
-        this returns or raises. ``holds``: seed_id -> whether the expansion has more of that
-        seed's URLs after these (a held seed is not finished:
+        """Enqueue tasks already encoded (by :meth:`encoder`), in script calls of
+        :data:`~meteorseed_scrapy.queue.enqueue.enqueue_calls.CHUNK_SIZE` per stream, all sent
+        in one round trip (concurrently on a cluster). With ``order``, written behind the call
+        before it in a caller's sequence (see
+        :class:`~meteorseed_scrapy.queue.enqueue.batch_pipeline.ScriptOrder`), which is
+        finished when this returns or raises. ``holds``: seed_id -> whether the expansion has
+        more of that seed's URLs after these (a held seed is not finished:
         :mod:`~meteorseed_scrapy.queue.fleet.crawl_progress`)."""
         try:
             return await self._enqueue(encoded, order, holds)
@@ -263,12 +286,9 @@ class TaskWriter:
 
     async def release(self, task: ExecTask) -> bool:
         """Forget ``task``'s URL, so a later seed may enqueue it again; True if it was there.
-
-        ``dead.lua`` does the same for a dead-lettered task, in the same step as the dead letter.
-        """
+        (``dead.lua`` does the same for a dead-lettered task, in the step of its dead letter.)"""
         removed = await self._scripts["dedup_release"](
-            keys=[self._keys.seen(task.site_id)], args=[self._now(), self.fingerprint(task)]
-        )
+            keys=[self._keys.seen(task.site_id)], args=[self._now(), self.fingerprint(task)])
         return int(removed) > 0
 
     async def backlog(self) -> int:
@@ -280,9 +300,8 @@ class TaskWriter:
         (:func:`~meteorseed_scrapy.queue.enqueue.backlog.stream_counts`)."""
         return await stream_counts(self._redis, self._keys)
 
-    async def wait_for_room(
-        self, max_backlog: int, on_wait: Callable[[int], None], poll: float = 1.0
-    ) -> int:
+    async def wait_for_room(self, max_backlog: int, on_wait: Callable[[int], None],
+                            poll: float = 1.0) -> int:
         """Return :meth:`backlog` once it is at most ``max_backlog``, waiting for workers until
         then (:func:`~meteorseed_scrapy.queue.enqueue.backlog.wait_for_room`). Backpressure only:
         nothing is ever trimmed to make room."""
