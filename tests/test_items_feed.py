@@ -21,10 +21,11 @@ from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.items_feed import feed_entry
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
-from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
 from meteorseed_scrapy.settings import FeedConfig, WorkerConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client
+from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.redis_server import RedisServer, bundled_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
 from meteorseed_scrapy.validators import ConfigError
@@ -250,3 +251,66 @@ def test_the_feed_is_bounded_by_length_and_by_age(redis_url: str, namespace: str
     assert sync_redis.xlen(key) >= 3
     send(FeedConfig("ids", maxlen=150), 300)
     assert 150 <= sync_redis.xlen(key) < 300  # (MAXLEN ~: at least 150 kept, about that)
+
+
+@pytest.mark.e2e
+def test_a_worker_killed_while_the_feed_is_refused_loses_no_entry(
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+        demo_site: DemoSite) -> None:
+    # The feed key is not a stream: the worker commits its items but every ack script is
+    # refused (WRONGTYPE). Killed (-9) then, it leaves every task pending and without a
+    # completion record; once the key is repaired, a second worker takes the tasks over,
+    # fetches them again and feeds every item.
+    keys = KeyLayout(namespace)
+    sync_redis.set(keys.items_feed, "not a stream")
+    tasks = enqueue(redis_url, namespace, [f"{demo_site.url}/news/article/{i}"
+                                           for i in range(1, 6)])
+    settings = {"METEORSEED_ITEMS_FEED": "ids", "METEORSEED_CLAIM_IDLE": 1}
+    victim = start_worker(tmp_path, redis_url, namespace, name="victim", **settings)
+    try:
+        wait_for(lambda: len(stored_docs(tmp_path / "items.db")) == 5
+                 and "Redis refused a command in the ack loop" in victim.log(), 60)
+    finally:
+        victim.kill()
+    assert sync_redis.xpending(keys.stream, keys.group)["pending"] == 5
+    assert not any(sync_redis.exists(keys.only.done(t.task_id)) for t in tasks)
+
+    sync_redis.delete(keys.items_feed)
+    late = start_worker(tmp_path, redis_url, namespace, name="late", **settings)
+    assert late.wait(120) == 0, late.log()[-3000:]
+    docs = stored_docs(tmp_path / "items.db")
+    assert {f["_id"] for _, f in sync_redis.xrange(keys.items_feed)} == set(docs)
+    assert len(docs) == 5
+    assert sync_redis.xpending(keys.stream, keys.group)["pending"] == 0
+    assert late.stats()["meteorseed/acked"] == 5
+
+
+def test_a_sharded_layout_on_one_redis_feeds_one_stream(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    # Tasks of two shards, acked together: each shard's script appends its tasks' entries to
+    # the one <ns>:items and writes their records in their shard.
+    keys = KeyLayout(namespace, 4)
+    sites = ["site0", *(f"site{i}" for i in range(1, 50)
+                        if shard_of(f"site{i}", 4) != shard_of("site0", 4))][:2]
+    assert keys.items_feeds == (keys.items_feed,)
+
+    async def body(client: Any) -> int:
+        tasks = [ExecTask.create(seed_id="s", site_id=site, url=f"https://{site}.example/")
+                 for site in sites]
+        await TaskWriter(client, keys).add(tasks)
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        got = await consumer.read(10, 100)
+        done = [Completion(d.task, "{}", [feed_entry({**DOC, "_id": f"{d.task.site_id}:k"},
+                                                     "ids", "now")])
+                for d in got if d.task is not None]
+        return await consumer.complete((), [d.ref for d in got], 60, (), done,
+                                       FeedConfig("ids"))
+
+    assert run_with_client(redis_url, body) == 2
+    assert sorted(f["_id"] for _, f in sync_redis.xrange(keys.items_feed)) == [
+        f"{site}:k" for site in sorted(sites)]
+    for site in sites:
+        shard = keys.for_site(site)
+        assert sync_redis.xlen(shard.stream) == 0
+        assert len(list(sync_redis.scan_iter(shard.done("*")))) == 1
