@@ -1,5 +1,6 @@
 """The feed of committed items, ``<ns>:items`` (queue/consume/items_feed.py): its entries, its
-setting, its place before the ack in the completion pipeline, and a real worker feeding it.
+setting, its place before the record and the ack in the ack script (a refused XADD acks
+nothing), and real workers feeding it.
 
 Real Redis throughout; the end-to-end test runs a real ``scrapy crawl`` worker.
 """
