@@ -18,7 +18,8 @@
 -- ARGV[5]    seconds a finished seed's counters are kept (0 = for ever)
 -- ARGV[6]    seconds a completion record is kept
 -- ARGV[7]    the feed's MAXLEN (approximate)
--- ARGV[8]    the feed's MINID (approximate; '' = no trim by age)
+-- ARGV[8]    the feed's max age, ms: older entries are trimmed (MINID ~, by Redis's clock, which
+--            made the entry ids; 0 = by length only)
 -- ARGV[9]    R, then R pairs: completion record key, record (keys in KEYS[1]'s slot)
 -- then       F, then F feed entries, each: n, then n field/value pairs
 -- then       per entry to ack, 6 values: message id, seed_id, site_id, items, anomalies, bytes
@@ -39,8 +40,11 @@ for _ = 1, feed do
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', unpack(ARGV, i + 1, i + 2 * n))
   i = i + 1 + 2 * n
 end
-if feed > 0 and ARGV[8] ~= '' then
-  redis.call('XTRIM', KEYS[2], 'MINID', '~', ARGV[8])
+local max_age = tonumber(ARGV[8]) or 0
+if feed > 0 and max_age > 0 then
+  local now = redis.call('TIME')
+  local oldest = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) - max_age
+  redis.call('XTRIM', KEYS[2], 'MINID', '~', string.format('%d-0', math.max(0, oldest)))
 end
 
 local prefix = pg_prefix_of_stream(KEYS[1])

@@ -108,9 +108,8 @@ class Settler:
         if not records and not calls:
             return 0
         feed = feed or FeedConfig()
-        minid = (f"{int((time.time() - feed.max_age) * 1000)}-0" if feed.max_age > 0 else "")
         head = [self.keys.group, self.consumer, self._events, f"{time.time():.3f}",
-                self.progress_retention, ttl, feed.maxlen, minid]
+                self.progress_retention, ttl, feed.maxlen, int(feed.max_age * 1000)]
         scripted = [(self._keys(call), call.args(head)) for call in calls]
         async with self.redis.pipeline(transaction=False) as pipe:
             for task, record in records:

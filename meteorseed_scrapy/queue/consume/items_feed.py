@@ -18,9 +18,9 @@ XACK, in one script call. At least once:
 Each entry: ``_id``, ``site_id``, ``seed_id`` and ``task_id`` ("" when null), ``committed_at``
 (ISO-8601 UTC, when the store reported the commit) and, in ``documents`` mode, ``doc``: the
 document as committed, JSON. The stream is capped with ``MAXLEN ~`` and, with
-``METEORSEED_ITEMS_FEED_MAX_AGE``, trimmed of entries older than that (``XTRIM MINID ~``, once
-per script call): a consumer away for longer than the bound misses entries, and catches up
-with ``meteorseed export`` (docs/items-feed.md). On a Redis Cluster each shard has its own
+``METEORSEED_ITEMS_FEED_MAX_AGE``, trimmed of entries older than that by Redis's clock, which
+made their ids (``XTRIM MINID ~``, once per script call): a consumer away for longer than the
+bound misses entries, and catches up with ``meteorseed export`` (docs/items-feed.md). On a Redis Cluster each shard has its own
 feed, ``<ns>:{s<k>}:items``, in its task streams' slot (the script may touch no other).
 """
 
