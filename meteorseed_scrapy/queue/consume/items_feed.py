@@ -20,8 +20,9 @@ Each entry: ``_id``, ``site_id``, ``seed_id`` and ``task_id`` ("" when null), ``
 document as committed, JSON. The stream is capped with ``MAXLEN ~`` and, with
 ``METEORSEED_ITEMS_FEED_MAX_AGE``, trimmed of entries older than that by Redis's clock, which
 made their ids (``XTRIM MINID ~``, once per script call): a consumer away for longer than the
-bound misses entries, and catches up with ``meteorseed export`` (docs/items-feed.md). On a Redis Cluster each shard has its own
-feed, ``<ns>:{s<k>}:items``, in its task streams' slot (the script may touch no other).
+bound misses entries, and catches up with ``meteorseed export`` (docs/items-feed.md). On a
+Redis Cluster each shard has its own feed, ``<ns>:{s<k>}:items``, in its task streams' slot
+(the script may touch no other).
 """
 
 from __future__ import annotations
