@@ -13,7 +13,7 @@ call counts as one command, as the issue asks. Start-up and the idle wait before
 included, so the figure slightly overstates the steady state. ``--shards S`` runs the worker
 with ``METEORSEED_STREAM_SHARDS=S`` and spreads the tasks over S sites, one per shard.
 ``--feed ids|documents`` runs the worker with that ``METEORSEED_ITEMS_FEED`` (the items feed's
-XADDs ride in the completion pipelines: compare with ``--feed off``, the default).
+XADDs are arguments of the ack script calls: compare with ``--feed off``, the default).
 The last line is the figure.
 """
 

@@ -83,9 +83,9 @@ def test_tasks_settling_in_the_same_turn_go_in_one_pipeline(redis_url: str,
         sent: list[int] = []
         complete = consumer.complete
 
-        async def counted(records: Any, refs: Any, ttl: int, settles: Any = ()) -> int:
+        async def counted(records: Any, refs: Any, *args: Any) -> int:
             sent.append(len(refs))
-            return await complete(records, refs, ttl, settles)
+            return await complete(records, refs, *args)
 
         consumer.complete = counted  # type: ignore[method-assign]
         try:
@@ -110,9 +110,9 @@ def test_with_pipelines_on_the_wire_acks_gather_for_the_flush_loop(
         gate = asyncio.Event()
         complete = consumer.complete
 
-        async def held(records: Any, refs: Any, ttl: int, settles: Any = ()) -> int:
+        async def held(*args: Any) -> int:
             await gate.wait()
-            return await complete(records, refs, ttl, settles)
+            return await complete(*args)
 
         consumer.complete = held  # type: ignore[method-assign]
         try:

@@ -85,6 +85,7 @@ def test_worker_on_cluster_with_shards_stores_everything_once_and_spreads_the_st
             assert client.xlen(shard.stream) > 0, shard.stream
             slot = client.cluster_keyslot(shard.stream)
             for key in (shard.dead, shard.delayed, shard.done("x"), shard.failed("x"),
+                        shard.items_feed,
                         *shard.streams, *(shard.seen(s) for s in sites
                                           if keys.for_site(s) == shard)):
                 assert client.cluster_keyslot(key) == slot, key
@@ -96,8 +97,11 @@ def test_worker_on_cluster_with_shards_stores_everything_once_and_spreads_the_st
 
         docs = stored_docs(tmp_path / "items.db")
         assert set(docs) == {f"{t.site_id}:{t.url[len(demo_site.url):]}" for t in tasks}
-        # The items feed, written in the completion pipelines of a cluster too.
-        assert {f["_id"] for _, f in client.xrange(keys.items_feed)} == set(docs)
+        # The items feed, written by the ack scripts of a cluster too: one per shard, in its
+        # slot.
+        assert len(keys.items_feeds) == SHARDS
+        assert {f["_id"] for feed in keys.items_feeds
+                for _, f in client.xrange(feed)} == set(docs)
         assert worker.stats()["meteorseed/acked"] == len(tasks)
         for shard in keys.shard_keys:  # nothing waiting or pending anywhere
             for stream in shard.streams:

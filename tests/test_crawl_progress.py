@@ -205,8 +205,8 @@ def test_garbage_in_an_ack_never_fails_it(sync_redis: redis.Redis, namespace: st
     msg_id = sync_redis.xadd(keys.stream, {"v": "1", "t": "{}"})
     sync_redis.xreadgroup(GROUP, "w1", {keys.stream: ">"})
     ack = sync_redis.register_script(scripts.script_source("ack"))
-    acked, _ = ack(keys=[keys.stream], args=[GROUP, "w1", keys.events, "1.000", 60,
-                                             msg_id, seed, seed, *numbers])
+    acked, _ = ack(keys=[keys.stream], args=[GROUP, "w1", keys.events, "1.000", 60, 60, 10, 0,
+                                             0, 0, msg_id, seed, seed, *numbers])
     assert acked == 1
     assert sync_redis.xlen(keys.stream) == 0
     # Lua's rule, on bytes: at most 200 of them, no ASCII space or control character (a

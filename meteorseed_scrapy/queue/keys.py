@@ -130,7 +130,8 @@ key                                 type    holds
                                             cancelled; who, when)
 ``<ns>:items``                      stream  the feed of committed items (``_id``, ``site_id``,
                                             ``seed_id``, ``task_id``, ``committed_at``, ``doc``),
-                                            capped, when ``METEORSEED_ITEMS_FEED`` is on
+                                            capped, when ``METEORSEED_ITEMS_FEED`` is on; on a
+                                            cluster one per shard, ``<ns>:{s<k>}:items``
 ``<ns>:{<site>}:strikes``           string  ``<n>:<ms>``: n consecutive 429/403 strikes (the
                                             backoff exponent) and the Redis time in ms the
                                             last strike paused the site; a 429 to a request
@@ -351,6 +352,12 @@ class ShardKeys:
 
     def done(self, task_id: str) -> str:
         return f"{self.prefix}:done:{task_id}"
+
+    @property
+    def items_feed(self) -> str:
+        """The items feed this shard's acks append to: ``<ns>:items``, on a cluster one per
+        shard (``<ns>:{s<k>}:items``: ``ack.lua`` appends in its stream's slot)."""
+        return f"{self.prefix}:items" if self.cluster else f"{self.namespace}:items"
 
     def crawl(self, seed_id: str) -> str:
         """A seed's progress counters in this shard (hash; ``lua/progress_lib.lua``)."""
@@ -588,8 +595,14 @@ class KeyLayout:
 
     @property
     def items_feed(self) -> str:
-        """The feed of committed items (stream: ``_id``, ``site_id``, ..., docs/items-feed.md)."""
+        """The feed of committed items (stream: ``_id``, ``site_id``, ..., docs/items-feed.md);
+        on a cluster, one per shard: :attr:`items_feeds`."""
         return f"{self.namespace}:items"
+
+    @property
+    def items_feeds(self) -> tuple[str, ...]:
+        """Every items feed stream: ``<ns>:items``, or on a cluster each shard's."""
+        return tuple(dict.fromkeys(shard.items_feed for shard in self.shard_keys))
 
     @property
     def adaptive_sites(self) -> str:

@@ -37,8 +37,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from pymongo import MongoClient, UpdateOne
 from pymongo.errors import BulkWriteError, ConnectionFailure, InvalidOperation, OperationFailure
 
+from meteorseed_scrapy.store import mongo_export as changes
 from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
-from meteorseed_scrapy.store.mongo_export import SEQUENCE_FIELD, export_docs, next_sequence
+from meteorseed_scrapy.store.mongo_export import SEQUENCE_FIELD
 
 logger = logging.getLogger(__name__)
 
@@ -217,11 +218,13 @@ class MongoStore(Store):
             return
         self._ready()
         try:
-            # (items only: the export's change order; one more round trip per batch)
-            sequence = (next_sequence(self.database, self.namespace)
+            # (items only: the export's change order, reserved and released around the write:
+            # two more round trips per batch, mongo_export.py)
+            sequence = (changes.reserve_sequence(self.database, self.namespace)
                         if collection is self.collection else None)
             operations = [upsert_operation(doc, ttl, sequence) for doc in folded]
-            collection.bulk_write(operations, ordered=False)
+            with changes.released_after(self.database, self.namespace, sequence):
+                collection.bulk_write(operations, ordered=False)
         except (ConnectionFailure, InvalidOperation) as exc:
             # AutoReconnect, NotPrimary, ServerSelectionTimeout..., or a closed client
             raise StoreUnavailable(f"MongoDB: {exc}") from exc
@@ -287,7 +290,8 @@ class MongoStore(Store):
                     ) -> list[tuple[tuple[int, str], dict[str, Any]]]:
         self._ready()
         try:
-            return export_docs(self.collection, after, limit, site_id, seed_id)
+            bound = changes.export_bound(self.database, self.namespace)
+            return changes.export_docs(self.collection, after, limit, site_id, seed_id, bound)
         except (ConnectionFailure, InvalidOperation, OperationFailure) as exc:
             raise StoreUnavailable(f"MongoDB: {exc}") from exc
 

@@ -14,13 +14,12 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from meteorseed_scrapy.queue.consume.acks import Completion
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.consume.items_feed import queue_entries
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory, outcome_name
 from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
@@ -61,11 +60,9 @@ class Completions:
         self.needed = asyncio.Event()  # something was queued: the flush loop may go now
         self.outbox = ChildOutbox(writer, stats, on_written=on_child_durable,
                                   on_new_urls=on_new_urls, on_batch=on_written)
-        self.records: list[tuple[ExecTask, str]] = []  # (task, completion record)
-        #: The items feed's entries of the tasks whose records are queued, sent before them.
-        self.feed: list[dict[str, str]] = []
-        # ((stream, message id), response time or 0, what it counts for in its seed's progress)
-        self.acks: list[tuple[Ref, float, Settle]] = []
+        # ((stream, message id), response time or 0, what it counts for in its seed's progress,
+        # a finished task's completion record and items feed entries: written with its ack)
+        self.acks: list[tuple[Ref, float, Settle, Completion | None]] = []
         self.dead: list[tuple[Delivery, str]] = []
         self.failures: list[tuple[ExecTask, str]] = []
         # (delivery, task to put back, delay s, lane it goes back to, why: recorded with it)
@@ -93,7 +90,7 @@ class Completions:
 
     def ack_committed(self, delivery: Delivery) -> None:
         """A redelivered task whose completion record exists: ack it without a refetch."""
-        self.acks.append((delivery.ref, 0.0, _settle_of(delivery.task)))
+        self.acks.append((delivery.ref, 0.0, _settle_of(delivery.task), None))
         self.needed.set()
 
     def parked(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER
@@ -101,7 +98,7 @@ class Completions:
         """A task that has not started goes back for later (its site may not be fetched now)."""
         first, *dups = entry.deliveries
         self.deferrals.append((first, entry.task, delay_s, entry.task.lane, why))
-        self.acks.extend((d.ref, 0.0, _settle_of(entry.task)) for d in dups)
+        self.acks.extend((d.ref, 0.0, _settle_of(entry.task), None) for d in dups)
         self.needed.set()
 
     def settled(self, entry: Entry, verdict: Verdict) -> None:
@@ -121,19 +118,19 @@ class Completions:
             again = verdict.defer_task or task
             self.deferrals.append((first, again, verdict.defer_s, verdict.defer_lane or again.lane,
                                    verdict.defer_why))
-            self.acks.extend((d.ref, 0.0, _settle_of(task)) for d in dups)
+            self.acks.extend((d.ref, 0.0, _settle_of(task), None) for d in dups)
         elif outcome is Outcome.DEAD:
             first, *dups = entry.deliveries
             self.dead.append((first, verdict.reason))
-            self.acks.extend((d.ref, 0.0, _settle_of(task)) for d in dups)
+            self.acks.extend((d.ref, 0.0, _settle_of(task), None) for d in dups)
         else:
             self._remember(task, outcome.value, items=entry.scrape.committed if entry.scrape
                            else 0, status=verdict.status, reason=verdict.reason)
-            self.records.append((task, entry.record()))
-            if entry.scrape is not None and entry.scrape.feed:
-                self.feed.extend(entry.scrape.feed)
+            done = Completion(task, entry.record(),
+                              tuple(entry.scrape.feed) if entry.scrape is not None else ())
             first_settle, others = entry.settle(), _settle_of(task)
-            self.acks.extend((d.ref, entry.response_at, first_settle if i == 0 else others)
+            self.acks.extend((d.ref, entry.response_at, *((first_settle, done) if i == 0
+                                                          else (others, None)))
                              for i, d in enumerate(entry.deliveries))
             if self._send_now():
                 return  # (nothing left for the flush loop: no need to wake it)
@@ -160,8 +157,7 @@ class Completions:
         return self._writes() or self._history_due()
 
     def _writes(self) -> bool:
-        return bool(self.outbox or self.records or self.acks or self.dead or self.failures
-                    or self.deferrals or self.feed)
+        return bool(self.outbox or self.acks or self.dead or self.failures or self.deferrals)
 
     def _history_due(self) -> bool:
         """Task history records are written in few calls: once a batch is full, once the
@@ -174,7 +170,7 @@ class Completions:
     def refs_in_hand(self) -> list[Ref]:
         """Messages of settled tasks queued for an ack, a dead letter or a deferral: still
         pending on this worker, so kept alive until written."""
-        return ([ref for ref, _, _ in self.acks] + [d.ref for d, _ in self.dead]
+        return ([ack[0] for ack in self.acks] + [d.ref for d, _ in self.dead]
                 + [d[0].ref for d in self.deferrals])
 
     def busy(self) -> bool:
@@ -187,7 +183,7 @@ class Completions:
         self._flushing = True
         try:
             await self.outbox.flush()
-            if self.records or self.acks or self.feed:
+            if self.acks:
                 self._start_complete()
                 if len(self._completing) >= MAX_COMPLETING:
                     await asyncio.wait(self._completing, return_when=asyncio.FIRST_COMPLETED)
@@ -240,21 +236,15 @@ class Completions:
         if self.pending():
             self.needed.set()
 
-    def _take(self) -> tuple[list[tuple[ExecTask, str]], list[tuple[Ref, float, Settle]],
-                             list[dict[str, str]]]:
-        # The records of these tasks were queued with (or before) their acks; the feed entries
-        # with their records (all of them: they go first, ahead of any record or ack).
-        records = self.records[:BATCH]
-        batch = self.acks[:BATCH] if len(records) == len(self.records) else []
-        feed, self.feed = self.feed, []
-        del self.records[: len(records)]
+    def _take(self) -> list[tuple[Ref, float, Settle, Completion | None]]:
+        batch = self.acks[:BATCH]
         del self.acks[: len(batch)]
-        return records, batch, feed
+        return batch
 
     def _start_complete(self) -> None:
         # Sent without waiting for the pipeline already on the wire: on a busy reactor a round
         # trip is long, and an ack queued meanwhile would wait for it first.
-        self._in_flight(self._complete(*self._take()))
+        self._in_flight(self._complete(self._take()))
 
     def _in_flight(self, pipeline: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         done = asyncio.ensure_future(pipeline)
@@ -284,11 +274,11 @@ class Completions:
 
     async def _complete_queued(self) -> None:
         self._started()
-        records, batch, feed = self._take()
+        batch = self._take()
         if self.pending():  # (more than one pipeline's worth, or a flush's work)
             self.needed.set()
-        if records or batch or feed:
-            await self._complete(records, batch, feed)
+        if batch:
+            await self._complete(batch)
 
     async def drain(self) -> None:
         """Wait for the completion pipelines in flight; raise the first failure."""
@@ -296,23 +286,16 @@ class Completions:
             await asyncio.gather(*self._completing, return_exceptions=True)
         self._raise_complete_error()
 
-    async def _complete(self, records: list[tuple[ExecTask, str]],
-                        batch: list[tuple[Ref, float, Settle]],
-                        feed: list[dict[str, str]] | None = None) -> None:
-        """One completion pipeline (items feed, records, XACK, XDEL); on failure its feed
-        entries, records and acks go back to the front of the queues (nothing is lost) and the
-        next flush backs off."""
-        feed = feed or []
-        extra: dict[str, Any] = {}  # (the feed's XADDs, first in the pipeline, when any)
-        if feed:
-            key, config = self.consumer.keys.items_feed, self.config.items_feed
-            extra["first"] = partial(queue_entries, key=key, entries=feed, config=config)
+    async def _complete(self, batch: list[tuple[Ref, float, Settle, Completion | None]]
+                        ) -> None:
+        """One completion pipeline (per stream, ack.lua: items feed, records, XACK, XDEL); on
+        failure its acks go back to the front of the queue with their records and feed entries
+        (nothing is lost) and the next flush backs off."""
         try:
-            await self.consumer.complete(records, [m for m, _, _ in batch], self.config.done_ttl,
-                                         [s for _, _, s in batch], **extra)
+            await self.consumer.complete((), [a[0] for a in batch], self.config.done_ttl,
+                                         [a[2] for a in batch], [a[3] for a in batch],
+                                         self.config.items_feed)
         except BaseException as exc:
-            self.feed[:0] = feed
-            self.records[:0] = records
             self.acks[:0] = batch
             if not isinstance(exc, Exception):  # cancelled (stopping)
                 raise
@@ -322,11 +305,11 @@ class Completions:
             self.needed.set()
             return
         now = time.monotonic()
-        self.latencies_ms.extend((now - t) * 1000 for _, t, _ in batch if t)
-        if batch:
-            self.stats.inc_value("meteorseed/acked", len(batch))
-        if feed:
-            self.stats.inc_value("meteorseed/items_feed/entries", len(feed))
+        self.latencies_ms.extend((now - a[1]) * 1000 for a in batch if a[1])
+        self.stats.inc_value("meteorseed/acked", len(batch))
+        fed = sum(len(a[3].feed) for a in batch if a[3] is not None)
+        if fed:
+            self.stats.inc_value("meteorseed/items_feed/entries", fed)
 
     def _raise_complete_error(self) -> None:
         if self._complete_error is not None:

@@ -88,11 +88,12 @@ class AckStages:
             settled(comp, entry)
 
         @wraps(complete)
-        async def complete_(comp: Any, records: Any, batch: Any) -> None:
-            for task, _ in records:
+        async def complete_(comp: Any, batch: Any) -> None:
+            tasks = [done.task for *_, done in batch if done is not None]
+            for task in tasks:
                 stamp(task.task_id, "sent")
-            await complete(comp, records, batch)
-            for task, _ in records:
+            await complete(comp, batch)
+            for task in tasks:
                 stamp(task.task_id, "acked")
 
         StreamPump.scrape_started = scrape_started  # type: ignore[method-assign]

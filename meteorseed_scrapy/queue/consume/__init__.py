@@ -2,6 +2,7 @@
 
 - :mod:`.consumer`: read, reclaim, keep alive, ack, dead-letter, hand back
   (:class:`~meteorseed_scrapy.queue.consume.consumer.StreamConsumer`)
+- :mod:`.acks`: its acks (with completion records and items feed entries) and dead letters
 - :mod:`.group`: the consumer group as a whole: creation, membership, the idle check
 - :mod:`.delivery`: one delivery and the consumer's bookkeeping
 - :mod:`.lanes`: how free capacity is shared between lanes

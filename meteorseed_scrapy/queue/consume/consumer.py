@@ -6,42 +6,34 @@ and the reclaims deliver come back as bytes (``NEVER_DECODE``), so that the
 strict decoding of :class:`Delivery` sees them as stored: the client's own decoding would raise
 on a byte that is not UTF-8 and fail the whole read, or with another ``encoding_errors`` replace
 it silently. Every delivery names the stream (lane and band) it came from, and everything done
-to it later goes to that stream. Nothing here knows about Scrapy.
+to it later goes to that stream. Acks and dead letters are written by :mod:`.acks`. Nothing
+here knows about Scrapy.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from redis.client import NEVER_DECODE
 
-from meteorseed_scrapy.queue.consume.deadletters import letter_id
+from meteorseed_scrapy.queue.consume.acks import Completion, Settler
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref, trim_shares
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
 from meteorseed_scrapy.queue.consume.lanes import DEFAULT_WEIGHTS, LaneShares, LaneWeights
-from meteorseed_scrapy.queue.fleet.crawl_progress import (
-    Settle,
-    ack_calls,
-    events_key,
-    finish_if_done,
-    settle_acks,
-)
+from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
 from meteorseed_scrapy.queue.fleet.spiders import SharedDefaultSet, foreign_workers
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import bytes_of
-from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline, call_as_bytes
+from meteorseed_scrapy.queue.plumbing.scripts import call_as_bytes
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
-from meteorseed_scrapy.settings import DEFAULTS
+from meteorseed_scrapy.settings import DEFAULTS, FeedConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 
 __all__ = ["StreamConsumer"]
-
-logger = logging.getLogger(__name__)
 
 #: Options of a command whose reply reaches the decoder as bytes, whatever the client decodes.
 _AS_BYTES: dict[str, Any] = {NEVER_DECODE: []}
@@ -61,7 +53,6 @@ class StreamConsumer:
         self.redis = redis
         #: Seconds a finished seed's counters are kept (queue/fleet/crawl_progress.py).
         self.progress_retention = progress_retention
-        self._events = events_key(keys)
         self.keys = keys
         self.consumer = consumer
         # The worker's spider: ``keys`` holds its task set (when its name can name one) besides
@@ -77,13 +68,11 @@ class StreamConsumer:
         self._cluster = is_cluster(redis)
         self._turn = 0  # the shard a read starts at, rotating
         self._read = scripts.register(redis, "read")
-        self._dead = scripts.register(redis, "dead")
         self._touch = scripts.register(redis, "touch")
         self._handback = scripts.register(redis, "handback")
-        self._ack = scripts.register(redis, "ack")
         self._reclaim = scripts.register(redis, "reclaim")
         self._takeover = scripts.register(redis, "takeover")
-        self._release = scripts.register(redis, "dedup_release")
+        self._settler = Settler(redis, keys, consumer, progress_retention)
         self._reclaim_cursors = [["0-0"] * len(shard.streams) for shard in self.shards]
         self._names = {stream.encode(): stream for stream in self.streams}
 
@@ -253,39 +242,23 @@ class StreamConsumer:
 
     async def complete(self, records: Sequence[tuple[ExecTask, str]], refs: Sequence[Ref],
                        ttl: int, settles: Sequence[Settle | None] = (),
-                       first: Callable[[Any], int] | None = None) -> int:
-        """Completion records first, then XACK and XDEL of those of ``refs`` still pending on
-        this consumer (ack.lua): one round trip; returns how many were acked. A task
-        redelivered after a crash between its record and its ack is acked without a refetch.
-
-        An entry another worker reclaimed meanwhile (this one was cut off for longer than
-        CLAIM_IDLE) is left to its new owner. Commands of a pipeline run in order, so no
-        entry is acked before the records sent with it are written. A task's record is in its
-        shard's slot, with its stream. A cluster pipeline refuses scripts: there the records
-        go first, then the scripts, one per stream.
+                       done: Sequence[Completion | None] = (),
+                       feed: FeedConfig | None = None) -> int:
+        """XACK and XDEL those of ``refs`` still pending on this consumer (``ack.lua``, one
+        call per stream, all in one round trip), completion records first; returns how many
+        were acked. A task redelivered after a crash between its record and its ack is acked
+        without a refetch. An entry another worker reclaimed meanwhile (this one was cut off
+        for longer than CLAIM_IDLE) is left to its new owner.
 
         ``settles`` (one per ref, in order; missing: counted under no seed) say what each
-        acked entry counts for in its seed's progress (:mod:`.crawl_progress`). ``first(pipe)``
-        queues commands that go before everything else (the items feed) and says how many.
+        acked entry counts for in its seed's progress (:mod:`.crawl_progress`). ``done`` (one
+        per ref, or None) holds a task's completion record and its items feed entries, capped
+        as ``feed`` says: written by the same script as the ref's ack, feed first, so a
+        refused XADD leaves the task unacked and without a record. ``records`` (tasks with no
+        ref here) are written ahead of the scripts, in the same pipeline (on a cluster, whose
+        pipelines refuse scripts: first, then the scripts, one per stream).
         """
-        if not records and not refs and first is None:
-            return 0
-        calls = ack_calls(refs, settles, [self.keys.group, self.consumer, self._events,
-                                          f"{time.time():.3f}", self.progress_retention])
-        async with self.redis.pipeline(transaction=False) as pipe:
-            ahead = first(pipe) if first is not None else 0
-            for task, record in records:
-                pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
-            batch = ScriptPipeline(pipe)
-            if not self._cluster:
-                for keys, args in calls:
-                    batch.call(self._ack, keys, args)
-            replies = await batch.execute() if len(pipe) else []
-        if self._cluster:
-            replies = [*replies, *(await call_scripts(self.redis, self._ack, calls) if calls
-                                   else [])]
-        return await settle_acks(self.redis, self.keys, replies[ahead + len(records):],
-                                 self.progress_retention)
+        return await self._settler.complete(records, refs, ttl, settles, done, feed)
 
     async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
         """Move ``delivery`` to its shard's dead letters and release its URL (one script when
@@ -296,34 +269,7 @@ class StreamConsumer:
         The dead letter keeps the message whole (:attr:`Delivery.dead_payload`). Refused,
         returning "" and writing nothing, when the entry is no longer pending on this consumer
         (another worker reclaimed it meanwhile: it is that worker's now)."""
-        task = delivery.task
-        shard = self.keys.shard_of_stream(delivery.stream)
-        keys = [delivery.stream, shard.dead]
-        release = ""
-        if task is None:
-            fingerprint = ""
-        elif self.keys.for_site(task.site_id) == shard:
-            keys.append(shard.seen(task.site_id))
-        else:
-            release, fingerprint = fingerprint, ""
-        # A reason may quote a value that is not UTF-8: escaped, so that Redis can take it.
-        reason = reason[:2000].encode("utf-8", "backslashreplace").decode("utf-8")
-        args = [self.keys.group, delivery.msg_id, delivery.dead_payload, reason, self.consumer,
-                delivery.deliveries, f"{time.time():.3f}", fingerprint,
-                task.seed_id if task else "", task.site_id if task else "", self._events,
-                self.progress_retention]
-        dead_id = await self._dead(keys=keys, args=args)
-        if not dead_id:
-            # Normal after a reclaim: the caller logs it once, with the task (INFO).
-            logger.debug("Task message %s of %s was taken over by another worker: not "
-                         "dead-lettered here (%s)", delivery.msg_id, delivery.stream, reason)
-            return ""
-        if release and task is not None:
-            await self._release(keys=[self.keys.seen(task.site_id)],
-                                args=["", bytes.fromhex(release)])
-        if task is not None and self.keys.tagged:
-            await finish_if_done(self.redis, self.keys, [task.seed_id], self.progress_retention)
-        return letter_id(self.keys, shard.index, _text(dead_id))
+        return await self._settler.dead_letter(delivery, reason, fingerprint)
 
 
 def _text(value: bytes | str) -> str:

@@ -32,7 +32,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 
-__all__ = ["COUNTERS", "Settle", "ack_args", "ack_calls", "enqueued_seeds", "events_key",
+__all__ = ["COUNTERS", "Settle", "ack_args", "enqueued_seeds", "events_key",
            "finish_if_done", "finish_if_done_sync", "merge", "owner_line", "read_progress",
            "read_progress_sync", "read_site_totals", "seed_keys", "settle_acks", "tell_started",
            "tell_started_sync", "told_key"]
@@ -62,20 +62,6 @@ def ack_args(msg_id: str, settle: Settle | None) -> list[Any]:
     """``ack.lua``'s six values for one entry."""
     s = settle or Settle()
     return [msg_id, s.seed, s.site, s.items, s.anomalies, s.bytes]
-
-
-def ack_calls(refs: Sequence[tuple[str, str]], settles: Sequence[Settle | None],
-              head: Sequence[Any]) -> list[tuple[list[str], list[Any]]]:
-    """``ack.lua``'s calls for ``refs`` ((stream, id), one call per stream): ``head`` (group,
-    consumer, events stream, now, retention), then each entry's six values; ``settles`` one
-    per ref, in order (missing: counted under no seed)."""
-    by: dict[str, list[Any]] = {}
-    for i, (stream, msg_id) in enumerate(refs):
-        args = by.get(stream)
-        if args is None:
-            args = by[stream] = list(head)
-        args += ack_args(msg_id, settles[i] if i < len(settles) else None)
-    return [([stream], args) for stream, args in by.items()]
 
 
 async def settle_acks(redis: Any, keys: KeyLayout, replies: Sequence[Any], retention: int

@@ -1,0 +1,162 @@
+"""The settling side of the task streams: acks with their completion records and items feed
+entries (``ack.lua``), and dead letters (``dead.lua``). Used through
+:class:`~meteorseed_scrapy.queue.consume.consumer.StreamConsumer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from meteorseed_scrapy.queue.consume.deadletters import letter_id
+from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
+from meteorseed_scrapy.queue.fleet.crawl_progress import (
+    Settle,
+    ack_args,
+    events_key,
+    finish_if_done,
+    settle_acks,
+)
+from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.queue.plumbing.replies import text_of
+from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline
+from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
+from meteorseed_scrapy.settings import FeedConfig
+from meteorseed_scrapy.task.exec_task import ExecTask
+
+__all__ = ["Completion", "Settler"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A finished task's completion record and its items feed entries: written by the script
+    that acks the task's (first) delivery, ahead of the ack."""
+
+    task: ExecTask
+    record: str
+    feed: Sequence[Mapping[str, str]] = ()
+
+
+class _Call:
+    """One ``ack.lua`` call: one task stream's acks, with the records and feed entries of its
+    tasks."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.records: list[str] = []  # key, record, ...
+        self.feed: list[Any] = []  # per entry: n, then n field/value pairs
+        self.entries = 0
+        self.acks: list[Any] = []
+
+    def args(self, head: Sequence[Any]) -> list[Any]:
+        return [*head, len(self.records) // 2, *self.records, self.entries, *self.feed,
+                *self.acks]
+
+
+class Settler:
+    """Acks and dead letters of one consumer of the group."""
+
+    def __init__(self, redis: Any, keys: KeyLayout, consumer: str, progress_retention: int
+                 ) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.consumer = consumer
+        self.progress_retention = progress_retention
+        self._events = events_key(keys)
+        self._cluster = is_cluster(redis)
+        self._ack = scripts.register(redis, "ack")
+        self._dead = scripts.register(redis, "dead")
+        self._release = scripts.register(redis, "dedup_release")
+
+    def _calls(self, refs: Sequence[Ref], settles: Sequence[Settle | None],
+               done: Sequence[Completion | None]) -> tuple[list[_Call], list[Completion]]:
+        """``ack.lua``'s calls (one per stream), and the completions whose record cannot go in
+        their stream's call (a cluster, a task in another shard's stream than its site's)."""
+        calls: dict[str, _Call] = {}
+        apart: list[Completion] = []
+        for i, (stream, msg_id) in enumerate(refs):
+            call = calls.get(stream)
+            if call is None:
+                call = calls[stream] = _Call(stream)
+            call.acks += ack_args(msg_id, settles[i] if i < len(settles) else None)
+            completion = done[i] if i < len(done) else None
+            if completion is None:
+                continue
+            shard = self.keys.for_site(completion.task.site_id)
+            if self._cluster and shard != self.keys.shard_of_stream(stream):
+                apart.append(completion)
+            else:
+                call.records += [shard.done(completion.task.task_id), completion.record]
+            for entry in completion.feed:
+                call.feed += [len(entry), *(v for pair in entry.items() for v in pair)]
+                call.entries += 1
+        return list(calls.values()), apart
+
+    async def complete(self, records: Sequence[tuple[ExecTask, str]], refs: Sequence[Ref],
+                       ttl: int, settles: Sequence[Settle | None] = (),
+                       done: Sequence[Completion | None] = (),
+                       feed: FeedConfig | None = None) -> int:
+        """See :meth:`StreamConsumer.complete`."""
+        calls, apart = self._calls(refs, settles, done)
+        records = [*records, *((c.task, c.record) for c in apart)]
+        if not records and not calls:
+            return 0
+        feed = feed or FeedConfig()
+        head = [self.keys.group, self.consumer, self._events, f"{time.time():.3f}",
+                self.progress_retention, ttl, feed.maxlen, int(feed.max_age * 1000)]
+        scripted = [(self._keys(call), call.args(head)) for call in calls]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task, record in records:
+                pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
+            batch = ScriptPipeline(pipe)
+            if not self._cluster:
+                for keys, args in scripted:
+                    batch.call(self._ack, keys, args)
+            replies = await batch.execute() if len(pipe) else []
+        if self._cluster:
+            replies = [*replies, *(await call_scripts(self.redis, self._ack, scripted)
+                                   if scripted else [])]
+        return await settle_acks(self.redis, self.keys, replies[len(records):],
+                                 self.progress_retention)
+
+    def _keys(self, call: _Call) -> list[str]:
+        if not call.entries:
+            return [call.stream]
+        return [call.stream, self.keys.shard_of_stream(call.stream).items_feed]
+
+    async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
+        """See :meth:`StreamConsumer.dead_letter`."""
+        task = delivery.task
+        shard = self.keys.shard_of_stream(delivery.stream)
+        keys = [delivery.stream, shard.dead]
+        release = ""
+        if task is None:
+            fingerprint = ""
+        elif self.keys.for_site(task.site_id) == shard:
+            keys.append(shard.seen(task.site_id))
+        else:
+            release, fingerprint = fingerprint, ""
+        # A reason may quote a value that is not UTF-8: escaped, so that Redis can take it.
+        reason = reason[:2000].encode("utf-8", "backslashreplace").decode("utf-8")
+        args = [self.keys.group, delivery.msg_id, delivery.dead_payload, reason, self.consumer,
+                delivery.deliveries, f"{time.time():.3f}", fingerprint,
+                task.seed_id if task else "", task.site_id if task else "", self._events,
+                self.progress_retention]
+        dead_id = await self._dead(keys=keys, args=args)
+        if not dead_id:
+            # Normal after a reclaim: the caller logs it once, with the task (INFO).
+            logger.debug("Task message %s of %s was taken over by another worker: not "
+                         "dead-lettered here (%s)", delivery.msg_id, delivery.stream, reason)
+            return ""
+        if release and task is not None:
+            await self._release(keys=[self.keys.seen(task.site_id)],
+                                args=["", bytes.fromhex(release)])
+        if task is not None and self.keys.tagged:
+            await finish_if_done(self.redis, self.keys, [task.seed_id], self.progress_retention)
+        return letter_id(self.keys, shard.index, text_of(dead_id))
