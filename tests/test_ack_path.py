@@ -17,8 +17,8 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_until
 from meteorseed_scrapy.worker import completions as completions_module
 from meteorseed_scrapy.worker.completions import Completions
+from meteorseed_scrapy.worker.fate import Outcome, Verdict
 from meteorseed_scrapy.worker.ledger import Entry
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
 
 class _Stats:

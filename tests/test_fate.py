@@ -16,12 +16,13 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import RETRY_LANE
 from meteorseed_scrapy.worker.fate import (
     REASON_MAX,
+    Outcome,
+    Verdict,
     WhatHappened,
     fate,
     final_hop,
     settled_now,
 )
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
 TASK = ExecTask.create(seed_id="s1", site_id="news", url="https://example.com/a")
 URL = "https://example.com/a"

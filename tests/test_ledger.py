@@ -15,9 +15,8 @@ from twisted.python.failure import Failure
 from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.worker.fate import WhatHappened, settled_now
+from meteorseed_scrapy.worker.fate import Outcome, Verdict, WhatHappened, settled_now
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
 
 def make_task(url: str = "https://example.com/a") -> ExecTask:

@@ -26,7 +26,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.context import CURRENT_SCRAPE, TASK_META_KEY, Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.validators import ConfigError
-from meteorseed_scrapy.worker.outcomes import Outcome
+from meteorseed_scrapy.worker.fate import Outcome
 from meteorseed_scrapy.worker.signals import breaker_state_changed, task_settled
 
 
@@ -170,7 +170,7 @@ def test_metrics_import_no_worker_internals() -> None:
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                  for alias in node.names}
     worker = {name for name in imported if name and name.startswith("meteorseed_scrapy.worker")}
-    assert worker == {"meteorseed_scrapy.worker.outcomes", "meteorseed_scrapy.worker.signals"}
+    assert worker == {"meteorseed_scrapy.worker.fate", "meteorseed_scrapy.worker.signals"}
 
 
 def test_queue_sampler_reads_backlog_pending_lag_and_consumers(

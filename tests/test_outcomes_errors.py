@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from meteorseed_scrapy.store.base import DocumentError, StoreUnavailable
-from meteorseed_scrapy.worker.outcomes import transient
+from meteorseed_scrapy.worker.fate import transient
 
 
 def _from(error: Exception, cause: Exception, *, implicit: bool = False) -> Exception:

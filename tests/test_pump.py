@@ -44,7 +44,7 @@ from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_until
 from meteorseed_scrapy.worker.breaker_states import BreakerStates
-from meteorseed_scrapy.worker.outcomes import Outcome
+from meteorseed_scrapy.worker.fate import Outcome
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.signals import breaker_state_changed, task_settled
 from meteorseed_scrapy.worker.work_budget import WorkSizes

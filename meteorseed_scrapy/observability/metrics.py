@@ -45,7 +45,7 @@ from meteorseed_scrapy.settings import (
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.local_crawl import command_of
 from meteorseed_scrapy.validators import ConfigError, to_integer
-from meteorseed_scrapy.worker.outcomes import COMMITTED, Outcome
+from meteorseed_scrapy.worker.fate import COMMITTED, Outcome
 from meteorseed_scrapy.worker.signals import breaker_state_changed, task_settled
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@
 - :mod:`.scrapes`: which task Scrapy's scraper works for
 - :mod:`.yielded`, :mod:`.duplicates`, :mod:`.children`: requests a callback yields become
   child tasks (``DUPEFILTER_CLASS`` honoured), written before their parent may be acked
-- :mod:`.outcomes`, :mod:`.fate`, :mod:`.ledger`, :mod:`.settling`, :mod:`.completions`: how a
-  task can end, the one decision of its fate, the book that only counts, acting on the fate,
-  and the flush that writes it to Redis
+- :mod:`.fate`, :mod:`.ledger`, :mod:`.settling`, :mod:`.completions`: how a task can end and
+  the one decision of its fate, the book that only counts, acting on the fate, and the flush
+  that writes it to Redis
 - :mod:`.loops`, :mod:`.stall`, :mod:`.keepalive`, :mod:`.redis_watch`,
   :mod:`.redis_watchdog`: background loops, a blocked reactor told from an outage, the
   keep-alive thread, a Redis that can lose keys, how long to wait for an unreachable Redis

@@ -29,8 +29,8 @@ from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.worker.children import ChildOutbox
+from meteorseed_scrapy.worker.fate import Outcome, Verdict
 from meteorseed_scrapy.worker.ledger import Entry
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector

@@ -18,8 +18,7 @@ from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.worker.fate import WhatHappened
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict
+from meteorseed_scrapy.worker.fate import Outcome, Verdict, WhatHappened
 
 
 @dataclass(eq=False)

@@ -37,7 +37,7 @@ from meteorseed_scrapy.task.context import (
 from meteorseed_scrapy.task.exceptions import TaskDeferred, TaskGivenUp
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
-from meteorseed_scrapy.worker import outcomes
+from meteorseed_scrapy.worker import fate
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.requests import task_to_request
 
@@ -176,7 +176,7 @@ def _fail_scrape(what: str, failure: Failure) -> None:
     when the error may pass, else dead-lettered: :func:`.fate.after_scrape`)."""
     scrape = current_scrape()
     if scrape is not None:
-        _fail(scrape, what, failure, transient=outcomes.transient(failure.value))
+        _fail(scrape, what, failure, transient=fate.transient(failure.value))
 
 
 def _fail(scrape: Scrape, what: str, failure: Failure, *, transient: bool) -> None:

@@ -30,14 +30,16 @@ from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.fate import (
+    Outcome,
+    Verdict,
     WhatHappened,
     fate,
     final_hop,
     settled_now,
+    trouble_wait,
     what_happened,
 )
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
-from meteorseed_scrapy.worker.outcomes import Outcome, Verdict, trouble_wait
 from meteorseed_scrapy.worker.signals import task_settled
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ Handlers run on the reactor thread and should be quick; their errors are logged 
 
 #: A task this worker held is settled: it will be acked, dead-lettered, deferred or (failed)
 #: left for redelivery. Arguments: ``task`` (ExecTask), ``outcome``
-#: (:class:`~meteorseed_scrapy.worker.outcomes.Outcome`), ``reason`` (str, "" when done).
+#: (:class:`~meteorseed_scrapy.worker.fate.Outcome`), ``reason`` (str, "" when done).
 task_settled = object()
 
 #: A site's circuit breaker changed state as this worker saw it. Arguments: ``site`` (str),
