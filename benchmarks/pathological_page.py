@@ -25,6 +25,7 @@ robots.txt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
 import json
 import os
@@ -70,8 +71,9 @@ def serve_pages(answer: Answer) -> http.server.ThreadingHTTPServer:
             for name, value in {"Content-Type": "text/html; charset=utf-8", **headers,
                                 "Content-Length": str(len(body))}.items():
                 self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
+            with contextlib.suppress(ConnectionError):  # (a capped client hangs up)
+                self.end_headers()
+                self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass

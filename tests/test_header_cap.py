@@ -1,20 +1,27 @@
 """A response's head is capped (METEORSEED_MAX_RESPONSE_HEADERS lines,
 METEORSEED_RESPONSE_HEADERS_MAXSIZE bytes): past either, the connection is closed and the task
 ends ``ignored`` with the cap named (issue 22: 300,000 header lines held the event loop 10.7 s).
-A real worker downloads from a loopback server that sends many header lines, directly and
-through a proxy; a project's own DOWNLOAD_HANDLERS stay."""
+A real worker downloads from a loopback server that sends many header lines, directly, through
+a proxy and over TLS; a project's own DOWNLOAD_HANDLERS stay."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
+import ipaddress
 import json
 import socketserver
+import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
@@ -51,14 +58,56 @@ class ManyHeaders(socketserver.StreamRequestHandler):
                                            b"Content-Length: %d" % len(body), b"", body]))
 
 
-@pytest.fixture
-def header_server() -> Iterator[str]:
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), ManyHeaders)
-    server.daemon_threads = True
+class TLSServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    context: ssl.SSLContext
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, address = self.socket.accept()
+        return self.context.wrap_socket(sock, server_side=True), address
+
+
+def _self_signed(directory: Path) -> ssl.SSLContext:
+    """A TLS context with a certificate for 127.0.0.1 signed by itself (Scrapy's default
+    context factory does not verify certificates, as browsers' first request would)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(key, hashes.SHA256()))
+    pem = directory / "cert.pem"
+    pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pem)
+    return context
+
+
+def _serve(server: socketserver.ThreadingTCPServer) -> Iterator[str]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def header_server() -> Iterator[str]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), ManyHeaders)
+    server.daemon_threads = True
+    yield from _serve(server)
+
+
+@pytest.fixture
+def tls_header_server(tmp_path: Path) -> Iterator[str]:
+    server = TLSServer(("127.0.0.1", 0), ManyHeaders)
+    server.context = _self_signed(tmp_path)
+    yield from _serve(server)
 
 
 def test_heads_over_either_cap_end_their_tasks_ignored_naming_the_cap(
@@ -72,8 +121,8 @@ def test_heads_over_either_cap_end_their_tasks_ignored_naming_the_cap(
     proxied = add_tasks(redis_url, namespace, [ExecTask.create(
         seed_id="s", site_id="probe", url="http://127.0.0.1:9/many/100000",
         meta={"proxy": base})])
-    worker = start_worker(tmp_path, redis_url, namespace, ROBOTSTXT_OBEY=False,
-                          **{LINES_SETTING: 50, SIZE_SETTING: 4000})
+    caps: dict[str, Any] = {LINES_SETTING: 50, SIZE_SETTING: 4000}
+    worker = start_worker(tmp_path, redis_url, namespace, ROBOTSTXT_OBEY=False, **caps)
     assert worker.wait() == 0, worker.log()[-3000:]
     keys = KeyLayout(namespace).for_site("probe")
 
@@ -90,6 +139,21 @@ def test_heads_over_either_cap_end_their_tasks_ignored_naming_the_cap(
     warnings = [line for line in worker.log().splitlines() if "abandoned" in line]
     assert len(warnings) == 3 and all("WARNING" in line for line in warnings), warnings
     assert any(f"{base}/many/100000" in line for line in warnings)
+
+
+def test_over_https_too(tmp_path: Path, redis_url: str, namespace: str, sync_redis: Any,
+                        tls_header_server: str) -> None:
+    base = f"https://{tls_header_server}"
+    many, ok = add_tasks(redis_url, namespace, [
+        ExecTask.create(seed_id="s", site_id="probe", url=f"{base}/{path}")
+        for path in ("many/100000", "ok")])
+    caps: dict[str, Any] = {LINES_SETTING: 50}
+    worker = start_worker(tmp_path, redis_url, namespace, ROBOTSTXT_OBEY=False, **caps)
+    assert worker.wait() == 0, worker.log()[-3000:]
+    keys = KeyLayout(namespace).for_site("probe")
+    records = [json.loads(sync_redis.get(keys.done(t.task_id))) for t in (many, ok)]
+    assert [r["outcome"] for r in records] == ["ignored", "done"], records
+    assert f"{LINES_SETTING} (50 lines)" in records[0]["reason"]
 
 
 def _handlers(**project: Any) -> dict[str, Any]:
