@@ -25,7 +25,9 @@ robots.txt.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.server
+import json
 import os
 import sqlite3
 import subprocess
@@ -69,8 +71,9 @@ def serve_pages(answer: Answer) -> http.server.ThreadingHTTPServer:
             for name, value in {"Content-Type": "text/html; charset=utf-8", **headers,
                                 "Content-Length": str(len(body))}.items():
                 self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(body)
+            with contextlib.suppress(ConnectionError):  # (a capped client hangs up)
+                self.end_headers()
+                self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass
@@ -174,7 +177,8 @@ def until_acked(code: Path, url: str, timeout: float, settings: dict[str, object
     with RedisServer() as server:
         task = ExecTask.create(seed_id="bench", site_id="probe", url=url)
         run_with_client(server.url, lambda c: TaskWriter(c, keys).add([task]))
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code), str(PROJECT)]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code), str(PROJECT),
+                                                           str(Path(__file__).parent)]))
         env.pop("SCRAPY_SETTINGS_MODULE", None)
         args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "probe"]
         for arg in spider_args:
@@ -183,7 +187,8 @@ def until_acked(code: Path, url: str, timeout: float, settings: dict[str, object
                 "METEORSEED_REDIS_URL": server.url, "METEORSEED_NAMESPACE": "bench",
                 "METEORSEED_STORE_URI": f"sqlite:///{work / 'items.db'}",
                 "METEORSEED_IDLE_CLOSE": 5, "LOG_FILE": str(work / "w.log"),
-                **settings}.items():
+                "EXTENSIONS": json.dumps({"loop_lag.LoopLag": 0}),
+                "LOOP_LAG_FILE": str(work / "lag"), **settings}.items():
             args += ["-s", f"{key}={value}"]
         client = redis.Redis.from_url(server.url)
         started = time.monotonic()
@@ -208,6 +213,13 @@ def acked_text(acked: float | None, timeout: float) -> str:
     return f"acked after {acked:.1f} s" if acked is not None else f"NOT acked in {timeout:.0f} s"
 
 
+def longest_stall(work: Path) -> str:
+    """The longest the worker's event loop was blocked (benchmarks/loop_lag.py)."""
+    lag = work / "lag"
+    return f"event loop blocked {float(lag.read_text()):.2f} s at most" if lag.exists() else \
+        "event loop never blocked over 20 ms"
+
+
 def run_links(code: Path, links: int, timeout: float) -> None:
     site = big_page(links)
     url = f"http://127.0.0.1:{site.server_address[1]}/big"
@@ -215,7 +227,7 @@ def run_links(code: Path, links: int, timeout: float) -> None:
                                     ("follow=1",))
     site.shutdown()
     print(f"code {code}: a page of {links} links: parent {acked_text(acked, timeout)}, worker"
-          f" peak RSS {peak:.0f} MB; log in {work}")
+          f" peak RSS {peak:.0f} MB, {longest_stall(work)}; log in {work}")
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from scrapy.utils.misc import load_object
 
+from meteorseed_scrapy.header_cap import set_handlers
 from meteorseed_scrapy.politeness.local_limits import local_limits_warning
 from meteorseed_scrapy.setting_checks import InvalidSettings, check_settings
 from meteorseed_scrapy.settings import (
@@ -35,6 +36,10 @@ BACKOFF_MIDDLEWARE = "meteorseed_scrapy.middlewares.BackoffMiddleware"
 BREAKER_MIDDLEWARE = "meteorseed_scrapy.middlewares.CircuitBreakerMiddleware"
 # Feeds each response's latency to its site's fleet-wide adaptive limit (politeness/adaptive.py).
 ADAPTIVE_MIDDLEWARE = "meteorseed_scrapy.middlewares.AdaptiveThrottleMiddleware"
+# Drops a task's requests over METEORSEED_MAX_CHILDREN_PER_TASK nearest the spider, before any
+# other spider middleware handles them (worker/children_cap.py).
+CHILDREN_CAP_MIDDLEWARE = "meteorseed_scrapy.worker.children_cap.ChildrenCapMiddleware"
+CHILDREN_CAP_ORDER = 10_000
 TRACING_EXTENSION = "meteorseed_scrapy.observability.logging.TracingExtension"
 # Stays off (NotConfigured) unless METEORSEED_METRICS_PORT is set.
 METRICS_EXTENSION = "meteorseed_scrapy.observability.metrics.MetricsExtension"
@@ -147,6 +152,7 @@ class MeteorSeedAddon:
         settings.set("SCHEDULER", SCHEDULER, priority="addon")
         components = {
             "ITEM_PIPELINES": {PIPELINE: 900},
+            "SPIDER_MIDDLEWARES": {CHILDREN_CAP_MIDDLEWARE: CHILDREN_CAP_ORDER},
             "DOWNLOADER_MIDDLEWARES": {
                 LOG_SETUP: 0, SLOT_MIDDLEWARE: 50, BACKOFF_MIDDLEWARE: 580,
                 BREAKER_MIDDLEWARE: 585, ADAPTIVE_MIDDLEWARE: 590, **HYGIENE_MIDDLEWARES},
@@ -169,6 +175,7 @@ class MeteorSeedAddon:
         settings.set("CONCURRENT_ITEMS", CONCURRENT_ITEMS, priority="addon")
         for name, value in SCRAPY_DEFAULTS.items():  # response size caps (docs/robustness.md)
             settings.set(name, value, priority="addon")
+        set_handlers(settings)  # http(s) with the response head capped, unless the project's
         for name in ("PERIODIC_LOG_STATS", "PERIODIC_LOG_DELTA"):
             settings.set(name, {"include": list(PERIODIC_LOG_INCLUDE)}, priority="addon")
         for name, value in DEFAULTS.items():

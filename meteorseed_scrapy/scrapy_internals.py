@@ -17,6 +17,9 @@ What is used, and why:
 * ``ExecutionEngine._start`` (replaced): start requests paced by the stream's reads.
 * ``Downloader.active``: downloads in progress, for the worker's work budget.
 * ``Spider._set_crawler``: a spider built by its own ``from_crawler`` without ``super()``'s.
+* ``HTTP11DownloadHandler._pool._factory`` and the parser of Twisted's
+  ``HTTP11ClientProtocol``: the response head cap subclasses the handler
+  (:mod:`meteorseed_scrapy.header_cap`, checked by ``tests/test_header_cap.py``).
 * Build order: ``Crawler.crawl`` replaces the root log handler (``_update_root_log_handler``)
   right before it builds the engine, whose first component built is the first downloader
   middleware: :class:`RootHandlerHook` runs there (no signal marks that moment).

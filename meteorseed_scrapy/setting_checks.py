@@ -98,6 +98,8 @@ def check_settings(settings: BaseSettings) -> None:
     integer_setting(settings, "METEORSEED_ROBOTSTXT_MAXSIZE", minimum=1)
     integer_setting(settings, "METEORSEED_MAX_LINKS_PER_PAGE", minimum=1)
     integer_setting(settings, "METEORSEED_MAX_CHILDREN_PER_TASK", minimum=1)
+    for name in ("METEORSEED_MAX_RESPONSE_HEADERS", "METEORSEED_RESPONSE_HEADERS_MAXSIZE"):
+        integer_setting(settings, name, minimum=0)  # (0: no cap)
 
 
 def checked_names() -> frozenset[str]:

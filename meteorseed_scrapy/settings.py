@@ -142,6 +142,10 @@ DEFAULTS: dict[str, Any] = {
     "METEORSEED_NOTIFY_CLAIM_IDLE": 60.0,
     # Bytes of a robots.txt that are parsed (workers and the sitemap fetcher; Google's 500 KiB).
     "METEORSEED_ROBOTSTXT_MAXSIZE": 512 * 1024,
+    # A response's head (status and header lines) in lines and in bytes; past either the
+    # download is abandoned, the task ignored (meteorseed_scrapy.header_cap). 0: no cap.
+    "METEORSEED_MAX_RESPONSE_HEADERS": 1000,
+    "METEORSEED_RESPONSE_HEADERS_MAXSIZE": 256 * 1024,
     # Fleet-wide per-site limits (a site's rule config may override them).
     "METEORSEED_POLITENESS": True,
     "METEORSEED_SITE_RATE": 2.0,

@@ -33,6 +33,10 @@ class Scrape:
     keyless_yielded: int = 0  # keyless items the callback yielded (see Output.keyless_position)
     anomalies: int = 0  # items kept as anomalies (sites/pipeline.py), counted in its progress
     bytes: int = 0  # the final response's body size, counted in its seed's progress
+    #: Requests its callback yielded, those kept and those dropped over the task's cap
+    #: (worker/children_cap.py).
+    children_yielded: int = 0
+    children_dropped: int = 0
     errors: list[str] = field(default_factory=list)
     lasting: bool = False  # one of the errors would happen again if the task were redelivered
     #: Entries for the items feed, one per committed document (queue/consume/items_feed.py): written

@@ -8,8 +8,9 @@
 - :mod:`.start_pacing`: start requests paced as Scrapy paces them
 - :mod:`.requests`: ExecTask <-> ``scrapy.Request``, without pickle
 - :mod:`.scrapes`: which task Scrapy's scraper works for
-- :mod:`.yielded`, :mod:`.duplicates`, :mod:`.children`: requests a callback yields become
-  child tasks (``DUPEFILTER_CLASS`` honoured), written before their parent may be acked
+- :mod:`.children_cap`, :mod:`.yielded`, :mod:`.duplicates`, :mod:`.children`: requests a
+  callback yields (as many as the cap allows) become child tasks (``DUPEFILTER_CLASS``
+  honoured), written before their parent may be acked
 - :mod:`.fate`, :mod:`.ledger`, :mod:`.settling`, :mod:`.completions`: how a task can end and
   the one decision of its fate, the book that only counts, acting on the fate, and the flush
   that writes it to Redis

@@ -32,7 +32,6 @@ class Entry:
     verdict: Verdict | None = None  # set when it settles (:func:`.fate.fate`)
     children_pending: int = 0
     children: int = 0  # requests its final hop's callback (or errback) yielded
-    children_dropped: int = 0  # requests beyond METEORSEED_MAX_CHILDREN_PER_TASK
 
     @property
     def outcome(self) -> Outcome | None:
@@ -68,8 +67,8 @@ class Entry:
         }
         if self.reason:
             record["reason"] = self.reason[:2000]
-        if self.children_dropped:
-            record["anomalies"] = [f"children over cap: {self.children_dropped} yielded"
+        if scrape is not None and scrape.children_dropped:
+            record["anomalies"] = [f"children over cap: {scrape.children_dropped} yielded"
                                    " requests dropped (METEORSEED_MAX_CHILDREN_PER_TASK)"]
         return json.dumps(record, separators=(",", ":"))
 

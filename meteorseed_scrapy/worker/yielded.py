@@ -2,11 +2,8 @@
 by the project's ``DUPEFILTER_CLASS`` (:mod:`.duplicates`), queued to be written to the stream
 (:mod:`.children`) before their parent may be acked; a duplicate is reported once written.
 
-A task's callback makes at most ``METEORSEED_MAX_CHILDREN_PER_TASK`` children: a page of a
-million links would otherwise hold its task (and a million encoded children in memory) until
-every one is written. The rest are dropped, with one warning per task naming its URL and the
-cap, ``meteorseed/children/over_cap`` (one per dropped request) and an anomaly on the task's
-completion record. The children of a task from the API keep its address mark
+How many children a task's callback may make is :mod:`.children_cap`'s to say, before its
+requests get here. The children of a task from the API keep its address mark
 (:mod:`~meteorseed_scrapy.address_policy`): a link on such a page is outside input too."""
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from scrapy import Request, Spider
 
 from meteorseed_scrapy.queue.enqueue.writer import FingerprintError
 from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PUBLIC_ONLY
-from meteorseed_scrapy.settings import integer_setting
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
@@ -34,8 +30,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
-CAP_SETTING = "METEORSEED_MAX_CHILDREN_PER_TASK"
-OVER_CAP_STAT = "meteorseed/children/over_cap"
 
 
 class YieldedRequests:
@@ -43,7 +37,6 @@ class YieldedRequests:
                  completions: Completions, pacing: StartPacing, coming: ComingTasks,
                  reads_started: Callable[[], int]) -> None:
         self._spider = spider
-        self.cap = integer_setting(crawler.settings, CAP_SETTING, minimum=1)
         self._stats = crawler.stats
         self._ledger = ledger
         self._completions = completions
@@ -60,11 +53,8 @@ class YieldedRequests:
         failed, when it cannot be a task (the error names the field); False too when the
         project's own ``DUPEFILTER_CLASS`` says it is a duplicate (:mod:`.duplicates`)."""
         parent = scrape.task if scrape is not None else None
-        if parent is not None:
-            if self._over_cap(parent, request):
-                return False
-            if parent.meta.get(POLICY_META_KEY) == PUBLIC_ONLY:
-                request.meta[POLICY_META_KEY] = PUBLIC_ONLY
+        if parent is not None and parent.meta.get(POLICY_META_KEY) == PUBLIC_ONLY:
+            request.meta[POLICY_META_KEY] = PUBLIC_ONLY
         try:
             task = request_to_task(request, self._spider, parent)
             if self.dupes.seen_here(request):
@@ -87,20 +77,6 @@ class YieldedRequests:
             self._pacing.enqueued(request, task)
         if dedup:  # (a duplicate is reported with its request once written)
             self._deduped[id(task)] = request
-        return True
-
-    def _over_cap(self, parent: ExecTask, request: Request) -> bool:
-        """Whether ``request`` is one child too many for ``parent``: dropped, said once."""
-        entry = self._ledger.get(parent.task_id)
-        if entry is None or entry.children < self.cap:
-            return False
-        self._stats.inc_value(OVER_CAP_STAT)
-        if not entry.children_dropped:
-            logger.warning("Task %s (%s) yielded more than %s (%d) requests: the first %d are"
-                           " its children, the rest are dropped (first dropped: %s)",
-                           parent.task_id, parent.url, CAP_SETTING, self.cap, self.cap,
-                           request.url)
-        entry.children_dropped += 1
         return True
 
     def written(self, tasks: list[ExecTask], fresh: tuple[bool, ...]) -> None:
