@@ -4,6 +4,7 @@ show`` and ``GET /seeds``. (The cancel's cost: benchmarks/seed_cancel.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -23,11 +24,13 @@ from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.crawl_progress import read_progress_sync
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client, sync_client
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.clients import run_with_client as run
+from meteorseed_scrapy.testing.cluster import LocalCluster
 from tests.test_api import TOKEN, Client
 from tests.test_seed_control import cli
 
@@ -231,3 +234,38 @@ def test_the_list_show_and_api_state_says_paused_or_cancelled(
     assert seed_control.release(sync_redis, keys, "p1", "ops") == 0
     code, out, _ = cli(redis_url, namespace, "seeds", "show", "p1")
     assert "state:      running\n" in out, out
+
+
+def test_cancel_pages_on_a_cluster(cluster: LocalCluster, ns: str,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seed_control, "PAGE", 16)
+    keys = KeyLayout(ns, shards=3, cluster=True)
+    tasks = [task("s1" if n % 10 == 0 else f"other{n % 7}", n) for n in range(300)]
+    client = sync_client(cluster.url, decode_responses=True)
+
+    async def start() -> tuple[int, int]:
+        aclient = async_client(cluster.url, decode_responses=True)
+        try:
+            consumer = StreamConsumer(aclient, keys, "w1")
+            await consumer.ensure_group()
+            await TaskWriter(aclient, keys).add(tasks, dedup=False)
+            got = [d for d in await consumer.read(60, 0) if d.task is not None]
+            delayed = DelayedSet(aclient, keys)
+            for d in got:
+                assert d.task is not None
+                assert await delayed.defer(d.ref, d.task, 600, "", DeferReason.QUOTA)
+            return len(got), sum(1 for d in got if d.task and d.task.seed_id == "s1")
+        finally:
+            await aclient.aclose()
+
+    try:
+        parked, parked_mine = asyncio.run(start())
+        assert parked == 60 and 0 < parked_mine < 30
+        removed = seed_control.cancel(client, keys, "s1", "ops")
+        assert removed == {"delayed": parked_mine, "waiting": 30 - parked_mine}
+        assert stream_seeds(client, keys).count("s1") == 0
+        assert len(stream_seeds(client, keys)) == 300 - 30 - (parked - parked_mine)
+        p1 = read_progress_sync(client, keys, ["s1"])["s1"]
+        assert p1 is not None and (p1["state"], p1["cancelled"]) == ("finished", 30)
+    finally:
+        client.close()
