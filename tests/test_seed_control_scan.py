@@ -9,6 +9,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,8 +32,9 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.cluster import LocalCluster
-from tests.test_api import TOKEN, Client
-from tests.test_seed_control import cli
+from tests.console_browser import logged_in_console
+from tests.test_api import TOKEN, Client, url_list
+from tests.test_seed_control import URLS, cli
 
 #: Other seeds' tasks that look like the target's to a careless match (its id in their URL,
 #: in a meta key ``seed_id``, as a prefix of their seed's id).
@@ -269,3 +271,26 @@ def test_cancel_pages_on_a_cluster(cluster: LocalCluster, ns: str,
         assert p1 is not None and (p1["state"], p1["cancelled"]) == ("finished", 30)
     finally:
         client.close()
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="/usr/bin/chromium is absent")
+def test_the_console_seed_tables_say_paused(redis_url: str, namespace: str) -> None:
+    async def flow(base: str) -> list[str]:
+        from playwright.async_api import expect
+
+        errors: list[str] = []
+        async with logged_in_console(base, errors) as page:
+            await expect(page.locator("[data-testid=status-p1]")).to_have_text("paused")
+            await expect(page.locator("[data-testid=progress-p1]")).to_have_text("paused")
+            await expect(page.locator("[data-testid=progress-q1]")).to_have_text("running")
+        return errors
+
+    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+        client = Client(srv.url)
+        for seed in ("p1", "q1"):  # (URLs of their own: not deduplicated)
+            status, _, body = client.call("POST", "/dispatch", url_list(
+                seed, [f"{u}/{seed}" for u in URLS]))
+            assert status == 202, body
+        assert client.call("POST", "/seeds/p1/pause")[0] == 200
+        # (the page's first call has no token: its 401 is no error)
+        assert [e for e in asyncio.run(flow(srv.url)) if "401" not in e] == []
