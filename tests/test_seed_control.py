@@ -230,7 +230,7 @@ def test_the_console_pauses_resumes_and_cancels_a_seed(redis_url: str, namespace
             await expect(cell).to_contain_text("cancelled")
             await expect(cell).to_have_attribute("title", re.compile("^cancelled by api@"))
             await expect(page.locator("[data-testid=cancelled-p1]")).to_have_text("2")
-            await expect(page.locator("[data-testid=progress-p1]")).to_have_text("finished")
+            await expect(page.locator("[data-testid=progress-p1]")).to_have_text("cancelled")
             await page.set_viewport_size({"width": 800, "height": 900})
             assert await page.locator("#overview-progress").evaluate(  # (it fits at 800 px)
                 "box => box.scrollWidth <= box.clientWidth")

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.queue.consume.seed_control import control_of
+from meteorseed_scrapy.queue.consume.seed_control import control_of, controls
 from meteorseed_scrapy.queue.fleet.crawl_progress import read_progress, seed_keys
 from meteorseed_scrapy.store.base import Store
 
@@ -68,12 +68,15 @@ async def list_seeds(request: web.Request) -> web.Response:
     records = await state.registry.list(site_id=site_id, offset=offset, limit=limit)
     progress = await read_progress(state.client, state.config.keys,
                                    [r.seed.seed_id for r in records])
+    # (held or cancelled, as GET /seeds/{id}'s: meteorseed_scrapy.queue.consume.seed_control)
+    found = await asyncio.to_thread(controls, state.sync_client, state.config.keys)
     return web.json_response({
         "total": await state.registry.count(),
         "offset": offset,
         "limit": limit,
         "site_id": site_id,
-        "seeds": [_shown(state, r, progress[r.seed.seed_id], full=False) for r in records],
+        "seeds": [{**_shown(state, r, progress[r.seed.seed_id], full=False),
+                   "control": found.get(r.seed.seed_id)} for r in records],
     })
 
 

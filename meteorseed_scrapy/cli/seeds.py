@@ -26,7 +26,7 @@ from meteorseed_scrapy.cli.common import (
 )
 from meteorseed_scrapy.cli.seed_control import register as register_control
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
-from meteorseed_scrapy.queue.consume.seed_control import control_of
+from meteorseed_scrapy.queue.consume.seed_control import control_of, controls, shown_state
 from meteorseed_scrapy.queue.fleet.crawl_progress import COUNTERS, read_progress_sync
 from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.seeding.records import SeedRecord
@@ -86,12 +86,14 @@ def _records(args: argparse.Namespace, ctx: Context, seed_id: str | None = None
     return asyncio.run(fetch())
 
 
-def row(seed_id: str, record: SeedRecord | None, progress: dict[str, Any] | None
-        ) -> dict[str, Any]:
-    """One seed as ``list`` and ``show`` print it (also their JSON)."""
+def row(seed_id: str, record: SeedRecord | None, progress: dict[str, Any] | None,
+        control: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One seed as ``list`` and ``show`` print it (its state ``paused`` or ``cancelled`` while
+    an operator's control lasts: :func:`shown_state`)."""
     shown: dict[str, Any] = {
         "seed": seed_id, "site": record.seed.site_id if record is not None else None,
-        "state": progress["state"] if progress is not None else "not counted",
+        "state": shown_state(progress["state"] if progress is not None else "not counted",
+                             control),
     }
     for name in COUNTERS:
         shown[name] = progress[name] if progress is not None else None
@@ -100,10 +102,11 @@ def row(seed_id: str, record: SeedRecord | None, progress: dict[str, Any] | None
     return shown
 
 
-def _json(seed_id: str, record: SeedRecord | None, progress: dict[str, Any] | None
-          ) -> dict[str, Any]:
+def _json(seed_id: str, record: SeedRecord | None, progress: dict[str, Any] | None,
+          control: dict[str, Any] | None) -> dict[str, Any]:
     return {"seed_id": seed_id, "site_id": record.seed.site_id if record else None,
-            "status": record.status if record else None, "progress": progress}
+            "status": record.status if record else None, "progress": progress,
+            "control": control}
 
 
 _FORMATS = {"started": _when, "finished": _when}
@@ -112,13 +115,15 @@ _FORMATS = {"started": _when, "finished": _when}
 def run_list(args: argparse.Namespace, ctx: Context) -> int:
     records = _records(args, ctx)
     progress = read_progress_sync(ctx.client, ctx.keys, [r.seed_id for r in records])
+    found = controls(ctx.client, ctx.keys)
     if ctx.json:
-        ctx.emit_json([_json(r.seed_id, r, progress[r.seed_id]) for r in records])
+        ctx.emit_json([_json(r.seed_id, r, progress[r.seed_id], found.get(r.seed_id))
+                       for r in records])
         return EXIT_OK
     if not records:
         ctx.say("no seeds registered")
         return EXIT_OK
-    rows = [row(r.seed_id, r, progress[r.seed_id]) for r in records]
+    rows = [row(r.seed_id, r, progress[r.seed_id], found.get(r.seed_id)) for r in records]
     ctx.say("\n".join(table(rows, COLUMNS, _FORMATS)))
     if len(records) == LIST_LIMIT:
         ctx.say(f"(first {LIST_LIMIT} seeds only)")
@@ -135,9 +140,9 @@ def run_show(args: argparse.Namespace, ctx: Context) -> int:
         raise CliError(f"no seed {seed_id!r} (not registered, nothing of it counted)",
                        EXIT_INCOMPLETE)
     if ctx.json:
-        ctx.emit_json({**_json(seed_id, record, progress), "control": control})
+        ctx.emit_json(_json(seed_id, record, progress, control))
         return EXIT_OK
-    shown = row(seed_id, record, progress)
+    shown = row(seed_id, record, progress, control)
     for name in COLUMNS:
         value = shown[name]
         ctx.say(f"{name + ':':<11} {_FORMATS[name](value) if name in _FORMATS else value}")

@@ -121,11 +121,15 @@ async function showOverview() {
     { key: "pending", label: "Pending then", cls: "num" },
   ], gone, "") : "");
   const seedRows = seeds.status === 200 ? seeds.data.seeds : [];
+  // (paused or cancelled while an operator's control lasts, as `meteorseed seeds list` says)
+  const controlled = (r) => (r.control && r.control.cancelled ? "cancelled"
+    : r.control && r.control.held ? "paused" : null);
   $("overview-seeds").replaceChildren(table([
     { label: "Seed", render: (r) => r.seed.seed_id },
     { label: "Site", render: (r) => r.seed.site_id },
     { label: "Type", render: (r) => r.seed.task_type },
-    { label: "Status", render: (r) => badge(r.status) },
+    { label: "Status", render: (r) => el("span", { "data-testid": `status-${r.seed.seed_id}` },
+      badge(controlled(r) || r.status)) },
     { label: "Expansion", render: (r) => (r.expansion ? badge(r.expansion.state) : "–") },
     { label: "Enqueued", cls: "num seed-enqueued", render: (r) => fmt(
       r.expansion ? r.expansion.enqueued : r.last_enqueued) },
@@ -151,7 +155,8 @@ async function showOverview() {
     { label: "Seed", render: (r) => r.seed.seed_id },
     // (its pause, resume and cancel buttons under its state)
     { label: "State", render: (r) => el("div", {},
-      el("span", { "data-testid": `progress-${r.seed.seed_id}` }, badge(r.progress.state)),
+      el("span", { "data-testid": `progress-${r.seed.seed_id}` },
+        badge(controlled(r) || r.progress.state)),
       seedControlCell(r.seed.seed_id, r.progress,
         (controls.status === 200 ? controls.data : {})[r.seed.seed_id] || {})) },
     ...["enqueued", "done", "dead", "waiting", "delayed", "items", "anomalies", "bytes"]

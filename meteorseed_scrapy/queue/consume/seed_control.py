@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 from meteorseed_scrapy.queue.consume.delayed_set import make_due
@@ -58,7 +57,8 @@ PARK_S = 3600.0
 #: (seconds): a worker that read the holds just before the resume parks the tasks it holds
 #: until its next read (POLL_S), and its parking reaches Redis with its next writes.
 RESUME_PASSES_S = (0.0, 1.0, 2.0)
-#: Entries or members looked at per page, and settled per script call.
+#: Stream entries or delayed-set members looked at per cancel script call (its bound), and
+#: members per page of a resume.
 PAGE = 500
 
 
@@ -138,38 +138,28 @@ def release(client: Any, keys: KeyLayout, seed_id: str, by: str) -> int | None:
     return woken
 
 
-def _pages(found: Iterable[tuple[Any, str]], seed_id: str
-           ) -> Iterator[list[tuple[Any, ExecTask]]]:
-    """The (id or member, task) of ``seed_id`` among ``found`` ((id or member, task JSON)), in
-    pages (a message that is not a task is left alone)."""
-    page: list[tuple[Any, ExecTask]] = []
-    for ref, message in found:
-        if _seed_of(message) != seed_id:
-            continue
+def _needles(seed_id: str) -> list[str]:
+    """``seed_id`` as a task's JSON holds it: a JSON string as the writers encode it (non-ASCII
+    as is), and with non-ASCII escaped (another producer's ``json.dumps``)."""
+    forms = []
+    for form in (json.dumps(seed_id, ensure_ascii=False), json.dumps(seed_id)):
         try:
-            page.append((ref, ExecTask.from_message({"v": MESSAGE_VERSION, "t": message})))
-        except TaskError:
+            form.encode("utf-8")
+        except UnicodeEncodeError:  # (a lone surrogate: no task can hold it so)
             continue
-        if len(page) >= PAGE:
-            yield page
-            page = []
-    if page:
-        yield page
-
-
-def _stream_entries(client: Any, stream: str) -> Iterator[tuple[Any, Any]]:
-    start = "-"
-    while True:
-        entries = client.xrange(stream, start, "+", count=PAGE)
-        for msg_id, fields in entries:
-            yield msg_id, _message(fields.get("t", fields.get(b"t", "")))
-        if len(entries) < PAGE:
-            return
-        start = "(" + text_of(entries[-1][0])
+        if form not in forms:
+            forms.append(form)
+    return forms
 
 
 class Canceller:
-    """One cancel's sweep: the seed's delayed tasks, then its unread stream entries."""
+    """One cancel's sweep, in Redis page by page (``lua/seed_cancel.lua``, modes ``dscan`` and
+    ``scan``): the seed's delayed tasks, then its unread stream entries. A script call looks at
+    :data:`PAGE` stream entries at most (about as many set members: ZSCAN's count is a hint)
+    and decodes only those holding the seed's id: about 1 ms of Redis a call
+    (``benchmarks/seed_cancel.py``), so a cancel never blocks it long. Each removal
+    is counted by the call that makes it: nothing is counted twice, whoever else settles the
+    seed's tasks meanwhile."""
 
     def __init__(self, client: Any, keys: KeyLayout, seed_id: str, progress_retention: int,
                  history: TaskHistory | None) -> None:
@@ -178,45 +168,49 @@ class Canceller:
         self.retention = progress_retention
         self.history = history if history is not None and history.active else None
         self.script = scripts.register(client, "seed_cancel")
+        self.needles = _needles(seed_id)
         self.zeroed: set[str] = set()
+        self.removed: list[Any] = []  # (the task JSON of those removed, for the history)
 
-    def _settle(self, key: str, mode: str, page: list[tuple[Any, ExecTask]]) -> int:
-        args: list[Any] = [mode, GROUP, "", events_key(self.keys), f"{time.time():.3f}",
-                           self.retention]
-        for ref, task in page:
-            args += [ref, task.seed_id, task.site_id]
-        settled, zeroed = self.script(keys=[key], args=args)
-        self.zeroed.update(text_of(s) for s in zeroed)
-        if self.history is not None and int(settled):
-            self._remember([task for _ref, task in page])
-        return int(settled)
+    def _sweep(self, key: str, mode: str) -> int:
+        n, cursor = 0, ""
+        while True:
+            settled, zeroed, cursor, texts = self.script(keys=[key], args=[
+                mode, GROUP, "", events_key(self.keys), f"{time.time():.3f}", self.retention,
+                self.seed_id, cursor, PAGE, *self.needles])
+            n += int(settled)
+            self.zeroed.update(text_of(s) for s in zeroed)
+            if self.history is not None:
+                self.removed += texts
+                if len(self.removed) >= PAGE:
+                    self.remember()
+            cursor = text_of(cursor)
+            if not cursor:
+                return n
 
-    def _remember(self, tasks: list[ExecTask]) -> None:
-        assert self.history is not None
+    def remember(self) -> None:
+        """Record the tasks removed so far in the task history."""
+        texts, self.removed = self.removed, []
+        if self.history is None or not texts:
+            return
         entries = []
-        for task in tasks:  # (a few of them may have been settled by a worker instead)
+        for text in texts:
             try:
+                task = ExecTask.from_message({"v": MESSAGE_VERSION, "t": text})
                 fp = fingerprint_bytes(task)
-            except ValueError:
+            except (TaskError, ValueError):  # (removed all the same: a worker would drop it)
                 continue
             entries.append(HistoryEntry.of(task, fp, "cancelled", "", reason="seed cancelled"))
         for keys, args in self.history.calls(entries):
             scripts.register(self.client, "history_add")(keys=keys, args=args)
 
     def delayed(self) -> int:
-        n = 0
-        for key in (d for shard in self.keys.shard_keys for d in shard.delayeds):
-            members = [(m, _message(m)) for m, _score in self.client.zscan_iter(key, count=PAGE)]
-            for page in _pages(members, self.seed_id):
-                n += self._settle(key, "delayed", page)
-        return n
+        return sum(self._sweep(key, "dscan")
+                   for shard in self.keys.shard_keys for key in shard.delayeds)
 
     def unread(self) -> int:
-        n = 0
-        for stream in (s for shard in self.keys.shard_keys for s in shard.streams):
-            for page in _pages(_stream_entries(self.client, stream), self.seed_id):
-                n += self._settle(stream, "unread", page)
-        return n
+        return sum(self._sweep(stream, "scan")
+                   for shard in self.keys.shard_keys for stream in shard.streams)
 
 
 def cancel(client: Any, keys: KeyLayout, seed_id: str, by: str, *,
@@ -239,6 +233,7 @@ def cancel(client: Any, keys: KeyLayout, seed_id: str, by: str, *,
     client.hdel(held_key(keys), seed_id)  # (its parked tasks are removed below)
     sweep = Canceller(client, keys, seed_id, progress_retention, history)
     removed = {"delayed": sweep.delayed(), "waiting": sweep.unread()}
+    sweep.remember()
     if sweep.zeroed and keys.tagged:
         finish_if_done_sync(client, keys, sorted(sweep.zeroed), progress_retention)
     _record(client, keys, seed_id, "cancelled", by, **removed)
@@ -261,6 +256,17 @@ def control_of(client: Any, keys: KeyLayout, seed_id: str) -> dict[str, Any] | N
             "cancelled": lapses is not None and lapses > time.time() * 1000}
 
 
+def shown_state(progress_state: str, control: dict[str, Any] | None) -> str:
+    """A seed's state as ``seeds list``/``show``, ``GET /seeds`` and the console show it:
+    ``cancelled`` while its cancel's mark lasts, ``paused`` while it is held, else its
+    progress' state (``control``: :func:`control_of`'s or a :func:`controls` value)."""
+    if control is not None and control.get("cancelled"):
+        return "cancelled"
+    if control is not None and control.get("held"):
+        return "paused"
+    return progress_state
+
+
 def controls(client: Any, keys: KeyLayout) -> dict[str, dict[str, Any]]:
     """Per seed: its last control (``state`` paused|resumed|cancelled, who, when) and
     whether it is ``held`` or ``cancelled`` now."""
@@ -280,4 +286,5 @@ def controls(client: Any, keys: KeyLayout) -> dict[str, dict[str, Any]]:
 
 
 __all__ = ["CANCEL_RETENTION_S", "PARK_S", "POLL_S", "cancel", "cancelled_key", "checked",
-           "control_of", "controls", "held_key", "hold", "records_key", "release"]
+           "control_of", "controls", "held_key", "hold", "records_key", "release",
+           "shown_state"]
