@@ -29,9 +29,12 @@ def test_the_wheel_installs_into_a_fresh_venv_and_works(tmp_path: Path) -> None:
     target = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(target)
     python = target / "bin" / "python"
+    # (without PYTHONPATH: a checkout on it, with the egg-info the build left there, would look
+    # installed to pip, which would then skip the wheel)
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
                     "--no-deps", "--disable-pip-version-check", str(wheel)], check=True,
-                   capture_output=True, timeout=120)
+                   capture_output=True, timeout=120, env=clean)
     # The dependencies this test runs with, after the venv's own site-packages (a .pth line
     # is appended to sys.path; its .pth files, among them the checkout's editable install,
     # are not read).
