@@ -9,12 +9,19 @@ from types import ModuleType
 
 import pytest
 import redis
+from hypothesis import HealthCheck, settings
 
 from meteorseed_scrapy.testing import netns
 from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres
 from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
+
+# No timing thresholds in tests: Hypothesis's per-example deadline (200 ms) and its too_slow
+# health check failed tests on a loaded machine (many tests already opted out one by one).
+settings.register_profile("meteorseed", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("meteorseed")
 
 
 def pytest_report_header() -> str:
