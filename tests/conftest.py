@@ -9,12 +9,19 @@ from types import ModuleType
 
 import pytest
 import redis
+from hypothesis import HealthCheck, settings
 
 from meteorseed_scrapy.testing import netns
 from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres
 from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
+
+# No timing thresholds in tests: Hypothesis's per-example deadline (200 ms) and its too_slow
+# health check failed tests on a loaded machine (many tests already opted out one by one).
+settings.register_profile("meteorseed", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("meteorseed")
 
 
 def pytest_report_header() -> str:
@@ -23,6 +30,31 @@ def pytest_report_header() -> str:
         return f"redis-server: {describe(find_redis_server())}"
     except RuntimeError as exc:  # the tests needing Redis fail with this reason, the rest run
         return f"redis-server: none ({exc})"
+
+
+# The files that take longest (per-file sums of `pytest --junitxml`, slowest first), run first:
+# under `make test`'s `--dist loadfile --no-loadscope-reorder` xdist hands files out in this
+# order, so the run ends on short files on every worker instead of one long file on one (its
+# default order, by number of tests, put these few-test, long files last). Only an order: a
+# file missing here costs balance, never correctness. The two namespace-building files are
+# apart, since they run one at a time (one_fleet_at_a_time).
+SLOW_FILES_FIRST = (
+    "test_fleet_partitions.py", "test_e2e_worker.py", "test_e2e_politeness.py",
+    "test_keepalive.py", "test_e2e_spider_kinds.py", "test_e2e_postgres.py",
+    "test_early_settle.py", "test_fleet_scrapyd.py", "test_e2e_chaos.py",
+    "test_scrapy_commands.py", "test_e2e_scrapyd.py", "test_redis_watch.py",
+    "test_e2e_failures.py", "test_e2e_spider_sets.py", "test_e2e_adaptive.py",
+    "test_redis_watchdog.py", "test_seeder.py", "test_cluster_shards.py",
+    "test_redirect_loop.py", "test_sites.py", "test_flushall.py", "test_reparse_e2e.py",
+    "test_render.py", "test_sites_e2e.py", "test_settings_resolution.py",
+    "test_fingerprinter.py", "test_liveness.py", "test_address_policy.py", "test_pump.py",
+    "test_items_feed.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
 
 
 def _builds_namespaces(module: ModuleType) -> bool:

@@ -213,9 +213,11 @@ def test_a_batch_crawl_gives_up_on_a_dead_host_and_ends(
     down = [f"http://127.0.0.1:{refused_port}/page/{i}" for i in range(3)]
     enqueue(redis_url, namespace, good)
     enqueue(redis_url, namespace, down, site_id="down", seed_id="s2")
+    # The batch rule: at most METEORSEED_BATCH_GIVE_UP_AFTER (60 s by default; 5 here, to be
+    # quick) of continuous trouble, then the site's tasks are dead; GIVE_UP_AFTER (a day) alone
+    # would keep the worker waiting.
     worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_IDLE_CLOSE=3,
-                          RETRY_TIMES=2)
-    # The batch rule: at most 60 s of continuous trouble, then the site's tasks are dead.
+                          RETRY_TIMES=2, METEORSEED_BATCH_GIVE_UP_AFTER=5)
     assert worker.wait(120) == 0, worker.log()[-3000:]
 
     assert len(stored_docs(tmp_path / "items.db")) == 20

@@ -13,7 +13,7 @@ from email.message import Message
 
 import pytest
 
-from meteorseed_scrapy.testing.fault_modes import RESET, Mode, parse_mode, site_of
+from meteorseed_scrapy.testing.fault_modes import RESET, Hit, Mode, parse_mode, site_of
 from meteorseed_scrapy.testing.faults import FaultSite
 from meteorseed_scrapy.testing.polling import wait_for
 
@@ -47,11 +47,18 @@ def test_normal_pages_have_a_title_unique_per_path_and_query(site: FaultSite) ->
     assert get(f"{site.url}/a/1?x=2")[2] == body  # deterministic
 
 
+def _finished_hits(site: FaultSite, name: str) -> list[Hit]:
+    """The site's hits once each has its finish stamped (just after its response went out:
+    the client may have the response a moment earlier)."""
+    return wait_for(lambda: (hits := site.hits(name)) and all(h.finish is not None for h in hits)
+                    and hits, timeout=30, interval=0.01)
+
+
 def test_records_each_request_under_its_site(site: FaultSite) -> None:
     for target in ("/a/1", "/a/2", "/b/1?q=1"):
         get(f"{site.url}{target}")
     assert site.sites() == ["a", "b"]
-    hits = site.hits("a")
+    hits = _finished_hits(site, "a")
     assert [h.target for h in hits] == ["/a/1", "/a/2"]
     assert [h.status for h in hits] == [200, 200]
     for hit in hits:
@@ -144,7 +151,7 @@ def test_connection_reset_closes_without_a_response(site: FaultSite) -> None:
 def test_delay_applies_to_error_statuses_too(site: FaultSite) -> None:
     site.set_mode("a", 503, delay=0.3)
     assert get(f"{site.url}/a/1")[0] == 503
-    (hit,) = site.hits("a")
+    (hit,) = _finished_hits(site, "a")
     assert hit.finish is not None and hit.finish - hit.arrival >= 0.3
 
 

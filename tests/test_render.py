@@ -230,9 +230,10 @@ render: {mode: browser, wait_for: "div.never"}
 list: {items: "div.quote"}
 fields: {text: ".text::text"}
 unique_key: text
-limits: {timeout: 1, retries: 0}
+limits: {timeout: 5, retries: 0}
 robots: false
 """
+# (timeout: the page's load must fit in it too, which took more than 1 s on a loaded machine)
 
 
 @needs_chromium
