@@ -18,7 +18,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
-from meteorseed_scrapy.queue.consume.seed_control import PARK_S, POLL_S, cancelled_key, held_key
+from meteorseed_scrapy.queue.consume.seed_control import (
+    PARK_S,
+    POLL_S,
+    STALE_PARK_S,
+    STALE_VIEW_S,
+    cancelled_key,
+    held_key,
+)
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry
 from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, finish_if_done
 from meteorseed_scrapy.queue.plumbing import scripts
@@ -47,6 +54,7 @@ class SeedHolds:
         self._script = scripts.register(consumer.redis, "seed_cancel")
         self.held: frozenset[str] = frozenset()
         self.cancelled: frozenset[str] = frozenset()
+        self.read_at = 0.0  # (monotonic) when ``held`` and ``cancelled`` were read
         self._cancelling: list[Entry] = []
 
     def stops(self, entry: Entry) -> bool:
@@ -60,7 +68,9 @@ class SeedHolds:
             return True
         if seed in self.held:
             self._ledger.pop(entry.task.task_id)
-            self._completions.parked(entry, PARK_S, DeferReason.PAUSED)
+            stale = time.monotonic() - self.read_at > STALE_VIEW_S
+            self._completions.parked(entry, STALE_PARK_S if stale else PARK_S,
+                                     DeferReason.PAUSED)
             self._stats.inc_value("meteorseed/seed_held/parked")
             self._on_gone(entry.task.task_id)
             return True
@@ -82,6 +92,7 @@ class SeedHolds:
             held, cancelled = await pipe.execute()
         self.held = frozenset(text_of(s) for s in held)
         self.cancelled = frozenset(text_of(s) for s in cancelled)
+        self.read_at = time.monotonic()
 
     def _sweep(self) -> None:
         """The tasks waiting here of a held or cancelled seed leave now."""

@@ -57,6 +57,11 @@ PARK_S = 3600.0
 #: (seconds): a worker that read the holds just before the resume parks the tasks it holds
 #: until its next read (POLL_S), and its parking reaches Redis with its next writes.
 RESUME_PASSES_S = (0.0, 1.0, 2.0)
+#: A worker whose read of the holds is older than this (its event loop was blocked, or Redis
+#: slow) parks a held seed's task only for :data:`STALE_PARK_S`: a resume made meanwhile may
+#: have ended its passes before the task was parked, and must not leave it parked for an hour.
+STALE_VIEW_S = 1.0
+STALE_PARK_S = 5.0
 #: Stream entries or delayed-set members looked at per cancel script call (its bound), and
 #: members per page of a resume.
 PAGE = 500
@@ -285,6 +290,6 @@ def controls(client: Any, keys: KeyLayout) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["CANCEL_RETENTION_S", "PARK_S", "POLL_S", "cancel", "cancelled_key", "checked",
-           "control_of", "controls", "held_key", "hold", "records_key", "release",
-           "shown_state"]
+__all__ = ["CANCEL_RETENTION_S", "PARK_S", "POLL_S", "STALE_PARK_S", "STALE_VIEW_S", "cancel",
+           "cancelled_key", "checked", "control_of", "controls", "held_key", "hold",
+           "records_key", "release", "shown_state"]
