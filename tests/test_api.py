@@ -361,13 +361,19 @@ def sitemap_site() -> Iterator[str]:
     httpd.server_close()
 
 
-def test_sitemap_expands_in_the_background_with_its_rejections(
-        client: Client, sitemap_site: str, sync_redis: redis.Redis, namespace: str,
-        sites_dir: Path) -> None:
-    # A sitemap's own URL must be inside its site's allowed domains too: here, the loopback.
+@pytest.fixture
+def maps_site(sites_dir: Path) -> None:
+    """A site whose sitemaps are on the loopback (a sitemap's own URL must be inside its site's
+    allowed domains too), written before the server starts: the server reads its rules once a
+    second at most, and its history sampler may have read them just after the start."""
     (sites_dir / "maps.json").write_text(json.dumps({
         "site_id": "maps", "version": 1, "allowed_domains": ["news.example", "127.0.0.1"],
         "list": {"links": "a::attr(href)"}, "fields": {"title": "h1::text"}}))
+
+
+def test_sitemap_expands_in_the_background_with_its_rejections(
+        maps_site: None, client: Client, sitemap_site: str, sync_redis: redis.Redis,
+        namespace: str) -> None:
     status, _, body = client.call("POST", "/dispatch", {"seeds": [
         {"seed_id": "map", "site_id": "maps", "task_type": "sitemap",
          "payload": {"url": f"{sitemap_site}/sitemap.xml"}},
