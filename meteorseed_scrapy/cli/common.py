@@ -13,6 +13,7 @@ table cells and single-line fields also escape their newlines.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import re
 import sys
@@ -222,6 +223,14 @@ def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str],
                  for v, w, num in zip(r, widths, numeric, strict=True)]
         lines.append("  ".join(parts).rstrip())
     return lines
+
+
+def utc_time(value: object, missing: str = "-") -> str:
+    """An epoch time in seconds as ``YYYY-MM-DD HH:MM:SS`` UTC; ``missing`` for anything else
+    (None, or a field a record did not hold as a number)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return missing
+    return dt.datetime.fromtimestamp(value, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _cell(value: Any) -> str:

@@ -5,10 +5,9 @@ action is logged with who and when, and appended to the namespace's event stream
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 from typing import Any
 
-from meteorseed_scrapy.cli.common import CliError, Context, add_target_options, table
+from meteorseed_scrapy.cli.common import CliError, Context, add_target_options, table, utc_time
 from meteorseed_scrapy.cli.site_control import operator
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.queue.consume import seed_control
@@ -78,11 +77,6 @@ def run_cancel(args: argparse.Namespace, ctx: Context) -> int:
     return EXIT_OK
 
 
-def _when(value: Any) -> str:
-    if not isinstance(value, (int, float)):
-        return ""
-    return dt.datetime.fromtimestamp(value, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
 
 def run_controls(args: argparse.Namespace, ctx: Context) -> int:
     found = seed_control.controls(ctx.client, ctx.keys)
@@ -94,7 +88,7 @@ def run_controls(args: argparse.Namespace, ctx: Context) -> int:
         return EXIT_OK
     rows = [{"seed": seed, "held": "yes" if r.get("held") else "",
              "cancelled": "yes" if r.get("cancelled") else "", "last": r.get("state", ""),
-             "by": r.get("by", ""), "at": _when(r.get("at")), "reason": r.get("reason", "")}
+             "by": r.get("by", ""), "at": utc_time(r.get("at"), ""), "reason": r.get("reason", "")}
             for seed, r in sorted(found.items())]
     for line in table(rows, ["seed", "held", "cancelled", "last", "by", "at", "reason"]):
         ctx.say(line)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import os
 import sys
 from typing import Any
@@ -24,6 +23,7 @@ from meteorseed_scrapy.cli.common import (
     project_fingerprinter,
     resolve_target,
     table,
+    utc_time,
 )
 from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.seeding import runner
@@ -101,11 +101,6 @@ def run(args: argparse.Namespace, ctx: Context) -> int:
         stdin=sys.stdin.buffer if args.file == "-" else None, private_addresses=private))
 
 
-def _when(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return dt.datetime.fromtimestamp(value, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
 
 def _list(args: argparse.Namespace, ctx: Context) -> int:
     url, _ = resolve_target(args.redis_url, args.namespace)
@@ -127,7 +122,7 @@ def _list(args: argparse.Namespace, ctx: Context) -> int:
     rows = [{"seed": r.seed_id, "site": r.seed.site_id, "status": r.status,
              "runs": r.runs, "failures": r.failures, "yield": r.last_yield,
              "interval": format_duration(r.interval_s) if r.interval_s else None,
-             "last_run": _when(r.last_run), "next_due": _when(r.next_due),
+             "last_run": utc_time(r.last_run), "next_due": utc_time(r.next_due),
              "last_error": r.last_error} for r in records]
     ctx.say("\n".join(table(rows, ("seed", "site", "status", "runs", "failures", "yield",
                                    "interval", "last_run", "next_due", "last_error"))))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 from typing import Any
 
@@ -23,6 +22,7 @@ from meteorseed_scrapy.cli.common import (
     cli_settings,
     resolve_target,
     table,
+    utc_time,
 )
 from meteorseed_scrapy.cli.seed_control import register as register_control
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
@@ -61,11 +61,6 @@ def register(sub: Any) -> None:
     p.set_defaults(run=run_items)
     register_control(actions)
 
-
-def _when(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return dt.datetime.fromtimestamp(value, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _records(args: argparse.Namespace, ctx: Context, seed_id: str | None = None
@@ -109,7 +104,7 @@ def _json(seed_id: str, record: SeedRecord | None, progress: dict[str, Any] | No
             "control": control}
 
 
-_FORMATS = {"started": _when, "finished": _when}
+_FORMATS = {"started": utc_time, "finished": utc_time}
 
 
 def run_list(args: argparse.Namespace, ctx: Context) -> int:
@@ -155,7 +150,7 @@ def run_show(args: argparse.Namespace, ctx: Context) -> int:
     if control is not None:
         now = "cancelled" if control["cancelled"] else "paused" if control["held"] else "free"
         ctx.say(f"{'control:':<11} {now}; last {control.get('state', '?')} by "
-                f"{control.get('by', '?')} at {_when(control.get('at'))}")
+                f"{control.get('by', '?')} at {utc_time(control.get('at'))}")
     return EXIT_OK
 
 
