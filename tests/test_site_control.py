@@ -233,6 +233,10 @@ def test_the_api_pauses_resumes_and_limits_naming_bad_fields(
     config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)
     with ServerThread(config) as server:
         client = Client(server.url)
+        status, _, body = client.call("POST", "/sites/news/pause", {"reason": 5, "color": 1})
+        assert status == 422
+        assert {e["field"] for e in body["errors"]} == {"reason", "color"}
+        assert not sync_redis.exists(keys.site("news", "hold"))
         status, _, body = client.call("POST", "/sites/news/pause", {"reason": "asked"})
         assert status == 200 and body == {"site_id": "news", "held": True, "already": False}
         assert sync_redis.exists(keys.site("news", "hold"))

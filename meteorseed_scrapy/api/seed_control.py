@@ -10,7 +10,7 @@ import asyncio
 from aiohttp import web
 
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput
-from meteorseed_scrapy.api.site_control import body_of, who
+from meteorseed_scrapy.api.site_control import pause_reason, who
 from meteorseed_scrapy.api.state import STATE
 from meteorseed_scrapy.queue.consume import seed_control
 
@@ -25,13 +25,7 @@ def _seed(request: web.Request) -> str:
 async def pause(request: web.Request) -> web.Response:
     state = request.app[STATE]
     seed_id = _seed(request)
-    body = await body_of(request)
-    errors = [FieldError(k, "unknown field") for k in sorted(set(body) - {"reason"})]
-    reason = body.get("reason", "")
-    if not isinstance(reason, str) or len(reason) > 500:
-        errors.append(FieldError("reason", "must be a string of at most 500 characters"))
-    if errors:
-        raise InvalidInput(errors)
+    reason = await pause_reason(request)
     new = await asyncio.to_thread(seed_control.hold, state.sync_client, state.config.keys,
                                   seed_id, who(request), reason)
     return web.json_response({"seed_id": seed_id, "held": True, "already": not new})

@@ -42,13 +42,22 @@ async def body_of(request: web.Request) -> dict[str, Any]:
     return data
 
 
+async def pause_reason(request: web.Request) -> str:
+    """The ``reason`` of a pause's body (a site's or a seed's), its only field."""
+    body = await body_of(request)
+    errors = [FieldError(k, "unknown field") for k in sorted(set(body) - {"reason"})]
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or len(reason) > 500:
+        errors.append(FieldError("reason", "must be a string of at most 500 characters"))
+    if errors:
+        raise InvalidInput(errors)
+    return reason
+
+
 async def pause(request: web.Request) -> web.Response:
     state = request.app[STATE]
     ref = await _ref(request, state)
-    body = await body_of(request)
-    reason = body.get("reason", "")
-    if not isinstance(reason, str) or len(reason) > 500:
-        raise InvalidInput([FieldError("reason", "must be a string of at most 500 characters")])
+    reason = await pause_reason(request)
     new = await asyncio.to_thread(control.hold, state.sync_client, state.config.keys, ref,
                                   who(request), reason)
     return web.json_response({"site_id": ref.site, "held": True, "already": not new})
