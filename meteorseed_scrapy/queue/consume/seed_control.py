@@ -89,13 +89,13 @@ def checked(seed_id: str) -> str:
 
 def _record(client: Any, keys: KeyLayout, seed_id: str, what: str, by: str,
             **fields: Any) -> dict[str, Any]:
-    record = {"state": what, "by": by, "at": time.time(),
-              **{k: v for k, v in fields.items() if v not in (None, "")}}
+    given = {k: v for k, v in fields.items() if v not in (None, "")}
+    record = {"state": what, "by": by, "at": time.time(), **given}
     client.hset(records_key(keys), seed_id, json.dumps(record))
     events.append(client, keys.events, events.CrawlEvent(f"seed {what}"), seed=seed_id, by=by,
-                  **{k: v for k, v in fields.items() if v not in (None, "")})
+                  **given)
     logger.info("Seed %s %s by %s%s", seed_id, what, by,
-                "".join(f"; {k} {v}" for k, v in fields.items() if v not in (None, "")))
+                "".join(f"; {k} {v}" for k, v in given.items()))
     return record
 
 
@@ -206,8 +206,7 @@ class Canceller:
             except (TaskError, ValueError):  # (removed all the same: a worker would drop it)
                 continue
             entries.append(HistoryEntry.of(task, fp, "cancelled", "", reason="seed cancelled"))
-        for keys, args in self.history.calls(entries):
-            scripts.register(self.client, "history_add")(keys=keys, args=args)
+        self.history.write_sync(entries)
 
     def delayed(self) -> int:
         return sum(self._sweep(key, "dscan")

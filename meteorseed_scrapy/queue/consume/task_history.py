@@ -141,6 +141,12 @@ class TaskHistory:
                 out.append(([self.keys.history(site)], args))
         return out
 
+    def write_sync(self, entries: Sequence[HistoryEntry]) -> int:
+        """:meth:`write` on a synchronous client (an operator's command)."""
+        if not entries or not self.active:
+            return 0
+        return sum(int(self._add(keys=keys, args=args)) for keys, args in self.calls(entries))
+
     async def write(self, entries: Sequence[HistoryEntry]) -> int:
         """Record ``entries`` (nothing when the retention is 0); how many were written."""
         if not entries or not self.active:
