@@ -171,7 +171,7 @@ def test_the_cli_pauses_resumes_cancels_and_lists(redis_url: str, namespace: str
     code, out, err = cli(redis_url, namespace, "seeds", "pause", "s1", "--by", "ann",
                          "--reason", "asked")
     assert code == 0 and "seed s1 held fleet-wide" in out, err
-    assert sync_redis.hexists(seed_control.held_key(keys), "s1")
+    assert sync_redis.hexists(keys.seeds_held, "s1")
     code, out, _ = cli(redis_url, namespace, "seeds", "controls", "--json")
     listed = json.loads(out)
     assert listed["s1"]["held"] and listed["s1"]["by"] == "ann"
@@ -186,7 +186,7 @@ def test_the_cli_pauses_resumes_cancels_and_lists(redis_url: str, namespace: str
     assert json.loads(out)["control"]["cancelled"] is True
     assert "@" in json.loads(out)["control"]["by"]  # (user@host when --by is not given)
     code, out, _ = cli(redis_url, namespace, "seeds", "resume", "s1")  # lifts the mark
-    assert code == 0 and not sync_redis.zscore(seed_control.cancelled_key(keys), "s1")
+    assert code == 0 and not sync_redis.zscore(keys.seeds_cancelled, "s1")
     code, _, err = cli(redis_url, namespace, "seeds", "pause", "bad seed")
     assert code != 0 and "seed_id" in err
     assert [(e, s) for e, s in told(sync_redis, keys)] == [
@@ -221,7 +221,7 @@ def test_the_console_pauses_resumes_and_cancels_a_seed(redis_url: str, namespace
             await cell.locator("button", has_text="Pause").click()
             await expect(page.locator("#flash")).to_contain_text("Seed p1 held fleet-wide")
             await expect(cell).to_have_attribute("title", re.compile("^paused by api@"))
-            assert sync_redis.hexists(seed_control.held_key(keys), "p1")
+            assert sync_redis.hexists(keys.seeds_held, "p1")
             await cell.locator("button", has_text="Resume").click()
             await expect(page.locator("#flash")).to_contain_text("Seed p1 resumed")
             await cell.locator("button", has_text="Cancel").click()
@@ -272,7 +272,7 @@ def test_the_api_pauses_resumes_and_cancels_naming_bad_fields(
             assert status == 422 and body["errors"][0]["field"] == "path.seed_id", body
         status, _, body = client.call("POST", "/seeds/p1/pause", token=None)
         assert status == 401
-    assert not sync_redis.exists(seed_control.held_key(keys))
+    assert not sync_redis.exists(keys.seeds_held)
 
 
 def test_cancel_and_resume_on_a_cluster(cluster: LocalCluster, ns: str) -> None:

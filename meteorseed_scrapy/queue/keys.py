@@ -583,6 +583,21 @@ class KeyLayout:
         return f"{self.namespace}:held"
 
     @property
+    def seeds_held(self) -> str:
+        """Seeds an operator holds (hash: seed -> JSON ``by``, ``at``, ``reason``)."""
+        return f"{self.namespace}:seeds:held"
+
+    @property
+    def seeds_cancelled(self) -> str:
+        """Cancelled seeds (zset: seed -> when its cancel's mark lapses, ms)."""
+        return f"{self.namespace}:seeds:cancelled"
+
+    @property
+    def seed_controls(self) -> str:
+        """Each controlled seed's last control (hash: seed -> JSON ``state``, ``by``, ``at``)."""
+        return f"{self.namespace}:seeds:controls"
+
+    @property
     def overrides(self) -> str:
         """Sites whose limits an operator overrides (hash: site -> JSON ``rate``,
         ``concurrency``, ``by``, ``at``)."""

@@ -23,8 +23,6 @@ from meteorseed_scrapy.queue.consume.seed_control import (
     POLL_S,
     STALE_PARK_S,
     STALE_VIEW_S,
-    cancelled_key,
-    held_key,
 )
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry
 from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, finish_if_done
@@ -87,8 +85,8 @@ class SeedHolds:
     async def refresh(self) -> None:
         redis, keys = self._consumer.redis, self._consumer.keys
         async with redis.pipeline(transaction=False) as pipe:
-            pipe.hkeys(held_key(keys))
-            pipe.zrangebyscore(cancelled_key(keys), f"({int(time.time() * 1000)}", "+inf")
+            pipe.hkeys(keys.seeds_held)
+            pipe.zrangebyscore(keys.seeds_cancelled, f"({int(time.time() * 1000)}", "+inf")
             held, cancelled = await pipe.execute()
         self.held = frozenset(text_of(s) for s in held)
         self.cancelled = frozenset(text_of(s) for s in cancelled)

@@ -67,16 +67,7 @@ STALE_PARK_S = 5.0
 PAGE = 500
 
 
-def held_key(keys: KeyLayout) -> str:
-    return f"{keys.namespace}:seeds:held"
 
-
-def cancelled_key(keys: KeyLayout) -> str:
-    return f"{keys.namespace}:seeds:cancelled"
-
-
-def records_key(keys: KeyLayout) -> str:
-    return f"{keys.namespace}:seeds:controls"
 
 
 def checked(seed_id: str) -> str:
@@ -91,7 +82,7 @@ def _record(client: Any, keys: KeyLayout, seed_id: str, what: str, by: str,
             **fields: Any) -> dict[str, Any]:
     given = {k: v for k, v in fields.items() if v not in (None, "")}
     record = {"state": what, "by": by, "at": time.time(), **given}
-    client.hset(records_key(keys), seed_id, json.dumps(record))
+    client.hset(keys.seed_controls, seed_id, json.dumps(record))
     events.append(client, keys.events, events.CrawlEvent(f"seed {what}"), seed=seed_id, by=by,
                   **given)
     logger.info("Seed %s %s by %s%s", seed_id, what, by,
@@ -103,7 +94,7 @@ def hold(client: Any, keys: KeyLayout, seed_id: str, by: str, reason: str = "") 
     """Hold the seed fleet-wide; False when it was held already (the first hold stays)."""
     seed_id = checked(seed_id)
     record = json.dumps({"by": by, "at": time.time(), "reason": reason})
-    if not client.hsetnx(held_key(keys), seed_id, record):
+    if not client.hsetnx(keys.seeds_held, seed_id, record):
         return False
     _record(client, keys, seed_id, "paused", by, reason=reason)
     return True
@@ -129,8 +120,8 @@ def release(client: Any, keys: KeyLayout, seed_id: str, by: str) -> int | None:
     neither held nor cancelled). A cancelled seed's mark is lifted: tasks of it enqueued from
     now on (a scheduled seed's next run) are crawled."""
     seed_id = checked(seed_id)
-    lifted = client.zrem(cancelled_key(keys), seed_id)
-    if not client.hdel(held_key(keys), seed_id) and not lifted:
+    lifted = client.zrem(keys.seeds_cancelled, seed_id)
+    if not client.hdel(keys.seeds_held, seed_id) and not lifted:
         return None
     def parked_here(member: Any) -> bool:
         return _seed_of(_message(member)) == seed_id
@@ -229,12 +220,12 @@ def cancel(client: Any, keys: KeyLayout, seed_id: str, by: str, *,
                               DEFAULTS["METEORSEED_TASK_HISTORY_PER_SITE"])
     seconds, micros = client.time()
     now_ms = int(seconds) * 1000 + int(micros) // 1000
-    lapsed = [text_of(s) for s in client.zrangebyscore(cancelled_key(keys), "-inf", now_ms)]
+    lapsed = [text_of(s) for s in client.zrangebyscore(keys.seeds_cancelled, "-inf", now_ms)]
     if lapsed:  # (their records go with their marks: the set stays bounded)
-        client.zrem(cancelled_key(keys), *lapsed)
-        client.hdel(records_key(keys), *lapsed)
-    client.zadd(cancelled_key(keys), {seed_id: now_ms + int(retention_s * 1000)})
-    client.hdel(held_key(keys), seed_id)  # (its parked tasks are removed below)
+        client.zrem(keys.seeds_cancelled, *lapsed)
+        client.hdel(keys.seed_controls, *lapsed)
+    client.zadd(keys.seeds_cancelled, {seed_id: now_ms + int(retention_s * 1000)})
+    client.hdel(keys.seeds_held, seed_id)  # (its parked tasks are removed below)
     sweep = Canceller(client, keys, seed_id, progress_retention, history)
     removed = {"delayed": sweep.delayed(), "waiting": sweep.unread()}
     sweep.remember()
@@ -247,9 +238,9 @@ def cancel(client: Any, keys: KeyLayout, seed_id: str, by: str, *,
 def control_of(client: Any, keys: KeyLayout, seed_id: str) -> dict[str, Any] | None:
     """The seed's last control and whether it is held or cancelled now; None: never
     controlled."""
-    held = client.hexists(held_key(keys), seed_id)
-    lapses = client.zscore(cancelled_key(keys), seed_id)
-    raw = client.hget(records_key(keys), seed_id)
+    held = client.hexists(keys.seeds_held, seed_id)
+    lapses = client.zscore(keys.seeds_cancelled, seed_id)
+    raw = client.hget(keys.seed_controls, seed_id)
     if raw is None and not held and lapses is None:
         return None
     try:
@@ -274,11 +265,11 @@ def shown_state(progress_state: str, control: dict[str, Any] | None) -> str:
 def controls(client: Any, keys: KeyLayout) -> dict[str, dict[str, Any]]:
     """Per seed: its last control (``state`` paused|resumed|cancelled, who, when) and
     whether it is ``held`` or ``cancelled`` now."""
-    held = {text_of(s) for s in client.hkeys(held_key(keys))}
-    cancelled = {text_of(s) for s in client.zrangebyscore(cancelled_key(keys), "(" + str(
+    held = {text_of(s) for s in client.hkeys(keys.seeds_held)}
+    cancelled = {text_of(s) for s in client.zrangebyscore(keys.seeds_cancelled, "(" + str(
         int(time.time() * 1000)), "+inf")}
     out: dict[str, dict[str, Any]] = {}
-    for seed, raw in client.hgetall(records_key(keys)).items():
+    for seed, raw in client.hgetall(keys.seed_controls).items():
         try:
             record = json.loads(raw)
         except ValueError:
@@ -290,5 +281,4 @@ def controls(client: Any, keys: KeyLayout) -> dict[str, dict[str, Any]]:
 
 
 __all__ = ["CANCEL_RETENTION_S", "PARK_S", "POLL_S", "STALE_PARK_S", "STALE_VIEW_S", "cancel",
-           "cancelled_key", "checked", "control_of", "controls", "held_key", "hold",
-           "records_key", "release", "shown_state"]
+           "checked", "control_of", "controls", "hold", "release", "shown_state"]
