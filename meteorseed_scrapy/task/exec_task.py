@@ -13,7 +13,6 @@ from typing import Any
 from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.ids import new_task_id
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
-from meteorseed_scrapy.task.request_fields import check_request_fields
 from meteorseed_scrapy.task.validation import (
     TASK_SCHEMES,
     TaskError,
@@ -21,6 +20,7 @@ from meteorseed_scrapy.task.validation import (
     check_id,
     check_json_safe,
     check_lane,
+    check_request_fields,
     check_spider,
     check_url,
 )

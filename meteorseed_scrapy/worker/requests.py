@@ -22,9 +22,9 @@ from scrapy import Request, Spider
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
-from meteorseed_scrapy.task.request_fields import REQUEST_ATTRIBUTES
 from meteorseed_scrapy.task.tagged import decode_tagged, encode_tagged
 from meteorseed_scrapy.task.validation import (
+    REQUEST_ATTRIBUTES,
     TaskError,
     check_callback,
     check_json_safe,
