@@ -16,10 +16,10 @@ import redis
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
+from meteorseed_scrapy.queue.consume.acks import TaskRecords
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
-from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout

@@ -30,10 +30,10 @@ from twisted.python.failure import Failure
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig, BreakerState
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.queue.consume.acks import TaskRecords
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.lanes import LaneWeights
-from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult, Encoded
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.spiders import worker_spider

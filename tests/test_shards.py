@@ -14,10 +14,10 @@ import redis
 from redis.asyncio import Redis
 
 from meteorseed_scrapy.cli import main as cli_main
+from meteorseed_scrapy.queue.consume.acks import TaskRecords
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
-from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import CHUNK_SIZE
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout, shard_of

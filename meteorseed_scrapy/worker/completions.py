@@ -16,12 +16,11 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy.queue.consume.acks import Completion
+from meteorseed_scrapy.queue.consume.acks import Completion, TaskRecords
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory, outcome_name
-from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
 from meteorseed_scrapy.settings import WorkerConfig

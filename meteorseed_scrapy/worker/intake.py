@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from meteorseed_scrapy.queue.consume.acks import TaskRecords
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.consume.task_records import TaskRecords
 from meteorseed_scrapy.queue.fleet.liveness import Liveness
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.settings import WorkerConfig

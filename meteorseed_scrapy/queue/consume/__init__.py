@@ -2,11 +2,11 @@
 
 - :mod:`.consumer`: read, reclaim, keep alive, ack, dead-letter, hand back
   (:class:`~meteorseed_scrapy.queue.consume.consumer.StreamConsumer`)
-- :mod:`.acks`: its acks (with completion records and items feed entries) and dead letters
+- :mod:`.acks`: its acks (with completion records and items feed entries) and dead letters;
+  the completion records and failure notes read back beside the streams
 - :mod:`.group`: the consumer group as a whole: creation, membership, the idle check
 - :mod:`.delivery`: one delivery and the consumer's bookkeeping
 - :mod:`.lanes`: how free capacity is shared between lanes
-- :mod:`.task_records`: completion records and failure notes beside the streams
 - :mod:`.task_history`: what became of each task, kept per site for a retention
 - :mod:`.items_feed`: committed items handed on to other programs (``<ns>:items``)
 - :mod:`.deadletters`: the dead-letter stream: read, requeue, purge

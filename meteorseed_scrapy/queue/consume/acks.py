@@ -1,13 +1,20 @@
 """The settling side of the task streams: acks with their completion records and items feed
-entries (``ack.lua``), and dead letters (``dead.lua``). Used through
-:class:`~meteorseed_scrapy.queue.consume.consumer.StreamConsumer`.
+entries (``ack.lua``), and dead letters (``dead.lua``), used through
+:class:`~meteorseed_scrapy.queue.consume.consumer.StreamConsumer`; and the per-task records
+read back (:class:`TaskRecords`).
+
+A completion record (``<ns>:done:<task id>``, written with the ack) lets a task redelivered
+after a crash be acked without a refetch; a failure note (``<ns>:failed:<task id>``) lets the
+dead letter of a task that keeps failing say why. Both are in their task's shard (its site's
+slot), with its stream.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +27,7 @@ from meteorseed_scrapy.queue.fleet.crawl_progress import (
     finish_if_done,
     settle_acks,
 )
-from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys, shard_of
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline
@@ -28,7 +35,7 @@ from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 from meteorseed_scrapy.settings import FeedConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
 
-__all__ = ["Completion", "Settler"]
+__all__ = ["Completion", "Settler", "TaskRecords"]
 
 logger = logging.getLogger(__name__)
 
@@ -160,3 +167,55 @@ class Settler:
         if task is not None and self.keys.tagged:
             await finish_if_done(self.redis, self.keys, [task.seed_id], self.progress_retention)
         return letter_id(self.keys, shard.index, text_of(dead_id))
+
+
+class TaskRecords:
+    """Reads the completion records and writes and reads the failure notes of tasks. Every
+    method is one round trip on a ``redis.asyncio`` client created with
+    ``decode_responses=True``."""
+
+    def __init__(self, redis: Any, keys: KeyLayout) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._cluster = is_cluster(redis)
+
+    async def _mget(self, tasks: Sequence[ExecTask], key: Callable[[ShardKeys, str], str]
+                    ) -> list[str | None]:
+        """``key(shard, task_id)`` of every task: one MGET per shard (one slot each)."""
+        groups: dict[int, list[int]] = {}
+        for i, task in enumerate(tasks):
+            groups.setdefault(shard_of(task.site_id, self.keys.shards), []).append(i)
+        out: list[str | None] = [None] * len(tasks)
+        shards = self.keys.shard_keys
+        names = [[key(shards[k], tasks[i].task_id) for i in positions]
+                 for k, positions in groups.items()]
+        if self._cluster:  # a cluster pipeline refuses MGET: concurrent calls, one per slot
+            replies = await asyncio.gather(*(self.redis.mget(group) for group in names))
+        else:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for group in names:
+                    pipe.mget(group)
+                replies = await pipe.execute()
+        for positions, values in zip(groups.values(), replies, strict=True):
+            for i, value in zip(positions, values, strict=True):
+                out[i] = value
+        return out
+
+    async def completion_records(self, tasks: Sequence[ExecTask]) -> list[str | None]:
+        if not tasks:
+            return []
+        return await self._mget(tasks, lambda shard, t: shard.done(t))
+
+    async def note_failures(self, failures: Sequence[tuple[ExecTask, str]], ttl: int) -> None:
+        """Remember why tasks failed, so the dead letter of a task that keeps failing says why."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for task, reason in failures:
+                pipe.set(self.keys.for_site(task.site_id).failed(task.task_id), reason[:2000],
+                         ex=ttl)
+            await pipe.execute()
+
+    async def failure_notes(self, tasks: Sequence[ExecTask]) -> dict[str, str]:
+        if not tasks:
+            return {}
+        notes = await self._mget(tasks, lambda shard, t: shard.failed(t))
+        return {t.task_id: n for t, n in zip(tasks, notes, strict=True) if n}
