@@ -30,13 +30,13 @@ import redis.asyncio as aioredis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from meteorseed_scrapy.commands.expand_file import ExpandedSeeds
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.expand import expand_lines
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions
-from meteorseed_scrapy.seeding.expanded import ExpandedSeeds
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.testing.redis_server import RedisServer

@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
+from meteorseed_scrapy.commands.expand_file import ExpandedSeeds
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.seeding.expand import expand_lines
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions
-from meteorseed_scrapy.seeding.expanded import ExpandedSeeds
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from tests.test_api import Client
 from tests.test_seed_expand import run_cli, seed_line, summary_of

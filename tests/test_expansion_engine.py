@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from meteorseed_scrapy.api import expansion
 from meteorseed_scrapy.api.expansion import Progress
+from meteorseed_scrapy.commands.expand_file import ExpandedSeeds
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import async_client
@@ -28,7 +29,6 @@ from meteorseed_scrapy.seeding.expand_types import (
     SeedResult,
     SeedWatcher,
 )
-from meteorseed_scrapy.seeding.expanded import ExpandedSeeds
 from meteorseed_scrapy.seeding.records import SeedRecord
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.seeder import Seeder
