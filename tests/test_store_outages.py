@@ -254,7 +254,7 @@ def test_an_outage_while_finding_the_culprit_blames_no_one_after_it(tmp_path: Pa
 class FailingCollection:
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
-        self.name = "meteorseed.items"
+        self.name = "items"
 
     def create_index(self, *args: Any, **kwargs: Any) -> None:
         pass

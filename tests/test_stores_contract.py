@@ -259,7 +259,7 @@ def test_unreachable_mongodb_is_store_unavailable() -> None:
 def test_mongo_database_defaults_to_meteorseed() -> None:
     store = open_store("mongodb://127.0.0.1:1")
     assert isinstance(store, MongoStore)
-    assert store.collection.full_name == "meteorseed.meteorseed.items"  # database, namespace
+    assert store.collection.full_name == "meteorseed.items"  # database, the contract's collection
     store.close()
 
 
@@ -457,19 +457,6 @@ def test_sqlite_rows_from_before_namespaces_are_adopted(tmp_path: Path) -> None:
         store.upsert_many([doc("a", title="again"), doc("b")])
         assert store.count() == 2
     with open_store(f"sqlite:///{path}", "other") as other:
-        assert other.count() == 0
-
-
-def test_mongodb_collections_from_before_namespaces_are_adopted() -> None:
-    uri = f"mongomock://{uuid.uuid4().hex}/db"
-    with open_store(uri) as raw:
-        assert isinstance(raw, MongoStore)
-        raw.database["items"].insert_one(doc("a"))
-        raw.database["anomalies"].insert_one(doc("z"))
-    with open_store(uri, "prod") as store:
-        assert store.get("news:a") == doc("a")
-        assert [d["_id"] for d in store.iter_anomalies()] == ["news:z"]
-    with open_store(uri, "other") as other:
         assert other.count() == 0
 
 

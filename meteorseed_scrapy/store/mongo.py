@@ -1,11 +1,11 @@
-"""MongoDB store: database from the URI path (default ``meteorseed``), collections
-``<namespace>.items`` and ``<namespace>.anomalies`` (``meteorseed.items`` for the default
-namespace): namespaces sharing a database keep their own documents, ``_id`` unchanged.
+"""MongoDB store: database from the URI path (default ``meteorseed``); the default namespace's
+documents in collection ``items`` (and ``anomalies``), another namespace's in ``<ns>.items``
+(and ``<ns>.anomalies``): namespaces sharing a database keep their own documents, ``_id``
+unchanged. :mod:`.mongo_layout` names them, and on first use moves the default namespace's
+collections from the names the previous version gave them (``meteorseed.items``, ...).
 
-On first use the store creates its indexes (:data:`INDEXES`: a site's documents by time, a
-seed's, those with a content fingerprint, and ``updated_at`` for the retention), and renames
-the collections of the layout before namespaces (``items``, ``anomalies``) to its own when it
-has none yet: their documents are given to the namespace of the first store that opens them.
+On first use the store also creates its indexes (:data:`INDEXES`: a site's documents by time,
+a seed's, those with a content fingerprint, and ``updated_at`` for the retention).
 
 Each document is written with one pipeline-style update per ``_id``::
 
@@ -27,7 +27,6 @@ opened with the same ``<name>`` sees the same data.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -40,12 +39,15 @@ from pymongo.errors import BulkWriteError, ConnectionFailure, InvalidOperation, 
 from meteorseed_scrapy.store import mongo_export as changes
 from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
 from meteorseed_scrapy.store.mongo_export import SEQUENCE_FIELD
-
-logger = logging.getLogger(__name__)
+from meteorseed_scrapy.store.mongo_layout import (
+    ANOMALIES,
+    ITEMS,
+    SEQUENCES,
+    adopt_previous_names,
+    collection_name,
+)
 
 DEFAULT_DATABASE = "meteorseed"
-COLLECTION = "items"
-ANOMALIES = "anomalies"  # items that failed their site's validation (meteorseed_scrapy.sites)
 #: name -> (keys, options) of the indexes on a namespace's items.
 INDEXES: dict[str, tuple[list[tuple[str, int]], dict[str, Any]]] = {
     "site_time": ([("site_id", 1), ("updated_at", 1)], {}),
@@ -64,7 +66,6 @@ _HIDDEN = {TTL_FIELD: 0, SEQUENCE_FIELD: 0}
 #: pymongo waits 30 s for a server by default; fail faster so the pipeline's own retry loop
 #: (which logs and counts) decides how long to keep trying.
 SERVER_SELECTION_TIMEOUT_MS = 5000
-_NAMESPACE_EXISTS = 48
 _DUPLICATE_KEY = 11000  # two workers upserting one new _id at once: the loser may retry
 #: Server errors about the store, not the document: an outage (credentials refused, no
 #: right to write, disk full, shutting down or stepping down, a time limit hit).
@@ -145,29 +146,22 @@ class MongoStore(Store):
 
     @property
     def collection(self) -> Any:
-        return self.database[f"{self.namespace}.{COLLECTION}"]
+        return self.database[collection_name(self.namespace, ITEMS)]
 
     @property
     def anomalies(self) -> Any:
-        return self.database[f"{self.namespace}.{ANOMALIES}"]
+        return self.database[collection_name(self.namespace, ANOMALIES)]
 
     def _ready(self) -> None:
-        """Once per namespace: adopt the collections from before namespaces, create indexes."""
+        """Once per namespace: take the collections of their previous names, create indexes."""
         if self._ready_for == self.namespace:
             return
         try:
-            names = set(self.database.list_collection_names())
-            for old, mine in ((COLLECTION, self.collection), (ANOMALIES, self.anomalies)):
-                if old in names and mine.name not in names:
-                    logger.warning("MongoDB: collection %s (written before namespaces) is now "
-                                   "%s, namespace %r's", old, mine.name, self.namespace)
-                    self.database[old].rename(mine.name)
+            adopt_previous_names(self.database, self.namespace, (ITEMS, ANOMALIES, SEQUENCES))
             for name, (keys, options) in INDEXES.items():
                 self.collection.create_index(keys, name=name, **options)
             self._ttl_index()
         except OperationFailure as exc:
-            if exc.code == _NAMESPACE_EXISTS:  # (another worker renamed it first)
-                return
             raise StoreUnavailable(f"MongoDB: {exc}") from exc
         except (ConnectionFailure, InvalidOperation) as exc:
             raise StoreUnavailable(f"MongoDB: {exc}") from exc

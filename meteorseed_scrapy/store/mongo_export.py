@@ -7,12 +7,13 @@ in each of its documents as ``_change_seq``, left out of every read. Position:
 
 A counter is not commit order: with several writers, batch 7 may still be writing while batch
 8 is done, and an export that read past 8 would never come back for 7. So the reservation
-also records the value as *in flight* (one atomic update of the counter document
-``<ns>.sequences``/``items``: ``n`` and ``inflight``), the writer removes it once its
-``bulk_write`` returned, and an export reads only below its *bound*: the lowest value in
-flight, else the counter's value + 1 (a batch reserving later gets a higher value). Every
-document below the bound is committed, so a cursor never passes a batch still writing: at
-least once, never skipped, in any interleaving (tests/test_export_mongo_concurrency.py).
+also records the value as *in flight* (one atomic update of the counter document ``items``
+in the namespace's ``sequences`` collection, :mod:`.mongo_layout`: ``n`` and ``inflight``),
+the writer removes it once its ``bulk_write`` returned, and an export reads only below its
+*bound*: the lowest value in flight, else the counter's value + 1 (a batch reserving later
+gets a higher value). Every document below the bound is committed, so a cursor never passes a
+batch still writing: at least once, never skipped, in any interleaving
+(tests/test_export_mongo_concurrency.py).
 
 Two round trips per batch (reserve, release) on one small document, which every writer of
 the namespace updates. A writer that dies between the two leaves its value in flight: it
@@ -32,6 +33,8 @@ from typing import Any
 from pymongo import ReturnDocument
 from pymongo.errors import BulkWriteError, OperationFailure
 
+from meteorseed_scrapy.store.mongo_layout import SEQUENCES, collection_name
+
 logger = logging.getLogger(__name__)
 
 SEQUENCE_FIELD = "_change_seq"
@@ -42,7 +45,7 @@ IN_FLIGHT_TIMEOUT_S = 600.0
 
 
 def _sequences(database: Any, namespace: str) -> Any:
-    return database[f"{namespace}.sequences"]
+    return database[collection_name(namespace, SEQUENCES)]
 
 
 def reserve_sequence(database: Any, namespace: str) -> int:

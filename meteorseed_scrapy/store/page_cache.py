@@ -9,8 +9,9 @@ received: one blob, so that a torn or corrupted entry fails as a whole (:class:`
 instead of yielding a page with the wrong headers.
 
 Entries live in the store's database by default, shared by the fleet as the items are: a table
-``pages`` (SQLite, PostgreSQL; :mod:`.page_cache_sql`) or a collection ``<namespace>.pages``
-(MongoDB; :mod:`.page_cache_mongo`); or in the database ``METEORSEED_PAGE_CACHE_URI`` names.
+``pages`` (SQLite, PostgreSQL; :mod:`.page_cache_sql`) or the namespace's collection ``pages``
+(MongoDB, ``<ns>.pages`` for a namespace other than the default; :mod:`.page_cache_mongo`);
+or in the database ``METEORSEED_PAGE_CACHE_URI`` names.
 The bound is per namespace: entries older than the maximum age go first, then the oldest until
 the compressed bytes fit (:meth:`PageCache.evict`).
 """
@@ -176,8 +177,9 @@ def check_cache_uri(uri: str) -> str:
 
 def open_page_cache(uri: str, namespace: str = DEFAULT_NAMESPACE) -> PageCache:
     """The cache in the database of ``uri`` (SQLite, PostgreSQL: a table ``pages``; MongoDB:
-    a collection ``<namespace>.pages``); ``ValueError`` naming ``METEORSEED_PAGE_CACHE_URI``
-    for any other. Imported on use: users of one database need not install the others'."""
+    the namespace's collection ``pages``, :mod:`.mongo_layout`); ``ValueError`` naming
+    ``METEORSEED_PAGE_CACHE_URI`` for any other. Imported on use: users of one database need
+    not install the others'."""
     cache: PageCache
     if check_cache_uri(uri) in _SQL:
         from meteorseed_scrapy.store.page_cache_sql import open_sql_cache

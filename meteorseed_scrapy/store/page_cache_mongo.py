@@ -1,4 +1,5 @@
-"""The page cache in MongoDB: collection ``<namespace>.pages`` next to ``<namespace>.items``.
+"""The page cache in MongoDB: the namespace's collection ``pages`` (``<ns>.pages`` for a namespace
+other than the default, :mod:`.mongo_layout`) next to its items.
 
 One document per entry: ``{_id: <key>, site_id, fetched_at, size, data: <BinData>}``, indexed
 by (site_id, fetched_at, _id) for a site's pages by time and by fetched_at for the eviction.
@@ -14,6 +15,7 @@ from bson import Binary
 from pymongo import ReplaceOne
 
 from meteorseed_scrapy.store.mongo import MongoStore
+from meteorseed_scrapy.store.mongo_layout import PAGES, adopt_previous_names, collection_name
 from meteorseed_scrapy.store.page_cache import Entry, PageCache
 
 _CHUNK = 500
@@ -27,8 +29,10 @@ class MongoPageCache(PageCache):
 
     @property
     def collection(self) -> Any:
-        pages = self._store.database[f"{self.namespace}.pages"]
+        database = self._store.database
+        pages = database[collection_name(self.namespace, PAGES)]
         if self._ready_for != self.namespace:
+            adopt_previous_names(database, self.namespace, (PAGES,))
             pages.create_index([("site_id", 1), ("fetched_at", 1), ("_id", 1)],
                                name="pages_site_time")
             pages.create_index([("fetched_at", 1)], name="pages_time")
