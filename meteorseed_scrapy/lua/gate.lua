@@ -24,7 +24,7 @@
 -- ARGV[12] 1: robots.txt Crawl-delay / Request-rate cap the rate (burst 1), and until a worker
 --          has read the site's robots.txt (KEYS[8] absent) one request at a time goes; 0: ignored
 -- KEYS[9]  the site's operator hold (string; present = held: nothing granted, asked again in
---          an hour or when resumed; politeness/control.py)
+--          an hour or when resumed, the reply {0, ARGV[13], 'held'}; politeness/control.py)
 -- KEYS[10] the site's operator override (hash: rate, concurrency; they replace ARGV[1] and
 --          ARGV[3], the burst then at most the rate)
 -- ARGV[13] ms a held site's caller waits before asking again (its tasks are parked meanwhile)
@@ -36,7 +36,7 @@
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if KEYS[9] and redis.call('EXISTS', KEYS[9]) == 1 then
-  return {0, tonumber(ARGV[13])}
+  return {0, tonumber(ARGV[13]), 'held'}
 end
 local paused = redis.call('PTTL', KEYS[2])
 if paused > 0 then

@@ -6,9 +6,12 @@ rate and concurrency now, without editing its rule file, until reset.
   delayed set meanwhile (reason ``paused``). Nothing is fetched, nothing is lost: waiting tasks
   stay, in-flight requests finish. Every worker sees it at its next permit request (they ask
   at least twice a second while they have the site's tasks).
-- **Resume.** The marker goes, and the site's parked tasks are made due now (a scan of the
-  delayed sets, run twice: a worker that was refused just before the marker went may park its
-  tasks a moment after the first pass).
+- **Resume.** The marker goes, and the site's parked tasks are made due now, and again 1 s and
+  3 s later (a scan of the delayed sets per pass, a seed's resume's ``RESUME_PASSES_S``): a
+  worker refused just before the marker went parks its tasks a moment later, and its parking
+  reaches Redis with its next writes. A worker whose refusal is over ``STALE_VIEW_S`` (1 s)
+  old when it parks (its loop was blocked, Redis slow) parks them for ``STALE_PARK_S`` (5 s)
+  only (``PermitDesk.park_wait``), so a resume whose passes it missed delays nothing long.
 - **Limit.** ``<ns>:{<site>}:override`` (``rate``, ``concurrency``) replaces the site's own in
   ``gate.lua`` (its burst then at most the rate) until :func:`unlimit`.
 
@@ -30,6 +33,7 @@ from typing import Any
 import redis
 
 from meteorseed_scrapy.queue.consume.delayed_set import make_due
+from meteorseed_scrapy.queue.consume.seed_control import RESUME_PASSES_S  # a seed's resume's
 from meteorseed_scrapy.queue.fleet import events
 from meteorseed_scrapy.queue.fleet.delayed import site_of
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -82,8 +86,8 @@ def hold(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str, reason: st
 
 
 def release(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str) -> int | None:
-    """Resume a held site: its parked tasks due now. Returns how many were made due (None when
-    it was not held)."""
+    """Resume a held site: its parked tasks due now (the call takes the passes' 3 s). Returns
+    how many were made due (None when it was not held)."""
     held = client.delete(ref.key(keys, "hold"))
     client.hdel(keys.held, ref.site)
     if not held:
@@ -91,7 +95,10 @@ def release(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str) -> int 
     def parked_here(member: Any) -> bool:
         return site_of(member) == ref.site
 
-    woken = sum(make_due(client, keys, DeferReason.PAUSED, parked_here) for _ in range(2))
+    woken = 0
+    for wait in RESUME_PASSES_S:
+        time.sleep(wait)
+        woken += make_due(client, keys, DeferReason.PAUSED, parked_here)
     _event(client, keys, "site resumed", ref.site, by, woken=woken)
     return woken
 

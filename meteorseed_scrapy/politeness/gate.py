@@ -22,6 +22,7 @@ from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 
 LEASE_TTL_S = 30.0  # the longest lease; renewed every third of its life while in flight
 #: The shortest: renewals ride the permit loop, which runs about once a second.
@@ -39,6 +40,7 @@ ROBOTS_CAP_REFRESH_S = 3600.0
 class Grant:
     lease_ids: list[str]
     wait_s: float  # when asking again makes sense (0 when something was granted)
+    held: bool = False  # an operator holds the site (wait_s: HOLD_RECHECK_S; until resumed)
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,8 @@ class SiteGate:
                   int(limits.crawl_delay), int(HOLD_RECHECK_S * 1000)],
         )
         granted, wait_ms = int(reply[0]), int(reply[1])
-        return Grant([str(x) for x in reply[2: 2 + granted]], wait_ms / 1000)
+        held = not granted and len(reply) > 2 and text_of(reply[2]) == "held"
+        return Grant([str(x) for x in reply[2: 2 + granted]], wait_ms / 1000, held)
 
     async def release(self, leases: Iterable[tuple[str, str]]) -> dict[str, Exception]:
         """Give back ``(site, lease id)`` pairs: the request finished or was never sent.

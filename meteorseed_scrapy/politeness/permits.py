@@ -7,6 +7,7 @@ memory. A site waiting for tokens holds neither a download slot nor the reactor.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.politeness.gate import SiteGate, group_by_site
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
+from meteorseed_scrapy.queue.consume.seed_control import STALE_PARK_S, STALE_VIEW_S
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -88,6 +90,9 @@ class PermitDesk:
         self.available: dict[str, list[str]] = {}
         self.in_flight: dict[str, str] = {}  # lease id -> site
         self.retry_at: dict[str, float] = {}  # site -> monotonic time to ask again
+        # site -> monotonic time the gate was asked when it said an operator holds the site:
+        # the hold was true then at the earliest (a loop blocked while its reply waited counts).
+        self.held_seen: dict[str, float] = {}
         self.to_release: list[tuple[str, str]] = []
         self._next_renew = 0.0
         self._order: deque[str] = deque()
@@ -144,6 +149,7 @@ class PermitDesk:
                 if self.retry_at.get(site, 0.0) > now:
                     waits[site] = self.retry_at[site] - now
                 continue
+            asked = time.monotonic()
             try:
                 grant = await self.gate.acquire(site, min(missing, budget))
             except SITE_ERRORS as exc:  # this site's state is corrupt: it waits, others go on
@@ -151,6 +157,10 @@ class PermitDesk:
                 self.retry_at[site] = now + waits[site]
                 continue
             self.faults.ok(site)
+            if grant.held:
+                self.held_seen[site] = asked
+            else:
+                self.held_seen.pop(site, None)
             if grant.lease_ids:
                 budget -= len(grant.lease_ids)
                 self.available.setdefault(site, []).extend(grant.lease_ids)
@@ -166,7 +176,22 @@ class PermitDesk:
                                      grant.wait_s)  # type: ignore[arg-type]
         for site in [s for s in self._order if s not in demand and not self.available.get(s)]:
             self._order.remove(site)
+        for site in [s for s in self.held_seen if s not in demand]:
+            del self.held_seen[site]
         return waits
+
+    def park_wait(self, site: str, wait: float) -> float:
+        """How long ``site``'s tasks are parked for a ``wait`` from :meth:`refill`, decided
+        now. On a view of an operator's hold older than ``STALE_VIEW_S`` (the loop was
+        blocked, Redis slow, other sites awaited first), ``STALE_PARK_S`` at most, and the
+        gate is asked again by then: a resume meanwhile may have run its passes before these
+        tasks reach the delayed set, and nothing else would wake them before the hold's hour."""
+        seen = self.held_seen.get(site)
+        now = time.monotonic()
+        if seen is None or now - seen <= STALE_VIEW_S:
+            return wait
+        self.retry_at[site] = min(self.retry_at.get(site, math.inf), now + STALE_PARK_S)
+        return min(wait, STALE_PARK_S)
 
     async def flush(self) -> None:
         # Latency samples of adaptive sites go with the permit loop (about once a second).

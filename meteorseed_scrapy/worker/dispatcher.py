@@ -3,9 +3,10 @@ redirects first, then the most urgent task waiting, each with a permit of its si
 permits per site with the parking of blocked sites (:class:`Dispatcher`).
 
 The dispatcher runs as one of the worker's background loops. Tasks of a site that may not be
-fetched for a while (paused after a 429, or far behind its quota) are parked in the delayed set
-rather than kept in memory, so they neither hold download capacity nor crowd out other sites'
-tasks.
+fetched for a while (paused after a 429, held by an operator, or far behind its quota) are
+parked in the delayed set rather than kept in memory, so they neither hold download capacity nor
+crowd out other sites' tasks. A hold's park is decided as they go (:meth:`PermitDesk.park_wait`:
+seconds, not the hold's hour, on a stale view of it).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class Dispatcher:
         before = sum(self.desk.held(s) for s in self.desk.available)
         waits = await self.desk.refill(self.demand(), self._budget())
         for site, wait in waits.items():
-            self._park_excess(site, wait)
+            self._park_excess(site, self.desk.park_wait(site, wait))
         if sum(self.desk.held(s) for s in self.desk.available) > before:
             self._on_change()
         pause = min([*waits.values(), 0.5])
