@@ -3,6 +3,7 @@ a resume) comes back within seconds, not after the hour a fresh read parks it fo
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -67,3 +68,46 @@ def test_a_seed_not_held_is_not_stopped() -> None:
     holds = _holds(recorder)
     holds.held = frozenset()
     assert not holds.stops(_entry(3)) and recorder.parks == []
+
+
+class _SlowPipeline:
+    """A pipeline whose reply is read only after the worker's loop was blocked for a while:
+    the clock moves on between the asking and the answer."""
+
+    def __init__(self, clock: list[float], blocked_s: float) -> None:
+        self.clock, self.blocked_s = clock, blocked_s
+
+    async def __aenter__(self) -> _SlowPipeline:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def hkeys(self, key: str) -> None:
+        return None
+
+    def zrangebyscore(self, key: str, low: str, high: str) -> None:
+        return None
+
+    async def execute(self) -> list[list[bytes]]:
+        self.clock[0] += self.blocked_s
+        return [[b"s1"], []]
+
+
+def test_the_view_is_as_old_as_its_asking_not_its_answer(monkeypatch: Any) -> None:
+    """A reply that waited while the loop was blocked (a resume may have run meanwhile) is a
+    stale view: the held seed's task parks only briefly."""
+    from meteorseed_scrapy.queue.keys import KeyLayout
+    from meteorseed_scrapy.worker import seed_holds
+
+    clock = [1000.0]
+    monkeypatch.setattr(seed_holds.time, "monotonic", lambda: clock[0])
+    recorder = _Recorder()
+    holds = _holds(recorder)
+    recorder.keys = KeyLayout("stale")  # type: ignore[attr-defined]
+    slow = _SlowPipeline(clock, STALE_VIEW_S + 2.0)
+    recorder.pipeline = lambda transaction: slow  # type: ignore[attr-defined]
+    asyncio.run(holds.refresh())
+    assert holds.held == frozenset({"s1"})
+    assert holds.stops(_entry(4))
+    assert [(d, why) for _, d, why in recorder.parks] == [(STALE_PARK_S, DeferReason.PAUSED)]

@@ -52,7 +52,7 @@ class SeedHolds:
         self._script = scripts.register(consumer.redis, "seed_cancel")
         self.held: frozenset[str] = frozenset()
         self.cancelled: frozenset[str] = frozenset()
-        self.read_at = 0.0  # (monotonic) when ``held`` and ``cancelled`` were read
+        self.read_at = 0.0  # (monotonic) when ``held`` and ``cancelled`` were asked for
         self._cancelling: list[Entry] = []
 
     def stops(self, entry: Entry) -> bool:
@@ -84,13 +84,15 @@ class SeedHolds:
 
     async def refresh(self) -> None:
         redis, keys = self._consumer.redis, self._consumer.keys
+        # The view is as old as the asking: a reply that waited on a blocked loop is stale.
+        asked = time.monotonic()
         async with redis.pipeline(transaction=False) as pipe:
             pipe.hkeys(keys.seeds_held)
             pipe.zrangebyscore(keys.seeds_cancelled, f"({int(time.time() * 1000)}", "+inf")
             held, cancelled = await pipe.execute()
         self.held = frozenset(text_of(s) for s in held)
         self.cancelled = frozenset(text_of(s) for s in cancelled)
-        self.read_at = time.monotonic()
+        self.read_at = asked
 
     def _sweep(self) -> None:
         """The tasks waiting here of a held or cancelled seed leave now."""
