@@ -60,6 +60,7 @@ RESUME_PASSES_S = (0.0, 1.0, 2.0)
 #: A worker whose read of the holds is older than this (its event loop was blocked, or Redis
 #: slow) parks a held seed's task only for :data:`STALE_PARK_S`: a resume made meanwhile may
 #: have ended its passes before the task was parked, and must not leave it parked for an hour.
+#: A held site's park follows the same rule (politeness.control and its permit desk).
 STALE_VIEW_S = 1.0
 STALE_PARK_S = 5.0
 #: Stream entries or delayed-set members looked at per cancel script call (its bound), and
