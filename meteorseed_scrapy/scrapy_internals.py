@@ -17,9 +17,12 @@ What is used, and why:
 * ``ExecutionEngine._start`` (replaced): start requests paced by the stream's reads.
 * ``Downloader.active``: downloads in progress, for the worker's work budget.
 * ``Spider._set_crawler``: a spider built by its own ``from_crawler`` without ``super()``'s.
-* ``HTTP11DownloadHandler._pool._factory`` and the parser of Twisted's
-  ``HTTP11ClientProtocol``: the response head cap subclasses the handler
-  (:mod:`meteorseed_scrapy.header_cap`, checked by ``tests/test_header_cap.py``).
+* ``HTTP11DownloadHandler._pool`` (Twisted's ``HTTPConnectionPool``), whose ``_factory``
+  builds each connection's ``HTTP11ClientProtocol``, whose ``_parser`` (made anew by each
+  ``request()``; an ``HTTPClientParser``, Scrapy's lenient one included) gets a subclass of its
+  own class whose ``lineReceived`` counts: the response head cap
+  (:mod:`meteorseed_scrapy.header_cap`, :func:`count_head_lines`). Checked on Twisted
+  :data:`TWISTED_CHECKED_ON`.
 * Build order: ``Crawler.crawl`` replaces the root log handler (``_update_root_log_handler``)
   right before it builds the engine, whose first component built is the first downloader
   middleware: :class:`RootHandlerHook` runs there (no signal marks that moment).
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import scrapy
@@ -39,10 +43,14 @@ from scrapy.core.scraper import Scraper
 from scrapy.exceptions import NotConfigured
 
 if TYPE_CHECKING:
+    from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
     from scrapy.crawler import Crawler
 
 #: The Scrapy releases every use below was checked on: setup.cfg's floor, the newest tried.
 CHECKED_ON = ("2.14.0", "2.19.0")
+#: The Twisted releases the download handler's connections were checked on (with Scrapy's floor
+#: and newest: what they install).
+TWISTED_CHECKED_ON = ("25.5.0", "26.10.0")
 
 _REQUIRED_METHODS = (
     (Scraper, "enqueue_scrape"),
@@ -70,17 +78,35 @@ def missing(engine: ExecutionEngine | None = None) -> list[str]:
                   "scraper": getattr(engine, "scraper", None)}
         gone += [f"{owner}.{name}" for owner, name in _REQUIRED_ATTRIBUTES
                  if not hasattr(owners[owner], name)]
-    return gone
+    return gone + _missing_in_twisted()
+
+
+def _missing_in_twisted() -> list[str]:
+    # (imported here: Twisted's HTTP client is ~50 ms a worker's commands need not pay)
+    from twisted.web._newclient import HTTP11ClientProtocol, HTTPClientParser
+    from twisted.web.client import HTTPConnectionPool
+
+    return [f"{cls.__name__}.{name}" for cls, name in (
+        (HTTPConnectionPool, "_factory"), (HTTP11ClientProtocol, "_parser"),
+        (HTTP11ClientProtocol, "request"), (HTTPClientParser, "lineReceived"))
+        if not hasattr(cls, name)]
 
 
 def check(engine: ExecutionEngine | None = None) -> None:
-    """Raise, naming what is missing, when the installed Scrapy lacks a part used here."""
-    gone = missing(engine)
+    """Raise, naming what is missing, when the installed Scrapy (or Twisted) lacks a part
+    used here."""
+    _refuse(missing(engine))
+
+
+def _refuse(gone: list[str]) -> None:
     if gone:
+        import twisted
+
         raise RuntimeError(
-            f"meteorseed_scrapy needs {', '.join(gone)} of Scrapy (checked on Scrapy "
-            f"{CHECKED_ON[0]} to {CHECKED_ON[1]}); Scrapy {scrapy.__version__} lacks "
-            f"{'it' if len(gone) == 1 else 'them'}")
+            f"meteorseed_scrapy needs {', '.join(gone)} of Scrapy and Twisted (checked on "
+            f"Scrapy {CHECKED_ON[0]} to {CHECKED_ON[1]}, Twisted {TWISTED_CHECKED_ON[0]} to "
+            f"{TWISTED_CHECKED_ON[1]}); Scrapy {scrapy.__version__} with Twisted "
+            f"{twisted.__version__} lacks {'it' if len(gone) == 1 else 'them'}")
 
 
 def _slot_class() -> Any:
@@ -165,6 +191,56 @@ def downloads_in_progress(crawler: Crawler) -> int:
     return len(downloader.active) if downloader is not None else 0
 
 
+# -- the HTTP/1.1 download handler's connections ------------------------------------------------
+def count_head_lines(handler: HTTP11DownloadHandler,
+                     new_head: Callable[[], Callable[[int], object]]) -> None:
+    """Have ``handler``'s connections report each response's head as it arrives: for each
+    request sent, ``new_head()`` gives the function then called with the length of every line
+    of its response's head (status, header and continuation lines; Twisted's parser reads the
+    body raw), which may raise to drop the connection there."""
+    pool: Any = getattr(handler, "_pool", None)
+    factory = getattr(pool, "_factory", None)
+    if not isinstance(factory, type):
+        check()
+        _refuse(["HTTP11DownloadHandler._pool._factory"])
+    pool._factory = _head_counting_factory(factory, new_head)
+
+
+def _head_counting_factory(factory_class: Any, new_head: Callable[[], Callable[[int], object]]
+                           ) -> Any:
+    """The pool's protocol factory whose protocols swap in a counting parser per request."""
+
+    def buildProtocol(self: Any, addr: Any) -> Any:
+        protocol = factory_class.buildProtocol(self, addr)
+        send = protocol.request
+
+        def request(tx_request: Any) -> Any:
+            sent = send(tx_request)
+            parser = protocol._parser  # (made by request(); no byte of the answer read yet)
+            if parser is not None:
+                parser.__class__ = _head_counting(parser.__class__)
+                parser.meteorseed_head_line = new_head()
+            return sent
+
+        protocol.request = request
+        return protocol
+
+    return type(f"HeadCounting{factory_class.__name__}", (factory_class,),
+                {"buildProtocol": buildProtocol})
+
+
+@cache
+def _head_counting(parser_class: Any) -> Any:
+    """``parser_class`` reporting the length of each line it receives."""
+
+    def lineReceived(self: Any, line: bytes) -> None:
+        self.meteorseed_head_line(len(line))
+        parser_class.lineReceived(self, line)
+
+    return type(f"HeadCounting{parser_class.__name__}", (parser_class,),
+                {"lineReceived": lineReceived})
+
+
 # -- the log handler ------------------------------------------------------------------------------
 class RootHandlerHook:
     """A downloader middleware at order 0 that is no middleware at all: built right after Scrapy
@@ -188,6 +264,6 @@ def attach_crawler(spider: Spider, crawler: Crawler) -> None:
     spider._set_crawler(crawler)
 
 
-__all__ = ["CHECKED_ON", "RootHandlerHook", "ScraperPatch", "attach_crawler", "check",
-           "downloads_in_progress", "missing", "opened_by_hand", "replace_start_iterator",
-           "start_iterator", "wake_engine"]
+__all__ = ["CHECKED_ON", "TWISTED_CHECKED_ON", "RootHandlerHook", "ScraperPatch",
+           "attach_crawler", "check", "count_head_lines", "downloads_in_progress", "missing",
+           "opened_by_hand", "replace_start_iterator", "start_iterator", "wake_engine"]

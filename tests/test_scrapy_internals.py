@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import configparser
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import scrapy
@@ -16,9 +18,22 @@ from scrapy import Spider
 from scrapy.core.engine import ExecutionEngine
 from scrapy.core.scraper import Scraper
 from scrapy.utils.test import get_crawler
+from twisted.internet.error import ConnectionDone
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+from twisted.web._newclient import HTTP11ClientProtocol
+from twisted.web._newclient import Request as TxRequest
+from twisted.web.client import HTTPConnectionPool
+from twisted.web.http_headers import Headers
 
 from meteorseed_scrapy import scrapy_internals
-from meteorseed_scrapy.scrapy_internals import CHECKED_ON, ScraperPatch, check, missing
+from meteorseed_scrapy.scrapy_internals import (
+    CHECKED_ON,
+    ScraperPatch,
+    check,
+    count_head_lines,
+    missing,
+)
 
 PACKAGE = Path(scrapy_internals.__file__).parent
 ROOT = PACKAGE.parent
@@ -70,7 +85,8 @@ def test_a_scrapy_lacking_a_part_fails_loudly(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delattr(Spider, "_set_crawler")
     assert missing() == ["Scraper._process_spidermw_output_async", "Spider._set_crawler"]
     with pytest.raises(RuntimeError, match=r"Scraper\._process_spidermw_output_async, "
-                       r"Spider\._set_crawler of Scrapy \(checked on Scrapy 2\.14\.0 to "):
+                       r"Spider\._set_crawler of Scrapy and Twisted \(checked on Scrapy "
+                       r"2\.14\.0 to 2\.19\.0, Twisted 25\.5\.0 to "):
         check()
 
 
@@ -111,7 +127,9 @@ def test_the_scraper_patch_is_put_back() -> None:
 SPIDER_PRIVATE = sorted(n for n in dir(Spider) if n.startswith("_") and not n.startswith("__"))
 PRIVATE = re.compile(r"\b_?(engine|scraper|downloader|crawler)\._[a-z]\w*|"
                      rf"\b_?spider\.({'|'.join(SPIDER_PRIVATE)})\b|"
-                     r"[\"'](_slot|_start|_set_crawler|_process_spidermw_output_async)[\"']")
+                     r"\.(_pool|_factory|_parser)\b|\b(scrapy|twisted)(\.\w+)*\._[a-z]\w*|"
+                     r"[\"'](_slot|_start|_set_crawler|_process_spidermw_output_async|_pool|"
+                     r"_factory|_parser)[\"']")
 
 
 def offenders(package: Path) -> list[str]:
@@ -127,6 +145,90 @@ def offenders(package: Path) -> list[str]:
 
 def test_no_other_module_touches_scrapys_privates() -> None:
     assert offenders(PACKAGE) == []
+
+
+def test_the_offenders_pattern_sees_the_head_caps_privates(tmp_path: Path) -> None:
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "handler.py").write_text(
+        "from twisted.web._newclient import HTTPClientParser\n"
+        "pool = getattr(handler, '_pool')\n"
+        "handler._pool._factory = factory  # a comment's _pool is no touch\n"
+        "parser = protocol._parser\n")
+    assert [line.split(": ", 1)[0] for line in offenders(package)] == [
+        "package/handler.py:1", "package/handler.py:2", "package/handler.py:3",
+        "package/handler.py:4"]
+
+
+def test_a_twisted_lacking_a_part_of_the_connection_pool_fails_loudly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(HTTPConnectionPool, "_factory")
+    monkeypatch.delattr(HTTP11ClientProtocol, "_parser")
+    assert missing() == ["HTTPConnectionPool._factory", "HTTP11ClientProtocol._parser"]
+    with pytest.raises(RuntimeError, match=r"needs HTTPConnectionPool\._factory, "
+                       r"HTTP11ClientProtocol\._parser of Scrapy and Twisted"):
+        check()
+
+
+def _get(persistent: bool = False) -> TxRequest:
+    return TxRequest(b"GET", b"/", Headers({b"host": [b"loopback"]}), None, persistent)
+
+
+class _Handler:
+    """An HTTP11DownloadHandler as far as count_head_lines looks."""
+
+    def __init__(self) -> None:
+        self._pool = HTTPConnectionPool(reactor=None)  # (never connects)
+
+
+def test_a_handler_without_its_pool_is_refused_naming_it() -> None:
+    handler = _Handler()
+    del handler._pool
+    with pytest.raises(RuntimeError, match=r"needs HTTP11DownloadHandler\._pool\._factory of "):
+        count_head_lines(handler, lambda: print)  # type: ignore[arg-type]
+
+
+def test_a_handlers_connections_report_each_line_of_a_responses_head() -> None:
+    """Through a protocol the pool's factory builds, as a connection gets it: each request's
+    head lines are reported as they arrive, to that request's own counter, never the body's."""
+    handler = _Handler()
+    heads: list[list[int]] = []
+
+    def new_head() -> Callable[[int], None]:
+        heads.append([])
+        return heads[-1].append
+
+    count_head_lines(handler, new_head)  # type: ignore[arg-type]
+    factory = handler._pool._factory(lambda protocol: None, "loopback")
+    protocol = factory.buildProtocol(None)
+    protocol.makeConnection(StringTransport())
+    for _ in range(2):  # (a persistent connection: a parser of its own per request)
+        protocol.request(_get(persistent=True))
+        protocol.dataReceived(b"HTTP/1.1 200 OK\r\nX-One: 1\r\nContent-Length: 4\r\n\r\n"
+                              b"a\r\nb")
+    assert heads == [[16, 9, 18, 1], [16, 9, 18, 1]]  # (each with its \r)
+
+
+def test_a_head_counter_that_raises_drops_the_connection() -> None:
+    handler = _Handler()
+
+    def new_head() -> Callable[[int], None]:
+        def line(length: int) -> None:
+            raise ValueError("over")
+        return line
+
+    count_head_lines(handler, new_head)  # type: ignore[arg-type]
+    factory = handler._pool._factory(lambda protocol: None, "loopback")
+    protocol = factory.buildProtocol(None)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    answer = protocol.request(_get())
+    failures: list[Any] = []
+    answer.addErrback(failures.append)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\n")
+    assert transport.disconnecting
+    protocol.connectionLost(Failure(ConnectionDone()))
+    assert failures and "over" in repr(failures[0].value.reasons)
 
 
 def test_a_root_handler_hook_runs_once_and_switches_itself_off() -> None:
