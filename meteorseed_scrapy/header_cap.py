@@ -87,7 +87,7 @@ class HeaderCapDownloadHandler(HTTP11DownloadHandler):
 
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
-        self._stats = crawler.stats
+        self.stats = crawler.stats  # (a name of its own: not Scrapy's)
         caps = HeaderCaps.from_settings(crawler.settings)
         if caps.lines or caps.size:
             count_head_lines(self, lambda: _HeadCount(caps).line)
@@ -99,7 +99,7 @@ class HeaderCapDownloadHandler(HTTP11DownloadHandler):
             over = _over_cap(exc)
             if over is None:
                 raise
-            self._stats.inc_value(STAT)
+            self.stats.inc_value(STAT)
             logger.warning("Download of %s abandoned: %s", request.url, over)
             raise ResponseHeadersOverCap(str(over)) from exc
 

@@ -23,6 +23,10 @@ What is used, and why:
   own class whose ``lineReceived`` counts: the response head cap
   (:mod:`meteorseed_scrapy.header_cap`, :func:`count_head_lines`). Checked on Twisted
   :data:`TWISTED_CHECKED_ON`.
+* ``RobotsTxtMiddleware._parsers``, ``_parse_robots`` and ``_robots_error``: the project's
+  robots.txt middleware (:mod:`meteorseed_scrapy.politeness.robotstxt`) fetches robots.txt
+  its own way and has Scrapy's parse it (:func:`parse_robots`: async, taking the request for
+  its ``robots_parsed`` signal, in 2.19; plain, without, in 2.14) or record its failure.
 * Build order: ``Crawler.crawl`` replaces the root log handler (``_update_root_log_handler``)
   right before it builds the engine, whose first component built is the first downloader
   middleware: :class:`RootHandlerHook` runs there (no signal marks that moment).
@@ -40,11 +44,14 @@ from scrapy import Spider
 from scrapy.core.downloader import Downloader
 from scrapy.core.engine import ExecutionEngine
 from scrapy.core.scraper import Scraper
+from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.exceptions import NotConfigured
 
 if TYPE_CHECKING:
+    from scrapy import Request
     from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
 
 #: The Scrapy releases every use below was checked on: setup.cfg's floor, the newest tried.
 CHECKED_ON = ("2.14.0", "2.19.0")
@@ -58,6 +65,8 @@ _REQUIRED_METHODS = (
     (Scraper, "_process_spidermw_output_async"),
     (Spider, "_set_crawler"),
     (ExecutionEngine, "needs_backout"),
+    (RobotsTxtMiddleware, "_parse_robots"),
+    (RobotsTxtMiddleware, "_robots_error"),
 )
 _REQUIRED_ATTRIBUTES = (  # set on the instance by its __init__
     ("engine", "_slot"), ("engine", "_start"), ("downloader", "active"), ("scraper", "slot"),
@@ -241,6 +250,33 @@ def _head_counting(parser_class: Any) -> Any:
                 {"lineReceived": lineReceived})
 
 
+# -- robots.txt ----------------------------------------------------------------------------------
+def robots_parsers(middleware: RobotsTxtMiddleware) -> dict[str, Any]:
+    """The middleware's robots.txt per host: its parser, None (none could be read) or the
+    Deferred of one being fetched; :func:`parse_robots` and :func:`robots_error` settle it."""
+    parsers = getattr(middleware, "_parsers", None)
+    if not isinstance(parsers, dict):
+        _refuse(["RobotsTxtMiddleware._parsers"])
+    return parsers  # type: ignore[return-value]
+
+
+async def parse_robots(middleware: RobotsTxtMiddleware, response: Response, netloc: str,
+                       request: Request) -> None:
+    """Scrapy's parse of ``response`` (``netloc``'s robots.txt, fetched for ``request``) into
+    the middleware's parser for ``netloc``."""
+    parse: Any = RobotsTxtMiddleware._parse_robots
+    if inspect.iscoroutinefunction(parse):
+        await parse(middleware, response, netloc, request)
+    else:
+        parse(middleware, response, netloc)
+
+
+def robots_error(middleware: RobotsTxtMiddleware, error: Exception, netloc: str) -> None:
+    """Scrapy's record of ``netloc``'s robots.txt that could not be read (its stats; every
+    waiter gets None: nothing disallowed)."""
+    RobotsTxtMiddleware._robots_error(middleware, error, netloc)
+
+
 # -- the log handler ------------------------------------------------------------------------------
 class RootHandlerHook:
     """A downloader middleware at order 0 that is no middleware at all: built right after Scrapy
@@ -266,4 +302,5 @@ def attach_crawler(spider: Spider, crawler: Crawler) -> None:
 
 __all__ = ["CHECKED_ON", "TWISTED_CHECKED_ON", "RootHandlerHook", "ScraperPatch",
            "attach_crawler", "check", "count_head_lines", "downloads_in_progress", "missing",
-           "opened_by_hand", "replace_start_iterator", "start_iterator", "wake_engine"]
+           "opened_by_hand", "parse_robots", "replace_start_iterator", "robots_error",
+           "robots_parsers", "start_iterator", "wake_engine"]

@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 import scrapy
 from packaging.version import Version
-from scrapy import Spider
+from scrapy import Request, Spider
 from scrapy.core.engine import ExecutionEngine
 from scrapy.core.scraper import Scraper
+from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
+from scrapy.http import TextResponse
 from scrapy.utils.test import get_crawler
+from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
@@ -33,6 +36,9 @@ from meteorseed_scrapy.scrapy_internals import (
     check,
     count_head_lines,
     missing,
+    parse_robots,
+    robots_error,
+    robots_parsers,
 )
 
 PACKAGE = Path(scrapy_internals.__file__).parent
@@ -127,9 +133,10 @@ def test_the_scraper_patch_is_put_back() -> None:
 SPIDER_PRIVATE = sorted(n for n in dir(Spider) if n.startswith("_") and not n.startswith("__"))
 PRIVATE = re.compile(r"\b_?(engine|scraper|downloader|crawler)\._[a-z]\w*|"
                      rf"\b_?spider\.({'|'.join(SPIDER_PRIVATE)})\b|"
-                     r"\.(_pool|_factory|_parser)\b|\b(scrapy|twisted)(\.\w+)*\._[a-z]\w*|"
+                     r"\.(_pool|_factory|_parsers?|_parse_robots|_robots_error)\b|"
+                     r"\b(scrapy|twisted)(\.\w+)*\._[a-z]\w*|"
                      r"[\"'](_slot|_start|_set_crawler|_process_spidermw_output_async|_pool|"
-                     r"_factory|_parser)[\"']")
+                     r"_factory|_parsers?|_parse_robots|_robots_error)[\"']")
 
 
 def offenders(package: Path) -> list[str]:
@@ -154,10 +161,11 @@ def test_the_offenders_pattern_sees_the_head_caps_privates(tmp_path: Path) -> No
         "from twisted.web._newclient import HTTPClientParser\n"
         "pool = getattr(handler, '_pool')\n"
         "handler._pool._factory = factory  # a comment's _pool is no touch\n"
-        "parser = protocol._parser\n")
+        "parser = protocol._parser\n"
+        "self._stats = stats  # (a name of one's own)\n"
+        "await super()._parse_robots(response, netloc, request)\n")
     assert [line.split(": ", 1)[0] for line in offenders(package)] == [
-        "package/handler.py:1", "package/handler.py:2", "package/handler.py:3",
-        "package/handler.py:4"]
+        f"package/handler.py:{n}" for n in (1, 2, 3, 4, 6)]
 
 
 def test_a_twisted_lacking_a_part_of_the_connection_pool_fails_loudly(
@@ -247,3 +255,48 @@ def test_a_root_handler_hook_runs_once_and_switches_itself_off() -> None:
     with pytest.raises(NotConfigured):
         Hook.from_crawler(crawler)
     assert seen == [crawler]
+
+
+# -- robots.txt: Scrapy's parse (async with the request in 2.19, plain in 2.14) and error --------
+def _robots_middleware() -> RobotsTxtMiddleware:
+    return RobotsTxtMiddleware(get_crawler(_Spider, {"ROBOTSTXT_OBEY": True}))
+
+
+def test_scrapys_parse_and_error_settle_a_hosts_robots_txt() -> None:
+    middleware = _robots_middleware()
+    parsers = robots_parsers(middleware)
+    waiting: list[object] = []
+    for host in ("a.example", "b.example"):
+        parsers[host] = Deferred()
+        parsers[host].addCallback(waiting.append)
+    body = b"User-agent: *\nDisallow: /private\n"
+    asyncio.run(parse_robots(middleware, TextResponse("http://a.example/robots.txt", body=body),
+                             "a.example", Request("http://a.example/x")))
+    robots_error(middleware, ValueError("unreadable"), "b.example")
+    parser = parsers["a.example"]
+    assert waiting == [parser, None] and parsers["b.example"] is None
+    assert not parser.allowed("http://a.example/private", "*")
+    assert parser.allowed("http://a.example/public", "*")
+
+
+def test_a_plain_parse_without_the_request_is_called_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Scrapy 2.14's ``_parse_robots(response, netloc)``, not a coroutine."""
+    called: list[tuple[object, ...]] = []
+
+    def parse(self: object, response: object, netloc: str) -> None:
+        called.append((self, response, netloc))
+
+    monkeypatch.setattr(RobotsTxtMiddleware, "_parse_robots", parse)
+    middleware = _robots_middleware()
+    response = TextResponse("http://a.example/robots.txt", body=b"")
+    asyncio.run(parse_robots(middleware, response, "a.example", Request("http://a.example/")))
+    assert called == [(middleware, response, "a.example")]
+
+
+def test_a_scrapy_lacking_a_robots_part_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    middleware = _robots_middleware()
+    del middleware._parsers
+    with pytest.raises(RuntimeError, match=r"needs RobotsTxtMiddleware\._parsers of "):
+        robots_parsers(middleware)
+    monkeypatch.delattr(RobotsTxtMiddleware, "_robots_error")
+    assert missing() == ["RobotsTxtMiddleware._robots_error"]
