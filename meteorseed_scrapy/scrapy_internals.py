@@ -16,7 +16,9 @@ What is used, and why:
   waiting for its 5 s heartbeat; ``_slot.close_if_idle``: the shell opens a spider by hand.
 * ``ExecutionEngine._start`` (replaced): start requests paced by the stream's reads.
 * ``Downloader.active``: downloads in progress, for the worker's work budget.
-* ``Spider._set_crawler``: a spider built by its own ``from_crawler`` without ``super()``'s.
+* ``Spider._set_crawler``: a spider built by its own ``from_crawler`` without ``super()``'s;
+  ``Spider._parse``: the callback Scrapy's scraper calls for a request without one
+  (:func:`is_default_callback`: a request's callback stored as none).
 * ``HTTP11DownloadHandler._pool`` (Twisted's ``HTTPConnectionPool``), whose ``_factory``
   builds each connection's ``HTTP11ClientProtocol``, whose ``_parser`` (made anew by each
   ``request()``; an ``HTTPClientParser``, Scrapy's lenient one included) gets a subclass of its
@@ -64,6 +66,7 @@ _REQUIRED_METHODS = (
     (Scraper, "handle_spider_output_async"),
     (Scraper, "_process_spidermw_output_async"),
     (Spider, "_set_crawler"),
+    (Spider, "_parse"),
     (ExecutionEngine, "needs_backout"),
     (RobotsTxtMiddleware, "_parse_robots"),
     (RobotsTxtMiddleware, "_robots_error"),
@@ -300,7 +303,14 @@ def attach_crawler(spider: Spider, crawler: Crawler) -> None:
     spider._set_crawler(crawler)
 
 
+def is_default_callback(spider: Spider | None, func: object) -> bool:
+    """Whether ``func`` is ``spider``'s default callback (``_parse``, its own override
+    included), which Scrapy's scraper calls for a request that has none."""
+    return getattr(func, "__self__", None) is spider and getattr(func, "__name__", None) == "_parse"
+
+
 __all__ = ["CHECKED_ON", "TWISTED_CHECKED_ON", "RootHandlerHook", "ScraperPatch",
-           "attach_crawler", "check", "count_head_lines", "downloads_in_progress", "missing",
+           "attach_crawler", "check", "count_head_lines", "downloads_in_progress",
+           "is_default_callback", "missing",
            "opened_by_hand", "parse_robots", "replace_start_iterator", "robots_error",
            "robots_parsers", "start_iterator", "wake_engine"]

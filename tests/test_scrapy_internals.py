@@ -35,6 +35,7 @@ from meteorseed_scrapy.scrapy_internals import (
     ScraperPatch,
     check,
     count_head_lines,
+    is_default_callback,
     missing,
     parse_robots,
     robots_error,
@@ -84,6 +85,20 @@ def test_the_checked_floor_is_setup_cfgs() -> None:
     floor = re.search(r">=\s*([\d.]+)", requirement)
     assert floor is not None
     assert Version(floor.group(1)) == Version(CHECKED_ON[0])
+
+
+def test_the_default_callback_is_the_spiders_parse_its_override_included() -> None:
+    from scrapy.spiders import CrawlSpider
+
+    class Crawl(CrawlSpider):
+        name = "crawl"
+
+    spider, crawl = _Spider(), Crawl()
+    assert is_default_callback(spider, spider._parse)
+    assert is_default_callback(crawl, crawl._parse)  # (CrawlSpider's own _parse)
+    assert not is_default_callback(spider, crawl._parse)
+    assert not is_default_callback(spider, spider.parse)
+    assert not is_default_callback(spider, None)
 
 
 def test_a_scrapy_lacking_a_part_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,7 +151,7 @@ PRIVATE = re.compile(r"\b_?(engine|scraper|downloader|crawler)\._[a-z]\w*|"
                      r"\.(_pool|_factory|_parsers?|_parse_robots|_robots_error)\b|"
                      r"\b(scrapy|twisted)(\.\w+)*\._[a-z]\w*|"
                      r"[\"'](_slot|_start|_set_crawler|_process_spidermw_output_async|_pool|"
-                     r"_factory|_parsers?|_parse_robots|_robots_error)[\"']")
+                     r"_factory|_parsers?|_parse_robots|_robots_error|_parse)[\"']")
 
 
 def offenders(package: Path) -> list[str]:
