@@ -32,6 +32,7 @@ from twisted.web.http_headers import Headers
 from meteorseed_scrapy import scrapy_internals
 from meteorseed_scrapy.scrapy_internals import (
     CHECKED_ON,
+    TWISTED_CHECKED_ON,
     ScraperPatch,
     check,
     count_head_lines,
@@ -75,6 +76,18 @@ def test_the_installed_scrapy_is_in_the_checked_range() -> None:
     assert Version(f"{installed.major}.{installed.minor}") <= newest, (
         f"Scrapy {installed} is newer than the newest release checked ({newest}): read "
         "scrapy_internals.py's list against its source, then raise CHECKED_ON")
+
+
+def test_the_installed_twisted_is_in_the_checked_range() -> None:
+    import twisted
+
+    floor, newest = (Version(v) for v in TWISTED_CHECKED_ON)
+    installed = Version(twisted.__version__)
+    assert floor <= installed, f"Twisted {installed} is older than the checked floor {floor}"
+    assert Version(f"{installed.major}.{installed.minor}") <= newest, (
+        f"Twisted {installed} is newer than the newest release checked ({newest}): read "
+        "scrapy_internals.py's connection-pool parts against its source, then raise "
+        "TWISTED_CHECKED_ON")
 
 
 def test_the_checked_floor_is_setup_cfgs() -> None:
