@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import configparser
+import importlib.metadata
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -69,25 +70,16 @@ def test_every_private_part_used_is_in_the_installed_scrapy() -> None:
     check(_engine())
 
 
-def test_the_installed_scrapy_is_in_the_checked_range() -> None:
-    floor, newest = (Version(v) for v in CHECKED_ON)
-    installed = Version(scrapy.__version__)
-    assert floor <= installed, f"Scrapy {installed} is older than the checked floor {floor}"
+@pytest.mark.parametrize(("name", "checked"), [("Scrapy", CHECKED_ON),
+                                               ("Twisted", TWISTED_CHECKED_ON)])
+def test_the_installed_release_is_in_the_checked_range(name: str, checked: tuple[str, str]
+                                                       ) -> None:
+    floor, newest = (Version(v) for v in checked)
+    installed = Version(importlib.metadata.version(name))
+    assert floor <= installed, f"{name} {installed} is older than the checked floor {floor}"
     assert Version(f"{installed.major}.{installed.minor}") <= newest, (
-        f"Scrapy {installed} is newer than the newest release checked ({newest}): read "
-        "scrapy_internals.py's list against its source, then raise CHECKED_ON")
-
-
-def test_the_installed_twisted_is_in_the_checked_range() -> None:
-    import twisted
-
-    floor, newest = (Version(v) for v in TWISTED_CHECKED_ON)
-    installed = Version(twisted.__version__)
-    assert floor <= installed, f"Twisted {installed} is older than the checked floor {floor}"
-    assert Version(f"{installed.major}.{installed.minor}") <= newest, (
-        f"Twisted {installed} is newer than the newest release checked ({newest}): read "
-        "scrapy_internals.py's connection-pool parts against its source, then raise "
-        "TWISTED_CHECKED_ON")
+        f"{name} {installed} is newer than the newest release checked ({newest}): read "
+        "scrapy_internals.py's list against its source, then raise its CHECKED_ON")
 
 
 def test_the_checked_floor_is_setup_cfgs() -> None:
