@@ -1,8 +1,9 @@
-"""Every use of a private (or undocumented) part of Scrapy, behind one door.
+"""Every use of a private (or undocumented) part of Scrapy or Twisted, behind one door.
 
-Checked on Scrapy :data:`CHECKED_ON` (the floor in ``setup.cfg`` to the newest release tried),
-by reading each one's source and by ``tests/test_scrapy_internals.py``, which fails, naming the
-missing part, on a Scrapy that lacks one. A worker crawl checks them too when it opens
+Checked on Scrapy :data:`CHECKED_ON` (the floor in ``setup.cfg`` to the newest release tried)
+and Twisted :data:`TWISTED_CHECKED_ON`, by reading each one's source and by
+``tests/test_scrapy_internals.py``, which fails, naming the missing part, on a release that
+lacks one. A worker crawl checks them too when it opens
 (:func:`check`): an error then, rather than tasks that are never acked.
 
 What is used, and why:
@@ -19,16 +20,12 @@ What is used, and why:
 * ``Spider._set_crawler``: a spider built by its own ``from_crawler`` without ``super()``'s;
   ``Spider._parse``: the callback Scrapy's scraper calls for a request without one
   (:func:`is_default_callback`: a request's callback stored as none).
-* ``HTTP11DownloadHandler._pool`` (Twisted's ``HTTPConnectionPool``), whose ``_factory``
-  builds each connection's ``HTTP11ClientProtocol``, whose ``_parser`` (made anew by each
-  ``request()``; an ``HTTPClientParser``, Scrapy's lenient one included) gets a subclass of its
-  own class whose ``lineReceived`` counts: the response head cap
-  (:mod:`meteorseed_scrapy.header_cap`, :func:`count_head_lines`). Checked on Twisted
-  :data:`TWISTED_CHECKED_ON`.
-* ``RobotsTxtMiddleware._parsers``, ``_parse_robots`` and ``_robots_error``: the project's
-  robots.txt middleware (:mod:`meteorseed_scrapy.politeness.robotstxt`) fetches robots.txt
-  its own way and has Scrapy's parse it (:func:`parse_robots`: async, taking the request for
-  its ``robots_parsed`` signal, in 2.19; plain, without, in 2.14) or record its failure.
+* ``HTTP11DownloadHandler._pool._factory`` and Twisted's ``HTTP11ClientProtocol._parser``
+  (an ``HTTPClientParser``, Scrapy's lenient one included): the head lines of each response
+  counted as they arrive (:func:`count_head_lines`, for :mod:`meteorseed_scrapy.header_cap`).
+* ``RobotsTxtMiddleware._parsers``, ``_parse_robots`` and ``_robots_error``: Scrapy's parse
+  and error record of a robots.txt the project's middleware fetched its own way
+  (:mod:`meteorseed_scrapy.politeness.robotstxt`; :func:`parse_robots`).
 * Build order: ``Crawler.crawl`` replaces the root log handler (``_update_root_log_handler``)
   right before it builds the engine, whose first component built is the first downloader
   middleware: :class:`RootHandlerHook` runs there (no signal marks that moment).
@@ -42,6 +39,8 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import scrapy
+import scrapy.core.engine
+import twisted
 from scrapy import Spider
 from scrapy.core.downloader import Downloader
 from scrapy.core.engine import ExecutionEngine
@@ -81,7 +80,7 @@ def missing(engine: ExecutionEngine | None = None) -> list[str]:
     instance attributes are looked for on ``engine`` (a built engine) when given."""
     gone = [f"{cls.__name__}.{name}" for cls, name in _REQUIRED_METHODS
             if not callable(getattr(cls, name, None))]
-    slot = _slot_class()
+    slot = getattr(scrapy.core.engine, "_Slot", None)
     params = inspect.signature(slot.__init__).parameters if slot is not None else {}
     gone += [f"engine._slot.{name}" for name in ("nextcall", "close_if_idle")
              if name not in params]
@@ -90,15 +89,11 @@ def missing(engine: ExecutionEngine | None = None) -> list[str]:
                   "scraper": getattr(engine, "scraper", None)}
         gone += [f"{owner}.{name}" for owner, name in _REQUIRED_ATTRIBUTES
                  if not hasattr(owners[owner], name)]
-    return gone + _missing_in_twisted()
-
-
-def _missing_in_twisted() -> list[str]:
     # (imported here: Twisted's HTTP client is ~50 ms a worker's commands need not pay)
     from twisted.web._newclient import HTTP11ClientProtocol, HTTPClientParser
     from twisted.web.client import HTTPConnectionPool
 
-    return [f"{cls.__name__}.{name}" for cls, name in (
+    return gone + [f"{cls.__name__}.{name}" for cls, name in (
         (HTTPConnectionPool, "_factory"), (HTTP11ClientProtocol, "_parser"),
         (HTTP11ClientProtocol, "request"), (HTTPClientParser, "lineReceived"))
         if not hasattr(cls, name)]
@@ -112,19 +107,11 @@ def check(engine: ExecutionEngine | None = None) -> None:
 
 def _refuse(gone: list[str]) -> None:
     if gone:
-        import twisted
-
         raise RuntimeError(
             f"meteorseed_scrapy needs {', '.join(gone)} of Scrapy and Twisted (checked on "
             f"Scrapy {CHECKED_ON[0]} to {CHECKED_ON[1]}, Twisted {TWISTED_CHECKED_ON[0]} to "
             f"{TWISTED_CHECKED_ON[1]}); Scrapy {scrapy.__version__} with Twisted "
             f"{twisted.__version__} lacks {'it' if len(gone) == 1 else 'them'}")
-
-
-def _slot_class() -> Any:
-    from scrapy.core import engine
-
-    return getattr(engine, "_Slot", None)
 
 
 # -- the scraper ---------------------------------------------------------------------------------
@@ -148,22 +135,21 @@ class ScraperPatch:
 
     def install(self, enqueue_scrape: Callable[..., Any], handle_output: Callable[..., Any],
                 process_output: Callable[..., Any]) -> None:
+        self._set(enqueue_scrape, handle_output, process_output)
+        self._installed = True
+
+    def restore(self) -> None:
+        if self._installed:
+            self._set(self.enqueue_scrape, self.handle_output, self.process_output)
+            self._installed = False
+
+    def _set(self, enqueue_scrape: Callable[..., Any], handle_output: Callable[..., Any],
+             process_output: Callable[..., Any]) -> None:
         scraper: Any = self._scraper
         scraper.enqueue_scrape = enqueue_scrape
         if self.counting:
             scraper.handle_spider_output_async = handle_output
             scraper._process_spidermw_output_async = process_output
-        self._installed = True
-
-    def restore(self) -> None:
-        if not self._installed:
-            return
-        scraper: Any = self._scraper
-        scraper.enqueue_scrape = self.enqueue_scrape
-        if self.counting:
-            scraper.handle_spider_output_async = self.handle_output
-            scraper._process_spidermw_output_async = self.process_output
-        self._installed = False
 
 
 def _absent(*args: Any) -> Any:
@@ -213,8 +199,7 @@ def count_head_lines(handler: HTTP11DownloadHandler,
     pool: Any = getattr(handler, "_pool", None)
     factory = getattr(pool, "_factory", None)
     if not isinstance(factory, type):
-        check()
-        _refuse(["HTTP11DownloadHandler._pool._factory"])
+        _refuse(["HTTP11DownloadHandler._pool._factory", *missing()])
     pool._factory = _head_counting_factory(factory, new_head)
 
 
@@ -309,8 +294,7 @@ def is_default_callback(spider: Spider | None, func: object) -> bool:
     return getattr(func, "__self__", None) is spider and getattr(func, "__name__", None) == "_parse"
 
 
-__all__ = ["CHECKED_ON", "TWISTED_CHECKED_ON", "RootHandlerHook", "ScraperPatch",
-           "attach_crawler", "check", "count_head_lines", "downloads_in_progress",
-           "is_default_callback", "missing",
+__all__ = ["CHECKED_ON", "TWISTED_CHECKED_ON", "RootHandlerHook", "ScraperPatch", "attach_crawler",
+           "check", "count_head_lines", "downloads_in_progress", "is_default_callback", "missing",
            "opened_by_hand", "parse_robots", "replace_start_iterator", "robots_error",
            "robots_parsers", "start_iterator", "wake_engine"]
