@@ -15,18 +15,15 @@ The add-on makes it the ``http`` and ``https`` handler unless the project set a 
 scheme itself (``DOWNLOAD_HANDLERS``: then the project's, and no cap; scrapy-playwright's
 handler is one). Proxies and HTTPS tunnels use the same connection pool, so they are capped too.
 
-Private parts of Scrapy and Twisted used (checked by ``tests/test_header_cap.py``): the
-handler's ``_pool`` (Twisted's ``HTTPConnectionPool``), whose ``_factory`` builds each
-connection's protocol, whose ``_parser`` (made anew by each ``request()``) gets a subclass of its
-own class that counts, as Scrapy's own lenient parser is put in place.
+The lines are counted through private parts of Scrapy and Twisted, all behind
+:func:`meteorseed_scrapy.scrapy_internals.count_head_lines`.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy import Request
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
@@ -34,6 +31,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from scrapy.settings import BaseSettings
 
+from meteorseed_scrapy.scrapy_internals import count_head_lines
 from meteorseed_scrapy.settings import integer_setting
 
 if TYPE_CHECKING:
@@ -84,50 +82,15 @@ class _HeadCount:
                 f"response headers over {SIZE_SETTING} ({caps.size} bytes)")
 
 
-@cache
-def _counting(parser_class: Any) -> Any:
-    """``parser_class`` counting the lines of the head it parses (lines only reach
-    ``lineReceived`` before the body: Twisted's parser reads the body raw)."""
-
-    def lineReceived(self: Any, line: bytes) -> None:
-        self.meteorseed_head.line(len(line))
-        parser_class.lineReceived(self, line)
-
-    return type(f"HeadCounting{parser_class.__name__}", (parser_class,),
-                {"lineReceived": lineReceived})
-
-
-def _capped_factory(factory_class: Any, caps: HeaderCaps) -> Any:
-    """The pool's protocol factory whose protocols swap in a counting parser per request."""
-
-    def buildProtocol(self: Any, addr: Any) -> Any:
-        protocol = factory_class.buildProtocol(self, addr)
-        send = protocol.request
-
-        def request(tx_request: Any) -> Any:
-            sent = send(tx_request)
-            parser = protocol._parser  # (made by request(); no byte of the answer read yet)
-            if parser is not None:
-                parser.__class__ = _counting(parser.__class__)
-                parser.meteorseed_head = _HeadCount(caps)
-            return sent
-
-        protocol.request = request
-        return protocol
-
-    return type(f"HeadCapped{factory_class.__name__}", (factory_class,),
-                {"buildProtocol": buildProtocol})
-
-
 class HeaderCapDownloadHandler(HTTP11DownloadHandler):
     """Scrapy's HTTP/1.1 handler with the response head capped (see the module's doc)."""
 
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
-        self._stats = crawler.stats
+        self.stats = crawler.stats  # (a name of its own: not Scrapy's)
         caps = HeaderCaps.from_settings(crawler.settings)
         if caps.lines or caps.size:
-            self._pool._factory = _capped_factory(self._pool._factory, caps)
+            count_head_lines(self, lambda: _HeadCount(caps).line)
 
     async def download_request(self, request: Request) -> Response:
         try:
@@ -136,7 +99,7 @@ class HeaderCapDownloadHandler(HTTP11DownloadHandler):
             over = _over_cap(exc)
             if over is None:
                 raise
-            self._stats.inc_value(STAT)
+            self.stats.inc_value(STAT)
             logger.warning("Download of %s abandoned: %s", request.url, over)
             raise ResponseHeadersOverCap(str(over)) from exc
 

@@ -21,6 +21,7 @@ from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
 from meteorseed_scrapy.queue.consume.lanes import LaneShares, LaneWeights
+from meteorseed_scrapy.queue.enqueue.backlog import stream_counts
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.records import seed_to_dict
@@ -182,7 +183,7 @@ def test_backlog_counts_every_stream(redis_url: str, keys: KeyLayout) -> None:
         seen.append(await writer.backlog())
         await ack(consumer, [d.ref for d in got])
         seen.append(await writer.backlog())
-        counts = await writer.stream_counts()
+        counts = await stream_counts(client, keys)
         seen.append(sum(c.pending for c in counts.values()))
         return seen
 

@@ -97,7 +97,7 @@ def test_only_the_first_bytes_of_a_huge_robots_txt_are_parsed(
     body = b"User-agent: *\nDisallow: /early\n" + b"#" * (50 * 1024 * 1024) + b"\nAllow: /\n"
     response = TextResponse("http://127.0.0.1/robots.txt", body=body)
     with caplog.at_level(logging.WARNING):
-        asyncio.run(middleware._parse_robots(response, "127.0.0.1", Request("http://x/")))
+        asyncio.run(middleware.parse_capped(response, "127.0.0.1", Request("http://x/")))
     assert [len(b) for b in parsed] == [cap]
     assert parsed[0].startswith(b"User-agent: *\nDisallow: /early\n")
     assert f"robots.txt of 127.0.0.1 is {len(body)} bytes: only its first {cap} are read" \

@@ -6,19 +6,43 @@ from __future__ import annotations
 
 import asyncio
 import configparser
+import importlib.metadata
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import scrapy
 from packaging.version import Version
-from scrapy import Spider
+from scrapy import Request, Spider
 from scrapy.core.engine import ExecutionEngine
 from scrapy.core.scraper import Scraper
+from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
+from scrapy.http import TextResponse
 from scrapy.utils.test import get_crawler
+from twisted.internet.defer import Deferred
+from twisted.internet.error import ConnectionDone
+from twisted.internet.testing import StringTransport
+from twisted.python.failure import Failure
+from twisted.web._newclient import HTTP11ClientProtocol
+from twisted.web._newclient import Request as TxRequest
+from twisted.web.client import HTTPConnectionPool
+from twisted.web.http_headers import Headers
 
 from meteorseed_scrapy import scrapy_internals
-from meteorseed_scrapy.scrapy_internals import CHECKED_ON, ScraperPatch, check, missing
+from meteorseed_scrapy.scrapy_internals import (
+    CHECKED_ON,
+    TWISTED_CHECKED_ON,
+    ScraperPatch,
+    check,
+    count_head_lines,
+    is_default_callback,
+    missing,
+    parse_robots,
+    robots_error,
+    robots_parsers,
+)
 
 PACKAGE = Path(scrapy_internals.__file__).parent
 ROOT = PACKAGE.parent
@@ -46,13 +70,16 @@ def test_every_private_part_used_is_in_the_installed_scrapy() -> None:
     check(_engine())
 
 
-def test_the_installed_scrapy_is_in_the_checked_range() -> None:
-    floor, newest = (Version(v) for v in CHECKED_ON)
-    installed = Version(scrapy.__version__)
-    assert floor <= installed, f"Scrapy {installed} is older than the checked floor {floor}"
+@pytest.mark.parametrize(("name", "checked"), [("Scrapy", CHECKED_ON),
+                                               ("Twisted", TWISTED_CHECKED_ON)])
+def test_the_installed_release_is_in_the_checked_range(name: str, checked: tuple[str, str]
+                                                       ) -> None:
+    floor, newest = (Version(v) for v in checked)
+    installed = Version(importlib.metadata.version(name))
+    assert floor <= installed, f"{name} {installed} is older than the checked floor {floor}"
     assert Version(f"{installed.major}.{installed.minor}") <= newest, (
-        f"Scrapy {installed} is newer than the newest release checked ({newest}): read "
-        "scrapy_internals.py's list against its source, then raise CHECKED_ON")
+        f"{name} {installed} is newer than the newest release checked ({newest}): read "
+        "scrapy_internals.py's list against its source, then raise its CHECKED_ON")
 
 
 def test_the_checked_floor_is_setup_cfgs() -> None:
@@ -65,12 +92,27 @@ def test_the_checked_floor_is_setup_cfgs() -> None:
     assert Version(floor.group(1)) == Version(CHECKED_ON[0])
 
 
+def test_the_default_callback_is_the_spiders_parse_its_override_included() -> None:
+    from scrapy.spiders import CrawlSpider
+
+    class Crawl(CrawlSpider):
+        name = "crawl"
+
+    spider, crawl = _Spider(), Crawl()
+    assert is_default_callback(spider, spider._parse)
+    assert is_default_callback(crawl, crawl._parse)  # (CrawlSpider's own _parse)
+    assert not is_default_callback(spider, crawl._parse)
+    assert not is_default_callback(spider, spider.parse)
+    assert not is_default_callback(spider, None)
+
+
 def test_a_scrapy_lacking_a_part_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(Scraper, "_process_spidermw_output_async")
     monkeypatch.delattr(Spider, "_set_crawler")
     assert missing() == ["Scraper._process_spidermw_output_async", "Spider._set_crawler"]
     with pytest.raises(RuntimeError, match=r"Scraper\._process_spidermw_output_async, "
-                       r"Spider\._set_crawler of Scrapy \(checked on Scrapy 2\.14\.0 to "):
+                       r"Spider\._set_crawler of Scrapy and Twisted \(checked on Scrapy "
+                       r"2\.14\.0 to 2\.19\.0, Twisted 25\.5\.0 to "):
         check()
 
 
@@ -111,7 +153,10 @@ def test_the_scraper_patch_is_put_back() -> None:
 SPIDER_PRIVATE = sorted(n for n in dir(Spider) if n.startswith("_") and not n.startswith("__"))
 PRIVATE = re.compile(r"\b_?(engine|scraper|downloader|crawler)\._[a-z]\w*|"
                      rf"\b_?spider\.({'|'.join(SPIDER_PRIVATE)})\b|"
-                     r"[\"'](_slot|_start|_set_crawler|_process_spidermw_output_async)[\"']")
+                     r"\.(_pool|_factory|_parsers?|_parse_robots|_robots_error)\b|"
+                     r"\b(scrapy|twisted)(\.\w+)*\._[a-z]\w*|"
+                     r"[\"'](_slot|_start|_set_crawler|_process_spidermw_output_async|_pool|"
+                     r"_factory|_parsers?|_parse_robots|_robots_error|_parse)[\"']")
 
 
 def offenders(package: Path) -> list[str]:
@@ -127,6 +172,91 @@ def offenders(package: Path) -> list[str]:
 
 def test_no_other_module_touches_scrapys_privates() -> None:
     assert offenders(PACKAGE) == []
+
+
+def test_the_offenders_pattern_sees_the_head_caps_privates(tmp_path: Path) -> None:
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "handler.py").write_text(
+        "from twisted.web._newclient import HTTPClientParser\n"
+        "pool = getattr(handler, '_pool')\n"
+        "handler._pool._factory = factory  # a comment's _pool is no touch\n"
+        "parser = protocol._parser\n"
+        "self._stats = stats  # (a name of one's own)\n"
+        "await super()._parse_robots(response, netloc, request)\n")
+    assert [line.split(": ", 1)[0] for line in offenders(package)] == [
+        f"package/handler.py:{n}" for n in (1, 2, 3, 4, 6)]
+
+
+def test_a_twisted_lacking_a_part_of_the_connection_pool_fails_loudly(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(HTTPConnectionPool, "_factory")
+    monkeypatch.delattr(HTTP11ClientProtocol, "_parser")
+    assert missing() == ["HTTPConnectionPool._factory", "HTTP11ClientProtocol._parser"]
+    with pytest.raises(RuntimeError, match=r"needs HTTPConnectionPool\._factory, "
+                       r"HTTP11ClientProtocol\._parser of Scrapy and Twisted"):
+        check()
+
+
+def _get(persistent: bool = False) -> TxRequest:
+    return TxRequest(b"GET", b"/", Headers({b"host": [b"loopback"]}), None, persistent)
+
+
+class _Handler:
+    """An HTTP11DownloadHandler as far as count_head_lines looks."""
+
+    def __init__(self) -> None:
+        self._pool = HTTPConnectionPool(reactor=None)  # (never connects)
+
+
+def test_a_handler_without_its_pool_is_refused_naming_it() -> None:
+    handler = _Handler()
+    del handler._pool
+    with pytest.raises(RuntimeError, match=r"needs HTTP11DownloadHandler\._pool\._factory of "):
+        count_head_lines(handler, lambda: print)  # type: ignore[arg-type]
+
+
+def test_a_handlers_connections_report_each_line_of_a_responses_head() -> None:
+    """Through a protocol the pool's factory builds, as a connection gets it: each request's
+    head lines are reported as they arrive, to that request's own counter, never the body's."""
+    handler = _Handler()
+    heads: list[list[int]] = []
+
+    def new_head() -> Callable[[int], None]:
+        heads.append([])
+        return heads[-1].append
+
+    count_head_lines(handler, new_head)  # type: ignore[arg-type]
+    factory = handler._pool._factory(lambda protocol: None, "loopback")
+    protocol = factory.buildProtocol(None)
+    protocol.makeConnection(StringTransport())
+    for _ in range(2):  # (a persistent connection: a parser of its own per request)
+        protocol.request(_get(persistent=True))
+        protocol.dataReceived(b"HTTP/1.1 200 OK\r\nX-One: 1\r\nContent-Length: 4\r\n\r\n"
+                              b"a\r\nb")
+    assert heads == [[16, 9, 18, 1], [16, 9, 18, 1]]  # (each with its \r)
+
+
+def test_a_head_counter_that_raises_drops_the_connection() -> None:
+    handler = _Handler()
+
+    def new_head() -> Callable[[int], None]:
+        def line(length: int) -> None:
+            raise ValueError("over")
+        return line
+
+    count_head_lines(handler, new_head)  # type: ignore[arg-type]
+    factory = handler._pool._factory(lambda protocol: None, "loopback")
+    protocol = factory.buildProtocol(None)
+    transport = StringTransport()
+    protocol.makeConnection(transport)
+    answer = protocol.request(_get())
+    failures: list[Any] = []
+    answer.addErrback(failures.append)
+    protocol.dataReceived(b"HTTP/1.1 200 OK\r\n")
+    assert transport.disconnecting
+    protocol.connectionLost(Failure(ConnectionDone()))
+    assert failures and "over" in repr(failures[0].value.reasons)
 
 
 def test_a_root_handler_hook_runs_once_and_switches_itself_off() -> None:
@@ -145,3 +275,48 @@ def test_a_root_handler_hook_runs_once_and_switches_itself_off() -> None:
     with pytest.raises(NotConfigured):
         Hook.from_crawler(crawler)
     assert seen == [crawler]
+
+
+# -- robots.txt: Scrapy's parse (async with the request in 2.19, plain in 2.14) and error --------
+def _robots_middleware() -> RobotsTxtMiddleware:
+    return RobotsTxtMiddleware(get_crawler(_Spider, {"ROBOTSTXT_OBEY": True}))
+
+
+def test_scrapys_parse_and_error_settle_a_hosts_robots_txt() -> None:
+    middleware = _robots_middleware()
+    parsers = robots_parsers(middleware)
+    waiting: list[object] = []
+    for host in ("a.example", "b.example"):
+        parsers[host] = Deferred()
+        parsers[host].addCallback(waiting.append)
+    body = b"User-agent: *\nDisallow: /private\n"
+    asyncio.run(parse_robots(middleware, TextResponse("http://a.example/robots.txt", body=body),
+                             "a.example", Request("http://a.example/x")))
+    robots_error(middleware, ValueError("unreadable"), "b.example")
+    parser = parsers["a.example"]
+    assert waiting == [parser, None] and parsers["b.example"] is None
+    assert not parser.allowed("http://a.example/private", "*")
+    assert parser.allowed("http://a.example/public", "*")
+
+
+def test_a_plain_parse_without_the_request_is_called_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Scrapy 2.14's ``_parse_robots(response, netloc)``, not a coroutine."""
+    called: list[tuple[object, ...]] = []
+
+    def parse(self: object, response: object, netloc: str) -> None:
+        called.append((self, response, netloc))
+
+    monkeypatch.setattr(RobotsTxtMiddleware, "_parse_robots", parse)
+    middleware = _robots_middleware()
+    response = TextResponse("http://a.example/robots.txt", body=b"")
+    asyncio.run(parse_robots(middleware, response, "a.example", Request("http://a.example/")))
+    assert called == [(middleware, response, "a.example")]
+
+
+def test_a_scrapy_lacking_a_robots_part_fails_loudly(monkeypatch: pytest.MonkeyPatch) -> None:
+    middleware = _robots_middleware()
+    del middleware._parsers
+    with pytest.raises(RuntimeError, match=r"needs RobotsTxtMiddleware\._parsers of "):
+        robots_parsers(middleware)
+    monkeypatch.delattr(RobotsTxtMiddleware, "_robots_error")
+    assert missing() == ["RobotsTxtMiddleware._robots_error"]

@@ -269,7 +269,7 @@ async def migrate(
             if dry_run or not converted:
                 continue
             if max_backlog is not None:
-                await writer.wait_for_room(max_backlog, on_wait or (lambda _: None))
+                await writer.wait_for_room(max_backlog, on_wait)
             result = await writer.add([item.task for _, item in converted], dedup=True)
             summary.enqueued += result.enqueued
             summary.duplicates += result.duplicates

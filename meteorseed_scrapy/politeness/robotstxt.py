@@ -21,6 +21,7 @@ from twisted.internet.defer import Deferred
 
 from meteorseed_scrapy.politeness.gate import ROBOTS_CAP_REFRESH_S
 from meteorseed_scrapy.politeness.runtime import CrawlRuntime
+from meteorseed_scrapy.scrapy_internals import parse_robots, robots_error, robots_parsers
 from meteorseed_scrapy.settings import integer_setting
 from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_config, site_of
 
@@ -46,6 +47,10 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         self.runtime = CrawlRuntime.of(crawler)
+        self.stats = crawler.stats
+        self.parsers = robots_parsers(self)  # (Scrapy's: its parse and error settle them)
+        self.robots_agent: str | None = crawler.settings["ROBOTSTXT_USER_AGENT"]
+        self.default_agent: str = crawler.settings["USER_AGENT"]
         #: (site, host, User-Agent) -> monotonic time its robots.txt rate was recorded
         self._capped: dict[tuple[str, str, str], float] = {}
 
@@ -60,8 +65,8 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
         self.process_request_2(rp, request)
 
     def _useragent(self, request: Request) -> str:
-        agent: Any = self._robotstxt_useragent or request.headers.get(
-            b"User-Agent", self._default_useragent) or ""
+        agent: Any = self.robots_agent or request.headers.get(
+            b"User-Agent", self.default_agent) or ""
         return agent.decode("utf-8", "replace") if isinstance(agent, bytes) else str(agent)
 
     async def _cap(self, rp: Any, request: Request) -> None:
@@ -87,7 +92,7 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
             logger.info("robots.txt of %s asks %.3gs between requests: site %s gets at most "
                         "%.3g requests/s from the whole fleet", host, interval, site,
                         1 / interval if interval else 0)
-            self._stats.set_value(f"meteorseed/robots/interval_s/{site}", interval)
+            self.stats.set_value(f"meteorseed/robots/interval_s/{site}", interval)
         elif interval:
             config = site_config(self.crawler, site)
             reason = config.limits.ignore_crawl_delay if config is not None else None
@@ -96,7 +101,7 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
 
     async def robot_parser(self, request: Request) -> Any:
         netloc = urlparse_cached(request).netloc
-        pending = self._parsers.get(netloc)
+        pending = self.parsers.get(netloc)
         if isinstance(pending, Deferred):
             waiter: Deferred[Any] = Deferred()
 
@@ -106,9 +111,9 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
 
             pending.addBoth(forward)
             return await maybe_deferred_to_future(waiter)
-        if netloc in self._parsers:
-            return self._parsers[netloc]
-        self._parsers[netloc] = Deferred()
+        if netloc in self.parsers:
+            return self.parsers[netloc]
+        self.parsers[netloc] = Deferred()
         url = urlparse_cached(request)
         meta: dict[str, Any] = {"dont_obey_robotstxt": True}
         site = site_of(request)
@@ -130,27 +135,27 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
                 if not isinstance(exc, IgnoreRequest):
                     logger.error("Error downloading %(request)s: %(f_exception)s",
                                  {"request": robotsreq, "f_exception": exc})
-                self._robots_error(exc, netloc)
+                robots_error(self, exc, netloc)
             else:
                 try:
-                    await self._parse_robots(resp, netloc, request)
+                    await self.parse_capped(resp, netloc, request)
                 except Exception as exc:  # never leave the waiters hanging
                     logger.error("Error parsing %s: %s", robotsreq, exc)
-                    self._robots_error(exc, netloc)
+                    robots_error(self, exc, netloc)
             break
-        self._stats.inc_value("robotstxt/request_count")
-        return self._parsers[netloc]
+        self.stats.inc_value("robotstxt/request_count")
+        return self.parsers[netloc]
 
-    async def _parse_robots(self, response: Response, netloc: str, request: Request) -> None:
+    async def parse_capped(self, response: Response, netloc: str, request: Request) -> None:
         # Only the first METEORSEED_ROBOTSTXT_MAXSIZE bytes are rules (as Google reads them):
         # parsing a 50 MB file took ~15 s of the reactor and 900 MB.
         cap = integer_setting(self.crawler.settings, "METEORSEED_ROBOTSTXT_MAXSIZE", minimum=1)
         if len(response.body) > cap:
             logger.warning("robots.txt of %s is %d bytes: only its first %d are read"
                            " (METEORSEED_ROBOTSTXT_MAXSIZE)", netloc, len(response.body), cap)
-            self._stats.inc_value("meteorseed/robots/truncated")
+            self.stats.inc_value("meteorseed/robots/truncated")
             response = response.replace(body=response.body[:cap])
-        await super()._parse_robots(response, netloc, request)
+        await parse_robots(self, response, netloc, request)
 
 
 def robots_interval(rp: Any, agent: str) -> float | None:

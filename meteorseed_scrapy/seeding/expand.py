@@ -19,7 +19,7 @@ from dataclasses import replace
 from itertools import islice, pairwise
 from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy.queue.enqueue.batch_pipeline import ScriptOrder
+from meteorseed_scrapy.queue.enqueue.batch_pipeline import ScriptOrder, send_in_order
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import CHUNK_SIZE
 from meteorseed_scrapy.seeding.expand_types import (
     ExpandOptions,
@@ -251,28 +251,22 @@ class _Run:
         options, writer = self.options, self.writer
         if self.room < len(batch):
             await self.settle()  # (so that the look at the backlog counts the batch before)
-            backlog = await writer.wait_for_room(options.max_backlog,
-                                                 options.on_wait or _ignore_wait)
+            backlog = await writer.wait_for_room(options.max_backlog, options.on_wait)
             self.room = options.max_backlog - backlog
         self.room -= len(batch)
         await self.watcher.before_send()
         for seed, _, _ in segments:
             seed.batches += 1
-        # Two batches going at once: this one is written behind the one before, on its
-        # connection, before its reply is in (ScriptOrder): Redis never idles between them.
-        self.order = order = ScriptOrder(self.order)
         # The seed still being expanded is held (not finished between two of its batches); one
         # held before and ending in this batch is let go.
         holds: dict[str, bool] = {}
         for seed, _, _ in segments:
             if seed is current or seed.held:
                 holds[seed.seed.seed_id] = seed.held = seed is current
-        task = asyncio.ensure_future(writer.enqueue(batch, order, holds=holds) if holds
-                                     else writer.enqueue(batch, order))
-        # (an enqueue that fails or returns early: the next batch must not wait for ever)
-        task.add_done_callback(_finisher(order))
-        sent: list[asyncio.Future[Any]] = [order.sent, task]
-        await asyncio.wait(sent, return_when=asyncio.FIRST_COMPLETED)  # (it goes out now)
+        # Two batches going at once: this one is written behind the one before, on its
+        # connection, before its reply is in (ScriptOrder): Redis never idles between them.
+        self.order, task = await send_in_order(self.order, lambda order: writer.enqueue(
+            batch, order, holds=holds) if holds else writer.enqueue(batch, order))
         try:
             await self.settle()
         except BaseException:
@@ -292,17 +286,6 @@ def _take(items: Iterator[Any], size: int) -> tuple[list[Any], SitemapError | No
     except SitemapError as exc:
         return chunk, exc
     return chunk, None
-
-
-def _ignore_wait(backlog: int) -> None:
-    pass
-
-
-def _finisher(order: ScriptOrder) -> Callable[[asyncio.Future[AddResult]], None]:
-    def finish(task: asyncio.Future[AddResult]) -> None:
-        order.finish(sent=not task.cancelled() and task.exception() is None)
-
-    return finish
 
 
 __all__ = ["expand_lines", "expand_seeds"]

@@ -1,19 +1,6 @@
 """SQLite store: one file shared by every worker process of a machine.
 
-Schema (created on first use)::
-
-    CREATE TABLE items (
-        _id TEXT NOT NULL,        -- "<site_id>:<unique_key>"
-        doc TEXT NOT NULL,        -- the whole document as JSON, "_id" included
-        namespace TEXT NOT NULL,  -- METEORSEED_NAMESPACE: namespaces sharing a file
-        PRIMARY KEY (namespace, _id)
-    );
-
-``anomalies`` has the same shape; other tables of the same file belong to other modules.
-Indexes (:data:`~.sqlite_schema.INDEXES`) answer "a site's documents by time", "a seed's documents",
-"documents with this content fingerprint" and the retention's "older than". A table of the
-shape before namespaces is rebuilt on first use, its rows given to the namespace of the store
-that opens it (:mod:`.sqlite_schema`, logged).
+Its tables, indexes, upsert statement and change sequence: :mod:`.sqlite_schema`.
 
 - WAL journal, so readers never block the writer, and ``synchronous=FULL``: a batch reported
   committed survives power loss, not only a process crash (the task is acked right after;
@@ -53,8 +40,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable, last_wins
-from meteorseed_scrapy.store.sqlite_export import export_rows, next_sequence
-from meteorseed_scrapy.store.sqlite_schema import ANOMALIES, FIELD, create_schema
+from meteorseed_scrapy.store.sqlite_schema import (
+    ANOMALIES,
+    FIELD,
+    create_schema,
+    export_rows,
+    upsert_sql,
+)
 
 _T = TypeVar("_T")
 
@@ -65,12 +57,6 @@ LOCK_SLICE = 0.25
 #: Rows per INSERT: 3 variables each, below SQLITE_MAX_VARIABLE_NUMBER even on old builds (999).
 CHUNK_ROWS = 300
 
-# COALESCE: a row written without first_seen_at (by hand, by an old version) adopts the new one.
-_UPSERT_TAIL = (
-    " ON CONFLICT(namespace, _id) DO UPDATE SET doc = json_set(excluded.doc, '$.first_seen_at',"
-    " COALESCE(json_extract({table}.doc, '$.first_seen_at'),"
-    " json_extract(excluded.doc, '$.first_seen_at')))"
-)
 # Errors worth retrying at once: another process holds the lock, or the file/disk hiccuped.
 _TRANSIENT = ("locked", "busy", "disk i/o error", "unable to open database file")
 # What one document can cause (a constraint, a type, a size, a value that cannot be bound).
@@ -214,19 +200,6 @@ class SQLiteStore(Store):
     def upsert_anomalies(self, docs: list[dict[str, Any]]) -> None:
         self._upsert(ANOMALIES, docs)
 
-    def _insert_sql(self, table: str, count: int) -> str:
-        """The upsert of ``count`` rows; into ``items``, each row also takes the next change
-        sequence (:mod:`.sqlite_export`): one value above every committed one, read in the
-        writing statement itself, under the write lock, so commit order is sequence order."""
-        values = ",".join(["(?, ?, ?)"] * count)
-        tail = _UPSERT_TAIL.format(table=table)
-        if table != "items":
-            return f"INSERT INTO {table} (_id, doc, namespace) VALUES {values}{tail}"
-        # (WHERE true: else SQLite reads ON CONFLICT as a join's constraint)
-        return (f"INSERT INTO items (_id, doc, namespace, seq) SELECT column1, column2, column3,"
-                f" ({next_sequence(self.namespace)}) FROM (VALUES {values}) WHERE true"
-                f"{tail}, seq = excluded.seq")
-
     def _upsert(self, table: str, docs: list[dict[str, Any]]) -> None:
         rows = [
             (doc["_id"], json.dumps(doc, ensure_ascii=False, separators=(",", ":")),
@@ -242,7 +215,7 @@ class SQLiteStore(Store):
                 # sqlite3_step, so this thread takes the GIL back once instead of three times
                 # (BEGIN, INSERT, COMMIT), each a wait of up to the switch interval while the
                 # reactor thread is busy.
-                conn.execute(self._insert_sql(table, len(rows)),
+                conn.execute(upsert_sql(table, self.namespace, len(rows)),
                              [value for row in rows for value in row])
                 return
             conn.execute("BEGIN IMMEDIATE")
@@ -250,7 +223,7 @@ class SQLiteStore(Store):
                 for start in range(0, len(rows), CHUNK_ROWS):
                     chunk = rows[start : start + CHUNK_ROWS]
                     params = [value for row in chunk for value in row]
-                    conn.execute(self._insert_sql(table, len(chunk)), params)
+                    conn.execute(upsert_sql(table, self.namespace, len(chunk)), params)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:

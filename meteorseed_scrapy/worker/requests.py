@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider
 
+from meteorseed_scrapy.scrapy_internals import is_default_callback
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
@@ -140,9 +141,9 @@ def _name_of(spider: Spider | None, func: Any, field: str) -> str | None:
     if isinstance(func, str):
         _method(spider, func, field)
         return func
+    if field == "callback" and is_default_callback(spider, func):
+        return None  # as Scrapy calls it without one
     name = getattr(func, "__name__", None)
-    if name == "_parse" and field == "callback" and getattr(func, "__self__", None) is spider:
-        return None  # the default callback, as Scrapy calls it without one
     if getattr(func, "__self__", None) is spider and name and getattr(spider, name, None) == func:
         return name
     raise TaskError(field, f"must be a method of the spider (stored by name), got {func!r}")

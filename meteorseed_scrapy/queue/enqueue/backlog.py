@@ -75,10 +75,10 @@ async def stream_counts(redis: Any, keys: KeyLayout) -> dict[str, StreamCount]:
 
 
 async def wait_for_room(backlog: Callable[[], Awaitable[int]], max_backlog: int,
-                        on_wait: Callable[[int], None], poll: float = 1.0) -> int:
+                        on_wait: Callable[[int], None] | None, poll: float = 1.0) -> int:
     """Return ``await backlog()`` once it is at most ``max_backlog``; until then sleep ``poll``
-    seconds between checks and call ``on_wait(backlog)`` every :data:`WAIT_REPORT_INTERVAL`
-    seconds."""
+    seconds between checks and log, and call ``on_wait(backlog)`` if given, every
+    :data:`WAIT_REPORT_INTERVAL` seconds."""
     if max_backlog < 0:
         raise ValueError(f"max_backlog must be >= 0, got {max_backlog}")
     last_report: float | None = None
@@ -90,5 +90,6 @@ async def wait_for_room(backlog: Callable[[], Awaitable[int]], max_backlog: int,
         if last_report is None or now - last_report >= WAIT_REPORT_INTERVAL:
             last_report = now
             logger.info("backlog %d > %d: waiting for workers", waiting, max_backlog)
-            on_wait(waiting)
+            if on_wait is not None:
+                on_wait(waiting)
         await asyncio.sleep(poll)

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 
-__all__ = ["NotSent", "ScriptOrder", "call_in_order"]
+__all__ = ["NotSent", "ScriptOrder", "call_in_order", "send_in_order"]
+
+_T = TypeVar("_T")
 
 
 class ScriptOrder:
@@ -73,6 +76,25 @@ class NotSent(Exception):
     """An :meth:`~meteorseed_scrapy.queue.enqueue.writer.TaskWriter.enqueue` call with an order
     whose call before was not sent (it failed first): nothing of it was
     sent either."""
+
+
+async def send_in_order(after: ScriptOrder | None,
+                        call: Callable[[ScriptOrder], Awaitable[_T]]
+                        ) -> tuple[ScriptOrder, asyncio.Task[_T]]:
+    """Start ``call(order)`` (an enqueue with ``order``) behind the call of ``after`` and return
+    once its scripts are written, or it is done: ``order`` for the next call, and the task to
+    await its reply with. ``order`` is finished when the task ends, cancelled before it ran
+    included (else the next call would wait for ever)."""
+    order = ScriptOrder(after)
+    task = asyncio.ensure_future(call(order))
+
+    def finish(task: asyncio.Future[_T]) -> None:
+        order.finish(sent=not task.cancelled() and task.exception() is None)
+
+    task.add_done_callback(finish)
+    either: list[asyncio.Future[Any]] = [order.sent, task]
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    return order, task
 
 
 async def call_in_order(redis: Any, order: ScriptOrder, script: Any,

@@ -184,11 +184,7 @@ class TaskWriter:
         if shared.root is None:
             return Encoded(None, b"", "", payload, shared.stream, shared.owner)
         try:
-            if (canonical is not None and self.fingerprinter is None and each.method == "GET"
-                    and not each.body):
-                fp = url_fingerprint(canonical)  # (the common case, without the checks)
-            else:
-                fp = fingerprint_bytes(each, canonical, self.fingerprinter)
+            fp = fingerprint_bytes(each, canonical, self.fingerprinter)
         except ValueError as exc:
             if self.fingerprinter is not None:
                 raise FingerprintError("url", f"cannot be fingerprinted: {exc}") from None
@@ -274,9 +270,8 @@ class TaskWriter:
         (its tasks end in an earlier batch): let it go, finishing it when everything it
         enqueued settled already. One script call with no task, in the seed's shard."""
         stream = self._keys.for_site(site_id).stream
-        await self._scripts["enqueue"](keys=[stream], args=script_args(
-            stream, [], self._now(), events_key(self._keys), {seed_id: False},
-            self.progress_retention)[1])
+        await self._scripts["enqueue"](keys=[stream],
+                                       args=self._script_args(stream, [], {seed_id: False})[1])
         if self._keys.tagged:
             await finish_if_done(self._redis, self._keys, [seed_id], self.progress_retention)
 
@@ -293,14 +288,10 @@ class TaskWriter:
 
     async def backlog(self) -> int:
         """Tasks in the streams that no worker has received yet (every lane and band)."""
-        return sum((await self.stream_counts()).values(), StreamCount()).waiting
+        counts = await stream_counts(self._redis, self._keys)
+        return sum(counts.values(), StreamCount()).waiting
 
-    async def stream_counts(self) -> dict[str, StreamCount]:
-        """Waiting and pending tasks per task stream
-        (:func:`~meteorseed_scrapy.queue.enqueue.backlog.stream_counts`)."""
-        return await stream_counts(self._redis, self._keys)
-
-    async def wait_for_room(self, max_backlog: int, on_wait: Callable[[int], None],
+    async def wait_for_room(self, max_backlog: int, on_wait: Callable[[int], None] | None = None,
                             poll: float = 1.0) -> int:
         """Return :meth:`backlog` once it is at most ``max_backlog``, waiting for workers until
         then (:func:`~meteorseed_scrapy.queue.enqueue.backlog.wait_for_room`). Backpressure only:
