@@ -127,7 +127,12 @@ def test_the_default_and_another_namespace_never_overwrite_each_other(
     assert raw_ids(default, "items") == {"news:a"}
 
 
-@given(st.text(min_size=1), st.text(min_size=1), st.sampled_from(KINDS), st.sampled_from(KINDS))
+#: namespaces MongoDB can name collections after (the others are refused, tested below)
+NAMEABLE = st.text(min_size=1).filter(
+    lambda s: "$" not in s and "\0" not in s and s != "system" and not s.startswith("system."))
+
+
+@given(NAMEABLE, NAMEABLE, st.sampled_from(KINDS), st.sampled_from(KINDS))
 def test_no_two_namespaces_or_kinds_share_a_collection(ns1: str, ns2: str, kind1: str,
                                                        kind2: str) -> None:
     for a, b in ((ns1, ns2), (DEFAULT_NAMESPACE, ns2), (ns1, DEFAULT_NAMESPACE)):
@@ -280,3 +285,15 @@ def _one_operation_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
                 return _real(*args, **kwargs)
 
         monkeypatch.setattr(owner, name, alone)
+
+
+@pytest.mark.parametrize("namespace", ["system", "system.x", "a$b", "a\0b"])
+def test_a_namespace_mongodb_cannot_name_a_collection_after_is_refused_naming_the_setting(
+        namespace: str) -> None:
+    from meteorseed_scrapy.validators import ConfigError
+
+    with pytest.raises(ConfigError, match="METEORSEED_NAMESPACE"):
+        collection_name(namespace, "items")
+    with pytest.raises(ConfigError, match="METEORSEED_NAMESPACE"):
+        open_store(f"mongomock://{uuid.uuid4().hex}/testdb", namespace)
+    assert collection_name("systems", "items") == "systems.items"

@@ -55,6 +55,8 @@ def open_store(uri: str, namespace: str = DEFAULT_NAMESPACE,
         store = PostgresStore.from_uri(uri)
     else:
         from meteorseed_scrapy.store.mongo import MongoStore
+        from meteorseed_scrapy.store.mongo_layout import ITEMS, collection_name
 
+        collection_name(namespace, ITEMS)  # a namespace MongoDB refuses: now, not at a write
         store = MongoStore.from_uri(uri)
     return bind(store, namespace, retention)

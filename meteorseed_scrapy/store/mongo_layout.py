@@ -31,6 +31,7 @@ from typing import Any
 from pymongo.errors import OperationFailure
 
 from meteorseed_scrapy.store.base import DEFAULT_NAMESPACE
+from meteorseed_scrapy.validators import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,17 @@ _RENAMED_BY_ANOTHER = frozenset({26, 48, 10026, 10027})
 
 
 def collection_name(namespace: str, kind: str) -> str:
-    """The name of ``namespace``'s collection of ``kind`` (:data:`ITEMS`, ...)."""
-    return kind if namespace == DEFAULT_NAMESPACE else f"{namespace}.{kind}"
+    """The name of ``namespace``'s collection of ``kind`` (:data:`ITEMS`, ...); a namespace
+    MongoDB cannot name a collection after is a :class:`ConfigError` naming the setting."""
+    if namespace == DEFAULT_NAMESPACE:
+        return kind
+    # MongoDB refuses '$' and NUL in a collection name and keeps 'system.' for itself.
+    if namespace == "system" or namespace.startswith("system.") or any(
+            c in namespace for c in "$\0"):
+        raise ConfigError("METEORSEED_NAMESPACE",
+                          f"namespace {namespace!r} cannot name a MongoDB collection (no '$', "
+                          f"no NUL, not 'system' or 'system.*')")
+    return f"{namespace}.{kind}"
 
 
 def previous_name(kind: str) -> str:
