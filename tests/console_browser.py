@@ -44,6 +44,11 @@ async def console_page(base: str, *, errors: list[str] | None = None,
             await browser.close()
 
 
+def unexpected(errors: list[str]) -> list[str]:
+    """The console errors but the 401 of the page's first call (made before the login)."""
+    return [e for e in errors if "401" not in e]
+
+
 async def log_in(page: Page, token: str = TOKEN) -> None:
     await page.fill("#token", token)
     await page.click("#login-form button[type=submit]")

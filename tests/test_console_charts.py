@@ -23,7 +23,7 @@ from meteorseed_scrapy.queue.fleet.snapshot import ConsumerStatus, QueueStatus, 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
-from tests.console_browser import console_page, log_in, needs_chromium
+from tests.console_browser import console_page, log_in, needs_chromium, unexpected
 from tests.test_api import Client
 
 TOKEN = "charts-token"
@@ -238,7 +238,7 @@ def test_console_charts_in_chromium(server: ServerThread, sync_redis: redis.Redi
     seen = asyncio.run(_browse(server.url, tmp_path))
     for shot in seen["shots"]:
         print(f"screenshot: {shot}")
-    assert [e for e in seen["console_errors"] if "401" not in e] == []
+    assert unexpected(seen["console_errors"]) == []
     assert seen["img_tags"] == 0
     assert all(d.startswith("M") and "L" in d for d in seen["paths"]), seen["paths"]
     assert seen["overflow_800"] <= 0
