@@ -243,9 +243,8 @@ class Intake:
             self.quiet_since = None
         elif self.quiet_since is None:
             # From our last write when it woke this look (nothing was left once it was
-            # through), else from now: another worker's last task ended since the last look.
-            # (Looked up right after that write: a write of another worker's landing in those
-            # milliseconds is not seen.)
+            # through; another worker's ack in the milliseconds between counts from it too),
+            # else from now: another worker's last task ended since the last look.
             self.quiet_since = written_at if written_at is not None else self.clock()
         wait = self._tick()
         if self.quiet_since is not None:
