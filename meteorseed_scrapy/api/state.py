@@ -11,13 +11,11 @@ import logging
 from dataclasses import dataclass, field
 
 from aiohttp import web
-from redis import Redis as SyncRedis
-from redis.asyncio import Redis
 
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.expansion import ExpansionPool, ExpansionState, Progress
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
-from meteorseed_scrapy.queue.plumbing.connection import async_client
+from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis, async_client
 from meteorseed_scrapy.queue.plumbing.connection import sync_client as sync_client_for
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.sites.lookup import SiteConfigs
@@ -89,7 +87,7 @@ class Expansions:
 @dataclass
 class ApiState:
     config: ApiConfig
-    client: Redis
+    client: AsyncRedis
     #: A synchronous client for the CLI's data functions, run in worker threads.
     sync_client: SyncRedis
     writer: TaskWriter

@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-import redis
 from redis.exceptions import RedisError
 
 from meteorseed_scrapy.cli import (
@@ -40,6 +39,9 @@ from meteorseed_scrapy.cli.common import (
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.scrapy_redis_settings import redact
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
 
 SUBCOMMANDS = (status, task, dead, reset, serve, seeder, seeds, notify, sites, redis_cmd, export)
 
@@ -72,7 +74,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[str] | None = None,
         except BrokenPipeError:
             return EXIT_ERROR
     url = ""
-    client: redis.Redis | None = None
+    client: SyncRedis | None = None
     try:
         url, namespace = resolve_target(args.redis_url, args.namespace)
         KeyLayout(namespace)  # an invalid namespace fails before anything connects

@@ -19,9 +19,8 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
-import redis
 from redis.exceptions import RedisError
 
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
@@ -41,6 +40,9 @@ from meteorseed_scrapy.settings import (
     warn_unknown_settings,
 )
 from meteorseed_scrapy.validators import ConfigError
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
 
 
 class CliError(Exception):
@@ -131,7 +133,7 @@ def resolve_target(redis_url: str | None, namespace: str | None) -> tuple[str, s
 class Context:
     """What a subcommand runs with: a client, the key layout, how to print."""
 
-    client: redis.Redis
+    client: SyncRedis
     keys: KeyLayout
     url: str
     json: bool
@@ -170,11 +172,11 @@ class Context:
         return answer in ("y", "yes")
 
 
-def connect(url: str) -> redis.Redis:
+def connect(url: str) -> SyncRedis:
     """A client whose first command fails fast (5 s) instead of hanging on a dead host; a
-    ``redis.RedisCluster`` for a cluster URL (typed as ``Redis``: the same commands)."""
+    ``redis.RedisCluster`` for a cluster URL."""
     try:
-        client: redis.Redis = sync_client(
+        client: SyncRedis = sync_client(
             url, decode_responses=True, socket_connect_timeout=5, socket_timeout=30
         )
     except ValueError as exc:  # a malformed URL
@@ -182,7 +184,7 @@ def connect(url: str) -> redis.Redis:
     return client
 
 
-def layout(client: redis.Redis, url: str, namespace: str) -> KeyLayout:
+def layout(client: SyncRedis, url: str, namespace: str) -> KeyLayout:
     """The namespace's key layout: the shard count its workers recorded (else env
     ``METEORSEED_STREAM_SHARDS``, else 1), tagged for a cluster URL."""
     try:

@@ -12,15 +12,17 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.cli.common import Context, add_target_options, table
 from meteorseed_scrapy.queue.inspect.status import read_status
 from meteorseed_scrapy.queue.scan import glob_escape, scan_namespace
 from meteorseed_scrapy.task.lanes import BANDS
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
 
 #: At most this many ``<ns>:seen:*`` sets are sized: status must stay cheap on a big Redis.
 MAX_SEEN_KEYS = 200
@@ -38,7 +40,7 @@ def register(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def _seen_sizes(client: redis.Redis, ctx: Context) -> tuple[dict[str, int], bool]:
+def _seen_sizes(client: SyncRedis, ctx: Context) -> tuple[dict[str, int], bool]:
     """URLs recorded per site: a dedup root ``<ns>:seen:{site}`` is a hash whose live
     generations ``<root>:<w>:<g>`` count their entries in ``n`` (``lua/dedup_lib.lua``); an
     older namespace may still hold a plain set there."""
@@ -77,7 +79,7 @@ def _seen_sizes(client: redis.Redis, ctx: Context) -> tuple[dict[str, int], bool
     return dict(sorted(out.items())), truncated
 
 
-def _seen_roots(client: redis.Redis, ctx: Context, known: list[str] | None = None
+def _seen_roots(client: SyncRedis, ctx: Context, known: list[str] | None = None
                 ) -> Iterator[tuple[str, str]]:
     """``(dedup root, site)``: ``<ns>:seen:{site}``, or ``<ns>:{s<k>}:seen:<site>`` of a
     tagged layout (roots only: a site's generations and buckets are many more keys, and a
@@ -95,7 +97,7 @@ def _seen_roots(client: redis.Redis, ctx: Context, known: list[str] | None = Non
         yield key, key[len(prefix) + 1:-1]
 
 
-def _server(client: redis.Redis) -> dict[str, Any]:
+def _server(client: SyncRedis) -> dict[str, Any]:
     info = client.info("server")
     out: dict[str, Any] = {"version": info.get("redis_version"), "warnings": []}
     try:
@@ -123,7 +125,7 @@ def _server(client: redis.Redis) -> dict[str, Any]:
     return out
 
 
-def collect(client: redis.Redis, ctx: Context) -> dict[str, Any]:
+def collect(client: SyncRedis, ctx: Context) -> dict[str, Any]:
     """``status --json``: the queue snapshot (:mod:`meteorseed_scrapy.queue.inspect.status`, as the
     API and console read it), the dedup sets and the Redis server's settings."""
     status = read_status(client, ctx.keys, DELAYED_SCAN_CLI).to_json()

@@ -36,9 +36,9 @@ from meteorseed_scrapy.queue.plumbing.scripts import Scripts
 from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
 
     from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def _members(raw: Any) -> list[Any]:
     return [int(m[0]) if isinstance(m, list) else m for m in raw]
 
 
-async def _entries(client: Redis, key: str, kind: str, batch: int, move: bool,
+async def _entries(client: AsyncRedis, key: str, kind: str, batch: int, move: bool,
                    from_head: bool, kept: list[int]) -> AsyncIterator[list[_Entry]]:
     """Batches of ``key``'s members in the order scrapy-redis would have served them.
 
@@ -199,7 +199,7 @@ def _reason(exc: Exception) -> str:
     return text if len(str(exc)) <= MAX_REASON else text + "..."
 
 
-async def _remove(client: Redis, key: str, kind: str, from_head: bool,
+async def _remove(client: AsyncRedis, key: str, kind: str, from_head: bool,
                   members: list[Any]) -> int:
     if not members:
         return 0
@@ -216,7 +216,7 @@ async def _remove(client: Redis, key: str, kind: str, from_head: bool,
 
 
 async def migrate(
-    client: Redis, writer: TaskWriter, source: ScrapyRedisSource, origin: Origin, *,
+    client: AsyncRedis, writer: TaskWriter, source: ScrapyRedisSource, origin: Origin, *,
     move: bool = False, dry_run: bool = False, batch_size: int = 500,
     on_reject: Callable[[Rejection], None] | None = None,
     max_backlog: int | None = None, on_wait: Callable[[int], None] | None = None,

@@ -25,9 +25,9 @@ import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis.asyncio
+import redis
 
 from meteorseed_scrapy.observability import webhook
 from meteorseed_scrapy.politeness.policy import Backoff
@@ -42,6 +42,9 @@ from meteorseed_scrapy.settings import (
     setting,
 )
 from meteorseed_scrapy.validators import ConfigError
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -128,7 +131,7 @@ def default_consumer() -> str:
 class Deliverer:
     """Delivers the webhooks of one namespace until cancelled (:meth:`run`)."""
 
-    def __init__(self, client: redis.asyncio.Redis, keys: KeyLayout, config: NotifyConfig,
+    def __init__(self, client: AsyncRedis, keys: KeyLayout, config: NotifyConfig,
                  notify_url: NotifyLookup, consumer: str | None = None,
                  post: Post = webhook.post, read_block_ms: int = READ_BLOCK_MS) -> None:
         self.client, self.keys, self.config = client, keys, config

@@ -29,6 +29,7 @@ from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setti
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
     from meteorseed_scrapy.settings import SettingsSource
 
 logger = logging.getLogger(__name__)
@@ -97,8 +98,8 @@ class BreakerConfig:
 
 
 class Breaker:
-    def __init__(self, redis: Any, keys: KeyLayout, config: BreakerConfig, stats: StatsCollector,
-                 quota_of: Callable[[str], str] | None = None) -> None:
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout, config: BreakerConfig,
+                 stats: StatsCollector, quota_of: Callable[[str], str] | None = None) -> None:
         self.keys = keys
         # A site's quota key: on a cluster its breaker keys live in the quota's slot, where
         # gate.lua reads them with the quota's keys (KeyLayout.site_own).

@@ -28,9 +28,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
-
-import redis
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.consume.delayed_set import make_due
 from meteorseed_scrapy.queue.consume.seed_control import RESUME_PASSES_S  # a seed's resume's
@@ -39,6 +37,9 @@ from meteorseed_scrapy.queue.fleet.delayed import site_of
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.validation import TaskError, check_id
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
 
 logger = logging.getLogger(__name__)
 
@@ -68,14 +69,14 @@ class SiteRef:
         return keys.site_own(self.site, self.quota or self.site, what)
 
 
-def _event(client: redis.Redis, keys: KeyLayout, event: str, site: str, by: str,
+def _event(client: SyncRedis, keys: KeyLayout, event: str, site: str, by: str,
            **fields: Any) -> None:
     events.append(client, keys.events, event, site=site, by=by, **fields)
     logger.info("%s %s by %s%s", event.capitalize(), site, by,
                 "".join(f"; {k} {v}" for k, v in fields.items() if v is not None))
 
 
-def hold(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str, reason: str = "") -> bool:
+def hold(client: SyncRedis, keys: KeyLayout, ref: SiteRef, by: str, reason: str = "") -> bool:
     """Hold the site fleet-wide; False when it was held already (the first hold stays)."""
     record = json.dumps({"by": by, "at": time.time(), "reason": reason})
     if not client.set(ref.key(keys, "hold"), record, nx=True):
@@ -85,7 +86,7 @@ def hold(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str, reason: st
     return True
 
 
-def release(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str) -> int | None:
+def release(client: SyncRedis, keys: KeyLayout, ref: SiteRef, by: str) -> int | None:
     """Resume a held site: its parked tasks due now (the call takes the passes' 3 s). Returns
     how many were made due (None when it was not held)."""
     held = client.delete(ref.key(keys, "hold"))
@@ -103,7 +104,7 @@ def release(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str) -> int 
     return woken
 
 
-def limit(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str, *,
+def limit(client: SyncRedis, keys: KeyLayout, ref: SiteRef, by: str, *,
           rate: float | None = None, concurrency: int | None = None) -> None:
     """Set the site's rate (requests/s) and/or concurrency fleet-wide until :func:`unlimit`."""
     if rate is None and concurrency is None:
@@ -118,7 +119,7 @@ def limit(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str, *,
     _event(client, keys, "site limited", ref.site, by, **values)
 
 
-def unlimit(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str) -> bool:
+def unlimit(client: SyncRedis, keys: KeyLayout, ref: SiteRef, by: str) -> bool:
     """Back to the site's own limits; False when none were overridden."""
     gone = client.delete(ref.key(keys, "override"))
     client.hdel(keys.overrides, ref.site)
@@ -127,7 +128,7 @@ def unlimit(client: redis.Redis, keys: KeyLayout, ref: SiteRef, by: str) -> bool
     return bool(gone)
 
 
-def controls(client: redis.Redis, keys: KeyLayout) -> dict[str, dict[str, Any]]:
+def controls(client: SyncRedis, keys: KeyLayout) -> dict[str, dict[str, Any]]:
     """Per site: ``held`` and ``override`` records (who, when, why; the values)."""
     out: dict[str, dict[str, Any]] = {}
     for what, key in (("held", keys.held), ("override", keys.overrides)):

@@ -9,7 +9,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.politeness.adaptive import (
     FLUSH_INTERVAL_S,
@@ -23,6 +23,9 @@ from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import text_of
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 LEASE_TTL_S = 30.0  # the longest lease; renewed every third of its life while in flight
 #: The shortest: renewals ride the permit loop, which runs about once a second.
@@ -75,7 +78,7 @@ class SiteGate:
     """Fleet-wide permits per site: ``acquire`` charges tokens and takes concurrency leases
     that live ``lease_ttl_s`` unless renewed."""
 
-    def __init__(self, redis: Any, keys: KeyLayout, limits_for: Callable[[str], SiteLimits],
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout, limits_for: Callable[[str], SiteLimits],
                  consumer: str, backoff: Backoff, probe_interval_s: float = 60.0, *,
                  lease_ttl_s: float = LEASE_TTL_S) -> None:
         self.probe_interval_s = probe_interval_s

@@ -11,7 +11,7 @@ let every request pass, and a local crawl never connects.
 from __future__ import annotations
 
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
@@ -30,6 +30,8 @@ from meteorseed_scrapy.sites.lookup import site_configs
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 _RUNTIMES: WeakKeyDictionary[Crawler, CrawlRuntime] = WeakKeyDictionary()
 
@@ -50,7 +52,7 @@ class CrawlRuntime:
         #: The settings' defaults, overridden by the site's rule config (hot-reloaded).
         self.limits_for = SiteLimitsLookup(SiteLimits.from_settings(settings),
                                            site_configs(crawler))
-        self.redis: Any = async_client(
+        self.redis: AsyncRedis = async_client(
             self.config.redis_url, decode_responses=True, socket_timeout=10,
             socket_connect_timeout=5, health_check_interval=15,
         )

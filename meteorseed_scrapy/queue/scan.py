@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-
-import redis
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.queue.keys import KeyLayout, own_key
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
 
 
 def glob_escape(text: str) -> str:
@@ -18,7 +20,7 @@ def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"\\\1", text)
 
 
-def scan_prefix(client: redis.Redis, keys: KeyLayout, suffix: str = "*",
+def scan_prefix(client: SyncRedis, keys: KeyLayout, suffix: str = "*",
                 count: int = 1000) -> Iterator[str]:
     """Every key ``<ns>:<suffix>`` (``suffix`` is a glob), the namespace's own or not."""
     prefix = f"{keys.namespace}:"
@@ -27,7 +29,7 @@ def scan_prefix(client: redis.Redis, keys: KeyLayout, suffix: str = "*",
             yield key
 
 
-def scan_namespace(client: redis.Redis, keys: KeyLayout, suffix: str = "*",
+def scan_namespace(client: SyncRedis, keys: KeyLayout, suffix: str = "*",
                    count: int = 1000) -> Iterator[str]:
     """Every key ``<ns>:<suffix>`` of the namespace's own (``suffix`` is a glob)."""
     for key in scan_prefix(client, keys, suffix, count):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 import redis.cluster
@@ -20,12 +20,19 @@ import redis.cluster
 from meteorseed_scrapy.queue.keys import SHARDS_SETTING, KeyLayout
 from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline
 
+if TYPE_CHECKING:
+    from redis.commands.core import AsyncScript
+    from typing_extensions import TypeIs
+
+    from meteorseed_scrapy.queue.plumbing.connection import AnyRedis, AsyncRedis, SyncRedis
+
 
 class ShardMismatch(ValueError):
     """The namespace was set up with another shard count or layout."""
 
 
-def is_cluster(client: Any) -> bool:
+def is_cluster(client: AnyRedis
+               ) -> TypeIs[redis.asyncio.RedisCluster | redis.cluster.RedisCluster]:
     """True for redis-py's cluster clients (sync or asyncio)."""
     return isinstance(client, (redis.asyncio.RedisCluster, redis.cluster.RedisCluster))
 
@@ -48,13 +55,13 @@ def _compare(keys: KeyLayout, stored: str | bytes | None) -> None:
     )
 
 
-async def check_shard_count(client: Any, keys: KeyLayout) -> None:
+async def check_shard_count(client: AsyncRedis, keys: KeyLayout) -> None:
     """Record the namespace's shard count if none is, else refuse a different one."""
     await client.set(keys.shard_count, _record(keys), nx=True)
     _compare(keys, await client.get(keys.shard_count))
 
 
-def stored_shards(client: Any, keys: KeyLayout) -> KeyLayout:
+def stored_shards(client: SyncRedis, keys: KeyLayout) -> KeyLayout:
     """``keys`` with the shard count recorded for its namespace (sync client), for operator
     tools that are not configured with one; ``keys`` itself when none is recorded."""
     stored = client.get(keys.shard_count)
@@ -65,7 +72,7 @@ def stored_shards(client: Any, keys: KeyLayout) -> KeyLayout:
     return KeyLayout(keys.namespace, int(stored.rstrip("u")), keys.cluster)
 
 
-async def call_scripts(client: Any, script: Any,
+async def call_scripts(client: AsyncRedis, script: AsyncScript,
                        calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]) -> list[Any]:
     """Run ``script`` once per ``(keys, args)``: pipelined on one Redis, concurrently on a
     cluster (redis-py refuses EVALSHA in a cluster pipeline; each call stays in one slot)."""

@@ -37,7 +37,7 @@ from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
-    import redis.asyncio
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 #: Longest ``last_error`` kept (a traceback-sized message is cut).
 MAX_ERROR_CHARS = 2000
@@ -68,7 +68,7 @@ class SeedRegistry:
     the defaults (10 min, 2 h).
     """
 
-    def __init__(self, redis: redis.asyncio.Redis, keys: KeyLayout,
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout,
                  bounds_for: BoundsFor | None = None) -> None:
         # No I/O here (not even reading the scripts).
         self._redis = redis

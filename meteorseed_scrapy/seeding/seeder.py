@@ -42,9 +42,9 @@ from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.validators import format_duration
 
 if TYPE_CHECKING:
-    import redis.asyncio
 
     from meteorseed_scrapy.queue.keys import KeyLayout
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class RunResult:
 class Seeder:
     """Runs due seeds until stopped. ``on_run`` is called after each recorded run."""
 
-    def __init__(self, redis: redis.asyncio.Redis, keys: KeyLayout, *,
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout, *,
                  config: SeederConfig | None = None, bounds_for: BoundsFor | None = None,
                  on_run: Callable[[RunResult], None] | None = None,
                  on_wait: Callable[[int], None] | None = None,

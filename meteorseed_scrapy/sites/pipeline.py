@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
+
 logger = logging.getLogger(__name__)
 PIPELINE = "meteorseed_scrapy.sites.pipeline.SitesPipeline"
 STATS_PREFIX = "meteorseed/sites/"
@@ -67,7 +69,7 @@ class SitesPipeline:
     def __init__(self, store_uri: str, redis_url: str, keys: KeyLayout,
                  stats: StatsCollector | None = None, *,
                  store_factory: Callable[[str], Store] = open_store,
-                 redis_factory: Callable[[str], Any] | None = None,
+                 redis_factory: Callable[[str], AsyncRedis] | None = None,
                  across_sites: bool = False) -> None:
         self.store_uri = store_uri
         self.redis_url = redis_url

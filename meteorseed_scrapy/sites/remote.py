@@ -22,15 +22,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-import redis
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import sync_client
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Stamp, parse_text
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
 
 logger = logging.getLogger(__name__)
 PREFIX = "redis:"  # registry keys of pushed rules: redis:<hash key>/<site_id>
@@ -94,7 +95,7 @@ def collect(directory: Path) -> list[Pushed]:
 class RemoteRules:
     """The pushed rules of one namespace, read and written with a synchronous client."""
 
-    def __init__(self, client: redis.Redis, keys: KeyLayout) -> None:
+    def __init__(self, client: SyncRedis, keys: KeyLayout) -> None:
         self.client = client
         self.keys = keys
         self._rev: Any = _UNSET  # <ns>:sites:rev when last read

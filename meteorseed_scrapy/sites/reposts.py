@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.keys import KeyLayout
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 CONTENT_CHARS = 100
 _NON_WORD = re.compile(r"[\W_]+", re.UNICODE)
@@ -42,7 +45,7 @@ def content_fingerprint(title: Any, content: Any) -> str:
 class RepostIndex:
     """Fleet-wide first owner of each fingerprint, in Redis (``redis.asyncio`` client)."""
 
-    def __init__(self, client: Any, keys: KeyLayout, across_sites: bool = False) -> None:
+    def __init__(self, client: AsyncRedis, keys: KeyLayout, across_sites: bool = False) -> None:
         self.client = client
         self.keys = keys
         self.across_sites = across_sites

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from scrapy.utils.conf import build_component_list
@@ -27,6 +27,8 @@ from meteorseed_scrapy.validators import ConfigError
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +59,7 @@ def _stores_items(settings: BaseSettings) -> bool:
     return False
 
 
-async def check_store_identity(client: Any, keys: KeyLayout, settings: BaseSettings) -> None:
+async def check_store_identity(client: AsyncRedis, keys: KeyLayout, settings: BaseSettings) -> None:
     """Record the namespace's store if none is, else refuse another (:class:`ConfigError`
     naming ``METEORSEED_STORE_URI``). Nothing to do for a crawl that stores no items here."""
     if not _stores_items(settings):

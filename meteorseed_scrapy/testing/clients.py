@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 
 T = TypeVar("T")
 
 
-def run_with_client(redis_url: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+def run_with_client(redis_url: str, fn: Callable[[aioredis.Redis], Awaitable[T]]) -> T:
     """``fn(client)`` on a fresh event loop with a decoding client, closed afterwards."""
 
     async def main() -> T:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
@@ -29,6 +29,11 @@ from meteorseed_scrapy.queue.fleet.liveness import Heartbeat, beat_interval, liv
 from meteorseed_scrapy.queue.plumbing.connection import sync_client
 from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline, register
 from meteorseed_scrapy.queue.shards import is_cluster
+
+if TYPE_CHECKING:
+    from redis.commands.core import Script
+
+    from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +133,8 @@ class KeepAlive:
         finally:
             client.close()
 
-    def _touch(self, client: Any, script: Any, cluster: bool, refs: Sequence[Ref]) -> list[Ref]:
+    def _touch(self, client: SyncRedis, script: Script, cluster: bool, refs: Sequence[Ref]
+               ) -> list[Ref]:
         calls = self._consumer.touch_calls(refs)
         if cluster:  # (a cluster pipeline refuses EVALSHA; each call stays in one slot)
             replies = [script(keys=keys, args=args) for keys, args in calls]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
@@ -40,7 +40,7 @@ HOW_TO_START = ("start one with `meteorseed redis --dir ./redis-data` (see the R
 
 
 class Pingable(Protocol):
-    async def ping(self) -> Any: ...
+    def ping(self) -> Awaitable[Any]: ...
 
 
 def give_up_after(idle_close: float) -> float:

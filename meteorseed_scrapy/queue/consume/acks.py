@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from meteorseed_scrapy.queue.consume.deadletters import letter_id
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
@@ -34,6 +34,9 @@ from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 from meteorseed_scrapy.settings import FeedConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 __all__ = ["Completion", "Settler", "TaskRecords"]
 
@@ -69,7 +72,7 @@ class _Call:
 class Settler:
     """Acks and dead letters of one consumer of the group."""
 
-    def __init__(self, redis: Any, keys: KeyLayout, consumer: str, progress_retention: int
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout, consumer: str, progress_retention: int
                  ) -> None:
         self.redis = redis
         self.keys = keys
@@ -151,10 +154,11 @@ class Settler:
             release, fingerprint = fingerprint, ""
         # A reason may quote a value that is not UTF-8: escaped, so that Redis can take it.
         reason = reason[:2000].encode("utf-8", "backslashreplace").decode("utf-8")
-        args = [self.keys.group, delivery.msg_id, delivery.dead_payload, reason, self.consumer,
-                delivery.deliveries, f"{time.time():.3f}", fingerprint,
-                task.seed_id if task else "", task.site_id if task else "", self._events,
-                self.progress_retention]
+        args: list[str | int] = [
+            self.keys.group, delivery.msg_id, delivery.dead_payload, reason, self.consumer,
+            delivery.deliveries, f"{time.time():.3f}", fingerprint,
+            task.seed_id if task else "", task.site_id if task else "", self._events,
+            self.progress_retention]
         dead_id = await self._dead(keys=keys, args=args)
         if not dead_id:
             # Normal after a reclaim: the caller logs it once, with the task (INFO).
@@ -174,7 +178,7 @@ class TaskRecords:
     method is one round trip on a ``redis.asyncio`` client created with
     ``decode_responses=True``."""
 
-    def __init__(self, redis: Any, keys: KeyLayout) -> None:
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout) -> None:
         self.redis = redis
         self.keys = keys
         self._cluster = is_cluster(redis)
@@ -198,7 +202,7 @@ class TaskRecords:
                 replies = await pipe.execute()
         for positions, values in zip(groups.values(), replies, strict=True):
             for i, value in zip(positions, values, strict=True):
-                out[i] = value
+                out[i] = cast("str | None", value)  # (a decode_responses client)
         return out
 
     async def completion_records(self, tasks: Sequence[ExecTask]) -> list[str | None]:

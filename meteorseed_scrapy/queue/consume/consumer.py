@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.client import NEVER_DECODE
 
@@ -33,6 +33,9 @@ from meteorseed_scrapy.settings import DEFAULTS, FeedConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
+
 __all__ = ["StreamConsumer"]
 
 #: Options of a command whose reply reaches the decoder as bytes, whatever the client decodes.
@@ -46,7 +49,7 @@ class StreamConsumer:
     shards starting at a rotating one until it has what it asked for.
     """
 
-    def __init__(self, redis: Any, keys: KeyLayout, consumer: str,
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout, consumer: str,
                  weights: LaneWeights | None = None, spider: str | None = None,
                  progress_retention: int = DEFAULTS["METEORSEED_SEED_PROGRESS_RETENTION"]
                  ) -> None:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 
@@ -26,6 +26,9 @@ from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.validation import TaskError
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
 
 #: Dead letters per XRANGE page and per requeue script call (one call blocks Redis briefly).
 BATCH = 200
@@ -146,7 +149,7 @@ def _iso(value: str | None) -> str | None:
     return datetime.fromtimestamp(stamp, timezone.utc).isoformat(timespec="seconds")
 
 
-def iter_dead(client: redis.Redis, keys: KeyLayout, upto: Upto | None = None,
+def iter_dead(client: SyncRedis, keys: KeyLayout, upto: Upto | None = None,
               site: str | None = None) -> Iterator[DeadLetter]:
     """Every dead letter (shard by shard, each oldest first), up to the ids of ``upto`` when
     given (a shard it does not name is skipped), optionally of one site only."""
@@ -166,7 +169,7 @@ def iter_dead(client: redis.Redis, keys: KeyLayout, upto: Upto | None = None,
             start = "(" + page[-1][0]
 
 
-def fetch(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]
+def fetch(client: SyncRedis, keys: KeyLayout, ids: Sequence[str]
           ) -> tuple[list[DeadLetter], list[str]]:
     """The dead letters with ``ids`` and the ids that are not (or no longer) there."""
     pipe = client.pipeline(transaction=False)
@@ -201,7 +204,7 @@ class RequeueResult:
     missing: list[str] = field(default_factory=list)
 
 
-def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
+def requeue(client: SyncRedis, keys: KeyLayout, letters: Sequence[DeadLetter],
             result: RequeueResult | None = None, *,
             fingerprinter: Fingerprinter | None = None) -> RequeueResult:
     """Requeue ``letters`` (one atomic script call per :data:`BATCH`). ``fingerprinter``: the
@@ -256,7 +259,7 @@ def requeue(client: redis.Redis, keys: KeyLayout, letters: Sequence[DeadLetter],
     return result
 
 
-def purge(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]) -> int:
+def purge(client: SyncRedis, keys: KeyLayout, ids: Sequence[str]) -> int:
     """Delete the dead letters ``ids``; returns how many existed."""
     deleted = 0
     by_shard: dict[int, list[str]] = {}
@@ -270,7 +273,7 @@ def purge(client: redis.Redis, keys: KeyLayout, ids: Sequence[str]) -> int:
     return deleted
 
 
-def purge_older(client: redis.Redis, keys: KeyLayout, seconds: float) -> int:
+def purge_older(client: SyncRedis, keys: KeyLayout, seconds: float) -> int:
     """Delete every dead letter older than ``seconds`` (by Redis's clock: the ids are its
     millisecond times); returns how many went."""
     secs, _ = client.time()
@@ -278,7 +281,7 @@ def purge_older(client: redis.Redis, keys: KeyLayout, seconds: float) -> int:
     return sum(int(client.xtrim(dead, minid=min_id, approximate=False)) for dead in keys.deads)
 
 
-def last_id(client: redis.Redis, keys: KeyLayout) -> Upto:
+def last_id(client: SyncRedis, keys: KeyLayout) -> Upto:
     """The newest dead letter's id per dead-letter stream (empty ones left out): ``--all`` acts on
     what existed when it was confirmed."""
     out: Upto = {}

@@ -13,7 +13,7 @@ The members and scores are read by :mod:`meteorseed_scrapy.queue.fleet.delayed`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.fleet.delayed import SCALE, reason_code, reason_of
 from meteorseed_scrapy.queue.fleet.spiders import with_registered_sync
@@ -24,6 +24,9 @@ from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE, band_of
 
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis
+
 #: Delayed-set members per ZSCAN page in :func:`make_due`.
 SCAN_COUNT = 500
 
@@ -31,7 +34,7 @@ SCAN_COUNT = 500
 class DelayedSet:
     """A worker's verbs on its namespace's delayed sets (every shard, its task sets)."""
 
-    def __init__(self, redis: Any, keys: KeyLayout) -> None:
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout) -> None:
         self.redis = redis
         self.keys = keys
         self._defer = scripts.register(redis, "defer")
@@ -72,7 +75,7 @@ class DelayedSet:
         return min(waits, default=-1.0)
 
 
-def make_due(client: Any, keys: KeyLayout, why: DeferReason,
+def make_due(client: SyncRedis, keys: KeyLayout, why: DeferReason,
              matches: Callable[[Any], bool]) -> int:
     """Make the tasks parked for ``why`` whose member ``matches`` due now (their due time only:
     they keep their route and message), in every shard and task set; returns how many. A member
@@ -94,7 +97,7 @@ def make_due(client: Any, keys: KeyLayout, why: DeferReason,
     return woken
 
 
-def _move(client: Any, key: str, batch: dict[Any, float]) -> int:
+def _move(client: SyncRedis, key: str, batch: dict[Any, float]) -> int:
     return int(client.zadd(key, batch, xx=True, ch=True) or 0) if batch else 0
 
 

@@ -11,7 +11,7 @@ Nothing here knows about Scrapy.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from redis.exceptions import ResponseError
 
@@ -21,6 +21,9 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.reads import Batch, Plan, call, run_async
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.queue.shards import check_shard_count
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 __all__ = ["ConsumerGroup"]
 
@@ -44,7 +47,7 @@ def quiet_plan(keys: KeyLayout) -> Plan[bool]:
 class ConsumerGroup:
     """The group of every task stream of ``keys``, as seen by the consumer named ``consumer``."""
 
-    def __init__(self, redis: Any, keys: KeyLayout, consumer: str,
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout, consumer: str,
                  spider: str | None = None) -> None:
         self.redis = redis
         self.keys = keys

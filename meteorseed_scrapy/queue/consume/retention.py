@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -22,6 +22,7 @@ from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setti
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
     from meteorseed_scrapy.settings import SettingsSource
 
 logger = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class DeadLetterRetention:
     def active(self) -> bool:
         return self.seconds > 0 or self.maxlen > 0
 
-    async def trim(self, redis: Any, keys: KeyLayout) -> int:
+    async def trim(self, redis: AsyncRedis, keys: KeyLayout) -> int:
         """Trim the dead-letter streams once; returns how many entries went. Approximate (``~``):
         Redis drops whole nodes only, so a few entries past the limits may stay a while. On a
         cluster with stream shards each shard's dead letters keep their share of the length
@@ -63,7 +64,7 @@ class DeadLetterRetention:
                 removed += int(await redis.xtrim(dead, maxlen=share, approximate=True))
         return removed
 
-    async def trim_logged(self, redis: Any, keys: KeyLayout, stats: StatsCollector) -> None:
+    async def trim_logged(self, redis: AsyncRedis, keys: KeyLayout, stats: StatsCollector) -> None:
         if not self.active:
             return
         removed = await self.trim(redis, keys)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.consume.delayed_set import make_due
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory
@@ -42,6 +42,9 @@ from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
 from meteorseed_scrapy.task.validation import TaskError, check_id
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +82,7 @@ def checked(seed_id: str) -> str:
         raise ValueError(str(exc)) from None
 
 
-def _record(client: Any, keys: KeyLayout, seed_id: str, what: str, by: str,
+def _record(client: SyncRedis, keys: KeyLayout, seed_id: str, what: str, by: str,
             **fields: Any) -> dict[str, Any]:
     given = {k: v for k, v in fields.items() if v not in (None, "")}
     record = {"state": what, "by": by, "at": time.time(), **given}
@@ -91,7 +94,7 @@ def _record(client: Any, keys: KeyLayout, seed_id: str, what: str, by: str,
     return record
 
 
-def hold(client: Any, keys: KeyLayout, seed_id: str, by: str, reason: str = "") -> bool:
+def hold(client: SyncRedis, keys: KeyLayout, seed_id: str, by: str, reason: str = "") -> bool:
     """Hold the seed fleet-wide; False when it was held already (the first hold stays)."""
     seed_id = checked(seed_id)
     record = json.dumps({"by": by, "at": time.time(), "reason": reason})
@@ -116,7 +119,7 @@ def _seed_of(message: str) -> str | None:
     return seed if isinstance(seed, str) else None
 
 
-def release(client: Any, keys: KeyLayout, seed_id: str, by: str) -> int | None:
+def release(client: SyncRedis, keys: KeyLayout, seed_id: str, by: str) -> int | None:
     """Resume a held seed: its parked tasks due now. How many were made due (None: it was
     neither held nor cancelled). A cancelled seed's mark is lifted: tasks of it enqueued from
     now on (a scheduled seed's next run) are crawled."""
@@ -158,8 +161,8 @@ class Canceller:
     is counted by the call that makes it: nothing is counted twice, whoever else settles the
     seed's tasks meanwhile."""
 
-    def __init__(self, client: Any, keys: KeyLayout, seed_id: str, progress_retention: int,
-                 history: TaskHistory | None) -> None:
+    def __init__(self, client: SyncRedis, keys: KeyLayout, seed_id: str, progress_retention: int,
+                 history: TaskHistory[SyncRedis] | None) -> None:
         self.client, self.seed_id = client, seed_id
         self.keys = with_registered_sync(client, keys)  # every spider's task set too
         self.retention = progress_retention
@@ -209,9 +212,9 @@ class Canceller:
                    for shard in self.keys.shard_keys for stream in shard.streams)
 
 
-def cancel(client: Any, keys: KeyLayout, seed_id: str, by: str, *,
+def cancel(client: SyncRedis, keys: KeyLayout, seed_id: str, by: str, *,
            progress_retention: int = DEFAULTS["METEORSEED_SEED_PROGRESS_RETENTION"],
-           history: TaskHistory | None = None,
+           history: TaskHistory[SyncRedis] | None = None,
            retention_s: float = CANCEL_RETENTION_S) -> dict[str, int]:
     """Cancel the seed fleet-wide; what was removed (``delayed``, ``waiting``). ``history``:
     where the removed tasks' ends are recorded (default: the default retention and bound)."""
@@ -236,7 +239,7 @@ def cancel(client: Any, keys: KeyLayout, seed_id: str, by: str, *,
     return removed
 
 
-def control_of(client: Any, keys: KeyLayout, seed_id: str) -> dict[str, Any] | None:
+def control_of(client: SyncRedis, keys: KeyLayout, seed_id: str) -> dict[str, Any] | None:
     """The seed's last control and whether it is held or cancelled now; None: never
     controlled."""
     held = client.hexists(keys.seeds_held, seed_id)
@@ -263,7 +266,7 @@ def shown_state(progress_state: str, control: dict[str, Any] | None) -> str:
     return progress_state
 
 
-def controls(client: Any, keys: KeyLayout) -> dict[str, dict[str, Any]]:
+def controls(client: SyncRedis, keys: KeyLayout) -> dict[str, dict[str, Any]]:
     """Per seed: its last control (``state`` paused|resumed|cancelled, who, when) and
     whether it is ``held`` or ``cancelled`` now."""
     held = {text_of(s) for s in client.hkeys(keys.seeds_held)}

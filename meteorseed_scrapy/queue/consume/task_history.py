@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.replies import text_of
@@ -25,7 +25,15 @@ from meteorseed_scrapy.settings import duration_setting, integer_setting
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 if TYPE_CHECKING:
+    from redis.commands.core import AsyncScript, Script
+
+    from meteorseed_scrapy.queue.plumbing.connection import AnyRedis, AsyncRedis, SyncRedis
+    from meteorseed_scrapy.queue.plumbing.scripts import AnyScript
     from meteorseed_scrapy.settings import SettingsSource
+
+#: The client a history writes with: :meth:`TaskHistory.write` needs an asyncio one,
+#: :meth:`TaskHistory.write_sync` a blocking one (an operator's command).
+C = TypeVar("C", bound="AnyRedis")
 
 #: Outcome name -> its code in a record (``lua/history_lib.lua``).
 CODES = {"done": "d", "gone": "g", "robots": "r", "blacklisted": "b", "ignored": "i",
@@ -101,15 +109,16 @@ def decode_record(reply: Any) -> dict[str, Any] | None:
             "consumer": consumer or None, "reason": rest[3] if len(rest) > 3 else None}
 
 
-class TaskHistory:
+class TaskHistory(Generic[C]):
     """Writes task ends to their sites' histories (one script call per site and batch)."""
 
-    def __init__(self, redis: Any, keys: KeyLayout, retention_s: float, per_site: int) -> None:
+    def __init__(self, redis: C, keys: KeyLayout, retention_s: float, per_site: int) -> None:
         self.redis = redis
         self.keys = keys
         self.retention_s = retention_s
         self.per_site = per_site
-        self._add = register(redis, "history_add")
+        # (of redis's kind: a Script on a blocking client, an AsyncScript on an asyncio one)
+        self._add: AnyScript = register(redis, "history_add")
 
     @staticmethod
     def settings_of(settings: SettingsSource) -> tuple[float, int]:
@@ -119,7 +128,8 @@ class TaskHistory:
                 integer_setting(settings, "METEORSEED_TASK_HISTORY_PER_SITE", minimum=1))
 
     @classmethod
-    def from_settings(cls, settings: SettingsSource, redis: Any, keys: KeyLayout) -> TaskHistory:
+    def from_settings(cls, settings: SettingsSource, redis: C, keys: KeyLayout
+                      ) -> TaskHistory[C]:
         return cls(redis, keys, *cls.settings_of(settings))
 
     @property
@@ -141,17 +151,19 @@ class TaskHistory:
                 out.append(([self.keys.history(site)], args))
         return out
 
-    def write_sync(self, entries: Sequence[HistoryEntry]) -> int:
+    def write_sync(self: TaskHistory[SyncRedis], entries: Sequence[HistoryEntry]) -> int:
         """:meth:`write` on a synchronous client (an operator's command)."""
         if not entries or not self.active:
             return 0
-        return sum(int(self._add(keys=keys, args=args)) for keys, args in self.calls(entries))
+        add = cast("Script", self._add)
+        return sum(int(add(keys=keys, args=args)) for keys, args in self.calls(entries))
 
-    async def write(self, entries: Sequence[HistoryEntry]) -> int:
+    async def write(self: TaskHistory[AsyncRedis], entries: Sequence[HistoryEntry]) -> int:
         """Record ``entries`` (nothing when the retention is 0); how many were written."""
         if not entries or not self.active:
             return 0
-        replies = await call_scripts(self.redis, self._add, self.calls(entries))
+        add = cast("AsyncScript", self._add)
+        replies = await call_scripts(self.redis, add, self.calls(entries))
         return sum(int(n) for n in replies)
 
 

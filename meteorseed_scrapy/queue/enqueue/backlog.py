@@ -12,12 +12,15 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.fleet.spiders import with_registered
 from meteorseed_scrapy.queue.keys import KeyLayout
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +55,7 @@ class StreamCount:
         return cls(max(0, int(length) - pending_count), pending_count)
 
 
-async def shard_stream_counts(redis: Any, streams: Sequence[str], group: str
+async def shard_stream_counts(redis: AsyncRedis, streams: Sequence[str], group: str
                               ) -> dict[str, StreamCount]:
     """XLEN and XPENDING of ``streams`` (of one shard: one slot) in one MULTI."""
     async with redis.pipeline(transaction=True) as pipe:
@@ -64,7 +67,7 @@ async def shard_stream_counts(redis: Any, streams: Sequence[str], group: str
             for stream, length, pending in zip(streams, replies[::2], replies[1::2], strict=True)}
 
 
-async def stream_counts(redis: Any, keys: KeyLayout) -> dict[str, StreamCount]:
+async def stream_counts(redis: AsyncRedis, keys: KeyLayout) -> dict[str, StreamCount]:
     """Waiting and pending tasks per task stream of every shard, read in one MULTI per shard so
     the counts of a stream agree."""
     out: dict[str, StreamCount] = {}

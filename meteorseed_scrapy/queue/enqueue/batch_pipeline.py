@@ -9,12 +9,19 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
+
+if TYPE_CHECKING:
+    import redis.asyncio
+    from redis.asyncio.connection import AbstractConnection, ConnectionPool
+    from redis.commands.core import AsyncScript
+
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 __all__ = ["NotSent", "ScriptOrder", "call_in_order", "send_in_order"]
 
@@ -67,7 +74,7 @@ class ScriptOrder:
 class _Lane:
     """The connection of a sequence of :class:`ScriptOrder` calls while any is unanswered."""
 
-    conn: Any = None
+    conn: AbstractConnection | None = None
     users: int = 0
     broken: bool = False  # a connection failed: one call at a time from then on
 
@@ -97,7 +104,7 @@ async def send_in_order(after: ScriptOrder | None,
     return order, task
 
 
-async def call_in_order(redis: Any, order: ScriptOrder, script: Any,
+async def call_in_order(redis: AsyncRedis, order: ScriptOrder, script: AsyncScript,
                         calls: list[tuple[list[str], list[str | bytes]]]) -> list[Any]:
     """The replies of ``calls`` of ``script``, made behind those of ``order.after`` (see
     :class:`ScriptOrder`); ``order`` is finished when this returns or raises."""
@@ -111,14 +118,14 @@ async def call_in_order(redis: Any, order: ScriptOrder, script: Any,
     return await _pipelined(redis, order, script, calls)
 
 
-def _connection_args(pool: Any) -> tuple[str, ...]:
+def _connection_args(pool: ConnectionPool) -> tuple[str, ...]:
     """What ``pool.get_connection`` takes: redis-py below 5.3 (the floor is 5.0.1) requires a
     command name, from 5.3 passing one is deprecated. (Asked once per sequence's connection.)"""
     param = inspect.signature(pool.get_connection).parameters.get("command_name")
     return ("EVAL",) if param is not None and param.default is inspect.Parameter.empty else ()
 
 
-async def _pipelined(redis: Any, order: ScriptOrder, script: Any,
+async def _pipelined(redis: redis.asyncio.Redis, order: ScriptOrder, script: AsyncScript,
                      calls: list[tuple[list[str], list[str | bytes]]]) -> list[Any]:
     """``calls`` of ``script`` written right behind those of ``order.after`` on its
     connection, the replies read after its (see :class:`ScriptOrder`)."""
@@ -177,7 +184,7 @@ async def _pipelined(redis: Any, order: ScriptOrder, script: Any,
         order.finish(sent)
 
 
-async def _drop(lane: _Lane, conn: Any) -> None:
+async def _drop(lane: _Lane, conn: AbstractConnection) -> None:
     if lane.conn is conn:
         lane.conn = None
     await conn.disconnect()

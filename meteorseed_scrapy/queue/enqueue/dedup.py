@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import Settings
 
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
+
 logger = logging.getLogger(__name__)
 
 #: Exec task ``meta`` key holding the re-crawl window in seconds (a seed's ``recrawl_after``).
@@ -147,7 +149,7 @@ NEEDED_ENTRIES = 128
 NEEDED_VALUE = 8
 
 
-async def check_server_config(redis: Any) -> list[str]:
+async def check_server_config(redis: AsyncRedis) -> list[str]:
     """Warnings when Redis would not keep dedup buckets compact (empty when all is well).
 
     ``hash-max-ziplist-*`` is the 6.2 name and an alias of ``hash-max-listpack-*`` on 7.x, so

@@ -49,7 +49,7 @@ from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 __all__ = ["FingerprintError", "TaskEncoder", "TaskWriter"]
 
@@ -92,7 +92,7 @@ class TaskWriter:
     keeps the canonical-URL ones. Every writer of a namespace must use the same.
     """
 
-    def __init__(self, redis: Redis, keys: KeyLayout,
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout,
                  clock: Callable[[], int] | None = None, lane: str | None = None,
                  fingerprinter: Fingerprinter | None = None) -> None:
         # No I/O here (not even reading the script file): writers are built in constructors.
@@ -118,7 +118,7 @@ class TaskWriter:
         return self._keys
 
     @property
-    def redis(self) -> Redis:
+    def redis(self) -> AsyncRedis:
         return self._redis
 
     def _now(self) -> str:

@@ -26,11 +26,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import text_of
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import (
+        AsyncPipeline,
+        AsyncRedis,
+        SyncPipeline,
+        SyncRedis,
+    )
 
 __all__ = ["COUNTERS", "Settle", "ack_args", "enqueued_seeds", "events_key",
            "finish_if_done", "finish_if_done_sync", "merge", "owner_line", "read_progress",
@@ -64,7 +72,7 @@ def ack_args(msg_id: str, settle: Settle | None) -> list[Any]:
     return [msg_id, s.seed, s.site, s.items, s.anomalies, s.bytes]
 
 
-async def settle_acks(redis: Any, keys: KeyLayout, replies: Sequence[Any], retention: int
+async def settle_acks(redis: AsyncRedis, keys: KeyLayout, replies: Sequence[Any], retention: int
                       ) -> int:
     """How many entries ``ack.lua``'s ``replies`` acked; on a tagged layout, the seeds they
     brought to zero in a shard are finished when nothing of them is left anywhere
@@ -142,7 +150,7 @@ def merge(seed_id: str, hashes: Sequence[Mapping[Any, Any]]) -> dict[str, Any] |
     }
 
 
-async def read_progress(redis: Any, keys: KeyLayout, seed_ids: Iterable[str]
+async def read_progress(redis: AsyncRedis, keys: KeyLayout, seed_ids: Iterable[str]
                         ) -> dict[str, dict[str, Any] | None]:
     """Each seed's progress (:func:`merge`), read in one round trip (an asyncio client)."""
     ids = list(seed_ids)
@@ -155,7 +163,7 @@ async def read_progress(redis: Any, keys: KeyLayout, seed_ids: Iterable[str]
     return {seed_id: merge(seed_id, replies[i * n:(i + 1) * n]) for i, seed_id in enumerate(ids)}
 
 
-def read_progress_sync(redis: Any, keys: KeyLayout, seed_ids: Iterable[str]
+def read_progress_sync(redis: SyncRedis, keys: KeyLayout, seed_ids: Iterable[str]
                        ) -> dict[str, dict[str, Any] | None]:
     """:func:`read_progress` on a blocking client (the CLI's)."""
     ids = list(seed_ids)
@@ -168,7 +176,7 @@ def read_progress_sync(redis: Any, keys: KeyLayout, seed_ids: Iterable[str]
     return {seed_id: merge(seed_id, replies[i * n:(i + 1) * n]) for i, seed_id in enumerate(ids)}
 
 
-async def read_site_totals(redis: Any, keys: KeyLayout, site_id: str) -> dict[str, int]:
+async def read_site_totals(redis: AsyncRedis, keys: KeyLayout, site_id: str) -> dict[str, int]:
     """A site's totals (the same counters, no finished state), from its shard."""
     raw = await redis.hgetall(keys.for_site(site_id).crawl_site(site_id))
     counts = {text_of(k): int(_number(v)) for k, v in raw.items()}
@@ -201,8 +209,8 @@ def _ending(progress: Mapping[str, dict[str, Any] | None]) -> dict[str, str]:
             and p["state"] != "finished"}
 
 
-def _mark_finished(pipe: Any, keys: KeyLayout, seeds: Iterable[Any], now: str,
-                   retention: int) -> None:
+def _mark_finished(pipe: SyncPipeline | AsyncPipeline, keys: KeyLayout, seeds: Iterable[Any],
+                   now: str, retention: int) -> None:
     for seed in seeds:
         for key in seed_keys(keys, text_of(seed)):
             pipe.hset(key, "finished_at", now)
@@ -210,7 +218,7 @@ def _mark_finished(pipe: Any, keys: KeyLayout, seeds: Iterable[Any], now: str,
                 pipe.expire(key, retention)
 
 
-async def finish_if_done(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
+async def finish_if_done(redis: AsyncRedis, keys: KeyLayout, seed_ids: Iterable[str],
                          retention: int) -> list[str]:
     """On a tagged layout, the seeds of ``seed_ids`` (whose outstanding count reached zero in
     one shard) that have nothing left in any shard: a ``finished`` event, told once per run
@@ -229,7 +237,7 @@ async def finish_if_done(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
     return [text_of(s) for s in told]
 
 
-def finish_if_done_sync(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
+def finish_if_done_sync(redis: SyncRedis, keys: KeyLayout, seed_ids: Iterable[str],
                         retention: int) -> list[str]:
     """:func:`finish_if_done` on a blocking client (the CLI's)."""
     ending = _ending(read_progress_sync(redis, keys, seed_ids))
@@ -244,7 +252,7 @@ def finish_if_done_sync(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
     return [text_of(s) for s in told]
 
 
-def tell_started_sync(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
+def tell_started_sync(redis: SyncRedis, keys: KeyLayout, seed_ids: Iterable[str],
                       retention: int) -> list[str]:
     """:func:`tell_started` on a blocking client (a requeue of dead letters by the CLI)."""
     ids = sorted(set(seed_ids) - {""})
@@ -265,7 +273,7 @@ def enqueued_seeds(owners: Iterable[str], fresh: Iterable[bool],
     return seeds | {seed for seed, held in (holds or {}).items() if held}
 
 
-async def tell_started(redis: Any, keys: KeyLayout, seed_ids: Iterable[str],
+async def tell_started(redis: AsyncRedis, keys: KeyLayout, seed_ids: Iterable[str],
                        retention: int) -> list[str]:
     """On a tagged layout, after an enqueue: ``started`` for the seeds of ``seed_ids`` not yet
     told started in this run (once: ``lua/tell_once.lua``). A seed whose last task settled

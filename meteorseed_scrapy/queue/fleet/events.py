@@ -18,12 +18,14 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
-import redis.asyncio
 
 from meteorseed_scrapy.queue.plumbing.replies import text_of
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis
 
 #: Events kept in ``<ns>:events`` (approximately: MAXLEN ~).
 EVENTS_KEPT = 10_000
@@ -57,14 +59,14 @@ def entry(event: CrawlEvent | str, fields: Mapping[str, Any], at: float | None =
     return body
 
 
-def append(client: redis.Redis, stream: str, event: CrawlEvent | str,
+def append(client: SyncRedis, stream: str, event: CrawlEvent | str,
            **fields: Any) -> str:
     """XADD ``event`` to ``stream`` (``KeyLayout.events``); its entry id."""
     return text_of(client.xadd(stream, entry(event, fields),  # type: ignore[arg-type]
                                maxlen=EVENTS_KEPT, approximate=True))
 
 
-async def append_async(client: redis.asyncio.Redis, stream: str, event: CrawlEvent | str,
+async def append_async(client: AsyncRedis, stream: str, event: CrawlEvent | str,
                        **fields: Any) -> str:
     """:func:`append` for an asyncio client."""
     return text_of(await client.xadd(stream, entry(event, fields),  # type: ignore[arg-type]
@@ -99,7 +101,7 @@ class EventReader:
     An entry read and never acknowledged stays pending in the group; :meth:`claim` hands it
     to another consumer once it has been idle ``claim_idle`` seconds (at least once)."""
 
-    def __init__(self, client: redis.asyncio.Redis, stream: str, group: str,
+    def __init__(self, client: AsyncRedis, stream: str, group: str,
                  consumer: str) -> None:
         self.client, self.stream, self.group, self.consumer = client, stream, group, consumer
         self._cursor = "0-0"

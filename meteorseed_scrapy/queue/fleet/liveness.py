@@ -22,12 +22,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.replies import bytes_of, text_of
 from meteorseed_scrapy.queue.plumbing.scripts import Scripts, call_as_bytes, register
 from meteorseed_scrapy.settings import DEFAULTS
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis
 
 __all__ = ["Heartbeat", "Liveness", "beat_interval", "check_interval", "liveness_ttl"]
 
@@ -56,7 +59,7 @@ def check_interval(claim_idle: float) -> float:
 class Heartbeat:
     """The keep-alive thread's side: renews this worker's liveness on a blocking client."""
 
-    def __init__(self, client: Any, keys: KeyLayout, consumer: str) -> None:
+    def __init__(self, client: SyncRedis, keys: KeyLayout, consumer: str) -> None:
         self._script = register(client, "beat")
         self._key = keys.workers
         self._consumer = consumer
@@ -72,7 +75,7 @@ class Liveness:
     """The registry as one worker (``consumer``) sees it, on an asyncio client: who is dead,
     forgetting them, leaving it."""
 
-    def __init__(self, redis: Any, keys: KeyLayout, consumer: str,
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout, consumer: str,
                  claim_idle: float = DEFAULTS["METEORSEED_CLAIM_IDLE"]) -> None:
         self.redis = redis
         self.keys = keys

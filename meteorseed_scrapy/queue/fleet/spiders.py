@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.fleet.snapshot import SpiderStatus
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.reads import Batch, Plan, call
 from meteorseed_scrapy.queue.plumbing.replies import bytes_of, text_of
 from meteorseed_scrapy.task.validation import TaskError, check_spider
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis
 
 __all__ = [
     "alive_consumers",
@@ -65,14 +68,14 @@ def worker_spider(name: Any) -> str | None:
         return None
 
 
-async def register_spiders(redis: Any, keys: KeyLayout, names: Iterable[str]) -> None:
+async def register_spiders(redis: AsyncRedis, keys: KeyLayout, names: Iterable[str]) -> None:
     """List ``names`` as spiders with a task set (before their tasks are written)."""
     names = sorted(set(names))
     if names:
         await redis.sadd(keys.spiders_key, *names)
 
 
-async def with_registered(redis: Any, keys: KeyLayout) -> KeyLayout:
+async def with_registered(redis: AsyncRedis, keys: KeyLayout) -> KeyLayout:
     """``keys`` with every listed spider's task set (an async client)."""
     return keys.with_spiders([*keys.spiders, *spiders_of(await redis.smembers(keys.spiders_key))])
 
@@ -86,12 +89,12 @@ def registered_plan(keys: KeyLayout) -> Plan[KeyLayout]:
     return keys.with_spiders([*keys.spiders, *spiders_of(names)])
 
 
-def with_registered_sync(client: Any, keys: KeyLayout) -> KeyLayout:
+def with_registered_sync(client: SyncRedis, keys: KeyLayout) -> KeyLayout:
     """:func:`with_registered` on a blocking client."""
     return keys.with_spiders([*keys.spiders, *spiders_of(client.smembers(keys.spiders_key))])
 
 
-async def register_worker(redis: Any, keys: KeyLayout, consumer: str, spider: str) -> None:
+async def register_worker(redis: AsyncRedis, keys: KeyLayout, consumer: str, spider: str) -> None:
     """Record that ``consumer`` runs ``spider`` (its start; cleared when it leaves)."""
     await redis.hset(keys.spider_workers, consumer, spider)
 
@@ -149,7 +152,8 @@ class SharedDefaultSet:
     spider are alive on the namespace: those tasks go to whichever worker reads first, and a
     spider may parse pages meant for another (seeds should name their ``spider``)."""
 
-    def __init__(self, redis: Any, keys: KeyLayout, consumer: str, spider: str | None) -> None:
+    def __init__(self, redis: AsyncRedis, keys: KeyLayout, consumer: str,
+                 spider: str | None) -> None:
         self.redis = redis
         self.keys = keys
         self.consumer = consumer
@@ -184,7 +188,7 @@ def _redis_ms(reply: Any) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-async def foreign_workers(redis: Any, keys: KeyLayout, dead: Sequence[bytes | str],
+async def foreign_workers(redis: AsyncRedis, keys: KeyLayout, dead: Sequence[bytes | str],
                           spider: str | None) -> list[bytes]:
     """Those of ``dead`` consumers that ran another spider than ``spider``: they may hold
     tasks of its set, which a worker of ``spider`` neither sees nor takes."""

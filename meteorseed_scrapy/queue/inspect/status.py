@@ -25,7 +25,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
@@ -46,6 +46,9 @@ from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.queue.plumbing.reads import Batch, Plan, call, run_async, run_sync
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.lanes import BANDS, LANES
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis
 
 #: Delayed-set entries read per snapshot (the soonest due, shared between the shards) for the
 #: breakdown by site and reason; the total and the next due time are exact at any size.
@@ -233,7 +236,8 @@ def _ms(value: Any) -> float | None:
     return ms / 1000 if math.isfinite(ms) and ms >= 0 else None
 
 
-def read_status(client: Any, keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) -> QueueStatus:
+def read_status(client: SyncRedis, keys: KeyLayout, delayed_scan: int = DELAYED_SCAN
+                ) -> QueueStatus:
     """A snapshot on a synchronous client (the CLI)."""
     return run_sync(client, status_plan(keys, delayed_scan))
 
@@ -241,7 +245,7 @@ def read_status(client: Any, keys: KeyLayout, delayed_scan: int = DELAYED_SCAN) 
 class QueueSampler:
     """Snapshots of one namespace on an asyncio client (its own unless ``client`` is given)."""
 
-    def __init__(self, redis_url: str, keys: KeyLayout, client: Any = None, *,
+    def __init__(self, redis_url: str, keys: KeyLayout, client: AsyncRedis | None = None, *,
                  delayed_scan: int = DELAYED_SCAN) -> None:
         self.keys = keys
         self.delayed_scan = delayed_scan

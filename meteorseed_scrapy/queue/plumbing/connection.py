@@ -15,17 +15,33 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.client
+import redis.asyncio.cluster
+import redis.client
+import redis.cluster
 from redis.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+#: The clients made here, by kind; the rest of the package names them by these aliases only.
+#: A blocking client (the CLI, the API's threads, the keep-alive thread): one server or a cluster.
+SyncRedis: TypeAlias = "redis.Redis | redis.cluster.RedisCluster"
+#: An asyncio client (the worker's reactor side, the API, the seeder): one server or a cluster.
+AsyncRedis: TypeAlias = "redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster"
+#: Either kind, where only what both have is used (``register_script``, ``isinstance``).
+AnyRedis: TypeAlias = "SyncRedis | AsyncRedis"
+#: The pipelines of each (a cluster's is non-transactional and split per node).
+SyncPipeline: TypeAlias = "redis.client.Pipeline | redis.cluster.ClusterPipeline"
+AsyncPipeline: TypeAlias = "redis.asyncio.client.Pipeline | redis.asyncio.cluster.ClusterPipeline"
+
 #: Where each cluster client made here came from (URL, options), for clone_async.
-_SOURCES: weakref.WeakKeyDictionary[Any, tuple[str, dict[str, Any]]] = weakref.WeakKeyDictionary()
+_SOURCES: weakref.WeakKeyDictionary[redis.asyncio.RedisCluster, tuple[str, dict[str, Any]]] = (
+    weakref.WeakKeyDictionary())
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SETTING = "METEORSEED_REDIS_URL"
 
@@ -80,7 +96,7 @@ def check_redis_url(url: str) -> None:
         redis.connection.parse_url(url)
 
 
-def async_client(url: str, **kwargs: Any) -> Any:
+def async_client(url: str, **kwargs: Any) -> AsyncRedis:
     """A ``redis.asyncio`` client: ``RedisCluster`` for a cluster URL, else ``Redis``.
 
     ``kwargs`` are redis-py client options (``decode_responses``, ``socket_timeout``, ...).
@@ -97,7 +113,7 @@ def async_client(url: str, **kwargs: Any) -> Any:
     return client
 
 
-def clone_async(client: Any) -> Any:
+def clone_async(client: AsyncRedis) -> AsyncRedis:
     """A new client for the same server(s) and options: an asyncio client belongs to one event
     loop, so a thread with its own loop needs its own."""
     if isinstance(client, redis.asyncio.RedisCluster):
@@ -110,7 +126,7 @@ def clone_async(client: Any) -> Any:
         connection_class=pool.connection_class, **pool.connection_kwargs))
 
 
-def sync_client(url: str, **kwargs: Any) -> Any:
+def sync_client(url: str, **kwargs: Any) -> SyncRedis:
     """A blocking client (the CLI, threads off the reactor): ``RedisCluster`` or ``Redis``."""
     if not is_cluster_url(url):
         return redis.Redis.from_url(url, **kwargs)

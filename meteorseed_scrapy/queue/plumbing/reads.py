@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ResponseError
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis
 
 T = TypeVar("T")
 
@@ -41,7 +44,7 @@ class Batch:
 Plan = Generator[list[Batch], list[list[Any]], T]
 
 
-def run_sync(client: Any, plan: Plan[T]) -> T:
+def run_sync(client: SyncRedis, plan: Plan[T]) -> T:
     try:
         batches = next(plan)
         while True:
@@ -50,7 +53,7 @@ def run_sync(client: Any, plan: Plan[T]) -> T:
         return done.value
 
 
-async def run_async(client: Any, plan: Plan[T]) -> T:
+async def run_async(client: AsyncRedis, plan: Plan[T]) -> T:
     try:
         batches = next(plan)
         while True:
@@ -59,7 +62,7 @@ async def run_async(client: Any, plan: Plan[T]) -> T:
         return done.value
 
 
-def _batch_sync(client: Any, batch: Batch) -> list[Any]:
+def _batch_sync(client: SyncRedis, batch: Batch) -> list[Any]:
     if not batch.calls:
         return []
     if batch.direct:
@@ -76,7 +79,7 @@ def _batch_sync(client: Any, batch: Batch) -> list[Any]:
         return list(pipe.execute(raise_on_error=False))
 
 
-async def _batch_async(client: Any, batch: Batch) -> list[Any]:
+async def _batch_async(client: AsyncRedis, batch: Batch) -> list[Any]:
     if not batch.calls:
         return []
     if batch.direct:

@@ -9,10 +9,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from redis.client import NEVER_DECODE
+from redis.commands.core import AsyncScript, Script
 from redis.exceptions import NoScriptError
+
+if TYPE_CHECKING:
+    from meteorseed_scrapy.queue.plumbing.connection import (
+        AnyRedis,
+        AsyncPipeline,
+        AsyncRedis,
+        SyncPipeline,
+        SyncRedis,
+    )
+
+#: A registered script of either kind (its ``sha`` and ``script`` are what a caller reads).
+AnyScript = Script | AsyncScript
+P = TypeVar("P", bound="SyncPipeline | AsyncPipeline", covariant=True)
 
 _INCLUDE = "--#include "
 
@@ -29,13 +43,19 @@ def script_source(name: str) -> str:
     )
 
 
-def register(redis: Any, name: str) -> Any:
+@overload
+def register(redis: SyncRedis, name: str) -> Script: ...
+@overload
+def register(redis: AsyncRedis, name: str) -> AsyncScript: ...
+@overload
+def register(redis: AnyRedis, name: str) -> AnyScript: ...
+def register(redis: AnyRedis, name: str) -> AnyScript:
     """A callable ``script(keys=[...], args=[...])`` bound to ``redis`` (sync or asyncio client)."""
     return redis.register_script(script_source(name))
 
 
-async def call_as_bytes(redis: Any, script: Any, keys: Sequence[Any], args: Sequence[Any]
-                        ) -> Any:
+async def call_as_bytes(redis: AsyncRedis, script: AsyncScript, keys: Sequence[Any],
+                        args: Sequence[Any]) -> Any:
     """Run ``script`` (a registered one) on an asyncio client with its reply left as bytes,
     whatever the client decodes (a value that is not UTF-8 would fail the whole reply)."""
     command = ("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -47,7 +67,7 @@ async def call_as_bytes(redis: Any, script: Any, keys: Sequence[Any], args: Sequ
                                            **{NEVER_DECODE: []})
 
 
-class ScriptPipeline:
+class ScriptPipeline(Generic[P]):
     """Script calls (and any other commands) in one redis-py pipeline, sent in one round trip.
 
     redis-py's own way, ``script(keys, args, client=pipe)``, makes ``execute()`` ask SCRIPT
@@ -57,15 +77,16 @@ class ScriptPipeline:
     again on its own, after the pipeline, so the calls still run in order.
     """
 
-    def __init__(self, pipe: Any) -> None:
+    def __init__(self, pipe: P) -> None:
         self.pipe = pipe
-        self._calls: dict[int, tuple[Any, Sequence[Any], Sequence[Any]]] = {}
+        self._calls: dict[int, tuple[AnyScript, Sequence[Any], Sequence[Any]]] = {}
 
-    def call(self, script: Any, keys: Sequence[Any], args: Sequence[Any]) -> None:
+    def call(self, script: AnyScript, keys: Sequence[Any], args: Sequence[Any]) -> None:
         self._calls[len(self.pipe)] = (script, keys, args)
         self.pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
-    def _rerun(self, replies: list[Any]) -> list[tuple[int, Any]]:
+    def _rerun(self, replies: list[Any]
+               ) -> list[tuple[int, tuple[AnyScript, Sequence[Any], Sequence[Any]]]]:
         """The script calls to run again (NOSCRIPT); raises the first other error, as
         ``execute()`` does."""
         again = []
@@ -76,14 +97,14 @@ class ScriptPipeline:
                 raise reply
         return again
 
-    async def execute(self) -> list[Any]:
+    async def execute(self: ScriptPipeline[AsyncPipeline]) -> list[Any]:
         """The replies, in order (an asyncio pipeline)."""
         replies = list(await self.pipe.execute(raise_on_error=False))
         for i, (script, keys, args) in self._rerun(replies):
             replies[i] = await script(keys=keys, args=args)
         return replies
 
-    def execute_sync(self) -> list[Any]:
+    def execute_sync(self: ScriptPipeline[SyncPipeline]) -> list[Any]:
         """:meth:`execute` of a blocking pipeline."""
         replies = list(self.pipe.execute(raise_on_error=False))
         for i, (script, keys, args) in self._rerun(replies):
@@ -95,11 +116,11 @@ class Scripts:
     """The scripts of one client, each registered at its first use: an object that holds a
     client can build this in its constructor without reading any file."""
 
-    def __init__(self, redis: Any) -> None:
+    def __init__(self, redis: AsyncRedis) -> None:
         self._redis = redis
-        self._registered: dict[str, Any] = {}
+        self._registered: dict[str, AsyncScript] = {}
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> AsyncScript:
         script = self._registered.get(name)
         if script is None:
             script = self._registered[name] = register(self._redis, name)
