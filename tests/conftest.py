@@ -45,7 +45,7 @@ SLOW_FILES_FIRST = (
     "test_scrapy_commands.py", "test_e2e_scrapyd.py", "test_redis_watch.py",
     "test_e2e_failures.py", "test_e2e_spider_sets.py", "test_e2e_adaptive.py",
     "test_redis_watchdog.py", "test_seeder.py", "test_cluster_shards.py",
-    "test_redirect_loop.py", "test_sites.py", "test_flushall.py", "test_reparse_e2e.py",
+    "test_redirect_loop.py", "test_sites.py", "test_reparse_e2e.py",
     "test_render.py", "test_sites_e2e.py", "test_settings_resolution.py",
     "test_fingerprinter.py", "test_liveness.py", "test_address_policy.py", "test_pump.py",
     "test_items_feed.py",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,27 @@ def start_worker(tmp_path: Path, redis_url: str, namespace: str, *, name: str = 
     proc = subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     return Worker(name, proc, log_path, stats_path)
+
+
+@contextlib.contextmanager
+def running(cmd: Sequence[str], **popen: Any) -> Iterator[subprocess.Popen[str]]:
+    """``cmd`` running, its stdout and stderr piped as text; killed if still running at the
+    block's end (a test that failed before it stopped it)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            **popen)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def terminate(proc: subprocess.Popen[str], timeout: float = 30) -> str:
+    """SIGTERM ``proc`` and wait for it to exit; its stderr."""
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=timeout)
+    return err
 
 
 def add_tasks(redis_url: str, namespace: str, tasks: list[ExecTask], *, dedup: bool = True

@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.openapi import build_spec
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.polling import wait_for
+from tests.e2e_helpers import running, terminate
 
 TOKEN = "s3cret-token"
 ROOT = Path(__file__).resolve().parents[1]
@@ -696,11 +696,8 @@ def test_serve_command_serves_and_stops_on_sigterm(redis_url: str, namespace: st
                                                   sync_redis: redis.Redis) -> None:
     port = _free_port()
     env = {**os.environ, "METEORSEED_API_TOKEN": TOKEN}
-    proc = subprocess.Popen(_serve_cmd("--redis-url", redis_url, "--namespace", namespace,
-                                       "--port", str(port)),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT)
-    try:
+    with running(_serve_cmd("--redis-url", redis_url, "--namespace", namespace,
+                            "--port", str(port)), env=env, cwd=ROOT) as proc:
         client = Client(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 60
         while True:
@@ -718,12 +715,7 @@ def test_serve_command_serves_and_stops_on_sigterm(redis_url: str, namespace: st
             "payload": {"template": "https://news.example/l/{n}",
                         "params": {"n": {"start": 1, "stop": 1_000_000}}}})
         assert status == 202 and body["seeds"][0]["state"] == "expanding"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        err = terminate(proc)
     assert proc.returncode == 0, err
     assert "Traceback" not in err and "Task was destroyed" not in err
     # The interrupted seed is handed back to the seeders: due now, not leased for minutes.

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +23,9 @@ from meteorseed_scrapy.queue.fleet.snapshot import ConsumerStatus, QueueStatus, 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
+from tests.console_browser import console_page, log_in, needs_chromium, unexpected
 from tests.test_api import Client
 
-CHROMIUM = "/usr/bin/chromium"
 TOKEN = "charts-token"
 SITES = ("shop", "news", "x<img src=x onerror=alert(1)>")  # a site id is text, never markup
 
@@ -174,73 +173,62 @@ def _delayed(sync_redis: redis.Redis, keys: KeyLayout) -> None:
 
 
 async def _browse(base: str, shots: Path) -> dict[str, Any]:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     seen: dict[str, Any] = {"console_errors": [], "shots": []}
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                           args=["--no-sandbox"])
-        try:
-            page = await browser.new_page(viewport={"width": 1280, "height": 1400})
-            page.on("console", lambda m: m.type == "error" and seen["console_errors"].append(
-                m.text))
-            await page.goto(f"{base}/console/")
-            await expect(page.locator("#login")).to_be_visible()
-            await expect(page.locator("#nav")).to_be_hidden()
-            await page.fill("#token", "wrong")
-            await page.click("#login-form button[type=submit]")
-            await expect(page.locator("#flash")).to_contain_text("Token refused")
-            await expect(page.locator("#nav")).to_be_hidden()
-            await page.fill("#token", TOKEN)
-            await page.click("#login-form button[type=submit]")
-            await expect(page.locator("#nav")).to_be_visible()
-            note = page.locator("[data-testid=added-note]")
-            await expect(note).to_have_text(
-                re.compile(r"^(needs two samples in the last minute|over [\d.]+ s)$"))
-            await expect(note).to_contain_text("over")  # the second refresh has a rate
+    async with console_page(base, errors=seen["console_errors"],
+                            viewport={"width": 1280, "height": 1400}) as page:
+        await expect(page.locator("#login")).to_be_visible()
+        await expect(page.locator("#nav")).to_be_hidden()
+        await log_in(page, "wrong")
+        await expect(page.locator("#flash")).to_contain_text("Token refused")
+        await expect(page.locator("#nav")).to_be_hidden()
+        await log_in(page, TOKEN)
+        await expect(page.locator("#nav")).to_be_visible()
+        note = page.locator("[data-testid=added-note]")
+        await expect(note).to_have_text(
+            re.compile(r"^(needs two samples in the last minute|over [\d.]+ s)$"))
+        await expect(note).to_contain_text("over")  # the second refresh has a rate
 
-            for chart, series in (("queue", 3), ("throughput", 2), ("sites", 3),
-                                  ("errors", 1), ("latency", 1)):
-                await expect(page.locator(f"#chart-{chart} path.series")).to_have_count(series)
-            await expect(page.locator("#chart-sites .legend")).to_contain_text("shop")
-            await expect(page.locator("#chart-sites .legend")).to_contain_text(SITES[2])
-            seen["img_tags"] = await page.locator("img").count()
-            await expect(page.locator("#overview-delayed")).to_contain_text("news")
-            await expect(page.locator("#overview-delayed")).to_contain_text("retry 1")
-            await expect(page.locator("#overview-consumers-gone")).to_contain_text("worker-a")
-            await expect(page.locator("#overview-consumers")).to_contain_text("worker-b")
-            seen["paths"] = await page.locator("#chart-queue path.series").evaluate_all(
-                "ps => ps.map(p => p.getAttribute('d'))")
-            path = shots / "console-overview.png"
-            await page.screenshot(path=str(path), full_page=True)
-            seen["shots"].append(path)
+        for chart, series in (("queue", 3), ("throughput", 2), ("sites", 3),
+                              ("errors", 1), ("latency", 1)):
+            await expect(page.locator(f"#chart-{chart} path.series")).to_have_count(series)
+        await expect(page.locator("#chart-sites .legend")).to_contain_text("shop")
+        await expect(page.locator("#chart-sites .legend")).to_contain_text(SITES[2])
+        seen["img_tags"] = await page.locator("img").count()
+        await expect(page.locator("#overview-delayed")).to_contain_text("news")
+        await expect(page.locator("#overview-delayed")).to_contain_text("retry 1")
+        await expect(page.locator("#overview-consumers-gone")).to_contain_text("worker-a")
+        await expect(page.locator("#overview-consumers")).to_contain_text("worker-b")
+        seen["paths"] = await page.locator("#chart-queue path.series").evaluate_all(
+            "ps => ps.map(p => p.getAttribute('d'))")
+        path = shots / "console-overview.png"
+        await page.screenshot(path=str(path), full_page=True)
+        seen["shots"].append(path)
 
-            await page.set_viewport_size({"width": 800, "height": 1400})
-            await expect(page.locator("#overview-seeds table")).to_be_visible()
-            seen["overflow_800"] = await page.evaluate(
-                "document.documentElement.scrollWidth - window.innerWidth")
-            # The Seeds table fits its box (no column hidden behind a scroll bar).
-            seen["seeds_hidden_800"] = await page.locator("#overview-seeds").evaluate(
-                "box => box.scrollWidth - box.clientWidth")
-            path = shots / "console-overview-800.png"
-            await page.screenshot(path=str(path), full_page=True)
-            seen["shots"].append(path)
+        await page.set_viewport_size({"width": 800, "height": 1400})
+        await expect(page.locator("#overview-seeds table")).to_be_visible()
+        seen["overflow_800"] = await page.evaluate(
+            "document.documentElement.scrollWidth - window.innerWidth")
+        # The Seeds table fits its box (no column hidden behind a scroll bar).
+        seen["seeds_hidden_800"] = await page.locator("#overview-seeds").evaluate(
+            "box => box.scrollWidth - box.clientWidth")
+        path = shots / "console-overview-800.png"
+        await page.screenshot(path=str(path), full_page=True)
+        seen["shots"].append(path)
 
-            await page.click("nav a[data-page=dead]")
-            row = page.locator("#dead-table tbody tr").first
-            await expect(row).to_contain_text("HTTP 500 after 2 retries")
-            seen["dead_headers"] = await page.locator("#dead-table th").all_inner_texts()
-            seen["dead_cells"] = await row.locator("td").all_inner_texts()
-            path = shots / "console-dead-800.png"
-            await page.screenshot(path=str(path), full_page=True)
-            seen["shots"].append(path)
-        finally:
-            await browser.close()
+        await page.click("nav a[data-page=dead]")
+        row = page.locator("#dead-table tbody tr").first
+        await expect(row).to_contain_text("HTTP 500 after 2 retries")
+        seen["dead_headers"] = await page.locator("#dead-table th").all_inner_texts()
+        seen["dead_cells"] = await row.locator("td").all_inner_texts()
+        path = shots / "console-dead-800.png"
+        await page.screenshot(path=str(path), full_page=True)
+        seen["shots"].append(path)
     return seen
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                    reason=f"{CHROMIUM} is absent (headless Chromium for Playwright)")
+@needs_chromium
 def test_console_charts_in_chromium(server: ServerThread, sync_redis: redis.Redis,
                                     namespace: str, tmp_path: Path) -> None:
     keys = KeyLayout(namespace)
@@ -250,7 +238,7 @@ def test_console_charts_in_chromium(server: ServerThread, sync_redis: redis.Redi
     seen = asyncio.run(_browse(server.url, tmp_path))
     for shot in seen["shots"]:
         print(f"screenshot: {shot}")
-    assert [e for e in seen["console_errors"] if "401" not in e] == []
+    assert unexpected(seen["console_errors"]) == []
     assert seen["img_tags"] == 0
     assert all(d.startswith("M") and "L" in d for d in seen["paths"]), seen["paths"]
     assert seen["overflow_800"] <= 0

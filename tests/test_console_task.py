@@ -18,8 +18,8 @@ from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
+from tests.console_browser import console_page, log_in, needs_chromium
 
-CHROMIUM = "/usr/bin/chromium"
 TOKEN = "console-token"
 STATIC = resources.files("meteorseed_scrapy").joinpath("console/static")
 
@@ -43,45 +43,35 @@ def server(redis_url: str, namespace: str) -> Iterator[ServerThread]:
 
 
 async def _lookups(base: str, task: ExecTask) -> dict[str, Any]:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     seen: dict[str, Any] = {"dialogs": []}
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                           args=["--no-sandbox"])
-        try:
-            page = await browser.new_page()
-            page.on("dialog", lambda d: seen["dialogs"].append(d.message))
-            await page.goto(f"{base}/console/")
-            await page.fill("#token", TOKEN)
-            await page.click("#login-form button[type=submit]")
-            await page.click("nav a[data-page=task]")
-            await page.fill("#task-query", task.task_id)
-            await page.click("#task-form button[type=submit]")
-            await expect(page.locator("[data-testid=task-summary]")).to_have_text(
-                "State: waiting")
-            await expect(page.locator("#task-places td.url").last).to_have_text(task.url)
-            await expect(page.locator("#task-searched")).to_contain_text("every one in full")
+    async with console_page(base, dialogs=seen["dialogs"]) as page:
+        await log_in(page, TOKEN)
+        await page.click("nav a[data-page=task]")
+        await page.fill("#task-query", task.task_id)
+        await page.click("#task-form button[type=submit]")
+        await expect(page.locator("[data-testid=task-summary]")).to_have_text(
+            "State: waiting")
+        await expect(page.locator("#task-places td.url").last).to_have_text(task.url)
+        await expect(page.locator("#task-searched")).to_contain_text("every one in full")
 
-            await page.fill("#task-query", task.url)
-            await page.fill("#task-site", task.site_id)
-            await page.click("#task-form button[type=submit]")
-            await expect(page.locator("#task-detail")).to_contain_text(task.task_id)
+        await page.fill("#task-query", task.url)
+        await page.fill("#task-site", task.site_id)
+        await page.click("#task-form button[type=submit]")
+        await expect(page.locator("#task-detail")).to_contain_text(task.task_id)
 
-            await page.fill("#task-query", "ftp://nope.example/")
-            await page.click("#task-form button[type=submit]")
-            await expect(page.locator("#flash")).to_contain_text("query.url")
-            await expect(page.locator("#task-places")).to_be_empty()  # no stale answer
-            seen["img_tags"] = await page.locator("img").count()
-            await page.screenshot(path=os.environ.get("METEORSEED_SCREENSHOTS", "/tmp")
-                                  + "/console-task.png")
-        finally:
-            await browser.close()
+        await page.fill("#task-query", "ftp://nope.example/")
+        await page.click("#task-form button[type=submit]")
+        await expect(page.locator("#flash")).to_contain_text("query.url")
+        await expect(page.locator("#task-places")).to_be_empty()  # no stale answer
+        seen["img_tags"] = await page.locator("img").count()
+        await page.screenshot(path=os.environ.get("METEORSEED_SCREENSHOTS", "/tmp")
+                              + "/console-task.png")
     return seen
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM),
-                    reason=f"{CHROMIUM} is absent (headless Chromium for Playwright)")
+@needs_chromium
 def test_find_a_task_by_id_and_url(server: ServerThread, sync_redis: redis.Redis,
                                    namespace: str) -> None:
     task = ExecTask.create(seed_id="s", site_id="news",

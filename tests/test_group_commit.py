@@ -83,6 +83,14 @@ async def until_writing(store: FakeStore) -> None:
     await asyncio.get_running_loop().run_in_executor(None, store.writing.wait, 30)
 
 
+async def one_then_close(commits: GroupCommitter) -> BaseException | None:
+    """Submit one document, then close: its outcome."""
+    try:
+        return await commits.submit(doc("a"))
+    finally:
+        await commits.close()
+
+
 async def behind_a_held_write(commits: GroupCommitter, store: FakeStore,
                               names: list[str]) -> list[BaseException | None]:
     """Submit the first document; the rest while its write is held (``store.gate``); then
@@ -103,13 +111,7 @@ def test_an_idle_store_writes_at_once_in_its_own_thread() -> None:
     store = FakeStore()
     commits, stats = committer(store)
 
-    async def main() -> BaseException | None:
-        try:
-            return await commits.submit(doc("a"))
-        finally:
-            await commits.close()
-
-    assert asyncio.run(main()) is None
+    assert asyncio.run(one_then_close(commits)) is None
     assert store.batches == [["s:a"]]
     assert store.closed
     assert len(store.threads) == 1 and next(iter(store.threads)).startswith("meteorseed-store")
@@ -163,13 +165,7 @@ def test_an_outage_is_retried_until_the_store_is_back() -> None:
     store = FakeStore(outages=2)
     commits, stats = committer(store)
 
-    async def main() -> BaseException | None:
-        try:
-            return await commits.submit(doc("a"))
-        finally:
-            await commits.close()
-
-    assert asyncio.run(main()) is None
+    assert asyncio.run(one_then_close(commits)) is None
     assert store.batches == [["s:a"]]
     assert stats.values["meteorseed/store/retries"] == 2
     assert "meteorseed/store/failed" not in stats.values

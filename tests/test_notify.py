@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.polling import wait_for, wait_until
+from tests.e2e_helpers import running, terminate
 from tests.test_api import TOKEN, Client, url_list
 
 SECRET = "webhook-secret"
@@ -363,17 +363,10 @@ def test_the_notify_command_delivers_until_sigterm(redis_url: str, namespace: st
                              check=False)
     assert refused.returncode == 2 and "METEORSEED_NOTIFY_SECRET is not set" in refused.stderr
     env.update(METEORSEED_NOTIFY_SECRET=SECRET, METEORSEED_NOTIFY_PRIVATE_ADDRESSES="true")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
+    with running(cmd, env=env) as proc:
         finished(sync_redis, namespace, "s1")
         wait_for(lambda: receiver.calls, 60)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        err = terminate(proc)
     assert proc.returncode == 0, err
     [(headers, raw, _)] = receiver.calls
     assert webhook.verify(SECRET.encode(), headers[webhook.TIMESTAMP_HEADER], raw,

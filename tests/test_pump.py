@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -126,7 +126,8 @@ class Rig:
 
 @contextlib.asynccontextmanager
 async def pump_on(redis_url: str, namespace: str, writer: type[TaskWriter] = TaskWriter,
-                  **settings: Any) -> AsyncIterator[Rig]:
+                  clock: Callable[[], float] = time.monotonic, **settings: Any
+                  ) -> AsyncIterator[Rig]:
     crawler = get_crawler(ShopSpider, settings_dict={
         "METEORSEED_REDIS_URL": redis_url, "METEORSEED_NAMESPACE": namespace,
         "METEORSEED_CONSUMER": "w1", "METEORSEED_POLITENESS": False,
@@ -152,7 +153,7 @@ async def pump_on(redis_url: str, namespace: str, writer: type[TaskWriter] = Tas
                           sizes=WorkSizes.from_settings(crawler.settings),
                           politeness=crawler.settings.getbool("METEORSEED_POLITENESS"),
                           on_change=lambda: rig.woken.append(True),
-                          on_new_urls=rig.new_urls.update)
+                          on_new_urls=rig.new_urls.update, clock=clock)
     crawler.signals.connect(rig.on_settled, task_settled)
     rig.pump.start()
     try:
@@ -468,6 +469,36 @@ def test_quiet_for_starts_once_nothing_is_left_anywhere(redis_url: str, namespac
         assert rig.stats.get_value("meteorseed/acked") == 1
 
     run(redis_url, namespace, body, METEORSEED_IDLE_CLOSE=1)
+
+
+def test_the_quiet_clock_starts_at_the_last_ack_and_idle_close_counts_from_there(
+    redis_url: str, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [100.0]  # the pump's clock: moved only here
+
+    async def main() -> None:
+        async with pump_on(redis_url, namespace, clock=lambda: now[0],
+                           METEORSEED_IDLE_CLOSE=2) as rig:
+            await rig.enqueue(make_task(1))
+            request = await rig.take()
+            complete = rig.consumer.complete
+
+            async def acked(*args: Any, **kwargs: Any) -> None:
+                await complete(*args, **kwargs)
+                now[0] = 200.0  # the ack is through
+                # Any later reading (the look that finds the namespace quiet) sees 300.
+                asyncio.get_running_loop().call_soon(now.__setitem__, 0, 300.0)
+
+            monkeypatch.setattr(rig.consumer, "complete", acked)
+            rig.pump.scrape_started(request)
+            rig.pump.finished(request, ok(request))
+            await wait_until(lambda: rig.pump.quiet_for() is not None)
+            assert rig.stats.get_value("meteorseed/acked") == 1
+            assert rig.pump.quiet_for() == 100.0  # quiet since the ack, not since the look
+            now[0] = 201.5
+            assert rig.pump.quiet_for() == 1.5  # < IDLE_CLOSE: the spider stays open
+
+    asyncio.run(main())
 
 
 # -- what arrives from the stream is not trusted -----------------------------------------------

@@ -189,8 +189,10 @@ def test_a_worker_stops_when_redis_is_switched_to_evict_any_key(
     assert eviction_config.xlen(keys.dead) == 0
 
 
-def test_a_stream_deleted_under_a_worker_is_reported_as_lost_tasks_not_a_take_over(
-    tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis, demo_site: DemoSite,
+@pytest.mark.parametrize("deleted", ["stream", "namespace"])
+def test_a_stream_or_every_key_deleted_under_a_worker_is_lost_tasks_not_a_take_over(
+    deleted: str, tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+    demo_site: DemoSite,
 ) -> None:
     keys = KeyLayout(namespace)
     sync_redis.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
@@ -198,7 +200,11 @@ def test_a_stream_deleted_under_a_worker_is_reported_as_lost_tasks_not_a_take_ov
     worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_IDLE_CLOSE=0)
     # Each of them downloading (a slow page) or read and waiting: pending on the worker.
     wait_for(lambda: sync_redis.xpending(keys.stream, keys.group)["pending"] == 4, 60)
-    sync_redis.delete(keys.stream)  # e.g. evicted, or a Redis restarted without persistence
+    if deleted == "stream":  # e.g. evicted, or a Redis restarted without persistence
+        sync_redis.delete(keys.stream)
+    else:  # FLUSHALL as far as this namespace goes (the shared test Redis holds other
+        # tests' keys): streams, the group, the live-worker registry, heartbeats, dedup sets.
+        sync_redis.delete(*sync_redis.scan_iter(f"{namespace}:*"))
     try:
         wait_for(lambda: "Redis lost" in worker.log() and sync_redis.exists(keys.stream), 60, 0.05)
     except AssertionError:

@@ -9,7 +9,6 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +31,7 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.cluster import LocalCluster
-from tests.console_browser import logged_in_console
+from tests.console_browser import logged_in_console, needs_chromium, unexpected
 from tests.test_api import TOKEN, Client, url_list
 from tests.test_seed_control import URLS, cli
 
@@ -273,7 +272,7 @@ def test_cancel_pages_on_a_cluster(cluster: LocalCluster, ns: str,
         client.close()
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="/usr/bin/chromium is absent")
+@needs_chromium
 def test_the_console_seed_tables_say_paused(redis_url: str, namespace: str) -> None:
     async def flow(base: str) -> list[str]:
         from playwright.async_api import expect
@@ -292,5 +291,4 @@ def test_the_console_seed_tables_say_paused(redis_url: str, namespace: str) -> N
                 seed, [f"{u}/{seed}" for u in URLS]))
             assert status == 202, body
         assert client.call("POST", "/seeds/p1/pause")[0] == 200
-        # (the page's first call has no token: its 401 is no error)
-        assert [e for e in asyncio.run(flow(srv.url)) if "401" not in e] == []
+        assert unexpected(asyncio.run(flow(srv.url))) == []

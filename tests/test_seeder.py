@@ -9,7 +9,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 from meteorseed_scrapy.testing.polling import wait_for, wait_until
 from meteorseed_scrapy.testing.redis_server import RedisServer
+from tests.e2e_helpers import running, terminate
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -399,19 +399,12 @@ def test_watch_process_runs_due_seeds_until_sigterm(
                "--namespace", namespace]
     env = {k: v for k, v in os.environ.items() if not k.startswith("METEORSEED_")}
     env["METEORSEED_FETCH_PRIVATE_ADDRESSES"] = "true"  # (the sitemap site is on loopback)
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
+    with running(cmd, cwd=tmp_path, env=env) as proc:
         wait_for(lambda: _registry_runs(sync_redis, namespace, "map") >= 2
                   and _registry_runs(sync_redis, namespace, "list") >= 2)
         site.set_urls("/sitemap.xml", 5)  # two new items appear
         wait_for(lambda: len(set(stream_urls(sync_redis, namespace))) == 6)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        err = terminate(proc)
     assert proc.returncode == 0, err
     urls = stream_urls(sync_redis, namespace)
     assert urls.count("https://news.example/latest") >= 2  # expanded on every run

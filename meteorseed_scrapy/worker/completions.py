@@ -73,6 +73,8 @@ class Completions:
         self._completing: set[asyncio.Future[None]] = set()  # completion pipelines in flight
         self._starting = False  # one is about to start: it takes what is queued by then
         self._complete_error: BaseException | None = None  # raised by the next flush
+        #: Told each time a task's fate is written (an ack, a dead letter): the idle check.
+        self.on_written: Callable[[], None] | None = None
 
     # -- queueing ------------------------------------------------------------------------------
     def child(self, task: ExecTask, parent: Scrape | None, dedup: bool) -> None:
@@ -149,6 +151,16 @@ class Completions:
         """Anything queued, being written, or on the wire."""
         return self.pending() or self._flushing or bool(self._completing) or bool(self.history)
 
+    def unsettled(self) -> bool:
+        """A task's write still queued or on the wire (each stays queued until written, an
+        ack until its pipeline is through); not a history record: those wait to be batched,
+        and the worker writes them when it stops."""
+        return self._writes() or bool(self._completing)
+
+    def _told(self) -> None:
+        if self.on_written is not None:
+            self.on_written()
+
     # -- flush ---------------------------------------------------------------------------------
     async def flush_once(self) -> None:
         self._raise_complete_error()  # a pipeline sent earlier failed: back off first
@@ -169,6 +181,7 @@ class Completions:
                         fp = self.writer.fingerprint(delivery.task).hex()
                 dead_id = await self.consumer.dead_letter(delivery, reason, fp)
                 self.dead.pop(0)
+                self._told()
                 task = delivery.task
                 extra = {"task_id": task and task.task_id, "seed_id": task and task.seed_id}
                 if not dead_id:
@@ -272,6 +285,7 @@ class Completions:
         now = time.monotonic()
         self.latencies_ms.extend((now - a[1]) * 1000 for a in batch if a[1])
         self.stats.inc_value("meteorseed/acked", len(batch))
+        self._told()
         fed = sum(len(a[3].feed) for a in batch if a[3] is not None)
         if fed:
             self.stats.inc_value("meteorseed/items_feed/entries", fed)

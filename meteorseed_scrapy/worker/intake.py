@@ -1,6 +1,7 @@
 """How tasks come in: the read loop (XREADGROUP into the worker's buffer, sized by free
 capacity) and the maintain loop (the keep-alive thread's snapshot of our tasks, take-over of
-dead workers' tasks, promotion of due deferred tasks, the namespace-quiet check)."""
+dead workers' tasks, promotion of due deferred tasks) and, for a batch worker, the idle loop
+(the namespace-quiet check)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from meteorseed_scrapy.queue.consume.acks import TaskRecords
@@ -57,7 +58,7 @@ class Holder(Protocol):
 class Intake:
     def __init__(self, consumer: StreamConsumer, delayed: DelayedSet, completions: Completions,
                  config: WorkerConfig, stats: StatsCollector, holder: Holder, read_batch: int,
-                 keepalive: KeepAlive) -> None:
+                 keepalive: KeepAlive, clock: Callable[[], float] = time.monotonic) -> None:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)
         self.group = consumer.membership()
@@ -71,7 +72,10 @@ class Intake:
         self.read_batch = read_batch
         self.keepalive = keepalive  # touches held tasks from its own thread
         self.room = asyncio.Event()  # capacity came free: the read loop may fetch more
+        self.clock = clock  # (monotonic) of the quiet clock
         self.quiet_since: float | None = None  # since when nothing is left in the namespace
+        self.recheck = asyncio.Event()  # a task's fate was written here: look again at once
+        self._written_at: float | None = None  # when, unless a check looked since
         # When the maintain loop next reclaims, promotes due tasks (monotonic).
         self._next_reclaim = self._next_promote = 0.0
         # The last reclaim took all it asked for: more may wait, and the read loop takes them
@@ -120,6 +124,7 @@ class Intake:
         return self.reads_started, self.reads_done
 
     async def accept(self, deliveries: Sequence[Delivery]) -> None:
+        self.quiet_since = None  # tasks came: not quiet (whenever the idle loop looks next)
         redelivered = [d for d in deliveries if d.task is not None and d.deliveries > 1]
         records = await self.task_records.completion_records(
             [d.task for d in redelivered if d.task is not None]
@@ -214,11 +219,38 @@ class Intake:
         if now >= self._next_promote:
             next_due = await self.delayed.promote()
             self._next_promote = now + (min(next_due, 1.0) if next_due >= 0 else 1.0)
-        if self.config.idle_close:
-            quiet = self.holder.locally_quiet() and await self.group.namespace_quiet()
-            if not quiet:
-                self.quiet_since = None
-            elif self.quiet_since is None:
-                self.quiet_since = time.monotonic()
-            self.holder.changed()
         await asyncio.sleep(tick)
+
+    # -- idle (METEORSEED_IDLE_CLOSE) --------------------------------------------------------
+    def written(self) -> None:
+        """A task's fate was written here (ack, dead letter): something was left until now."""
+        self._written_at = self.clock()
+        self.quiet_since = None
+        self.recheck.set()
+
+    def quiet_for(self) -> float | None:
+        since = self.quiet_since
+        return None if since is None else self.clock() - since
+
+    async def idle_once(self) -> None:
+        """Look whether anything is left, here or in the namespace; then wait for a write of
+        ours, a tick, or the moment the quiet has lasted IDLE_CLOSE (the engine is woken after
+        each quiet look: the scheduler's idle check decides)."""
+        self.recheck.clear()
+        written_at, self._written_at = self._written_at, None
+        quiet = self.holder.locally_quiet() and await self.group.namespace_quiet()
+        if not quiet or self._written_at is not None:  # (written meanwhile: look again)
+            self.quiet_since = None
+        elif self.quiet_since is None:
+            # From our last write when it woke this look (nothing was left once it was
+            # through; another worker's ack in the milliseconds between counts from it too),
+            # else from now: another worker's last task ended since the last look.
+            self.quiet_since = written_at if written_at is not None else self.clock()
+        wait = self._tick()
+        if self.quiet_since is not None:
+            self.holder.changed()
+            left = self.quiet_since + self.config.idle_close - self.clock()
+            if left > 0:
+                wait = min(wait, left)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.recheck.wait(), wait)

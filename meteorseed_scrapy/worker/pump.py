@@ -65,7 +65,8 @@ class StreamPump:
                  delayed: DelayedSet, breaker: Breaker,
                  limits_for: Callable[[str], SiteLimits], sizes: WorkSizes, politeness: bool,
                  on_change: Callable[[], None],
-                 on_new_urls: Callable[[Iterable[str]], None]) -> None:
+                 on_new_urls: Callable[[Iterable[str]], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._stats = crawler.stats
         self._signals = crawler.signals
         self._settings = crawler.settings
@@ -97,7 +98,7 @@ class StreamPump:
         self._loops.on_refused = self._watch.refused
         self._keepalive = KeepAlive(consumer, config.redis_url, config.claim_idle)
         self._intake = Intake(consumer, delayed, self._completions, config, self._stats, self,
-                              sizes.read_batch, self._keepalive)
+                              sizes.read_batch, self._keepalive, clock)
         self._pacing = StartPacing(crawler.engine, self._intake.reads, self._full)
         self._coming = ComingTasks()  # this worker's new tasks on their way through the stream
         self._yielded = YieldedRequests(crawler, spider, self._ledger, self._completions,
@@ -115,6 +116,9 @@ class StreamPump:
         self._yielded.dupes.open()
         loops.start(self._intake.read_once, "read")
         loops.start(self._intake.maintain_once, "reclaim")
+        if self._config.idle_close:
+            self._completions.on_written = self._intake.written
+            loops.start(self._intake.idle_once, "idle check")
         loops.start(self._watch.step, "eviction watch")
         loops.start(self._seed_holds.step, "seed holds")
         loops.start(self._completions.flush_once, "ack", self._completions.needed,
@@ -157,8 +161,7 @@ class StreamPump:
     def quiet_for(self) -> float | None:
         """Seconds since nothing was left to do here and in the namespace (None: busy; only
         watched with ``METEORSEED_IDLE_CLOSE``)."""
-        since = self._intake.quiet_since
-        return None if since is None else time.monotonic() - since
+        return self._intake.quiet_for()
 
     def next_request(self) -> Request | None:
         """The request to download now, holding a permit of its site (None: nothing may go)."""
@@ -275,7 +278,7 @@ class StreamPump:
         self._ledger.forget_msg(ref)
 
     def locally_quiet(self) -> bool:
-        return not (self._buffer or len(self._ledger) or self._completions.busy())
+        return not (self._buffer or len(self._ledger) or self._completions.unsettled())
 
     def changed(self) -> None:
         self._on_change()
