@@ -74,7 +74,7 @@ class Completions:
         self._starting = False  # one is about to start: it takes what is queued by then
         self._complete_error: BaseException | None = None  # raised by the next flush
         #: Told each time a task's fate is written (an ack, a dead letter): the idle check.
-        self.on_written: Callable[[], None] | None = None
+        self.on_written: Callable[[], None] = lambda: None
 
     # -- queueing ------------------------------------------------------------------------------
     def child(self, task: ExecTask, parent: Scrape | None, dedup: bool) -> None:
@@ -89,7 +89,7 @@ class Completions:
 
     def ack_committed(self, delivery: Delivery) -> None:
         """A redelivered task whose completion record exists: ack it without a refetch."""
-        self.acks.append((delivery.ref, 0.0, _settle_of(delivery.task), None))
+        self.acks.append((delivery.ref, 0.0, Settle.of(delivery.task), None))
         self.needed.set()
 
     def parked(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER
@@ -130,7 +130,7 @@ class Completions:
         """``entry``'s first delivery, the one its fate is written for; the others (the same
         task delivered again while it was held) are only acked."""
         first, *again = entry.deliveries
-        self.acks.extend((d.ref, 0.0, _settle_of(entry.task), None) for d in again)
+        self.acks.extend((d.ref, 0.0, Settle.of(entry.task), None) for d in again)
         return first
 
     # -- state ---------------------------------------------------------------------------------
@@ -149,17 +149,13 @@ class Completions:
 
     def busy(self) -> bool:
         """Anything queued, being written, or on the wire."""
-        return self.pending() or self._flushing or bool(self._completing) or bool(self.history)
+        return self.unsettled() or self._flushing or bool(self.history)
 
     def unsettled(self) -> bool:
         """A task's write still queued or on the wire (each stays queued until written, an
         ack until its pipeline is through); not a history record: those wait to be batched,
         and the worker writes them when it stops."""
         return self._writes() or bool(self._completing)
-
-    def _told(self) -> None:
-        if self.on_written is not None:
-            self.on_written()
 
     # -- flush ---------------------------------------------------------------------------------
     async def flush_once(self) -> None:
@@ -181,25 +177,23 @@ class Completions:
                         fp = self.writer.fingerprint(delivery.task).hex()
                 dead_id = await self.consumer.dead_letter(delivery, reason, fp)
                 self.dead.pop(0)
-                self._told()
+                self.on_written()
                 task = delivery.task
+                url = task.url if task else "undecodable"
                 extra = {"task_id": task and task.task_id, "seed_id": task and task.seed_id}
                 if not dead_id:
                     # Reclaimed by another worker meanwhile (normal in a fleet): its to settle.
                     self.stats.inc_value("meteorseed/dead/refused")
                     logger.info("Task %s (message %s, %s) was taken over by another worker: "
                                 "not dead-lettered here (%s)", task.task_id if task else "-",
-                                delivery.msg_id, task.url if task else "undecodable", reason,
-                                extra=extra)
+                                delivery.msg_id, url, reason, extra=extra)
                     continue
                 self.stats.inc_value("meteorseed/dead")
                 if task is not None:
                     self.history.add(task, "dead", reason=reason)
-                logger.error("Dead-lettered task %s (%s) as dead letter %s "
-                             "(meteorseed dead show %s): %s",
-                             task.task_id if task else f"message {delivery.msg_id}",
-                             task.url if task else "undecodable", dead_id, dead_id, reason,
-                             extra=extra)
+                logger.error("Dead-lettered task %s (%s) as dead letter %s (meteorseed dead show "
+                             "%s): %s", task.task_id if task else f"message {delivery.msg_id}",
+                             url, dead_id, dead_id, reason, extra=extra)
             while self.deferrals:
                 delivery, task, delay, lane, why = self.deferrals[0]
                 deferred = await self.delayed.defer(delivery.ref, task, delay, lane, why,
@@ -285,7 +279,7 @@ class Completions:
         now = time.monotonic()
         self.latencies_ms.extend((now - a[1]) * 1000 for a in batch if a[1])
         self.stats.inc_value("meteorseed/acked", len(batch))
-        self._told()
+        self.on_written()
         fed = sum(len(a[3].feed) for a in batch if a[3] is not None)
         if fed:
             self.stats.inc_value("meteorseed/items_feed/entries", fed)
@@ -299,13 +293,7 @@ class Completions:
     def record_ack_latency(self) -> None:
         """p50 and p95 of response -> ack, in ms, into the stats."""
         samples = list(self.latencies_ms)
-        if samples:
+        if samples:  # (the 10th of 19 cut points is the median)
             cuts = statistics.quantiles(samples, n=20) if len(samples) > 1 else samples * 19
-            self.stats.set_value("meteorseed/ack_latency_ms/p50",
-                                 round(statistics.median(samples), 1))
-            self.stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))
-
-
-def _settle_of(task: ExecTask | None) -> Settle:
-    """What an entry acked without a scrape of its own counts for: its task's seed and site."""
-    return Settle(task.seed_id, task.site_id) if task is not None else Settle()
+            for name, cut in (("p50", cuts[9]), ("p95", cuts[18])):
+                self.stats.set_value(f"meteorseed/ack_latency_ms/{name}", round(cut, 1))
