@@ -20,8 +20,10 @@ from scrapy.settings import Settings
 
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.consume.task_history import (
+    BATCH,
     CODES,
     HistoryEntry,
+    HistoryQueue,
     TaskHistory,
     decode_record,
     outcome_name,
@@ -236,6 +238,45 @@ def test_a_cancelled_task_reads_as_cancelled(redis_url: str, namespace: str) -> 
     body, text = lookup(redis_url, namespace, "https://hist.test/cancelled?a=2&b=1")
     assert body["state"] == "cancelled" and body["history"][0]["reason"] == "seed s cancelled"
     assert "cancelled (seed s cancelled) at " in text and "by consumer ops@host" in text
+
+
+def test_a_workers_queue_writes_full_batches_and_skips_what_it_cannot_record(
+        redis_url: str, namespace: str) -> None:
+    keyless = ExecTask.create(seed_id="s", site_id=SITE, url="https://hist.test/keyless")
+    tasks = [ExecTask.create(seed_id="s", site_id=SITE, url=f"https://hist.test/q{i}")
+             for i in range(BATCH + 1)]
+
+    async def run() -> tuple[bool, bool, int, int]:
+        client = aioredis.Redis.from_url(redis_url, decode_responses=True)
+        try:
+            writer = TaskWriter(client, KeyLayout(namespace))
+
+            def fingerprint(task: ExecTask) -> bytes:
+                if task is keyless:
+                    raise ValueError("no dedup key")
+                return writer.fingerprint(task)
+
+            off = HistoryQueue(TaskHistory(client, KeyLayout(namespace), 0, 100), fingerprint,
+                               "w1")
+            off.add(tasks[0], "done")
+            queue = HistoryQueue(TaskHistory(client, KeyLayout(namespace), 86400, 10_000),
+                                 fingerprint, "w1")
+            queue.add(keyless, "done")
+            queue.add(tasks[0], "ignored", reason="Forbidden by robots.txt")
+            one_due_closing = queue.due(closing=True)  # (a batch to fill: not otherwise)
+            for task in tasks[1:]:
+                queue.add(task, "done", items=1, status=200)
+            full_due = queue.due(closing=False)
+            await queue.write_batch()
+            return one_due_closing, full_due, len(queue.ends), len(off.ends)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(run()) == (True, True, 1, 0)
+    body, _ = lookup(redis_url, namespace, "https://hist.test/q0")
+    assert body["state"] == "robots" and body["history"][0]["consumer"] == "w1"
+    assert lookup(redis_url, namespace, f"https://hist.test/q{BATCH}")[0]["history"] == []
+    assert lookup(redis_url, namespace, "https://hist.test/keyless")[0]["history"] == []
 
 
 @given(st.lists(st.one_of(st.binary(max_size=80), st.text(max_size=80), st.integers()),

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from meteorseed_scrapy.task.canonical import canonical_url, url_hash
-from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, MESSAGE_VERSION, ExecTask
+from meteorseed_scrapy.task.exec_task import (
+    MAX_MESSAGE_BYTES,
+    MESSAGE_VERSION,
+    OPTIONAL_FIELDS,
+    ExecTask,
+)
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError, check_url
 
@@ -165,6 +170,20 @@ def test_message_is_compact_json_without_defaults() -> None:
     assert data == {**BASE, "created_at": 12.5}
     assert " " not in task.to_message()["t"]
     assert ExecTask.from_message(task.to_message()) == task
+
+
+def test_each_field_set_is_written_in_its_order_and_an_empty_one_is_not() -> None:
+    task = make(method="POST", headers={"A": "b"}, meta={"m": 1}, cb_kwargs={"k": 2}, body="x",
+                callback="parse_x", errback="on_error", priority=-3, retry_count=1,
+                lane="realtime", spider="sp", cookies=[{"name": "a", "value": "b"}],
+                flags=("f",), request_class="a.B", request_attrs={"x": 1}, encoding="latin-1",
+                dont_filter=False, created_at=1.5)
+    data = json.loads(task.to_message()["t"])
+    # (body_b64 goes without body; created_at is always last)
+    assert list(data) == [*BASE, *(f for f in OPTIONAL_FIELDS if f != "body_b64"), "created_at"]
+    assert data["flags"] == ["f"] and data["dont_filter"] is False and data["priority"] == -3
+    empty = make(cookies=[], flags=(), headers={}, dont_filter=None, created_at=0)
+    assert json.loads(empty.to_message()["t"]) == {**BASE, "created_at": 0}
 
 
 def test_message_keeps_non_ascii_readable() -> None:

@@ -10,7 +10,8 @@ seeder's runner, ``--from-scrapy-redis`` the migration's; what it prints is :mod
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
@@ -21,9 +22,13 @@ from scrapy.exceptions import UsageError
 if TYPE_CHECKING:
     import argparse
 
+    from scrapy.settings import Settings
+
     from meteorseed_scrapy.queue.keys import KeyLayout
 
 __all__ = ["Command"]
+
+_T = TypeVar("_T")
 
 
 class Command(ScrapyCommand):
@@ -122,11 +127,10 @@ class Command(ScrapyCommand):
         from meteorseed_scrapy.settings import apply_environment, warn_unknown_settings
         from meteorseed_scrapy.validators import ConfigError
 
-        assert self.settings is not None
-        apply_environment(self.settings)
-        warn_unknown_settings(self.settings, lambda line: say(f"warning: {line}"))
+        apply_environment(self.run_settings)
+        warn_unknown_settings(self.run_settings, lambda line: say(f"warning: {line}"))
         try:
-            check_settings(self.settings)
+            check_settings(self.run_settings)
         except ConfigError as exc:
             raise UsageError(f"invalid setting {exc}", print_help=False) from None
 
@@ -134,7 +138,6 @@ class Command(ScrapyCommand):
         from meteorseed_scrapy.commands.expand_file import expand_file
         from meteorseed_scrapy.settings import redis_url_from, text_setting
 
-        assert self.settings is not None
         # Scrapy parses with parse_known_args: a mistyped option lands in args.
         unknown = [arg for arg in args if arg.startswith("-") and arg != "-"]
         if unknown:
@@ -147,11 +150,11 @@ class Command(ScrapyCommand):
             return
         if len(args) != 1:
             raise UsageError("expected exactly one FILE argument (- reads stdin)")
-        redis_url = redis_url_from(self.settings)
+        redis_url = redis_url_from(self.run_settings)
         keys = self._keys()
         self.exitcode = expand_file(
             args[0], opts, redis_url=redis_url, keys=keys, max_backlog=self._max_backlog(),
-            sites_dir=text_setting(self.settings, "METEORSEED_SITES_DIR"),
+            sites_dir=text_setting(self.run_settings, "METEORSEED_SITES_DIR"),
             fingerprinter=self._fingerprinter, private_addresses=self._private_addresses)
 
     def _migrate(self, opts: argparse.Namespace) -> None:
@@ -159,11 +162,9 @@ class Command(ScrapyCommand):
         from meteorseed_scrapy.scrapy_redis_settings import redact
         from meteorseed_scrapy.settings import redis_url_from
 
-        assert self.settings is not None
-        keys = self._keys()
+        settings = self.run_settings
         self.exitcode = migration.run_migration(
-            self.settings, redis_url_from(self.settings), keys, opts, self._max_backlog(), redact
-        )
+            settings, redis_url_from(settings), self._keys(), opts, self._max_backlog(), redact)
 
     def _watch(self, args: list[str], opts: argparse.Namespace) -> int:
         import asyncio
@@ -180,13 +181,13 @@ class Command(ScrapyCommand):
         from meteorseed_scrapy.settings import redis_url_from, text_setting
         from meteorseed_scrapy.sites.lookup import SiteConfigs
 
-        assert self.settings is not None
+        settings = self.run_settings
         if len(args) > 1 or opts.dry_run:
             raise UsageError("--watch takes at most one FILE (- reads stdin) and no --dry-run",
                              print_help=False)
         try:
-            keys = KeyLayout.from_settings(self.settings)
-            bounds = runner.bounds_from(self.settings.get)
+            keys = KeyLayout.from_settings(settings)
+            bounds = runner.bounds_from(settings.get)
         except ValueError as exc:
             raise UsageError(str(exc), print_help=False) from None
         if args and args[0] != "-" and not os.path.isfile(args[0]):
@@ -195,8 +196,8 @@ class Command(ScrapyCommand):
         runner.log_to(sys.stderr)
         config = SeederConfig(batch_size=opts.batch_size, max_backlog=self._max_backlog(),
                               fingerprinter=self._fingerprinter())
-        sites = SiteConfigs(text_setting(self.settings, "METEORSEED_SITES_DIR"))
-        redis_url = redis_url_from(self.settings)
+        sites = SiteConfigs(text_setting(settings, "METEORSEED_SITES_DIR"))
+        redis_url = redis_url_from(settings)
         try:
             check_redis_url(redis_url)
         except ValueError as exc:
@@ -211,26 +212,33 @@ class Command(ScrapyCommand):
             say(str(exc))
             return EXIT_ERROR
 
+    @property
+    def run_settings(self) -> Settings:
+        """The settings of this run: Scrapy sets them before it parses the options (they are
+        ``Optional`` on ``ScrapyCommand`` only because they are not there at construction)."""
+        if self.settings is None:
+            raise RuntimeError("seed-expand has no settings: Scrapy's cmdline sets them first")
+        return self.settings
+
+    def _setting(self, read: Callable[[Settings], _T]) -> _T:
+        """``read(settings)``; an invalid value is a usage error naming its setting."""
+        from meteorseed_scrapy.validators import ConfigError
+
+        try:
+            return read(self.run_settings)
+        except ConfigError as exc:
+            raise UsageError(str(exc), print_help=False) from None
+
     def _private_addresses(self) -> bool:
         from meteorseed_scrapy.seeding.addresses import PRIVATE_SETTING
         from meteorseed_scrapy.settings import flag_setting
-        from meteorseed_scrapy.validators import ConfigError
 
-        assert self.settings is not None
-        try:
-            return flag_setting(self.settings, PRIVATE_SETTING)
-        except ConfigError as exc:
-            raise UsageError(str(exc), print_help=False) from None
+        return self._setting(lambda settings: flag_setting(settings, PRIVATE_SETTING))
 
     def _keys(self) -> KeyLayout:
         from meteorseed_scrapy.queue.keys import KeyLayout
-        from meteorseed_scrapy.validators import ConfigError
 
-        assert self.settings is not None
-        try:
-            return KeyLayout.from_settings(self.settings)
-        except ConfigError as exc:
-            raise UsageError(str(exc), print_help=False) from None
+        return self._setting(KeyLayout.from_settings)
 
     def _fingerprinter(self) -> Any:
         """The project's REQUEST_FINGERPRINTER_CLASS, as its workers use it; None: canonical."""
@@ -238,7 +246,7 @@ class Command(ScrapyCommand):
         from meteorseed_scrapy.queue.enqueue.dedup import settings_fingerprinter
 
         try:
-            fingerprinter = settings_fingerprinter(self.settings)
+            fingerprinter = settings_fingerprinter(self.run_settings)
         except Exception as exc:  # the project's class: not importable, or failing to build
             raise UsageError(f"REQUEST_FINGERPRINTER_CLASS: {exc}", print_help=False) from None
         if fingerprinter is not None:
@@ -247,10 +255,6 @@ class Command(ScrapyCommand):
 
     def _max_backlog(self) -> int:
         from meteorseed_scrapy.settings import integer_setting
-        from meteorseed_scrapy.validators import ConfigError
 
-        assert self.settings is not None
-        try:
-            return integer_setting(self.settings, "METEORSEED_MAX_BACKLOG", minimum=0)
-        except ConfigError as exc:
-            raise UsageError(str(exc), print_help=False) from None
+        return self._setting(
+            lambda settings: integer_setting(settings, "METEORSEED_MAX_BACKLOG", minimum=0))

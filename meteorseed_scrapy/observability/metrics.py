@@ -240,7 +240,7 @@ class MetricsExtension:
         settings = self.crawler.settings
         self.sampler = QueueSampler(redis_url_from(settings), KeyLayout.from_settings(settings),
                                     delayed_scan=0)
-        self._task = asyncio.ensure_future(self._sample_forever())
+        self._task = asyncio.ensure_future(self._sample_forever(self.sampler))
 
     async def spider_closed(self, spider: Spider) -> None:
         if self._task is not None:
@@ -263,11 +263,10 @@ class MetricsExtension:
     def breaker_state_changed(self, site: str, state: str) -> None:
         self.sites.breaker(site, state)
 
-    async def _sample_forever(self) -> None:
-        assert self.sampler is not None
+    async def _sample_forever(self, sampler: QueueSampler) -> None:
         while True:
             try:
-                sample = await self.sampler.sample()
+                sample = await sampler.sample()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis away: keep the last values, say so at DEBUG

@@ -99,7 +99,7 @@ class SiteRegistry:
 
     def poll(self) -> list[FileResult]:
         """Blocking: what changed in the directory (and Redis) since the last :meth:`apply`."""
-        results = self._poll_files() if self.directory is not None else []
+        results = self._poll_files(self.directory) if self.directory is not None else []
         if self.remote is not None:
             results.extend(self._poll_remote(self.remote))
         return results
@@ -118,14 +118,13 @@ class SiteRegistry:
         self._remote_down = False
         return results
 
-    def _poll_files(self) -> list[FileResult]:
-        assert self.directory is not None
+    def _poll_files(self, directory: Path | Traversable) -> list[FileResult]:
         try:
-            paths = sorted((p for p in self.directory.iterdir()
+            paths = sorted((p for p in directory.iterdir()
                             if Path(p.name).suffix in SUFFIXES), key=lambda p: p.name)
         except OSError as exc:
             logger.error("Cannot list site rules in %s (METEORSEED_SITES_DIR): %s; keeping the"
-                         " %d sites loaded", self.directory, exc, len(self._sites))
+                         " %d sites loaded", directory, exc, len(self._sites))
             return []
         results = []
         seen: set[Source] = set()

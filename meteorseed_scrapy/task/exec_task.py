@@ -7,7 +7,7 @@ import json
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, Field, dataclass, field
 from typing import Any
 
 from meteorseed_scrapy.task.canonical import canonical_url
@@ -37,6 +37,10 @@ MAX_MESSAGE_BYTES = 256 * 1024
 MAX_DEPTH = 64
 #: Integers of a task fit in 64 bits (a BSON document, a Redis score, any JSON reader).
 INT_RANGE = (-(2**63), 2**63 - 1)
+#: The fields a message may leave out, in the order it writes them (``created_at`` closes it).
+OPTIONAL_FIELDS = ("method", "headers", "meta", "cb_kwargs", "body", "callback", "errback",
+                   "priority", "retry_count", "lane", "spider", "body_b64", "cookies", "flags",
+                   "request_class", "request_attrs", "encoding", "dont_filter")
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,7 @@ class ExecTask:
             value = getattr(self, name)
             if not isinstance(value, Mapping):
                 raise TaskError(name, "must be an object")
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    raise TaskError(f"{name}.{key!r}", "keys must be strings")
+            for key, item in value.items():  # (its keys are strings: _check_value)
                 check_json_safe(f"{name}.{key}", item)
         for name in ("priority", "retry_count"):
             value = getattr(self, name)
@@ -130,41 +132,15 @@ class ExecTask:
         return canonical_url(self.url)
 
     def to_dict(self) -> dict[str, Any]:
-        # Defaults are left out: messages stay small.
-        out: dict[str, Any] = {
-            "task_id": self.task_id,
-            "seed_id": self.seed_id,
-            "site_id": self.site_id,
-            "url": self.url,
-        }
-        if self.method != "GET":
-            out["method"] = self.method
-        for name in ("headers", "meta", "cb_kwargs"):
-            if getattr(self, name):
-                out[name] = dict(getattr(self, name))
-        if self.body:
-            out["body"] = self.body
-        if self.callback:
-            out["callback"] = self.callback
-        if self.errback:
-            out["errback"] = self.errback
-        if self.priority:
-            out["priority"] = self.priority
-        if self.retry_count:
-            out["retry_count"] = self.retry_count
-        if self.lane != DEFAULT_LANE:
-            out["lane"] = self.lane
-        if self.spider is not None:
-            out["spider"] = self.spider
-        for name in ("body_b64", "cookies", "flags", "request_class", "request_attrs"):
+        """The task as JSON values. A field at its default, or empty (``cookies`` may be
+        ``[]`` or ``{}``), is left out: messages stay small."""
+        out: dict[str, Any] = {"task_id": self.task_id, "seed_id": self.seed_id,
+                               "site_id": self.site_id, "url": self.url}
+        for name, default in _DEFAULTS.items():  # (in OPTIONAL_FIELDS' order)
             value = getattr(self, name)
-            if value:
+            if value != default and (value or value is False):
                 out[name] = list(value) if isinstance(value, (list, tuple)) else (
                     dict(value) if isinstance(value, Mapping) else value)
-        if self.encoding != "utf-8":
-            out["encoding"] = self.encoding
-        if self.dont_filter is not None:
-            out["dont_filter"] = self.dont_filter
         out["created_at"] = self.created_at
         return out
 
@@ -228,6 +204,13 @@ class ExecTask:
         except ValueError as exc:
             raise TaskError("url", f"cannot be canonicalised ({exc}): {task.url[:200]!r}") from None
         return task
+
+
+def _default(spec: Field[Any]) -> Any:
+    return spec.default if spec.default_factory is MISSING else spec.default_factory()
+
+
+_DEFAULTS = {name: _default(ExecTask.__dataclass_fields__[name]) for name in OPTIONAL_FIELDS}
 
 
 def _message(fields: Mapping[Any, Any] | Iterable[tuple[Any, Any]]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from meteorseed_scrapy.queue.consume.acks import Completion, TaskRecords
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.delivery import Delivery, Ref
-from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory, outcome_name
+from meteorseed_scrapy.queue.consume.task_history import HistoryQueue, TaskHistory
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
 from meteorseed_scrapy.settings import WorkerConfig
@@ -38,7 +38,6 @@ logger = logging.getLogger(__name__)
 
 MAX_COMPLETING = 4  # completion pipelines on the wire at once
 BATCH = 500
-HISTORY_EVERY_S = 1.0  # task history records gather this long while other writes are queued
 
 
 class Completions:
@@ -67,16 +66,15 @@ class Completions:
         # (delivery, task to put back, delay s, lane it goes back to, why: recorded with it)
         self.deferrals: list[tuple[Delivery, ExecTask, float, str, DeferReason]] = []
         self.latencies_ms: deque[float] = deque(maxlen=20000)
-        self.history = history if history is not None and history.active else None
-        self.ends: list[HistoryEntry] = []  # for the task history, written after the acks
-        self._ends_since = 0.0  # (monotonic) when the oldest of them was queued
+        # Settled tasks' ends for their sites' task history, written after the acks.
+        self.history = HistoryQueue(history, writer.fingerprint, consumer.consumer)
         self.closing = False  # the worker stops: write everything now
         self._flushing = False
         self._completing: set[asyncio.Future[None]] = set()  # completion pipelines in flight
         self._starting = False  # one is about to start: it takes what is queued by then
         self._complete_error: BaseException | None = None  # raised by the next flush
         #: Told each time a task's fate is written (an ack, a dead letter): the idle check.
-        self.on_written: Callable[[], None] | None = None
+        self.on_written: Callable[[], None] = lambda: None
 
     # -- queueing ------------------------------------------------------------------------------
     def child(self, task: ExecTask, parent: Scrape | None, dedup: bool) -> None:
@@ -91,15 +89,13 @@ class Completions:
 
     def ack_committed(self, delivery: Delivery) -> None:
         """A redelivered task whose completion record exists: ack it without a refetch."""
-        self.acks.append((delivery.ref, 0.0, _settle_of(delivery.task), None))
+        self.acks.append((delivery.ref, 0.0, Settle.of(delivery.task), None))
         self.needed.set()
 
     def parked(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER
                ) -> None:
         """A task that has not started goes back for later (its site may not be fetched now)."""
-        first, *dups = entry.deliveries
-        self.deferrals.append((first, entry.task, delay_s, entry.task.lane, why))
-        self.acks.extend((d.ref, 0.0, _settle_of(entry.task), None) for d in dups)
+        self.deferrals.append((self._first(entry), entry.task, delay_s, entry.task.lane, why))
         self.needed.set()
 
     def settled(self, entry: Entry, verdict: Verdict) -> None:
@@ -115,58 +111,35 @@ class Completions:
                            task.task_id, task.url, verdict.reason,
                            extra={"task_id": task.task_id, "seed_id": task.seed_id})
         elif outcome is Outcome.DEFERRED:
-            first, *dups = entry.deliveries
             again = verdict.defer_task or task
-            self.deferrals.append((first, again, verdict.defer_s, verdict.defer_lane or again.lane,
-                                   verdict.defer_why))
-            self.acks.extend((d.ref, 0.0, _settle_of(task), None) for d in dups)
+            self.deferrals.append((self._first(entry), again, verdict.defer_s,
+                                   verdict.defer_lane or again.lane, verdict.defer_why))
         elif outcome is Outcome.DEAD:
-            first, *dups = entry.deliveries
-            self.dead.append((first, verdict.reason))
-            self.acks.extend((d.ref, 0.0, _settle_of(task), None) for d in dups)
+            self.dead.append((self._first(entry), verdict.reason))
         else:
-            self._remember(task, outcome.value, items=entry.scrape.committed if entry.scrape
-                           else 0, status=verdict.status, reason=verdict.reason)
-            done = Completion(task, entry.record(),
-                              tuple(entry.scrape.feed) if entry.scrape is not None else ())
-            first_settle, others = entry.settle(), _settle_of(task)
-            self.acks.extend((d.ref, entry.response_at, *((first_settle, done) if i == 0
-                                                          else (others, None)))
-                             for i, d in enumerate(entry.deliveries))
+            scrape = entry.scrape
+            self.history.add(task, outcome.value, items=scrape.committed if scrape else 0,
+                             status=verdict.status, reason=verdict.reason)
+            done = Completion(task, entry.record(), tuple(scrape.feed) if scrape else ())
+            self.acks.append((self._first(entry).ref, entry.response_at, entry.settle(), done))
             if self._send_now():
                 return  # (nothing left for the flush loop: no need to wake it)
         self.needed.set()
 
-    def _remember(self, task: ExecTask, outcome: str, *, items: int = 0, status: int = 0,
-                  reason: str = "") -> None:
-        """Queue ``task``'s end for its site's task history (when one is kept)."""
-        if self.history is None:
-            return
-        try:
-            fp = self.writer.fingerprint(task)
-        except ValueError:  # no dedup key: no history either
-            return
-        if not self.ends:
-            self._ends_since = time.monotonic()
-        self.ends.append(HistoryEntry.of(task, fp, outcome_name(outcome, reason),
-                                         self.consumer.consumer, items=items, status=status,
-                                         reason=reason))
+    def _first(self, entry: Entry) -> Delivery:
+        """``entry``'s first delivery, the one its fate is written for; the others (the same
+        task delivered again while it was held) are only acked."""
+        first, *again = entry.deliveries
+        self.acks.extend((d.ref, 0.0, Settle.of(entry.task), None) for d in again)
+        return first
 
     # -- state ---------------------------------------------------------------------------------
     def pending(self) -> bool:
-        """Anything queued and not yet written."""
-        return self._writes() or self._history_due()
+        """Anything queued and not yet written (task history records once a batch is due)."""
+        return self._writes() or self.history.due(self.closing)
 
     def _writes(self) -> bool:
         return bool(self.outbox or self.acks or self.dead or self.failures or self.deferrals)
-
-    def _history_due(self) -> bool:
-        """Task history records are written in few calls: once a batch is full, once the
-        oldest waited :data:`HISTORY_EVERY_S` (the flush loop wakes at least that often), or
-        when the worker stops."""
-        return bool(self.ends) and (
-            len(self.ends) >= BATCH or self.closing
-            or time.monotonic() - self._ends_since >= HISTORY_EVERY_S)
 
     def refs_in_hand(self) -> list[Ref]:
         """Messages of settled tasks queued for an ack, a dead letter or a deferral: still
@@ -176,17 +149,13 @@ class Completions:
 
     def busy(self) -> bool:
         """Anything queued, being written, or on the wire."""
-        return self.pending() or self._flushing or bool(self._completing) or bool(self.ends)
+        return self.unsettled() or self._flushing or bool(self.history)
 
     def unsettled(self) -> bool:
         """A task's write still queued or on the wire (each stays queued until written, an
         ack until its pipeline is through); not a history record: those wait to be batched,
         and the worker writes them when it stops."""
         return self._writes() or bool(self._completing)
-
-    def _told(self) -> None:
-        if self.on_written is not None:
-            self.on_written()
 
     # -- flush ---------------------------------------------------------------------------------
     async def flush_once(self) -> None:
@@ -195,7 +164,9 @@ class Completions:
         try:
             await self.outbox.flush()
             if self.acks:
-                self._start_complete()
+                # Sent without waiting for the pipeline already on the wire: on a busy reactor
+                # a round trip is long, and an ack queued meanwhile would wait for it first.
+                self._in_flight(self._complete(self._take()))
                 if len(self._completing) >= MAX_COMPLETING:
                     await asyncio.wait(self._completing, return_when=asyncio.FIRST_COMPLETED)
             while self.dead:
@@ -206,26 +177,23 @@ class Completions:
                         fp = self.writer.fingerprint(delivery.task).hex()
                 dead_id = await self.consumer.dead_letter(delivery, reason, fp)
                 self.dead.pop(0)
-                self._told()
+                self.on_written()
                 task = delivery.task
+                url = task.url if task else "undecodable"
+                extra = {"task_id": task and task.task_id, "seed_id": task and task.seed_id}
                 if not dead_id:
                     # Reclaimed by another worker meanwhile (normal in a fleet): its to settle.
                     self.stats.inc_value("meteorseed/dead/refused")
                     logger.info("Task %s (message %s, %s) was taken over by another worker: "
                                 "not dead-lettered here (%s)", task.task_id if task else "-",
-                                delivery.msg_id, task.url if task else "undecodable", reason,
-                                extra={"task_id": task and task.task_id,
-                                       "seed_id": task and task.seed_id})
+                                delivery.msg_id, url, reason, extra=extra)
                     continue
                 self.stats.inc_value("meteorseed/dead")
                 if task is not None:
-                    self._remember(task, "dead", reason=reason)
-                logger.error("Dead-lettered task %s (%s) as dead letter %s "
-                             "(meteorseed dead show %s): %s",
-                             task.task_id if task else f"message {delivery.msg_id}",
-                             task.url if task else "undecodable", dead_id, dead_id, reason,
-                             extra={"task_id": task and task.task_id,
-                                    "seed_id": task and task.seed_id})
+                    self.history.add(task, "dead", reason=reason)
+                logger.error("Dead-lettered task %s (%s) as dead letter %s (meteorseed dead show "
+                             "%s): %s", task.task_id if task else f"message {delivery.msg_id}",
+                             url, dead_id, dead_id, reason, extra=extra)
             while self.deferrals:
                 delivery, task, delay, lane, why = self.deferrals[0]
                 deferred = await self.delayed.defer(delivery.ref, task, delay, lane, why,
@@ -238,11 +206,8 @@ class Completions:
                 batch_f = self.failures[:BATCH]
                 await self.task_records.note_failures(batch_f, self.config.done_ttl)
                 del self.failures[: len(batch_f)]
-            if self.history is not None and self._history_due():
-                batch_h = self.ends[:BATCH]
-                await self.history.write(batch_h)
-                del self.ends[: len(batch_h)]
-                self._ends_since = time.monotonic()
+            if self.history.due(self.closing):
+                await self.history.write_batch()
         finally:
             self._flushing = False
         if self.pending():
@@ -252,11 +217,6 @@ class Completions:
         batch = self.acks[:BATCH]
         del self.acks[: len(batch)]
         return batch
-
-    def _start_complete(self) -> None:
-        # Sent without waiting for the pipeline already on the wire: on a busy reactor a round
-        # trip is long, and an ack queued meanwhile would wait for it first.
-        self._in_flight(self._complete(self._take()))
 
     def _in_flight(self, pipeline: Coroutine[Any, Any, None]) -> asyncio.Future[None]:
         done = asyncio.ensure_future(pipeline)
@@ -319,7 +279,7 @@ class Completions:
         now = time.monotonic()
         self.latencies_ms.extend((now - a[1]) * 1000 for a in batch if a[1])
         self.stats.inc_value("meteorseed/acked", len(batch))
-        self._told()
+        self.on_written()
         fed = sum(len(a[3].feed) for a in batch if a[3] is not None)
         if fed:
             self.stats.inc_value("meteorseed/items_feed/entries", fed)
@@ -330,23 +290,10 @@ class Completions:
             raise error
 
     # -- at shutdown ---------------------------------------------------------------------------
-    def report_unwritten(self) -> None:
-        logger.error(
-            "Stopped with %d ack(s), %d child request(s) and %d dead letter(s) not written: "
-            "those tasks stay pending and will be redelivered",
-            len(self.acks), len(self.outbox), len(self.dead),
-        )
-
     def record_ack_latency(self) -> None:
         """p50 and p95 of response -> ack, in ms, into the stats."""
         samples = list(self.latencies_ms)
-        if samples:
+        if samples:  # (the 10th of 19 cut points is the median)
             cuts = statistics.quantiles(samples, n=20) if len(samples) > 1 else samples * 19
-            self.stats.set_value("meteorseed/ack_latency_ms/p50",
-                                 round(statistics.median(samples), 1))
-            self.stats.set_value("meteorseed/ack_latency_ms/p95", round(cuts[18], 1))
-
-
-def _settle_of(task: ExecTask | None) -> Settle:
-    """What an entry acked without a scrape of its own counts for: its task's seed and site."""
-    return Settle(task.seed_id, task.site_id) if task is not None else Settle()
+            for name, cut in (("p50", cuts[9]), ("p95", cuts[18])):
+                self.stats.set_value(f"meteorseed/ack_latency_ms/{name}", round(cut, 1))

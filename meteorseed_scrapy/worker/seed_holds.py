@@ -24,7 +24,6 @@ from meteorseed_scrapy.queue.consume.seed_control import (
     STALE_PARK_S,
     STALE_VIEW_S,
 )
-from meteorseed_scrapy.queue.consume.task_history import HistoryEntry
 from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, finish_if_done
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import text_of
@@ -127,21 +126,9 @@ class SeedHolds:
                                  self._consumer.progress_retention)
         self._stats.inc_value("meteorseed/seed_cancelled/settled", settled)
         logger.info("Settled %d task(s) of cancelled seed(s) without fetching them", settled)
-        await self._remember(entries)
-
-    async def _remember(self, entries: list[Entry]) -> None:
         history = self._completions.history
-        if history is None:
-            return
-        records = []
-        for entry in entries:
-            try:
-                fp = self._completions.writer.fingerprint(entry.task)
-            except ValueError:
-                continue
-            records.append(HistoryEntry.of(entry.task, fp, "cancelled", self._consumer.consumer,
-                                           reason="seed cancelled"))
-        await history.write(records)
+        ends = (history.entry(e.task, "cancelled", reason="seed cancelled") for e in entries)
+        await history.write([end for end in ends if end is not None])
 
 
 __all__ = ["SeedHolds"]

@@ -39,7 +39,9 @@ async def last_writes(completions: Completions, consumer: StreamConsumer, config
         except REDIS_DOWN as exc:
             await asyncio.sleep(min(outage.failed(exc, "shutdown"), 1.0))
     else:
-        completions.report_unwritten()
+        logger.error("Stopped with %d ack(s), %d child request(s) and %d dead letter(s) not "
+                     "written: those tasks stay pending and will be redelivered",
+                     len(completions.acks), len(completions.outbox), len(completions.dead))
     try:
         await consumer.membership().leave()
     except Exception as exc:  # (Redis away: the consumer stays listed)

@@ -13,7 +13,8 @@ of Redis (``benchmarks/left_per_url.py``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
@@ -43,6 +44,8 @@ OUTCOMES = {code: name for name, code in CODES.items()}
 REASON_BYTES = 40
 #: Records written per script call.
 BATCH = 500
+#: Seconds a worker's queued task ends wait at most for a batch to fill.
+EVERY_S = 1.0
 
 
 def outcome_name(outcome: str, reason: str = "") -> str:
@@ -167,4 +170,58 @@ class TaskHistory(Generic[C]):
         return sum(int(n) for n in replies)
 
 
-__all__ = ["CODES", "HistoryEntry", "TaskHistory", "decode_record", "outcome_name"]
+class HistoryQueue:
+    """A worker's task ends on their way to their sites' histories, written in few calls: once
+    a batch is full, once the oldest waited :data:`EVERY_S` (the worker's flush loop wakes at
+    least that often), or when the worker stops. Nothing is queued when no history is kept."""
+
+    def __init__(self, history: TaskHistory | None, fingerprint: Callable[[ExecTask], bytes],
+                 consumer: str) -> None:
+        self.history = history if history is not None and history.active else None
+        self._fingerprint = fingerprint  # the dedup key (the project's fingerprinter's)
+        self._consumer = consumer
+        self.ends: list[HistoryEntry] = []
+        self._since = 0.0  # (monotonic) when the oldest of them was queued
+
+    def __bool__(self) -> bool:
+        return bool(self.ends)
+
+    def entry(self, task: ExecTask, outcome: str, *, items: int = 0, status: int = 0,
+              reason: str = "") -> HistoryEntry | None:
+        """``task``'s end as its site's history records it (``outcome``: a worker's, see
+        :func:`outcome_name`); None when no history is kept or the task has no dedup key."""
+        if self.history is None:
+            return None
+        try:
+            fingerprint = self._fingerprint(task)
+        except ValueError:
+            return None
+        return HistoryEntry.of(task, fingerprint, outcome_name(outcome, reason), self._consumer,
+                               items=items, status=status, reason=reason)
+
+    def add(self, task: ExecTask, outcome: str, *, items: int = 0, status: int = 0,
+            reason: str = "") -> None:
+        entry = self.entry(task, outcome, items=items, status=status, reason=reason)
+        if entry is not None:
+            if not self.ends:
+                self._since = time.monotonic()
+            self.ends.append(entry)
+
+    def due(self, closing: bool) -> bool:
+        return bool(self.ends) and (len(self.ends) >= BATCH or closing
+                                    or time.monotonic() - self._since >= EVERY_S)
+
+    async def write_batch(self) -> None:
+        """Write the oldest :data:`BATCH` of the queued ends (kept queued when that fails)."""
+        batch = self.ends[:BATCH]
+        await self.write(batch)
+        del self.ends[: len(batch)]
+        self._since = time.monotonic()
+
+    async def write(self, entries: Sequence[HistoryEntry]) -> None:
+        if self.history is not None:
+            await self.history.write(entries)
+
+
+__all__ = ["CODES", "HistoryEntry", "HistoryQueue", "TaskHistory", "decode_record",
+           "outcome_name"]

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         SyncPipeline,
         SyncRedis,
     )
+    from meteorseed_scrapy.task.exec_task import ExecTask
 
 __all__ = ["COUNTERS", "Settle", "ack_args", "enqueued_seeds", "events_key",
            "finish_if_done", "finish_if_done_sync", "merge", "owner_line", "read_progress",
@@ -58,6 +59,11 @@ class Settle(NamedTuple):
     items: int = 0
     anomalies: int = 0
     bytes: int = 0
+
+    @classmethod
+    def of(cls, task: ExecTask | None) -> Settle:
+        """What an ack without a scrape of its own counts for: its task's seed and site."""
+        return cls(task.seed_id, task.site_id) if task is not None else cls()
 
 
 def owner_line(seed: str, site: str) -> str:
