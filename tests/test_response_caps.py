@@ -103,8 +103,7 @@ def test_only_the_first_bytes_of_a_huge_robots_txt_are_parsed(
                                                       "ROBOTSTXT_PARSER": _RecordingParser}))
     monkeypatch.setattr(_RecordingParser, "bodies", [])  # (after Scrapy's trial of an empty one)
     robots_parsers(middleware)["127.0.0.1"] = Deferred()  # (as while it is fetched)
-    body = (b"User-agent: *\nDisallow: /early\n" + b"#" * (50 * 1024 * 1024)
-            + b"\nDisallow: /late\n")
+    body = b"User-agent: *\nDisallow: /early\n" + b"#" * (4 * cap) + b"\nDisallow: /late\n"
     response = TextResponse("http://127.0.0.1/robots.txt", body=body)
     with caplog.at_level(logging.WARNING):
         asyncio.run(middleware.parse_capped(response, "127.0.0.1",
