@@ -73,12 +73,15 @@ test: venv lint
 	exit $$status
 
 # A second venv with every install_requires pinned to its `>=` floor (.ci/floors.py reads
-# setup.cfg): proves the floors are true. Only the core suites run, to keep it short.
+# setup.cfg): proves the floors are true. Only the core suites run, to keep it short, and the
+# private parts of Scrapy and Twisted used (scrapy_internals; robots.txt's parse), last: on a
+# Scrapy without a reactorless mode their crawlers install the asyncio reactor in this process.
 FLOORS_VENV ?= .venv-floors
 FLOORS_BIN := $(FLOORS_VENV)/bin
 FLOORS_STAMP := $(FLOORS_VENV)/.installed
 FLOORS_TESTS = tests/test_e2e_worker.py tests/test_e2e_chaos.py tests/test_stores_contract.py \
-	tests/test_seed_expand.py tests/test_e2e_politeness.py tests/test_politeness_gate.py
+	tests/test_seed_expand.py tests/test_e2e_politeness.py tests/test_politeness_gate.py \
+	tests/test_scrapy_internals.py tests/test_response_caps.py
 
 $(FLOORS_STAMP): setup.cfg pyproject.toml .ci/floors.py
 	test -x $(FLOORS_BIN)/python || $(PY) -m venv $(FLOORS_VENV)

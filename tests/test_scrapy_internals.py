@@ -18,8 +18,11 @@ from packaging.version import Version
 from scrapy import Request, Spider
 from scrapy.core.engine import ExecutionEngine
 from scrapy.core.scraper import Scraper
+from scrapy.crawler import Crawler
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.http import TextResponse
+from scrapy.settings import default_settings
+from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
@@ -52,13 +55,24 @@ class _Spider(Spider):
     name = "internals"
 
 
+def crawler(spidercls: type[Spider] = _Spider, settings: dict[str, Any] | None = None
+            ) -> Crawler:
+    """Scrapy's ``get_crawler``, on any Scrapy from setup.cfg's floor. A Scrapy with no
+    reactorless mode (no ``TWISTED_REACTOR_ENABLED``: 2.14) builds a crawler only once a reactor
+    is installed: the asyncio one then, as that Scrapy's own suite does (pytest-twisted's
+    ``--reactor=asyncio``); a newer one stays reactorless, as the rest of this suite runs."""
+    if not hasattr(default_settings, "TWISTED_REACTOR_ENABLED") and not is_reactor_installed():
+        install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+    return get_crawler(spidercls, settings)
+
+
 def _engine() -> ExecutionEngine:
     async def build() -> ExecutionEngine:  # (download handlers want a running loop)
         # (no download handler: none is used, and an unused one leaves a session open)
-        crawler = get_crawler(_Spider, {"DOWNLOAD_HANDLERS": {"http": None, "https": None}})
-        crawler.spider = crawler._create_spider()
-        crawler.engine = ExecutionEngine(crawler, lambda _: None)
-        return crawler.engine
+        built = crawler(settings={"DOWNLOAD_HANDLERS": {"http": None, "https": None}})
+        built.spider = built._create_spider()
+        built.engine = ExecutionEngine(built, lambda _: None)
+        return built.engine
 
     return asyncio.run(build())
 
@@ -271,15 +285,15 @@ def test_a_root_handler_hook_runs_once_and_switches_itself_off() -> None:
         def on_root_handler(cls, crawler: object) -> None:
             seen.append(crawler)
 
-    crawler = get_crawler(_Spider)
+    built = crawler()
     with pytest.raises(NotConfigured):
-        Hook.from_crawler(crawler)
-    assert seen == [crawler]
+        Hook.from_crawler(built)
+    assert seen == [built]
 
 
 # -- robots.txt: Scrapy's parse (async with the request in 2.19, plain in 2.14) and error --------
 def _robots_middleware() -> RobotsTxtMiddleware:
-    return RobotsTxtMiddleware(get_crawler(_Spider, {"ROBOTSTXT_OBEY": True}))
+    return RobotsTxtMiddleware(crawler(settings={"ROBOTSTXT_OBEY": True}))
 
 
 def test_scrapys_parse_and_error_settle_a_hosts_robots_txt() -> None:
