@@ -27,8 +27,8 @@ What is used, and why:
   and error record of a robots.txt the project's middleware fetched its own way
   (:mod:`meteorseed_scrapy.politeness.robotstxt`; :func:`parse_robots`).
 * Build order: ``Crawler.crawl`` replaces the root log handler (``_update_root_log_handler``)
-  right before it builds the engine, whose first component built is the first downloader
-  middleware: :class:`RootHandlerHook` runs there (no signal marks that moment).
+  before the engine builds its eager download handlers, then its first downloader middleware,
+  where :class:`RootHandlerHook` runs, before any crawling (no signal marks that moment).
 """
 
 from __future__ import annotations

@@ -101,8 +101,9 @@ class TracingExtension:
     """Always on (the add-on enables it): task ids on log records, JSON lines on request.
 
     Scrapy installs a new root handler when a crawler is created and again right after the
-    extensions are built (``Crawler.crawl``); :class:`LogSetupMiddleware`, the first component
-    built after that, installs again, and so does ``spider_opened`` in case a handler came later.
+    extensions are built (``Crawler.crawl``); :class:`LogSetupMiddleware`, the first downloader
+    middleware built after that (before anything is crawled), installs again, and so does
+    ``spider_opened`` in case a handler came later.
     Only Scrapy's start-up banner, written before any project code runs, stays plain text.
     """
 
