@@ -47,7 +47,7 @@ class Completions:
                  config: WorkerConfig, stats: StatsCollector, *,
                  on_child_durable: Callable[[str], None],
                  on_new_urls: Callable[[Iterable[str]], None],
-                 on_written: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None,
+                 on_children: Callable[[list[ExecTask], tuple[bool, ...]], None] | None = None,
                  history: TaskHistory | None = None) -> None:
         self.consumer = consumer
         self.task_records = TaskRecords(consumer.redis, consumer.keys)
@@ -57,7 +57,7 @@ class Completions:
         self.stats = stats
         self.needed = asyncio.Event()  # something was queued: the flush loop may go now
         self.outbox = ChildOutbox(writer, stats, on_written=on_child_durable,
-                                  on_new_urls=on_new_urls, on_batch=on_written)
+                                  on_new_urls=on_new_urls, on_batch=on_children)
         # ((stream, message id), response time or 0, what it counts for in its seed's progress,
         # a finished task's completion record and items feed entries: written with its ack)
         self.acks: list[tuple[Ref, float, Settle, Completion | None]] = []
@@ -74,7 +74,7 @@ class Completions:
         self._starting = False  # one is about to start: it takes what is queued by then
         self._complete_error: BaseException | None = None  # raised by the next flush
         #: Told each time a task's fate is written (an ack, a dead letter): the idle check.
-        self.on_written: Callable[[], None] = lambda: None
+        self.on_fate_written: Callable[[], None] = lambda: None
 
     # -- queueing ------------------------------------------------------------------------------
     def child(self, task: ExecTask, parent: Scrape | None, dedup: bool) -> None:
@@ -177,7 +177,7 @@ class Completions:
                         fp = self.writer.fingerprint(delivery.task).hex()
                 dead_id = await self.consumer.dead_letter(delivery, reason, fp)
                 self.dead.pop(0)
-                self.on_written()
+                self.on_fate_written()
                 task = delivery.task
                 url = task.url if task else "undecodable"
                 extra = {"task_id": task and task.task_id, "seed_id": task and task.seed_id}
@@ -279,7 +279,7 @@ class Completions:
         now = time.monotonic()
         self.latencies_ms.extend((now - a[1]) * 1000 for a in batch if a[1])
         self.stats.inc_value("meteorseed/acked", len(batch))
-        self.on_written()
+        self.on_fate_written()
         fed = sum(len(a[3].feed) for a in batch if a[3] is not None)
         if fed:
             self.stats.inc_value("meteorseed/items_feed/entries", fed)

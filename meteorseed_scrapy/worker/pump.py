@@ -83,7 +83,7 @@ class StreamPump:
             consumer, writer, delayed, config, self._stats,
             on_child_durable=lambda parent_id: self._settling.child_durable(parent_id),
             on_new_urls=on_new_urls,
-            on_written=lambda tasks, fresh: self._yielded.written(tasks, fresh),
+            on_children=lambda tasks, fresh: self._yielded.written(tasks, fresh),
             history=TaskHistory.from_settings(crawler.settings, consumer.redis, consumer.keys))
         self._settling = Settling(self._ledger, self._completions, breaker, crawler, spider,
                                   on_settled=lambda: self._intake.room.set(),
@@ -117,7 +117,7 @@ class StreamPump:
         loops.start(self._intake.read_once, "read")
         loops.start(self._intake.maintain_once, "reclaim")
         if self._config.idle_close:
-            self._completions.on_written = self._intake.written
+            self._completions.on_fate_written = self._intake.written
             loops.start(self._intake.idle_once, "idle check")
         loops.start(self._watch.step, "eviction watch")
         loops.start(self._seed_holds.step, "seed holds")
