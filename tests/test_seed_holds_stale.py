@@ -7,7 +7,8 @@ import asyncio
 import time
 from typing import Any
 
-from meteorseed_scrapy.queue.consume.seed_control import PARK_S, STALE_PARK_S, STALE_VIEW_S
+from meteorseed_scrapy.queue.consume.delayed_set import STALE_PARK_S, STALE_VIEW_S
+from meteorseed_scrapy.queue.consume.seed_control import PARK_S
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.worker.ledger import Entry

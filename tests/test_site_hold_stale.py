@@ -24,9 +24,9 @@ from meteorseed_scrapy.politeness.control import HOLD_RECHECK_S, SiteRef
 from meteorseed_scrapy.politeness.gate import Grant, SiteGate
 from meteorseed_scrapy.politeness.permits import PermitDesk, SiteQueues
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.queue.consume import delayed_set
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
-from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
-from meteorseed_scrapy.queue.consume.seed_control import STALE_PARK_S, STALE_VIEW_S
+from meteorseed_scrapy.queue.consume.delayed_set import STALE_PARK_S, STALE_VIEW_S, DelayedSet
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.delayed import due_at, reason_of
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -175,7 +175,7 @@ def test_a_park_on_a_fresh_view_landing_after_two_passes_is_woken_by_a_later_one
     worker_clock(monkeypatch)  # (frozen: the worker's view stays fresh)
     control.hold(sync_redis, keys, SiteRef("news"), "ops")
     passes, two_passes, written = [0], threading.Event(), threading.Event()
-    make_due = control.make_due
+    make_due = delayed_set.make_due
 
     def counted(*args: Any) -> int:
         n = make_due(*args)
@@ -185,7 +185,7 @@ def test_a_park_on_a_fresh_view_landing_after_two_passes_is_woken_by_a_later_one
             written.wait(30)  # the worker's parking lands now
         return n
 
-    monkeypatch.setattr(control, "make_due", counted)
+    monkeypatch.setattr(delayed_set, "make_due", counted)
     resume: list[asyncio.Future[int | None]] = []
 
     async def resumed_meanwhile() -> None:

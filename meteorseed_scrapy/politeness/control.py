@@ -7,7 +7,7 @@ rate and concurrency now, without editing its rule file, until reset.
   stay, in-flight requests finish. Every worker sees it at its next permit request (they ask
   at least twice a second while they have the site's tasks).
 - **Resume.** The marker goes, and the site's parked tasks are made due now, and again 1 s and
-  3 s later (a scan of the delayed sets per pass, a seed's resume's ``RESUME_PASSES_S``): a
+  3 s later (a scan of the delayed sets per pass, as a seed's resume: ``wake_parked``): a
   worker refused just before the marker went parks its tasks a moment later, and its parking
   reaches Redis with its next writes. A worker whose refusal is over ``STALE_VIEW_S`` (1 s)
   old when it parks (its loop was blocked, Redis slow) parks them for ``STALE_PARK_S`` (5 s)
@@ -30,8 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy.queue.consume.delayed_set import make_due
-from meteorseed_scrapy.queue.consume.seed_control import RESUME_PASSES_S  # a seed's resume's
+from meteorseed_scrapy.queue.consume.delayed_set import wake_parked
 from meteorseed_scrapy.queue.fleet import events
 from meteorseed_scrapy.queue.fleet.delayed import site_of
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -96,10 +95,7 @@ def release(client: SyncRedis, keys: KeyLayout, ref: SiteRef, by: str) -> int | 
     def parked_here(member: Any) -> bool:
         return site_of(member) == ref.site
 
-    woken = 0
-    for wait in RESUME_PASSES_S:
-        time.sleep(wait)
-        woken += make_due(client, keys, DeferReason.PAUSED, parked_here)
+    woken = wake_parked(client, keys, DeferReason.PAUSED, parked_here)
     _event(client, keys, "site resumed", ref.site, by, woken=woken)
     return woken
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.politeness.gate import SiteGate, group_by_site
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
-from meteorseed_scrapy.queue.consume.seed_control import STALE_PARK_S, STALE_VIEW_S
+from meteorseed_scrapy.queue.consume.delayed_set import STALE_PARK_S, STALE_VIEW_S
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector

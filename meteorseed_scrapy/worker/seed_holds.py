@@ -18,12 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
-from meteorseed_scrapy.queue.consume.seed_control import (
-    PARK_S,
-    POLL_S,
-    STALE_PARK_S,
-    STALE_VIEW_S,
-)
+from meteorseed_scrapy.queue.consume.delayed_set import STALE_PARK_S, STALE_VIEW_S
+from meteorseed_scrapy.queue.consume.seed_control import PARK_S, POLL_S
 from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, finish_if_done
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import text_of

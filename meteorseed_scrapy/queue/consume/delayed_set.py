@@ -5,13 +5,15 @@ site), owned here and changed only through these verbs.
   (``lua/defer.lua``), in its task set's delayed set (only its spider's workers promote it);
 - :meth:`DelayedSet.promote`: move due tasks back to their streams (``lua/promote.lua``);
 - :func:`make_due`: make the parked tasks that match due now, keeping their route and message
-  (an operator's resume; a synchronous client, as the CLI has).
+  (a synchronous client, as the CLI has); :func:`wake_parked` does it in passes, for an
+  operator's resume of a seed or a site (:data:`RESUME_PASSES_S`, :data:`STALE_VIEW_S`).
 
 The members and scores are read by :mod:`meteorseed_scrapy.queue.fleet.delayed`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,16 @@ if TYPE_CHECKING:
 
 #: Delayed-set members per ZSCAN page in :func:`make_due`.
 SCAN_COUNT = 500
+#: A resume of a held seed or site makes its parked tasks due at once, and again after these
+#: pauses (seconds): a worker that saw the hold just before the resume parks the tasks it
+#: holds a moment later, and its parking reaches Redis with its next writes.
+RESUME_PASSES_S = (0.0, 1.0, 2.0)
+#: A worker whose view of a hold (a seed's or a site's) is older than this when it parks (its
+#: event loop was blocked, or Redis slow) parks the held tasks only for :data:`STALE_PARK_S`:
+#: a resume made meanwhile may have ended its passes before they were parked, and must not
+#: leave them parked for the hold's hour.
+STALE_VIEW_S = 1.0
+STALE_PARK_S = 5.0
 
 
 class DelayedSet:
@@ -97,8 +109,20 @@ def make_due(client: SyncRedis, keys: KeyLayout, why: DeferReason,
     return woken
 
 
+def wake_parked(client: SyncRedis, keys: KeyLayout, why: DeferReason,
+                matches: Callable[[Any], bool]) -> int:
+    """:func:`make_due` in :data:`RESUME_PASSES_S` passes (the call takes their 3 s); returns
+    how many were made due in all."""
+    woken = 0
+    for wait in RESUME_PASSES_S:
+        time.sleep(wait)
+        woken += make_due(client, keys, why, matches)
+    return woken
+
+
 def _move(client: SyncRedis, key: str, batch: dict[Any, float]) -> int:
     return int(client.zadd(key, batch, xx=True, ch=True) or 0) if batch else 0
 
 
-__all__ = ["SCAN_COUNT", "DelayedSet", "make_due"]
+__all__ = ["RESUME_PASSES_S", "SCAN_COUNT", "STALE_PARK_S", "STALE_VIEW_S", "DelayedSet",
+           "make_due", "wake_parked"]

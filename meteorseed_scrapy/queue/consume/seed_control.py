@@ -7,8 +7,8 @@
   Nothing is lost: waiting tasks stay in their streams, in-flight requests finish, children
   carry their parent's ``seed_id`` and are held too.
 - **Resume.** The seed leaves the set and its parked tasks are made due now, and again 1 s and
-  3 s later (:data:`RESUME_PASSES_S`): a worker parks the seed's tasks until its next read of
-  the holds.
+  3 s later (:func:`~meteorseed_scrapy.queue.consume.delayed_set.wake_parked`): a worker parks
+  the seed's tasks until its next read of the holds.
 - **Cancel.** The seed in ``<ns>:seeds:cancelled`` (a zset: seed -> when the mark lapses,
   :data:`CANCEL_RETENTION_S` on), then its tasks in the delayed sets and the entries of the
   streams no worker has read yet are removed, each counted ``cancelled`` in the seed's
@@ -29,7 +29,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from meteorseed_scrapy.queue.consume.delayed_set import make_due
+from meteorseed_scrapy.queue.consume.delayed_set import wake_parked
 from meteorseed_scrapy.queue.consume.task_history import HistoryEntry, TaskHistory
 from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
 from meteorseed_scrapy.queue.fleet import events
@@ -56,16 +56,6 @@ POLL_S = 0.25
 CANCEL_RETENTION_S = 7 * 86400
 #: A held seed's tasks are parked this long (seconds; made due at once on resume).
 PARK_S = 3600.0
-#: A resume makes the seed's parked tasks due at once, and again after these pauses
-#: (seconds): a worker that read the holds just before the resume parks the tasks it holds
-#: until its next read (POLL_S), and its parking reaches Redis with its next writes.
-RESUME_PASSES_S = (0.0, 1.0, 2.0)
-#: A worker whose read of the holds is older than this (its event loop was blocked, or Redis
-#: slow) parks a held seed's task only for :data:`STALE_PARK_S`: a resume made meanwhile may
-#: have ended its passes before the task was parked, and must not leave it parked for an hour.
-#: A held site's park follows the same rule (politeness.control and its permit desk).
-STALE_VIEW_S = 1.0
-STALE_PARK_S = 5.0
 #: Stream entries or delayed-set members looked at per cancel script call (its bound), and
 #: members per page of a resume.
 PAGE = 500
@@ -130,10 +120,7 @@ def release(client: SyncRedis, keys: KeyLayout, seed_id: str, by: str) -> int | 
     def parked_here(member: Any) -> bool:
         return _seed_of(_message(member)) == seed_id
 
-    woken = 0
-    for wait in RESUME_PASSES_S:
-        time.sleep(wait)
-        woken += make_due(client, keys, DeferReason.PAUSED, parked_here)
+    woken = wake_parked(client, keys, DeferReason.PAUSED, parked_here)
     _record(client, keys, seed_id, "resumed", by, woken=woken)
     return woken
 
@@ -284,5 +271,5 @@ def controls(client: SyncRedis, keys: KeyLayout) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["CANCEL_RETENTION_S", "PARK_S", "POLL_S", "STALE_PARK_S", "STALE_VIEW_S", "cancel",
+__all__ = ["CANCEL_RETENTION_S", "PARK_S", "POLL_S", "cancel",
            "checked", "control_of", "controls", "hold", "release", "shown_state"]
