@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import os
@@ -22,8 +23,10 @@ import redis
 from meteorseed_scrapy.api.app import create_app
 from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
+from meteorseed_scrapy.api.expansion import Progress
 from meteorseed_scrapy.api.openapi import build_spec
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.testing.polling import wait_for
 from tests.e2e_helpers import running, terminate
 
@@ -322,6 +325,55 @@ def test_large_seed_expands_in_the_background(client: Client, sync_redis: redis.
     assert record["expansion"]["enqueued"] == 3000
     assert record["runs"] == 1 and record["last_enqueued"] == 3000
     assert len(stream_tasks(sync_redis, namespace)) == 3000
+
+
+@pytest.mark.parametrize("path", ["/seeds/pages", "/seeds"])
+def test_an_expansion_shown_finished_comes_with_its_run(client: Client, path: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GET reads the registry while the expansion records its run and finishes: the answer
+    never shows the expansion finished without that run (made certain: the run's record waits
+    for the GET's registry read, and that read returns only once the expansion finished)."""
+    armed, read, finished = threading.Event(), threading.Event(), threading.Event()
+    name = "list" if path == "/seeds" else "get"
+    registry_read, record_run, finish = getattr(SeedRegistry, name), SeedRegistry.record_run, \
+        Progress.finish
+
+    async def slow_read(self: SeedRegistry, *args: Any, **kwargs: Any) -> Any:
+        result = await registry_read(self, *args, **kwargs)
+        if armed.is_set() and not read.is_set():
+            read.set()
+            while not finished.is_set():
+                await asyncio.sleep(0.01)
+        return result
+
+    async def late_record(self: SeedRegistry, *args: Any, **kwargs: Any) -> Any:
+        while not read.is_set():
+            await asyncio.sleep(0.01)
+        return await record_run(self, *args, **kwargs)
+
+    def noted_finish(self: Progress, *args: Any, **kwargs: Any) -> None:
+        finish(self, *args, **kwargs)
+        finished.set()
+
+    monkeypatch.setattr(SeedRegistry, name, slow_read)
+    monkeypatch.setattr(SeedRegistry, "record_run", late_record)
+    monkeypatch.setattr(Progress, "finish", noted_finish)
+    seed = {"seed_id": "pages", "site_id": "news", "task_type": "url_template",
+            "payload": {"template": "https://news.example/page/{n}",
+                        "params": {"n": {"start": 1, "stop": 5}}}}
+    assert client.call("POST", "/dispatch", seed)[0] == 202
+    armed.set()
+
+    def shown() -> tuple[str, int]:
+        status, _, body = client.call("GET", path)
+        assert status == 200, body
+        record = body if path != "/seeds" else next(
+            s for s in body["seeds"] if s["seed"]["seed_id"] == "pages")
+        return record["expansion"]["state"], record["runs"]
+
+    assert shown() == ("expanding", 0)  # read before the run was recorded: not yet finished
+    assert finished.is_set()
+    assert shown() == ("done", 1)
 
 
 def _wait_expansion(client: Client, seed_id: str) -> dict[str, Any]:

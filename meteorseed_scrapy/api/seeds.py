@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from meteorseed_scrapy.api.problems import FieldError, InvalidInput, problem
-from meteorseed_scrapy.api.state import STATE, ApiState
+from meteorseed_scrapy.api.state import STATE
 from meteorseed_scrapy.queue.consume.seed_control import control_of, controls
 from meteorseed_scrapy.queue.fleet.crawl_progress import read_progress, seed_keys
 from meteorseed_scrapy.store.base import Store
@@ -46,7 +46,7 @@ def _int_param(request: web.Request, name: str, default: int, low: int, high: in
     return value
 
 
-def _shown(state: ApiState, record: Any, progress: dict[str, Any] | None,
+def _shown(record: Any, progress: dict[str, Any] | None, expansion: dict[str, Any] | None,
            full: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = dict(record.to_json())
     out["progress"] = progress
@@ -55,8 +55,7 @@ def _shown(state: ApiState, record: Any, progress: dict[str, Any] | None,
         payload = seed.pop("payload", {})
         seed["payload_bytes"] = len(json.dumps(payload, ensure_ascii=False).encode("utf-8"))
         out["seed"] = seed
-    expansion = state.expansions.get(record.seed.seed_id)
-    out["expansion"] = expansion.to_json() if expansion is not None else None
+    out["expansion"] = expansion
     return out
 
 
@@ -65,6 +64,7 @@ async def list_seeds(request: web.Request) -> web.Response:
     offset = _int_param(request, "offset", 0, 0, 10**9)
     limit = _int_param(request, "limit", 100, 1, MAX_LIMIT)
     site_id = request.query.get("site_id") or None
+    expansions = state.expansions.shown()  # (before the registry: see Expansions.shown)
     records = await state.registry.list(site_id=site_id, offset=offset, limit=limit)
     progress = await read_progress(state.client, state.config.keys,
                                    [r.seed.seed_id for r in records])
@@ -75,7 +75,8 @@ async def list_seeds(request: web.Request) -> web.Response:
         "offset": offset,
         "limit": limit,
         "site_id": site_id,
-        "seeds": [{**_shown(state, r, progress[r.seed.seed_id], full=False),
+        "seeds": [{**_shown(r, progress[r.seed.seed_id], expansions.get(r.seed.seed_id),
+                            full=False),
                    "control": found.get(r.seed.seed_id)} for r in records],
     })
 
@@ -83,6 +84,7 @@ async def list_seeds(request: web.Request) -> web.Response:
 async def get_seed(request: web.Request) -> web.Response:
     state = request.app[STATE]
     seed_id = request.match_info["seed_id"]
+    expansion = state.expansions.shown(seed_id).get(seed_id)  # (first: Expansions.shown)
     record = await state.registry.get(seed_id)
     progress = (await read_progress(state.client, state.config.keys, [seed_id]))[seed_id]
     # (held or cancelled: meteorseed_scrapy.queue.consume.seed_control)
@@ -93,7 +95,7 @@ async def get_seed(request: web.Request) -> web.Response:
         # Counted but no longer (or never) registered: its progress alone.
         return web.json_response({"seed": {"seed_id": seed_id}, "progress": progress,
                                   "control": control})
-    return web.json_response({**_shown(state, record, progress), "control": control})
+    return web.json_response({**_shown(record, progress, expansion), "control": control})
 
 
 async def delete_seed(request: web.Request) -> web.Response:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -60,8 +61,16 @@ class Expansions:
     def has_task(self, seed_id: str) -> bool:
         return seed_id in self._tasks
 
-    def get(self, seed_id: str) -> Progress | None:
-        return self._progress.get(seed_id)
+    def shown(self, seed_id: str | None = None) -> dict[str, dict[str, Any]]:
+        """The expansions (``seed_id``'s alone, if given) as ``GET /seeds`` shows them, now.
+        Taken before the registry is read: an expansion finishes only once its run is
+        recorded there (``dispatch._run``), so one shown finished always comes with its run
+        (read the other way round, a run could end between the two reads: "done" with no
+        run)."""
+        if seed_id is not None:
+            progress = self._progress.get(seed_id)
+            return {} if progress is None else {seed_id: progress.to_json()}
+        return {sid: progress.to_json() for sid, progress in self._progress.items()}
 
     def running(self, seed_id: str) -> bool:
         progress = self._progress.get(seed_id)
