@@ -16,6 +16,7 @@ from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres
 from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
+from tests.api_helpers import ApiServer, server_factory
 
 # No timing thresholds in tests: Hypothesis's per-example deadline (200 ms) and its too_slow
 # health check failed tests on a loaded machine (many tests already opted out one by one).
@@ -147,3 +148,10 @@ def postgres_uri(postgres_server: PostgresServer) -> str:
 def demo_site() -> Iterator[DemoSite]:
     with DemoSite() as site:
         yield site
+
+
+@pytest.fixture
+def api_server(request: pytest.FixtureRequest) -> ApiServer:
+    """``with api_server(**config) as server:`` ``meteorseed serve`` for the test, on its Redis
+    and namespace with the tests' token unless ``config`` says otherwise (tests/api_helpers.py)."""
+    return server_factory(request)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.test_api import TOKEN
+from tests.api_helpers import TOKEN
 
 if TYPE_CHECKING:
     from playwright.async_api import Page

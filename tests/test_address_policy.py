@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import json
 import threading
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +18,10 @@ from scrapy.http import Response
 from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.address_policy import STAT, AddressPolicyMiddleware
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PRIVATE_SETTING, PUBLIC_ONLY
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
+from tests.api_helpers import ApiServer, Client
 from tests.e2e_helpers import add_tasks, start_worker, stored_docs
 
 MARKED = {POLICY_META_KEY: PUBLIC_ONLY}
@@ -105,21 +102,11 @@ def test_a_redirect_to_an_internal_address_is_refused() -> None:
     assert reason is not None and "metadata.example (169.254.169.254) is a link-local" in reason
 
 
-def post(server: ServerThread, body: Any) -> tuple[int, Any]:
-    request = urllib.request.Request(server.url + "/dispatch", data=json.dumps(body).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
 def test_the_api_refuses_literal_private_urls_and_marks_what_it_accepts(
-        redis_url: str, namespace: str, sync_redis: Any) -> None:
-    config = ApiConfig(redis_url=redis_url, namespace=namespace)
-    with ServerThread(config) as server:
-        status, body = post(server, {"seeds": [
+        api_server: ApiServer, namespace: str, sync_redis: Any) -> None:
+    with api_server(token=None) as server:
+        api = Client(server.url, None)
+        status, _, body = api.call("POST", "/dispatch", {"seeds": [
             {"seed_id": "m", "site_id": "s", "task_type": "url_list",
              "payload": {"urls": ["https://ok.example/", "http://169.254.169.254/latest/"]}},
             {"seed_id": "r", "site_id": "s", "task_type": "url_list",
@@ -128,8 +115,9 @@ def test_the_api_refuses_literal_private_urls_and_marks_what_it_accepts(
         assert [(e["field"], e["problem"].split(";")[0]) for e in body["errors"]] == [
             ("seeds[0].payload.urls[1]", "refused: 169.254.169.254 is a link-local address"),
             ("seeds[1].payload.urls[0]", "refused: 127.0.0.1 is a loopback address")]
-        status, body = post(server, {"seed_id": "ok", "site_id": "s", "task_type": "url_list",
-                                     "payload": {"urls": ["https://ok.example/"]}})
+        status, _, body = api.call("POST", "/dispatch", {
+            "seed_id": "ok", "site_id": "s", "task_type": "url_list",
+            "payload": {"urls": ["https://ok.example/"]}})
         assert status == 202 and body["enqueued"] == 1
     tasks = [ExecTask.from_message(fields)
              for key in sync_redis.scan_iter(f"{namespace}:*")

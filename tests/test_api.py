@@ -12,7 +12,6 @@ import sys
 import threading
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,62 +20,16 @@ import pytest
 import redis
 
 from meteorseed_scrapy.api.app import create_app
-from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.expansion import Progress
 from meteorseed_scrapy.api.openapi import build_spec
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.testing.polling import wait_for
+from tests.api_helpers import TOKEN, ApiServer, Client, stream_tasks, url_list
 from tests.e2e_helpers import running, terminate
 
-TOKEN = "s3cret-token"
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class Client:
-    def __init__(self, base: str, token: str | None = TOKEN) -> None:
-        self.base = base
-        self.token = token
-
-    def call(self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
-             token: str | None = "default", headers: dict[str, str] | None = None
-             ) -> tuple[int, dict[str, str], Any]:
-        data = raw if raw is not None else (
-            None if body is None else json.dumps(body).encode("utf-8"))
-        request = urllib.request.Request(self.base + path, data=data, method=method)
-        token = self.token if token == "default" else token
-        if token is not None:
-            request.add_header("Authorization", f"Bearer {token}")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        for name, value in (headers or {}).items():
-            request.add_header(name, value)
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                status, head, text = response.status, dict(response.headers), response.read()
-        except urllib.error.HTTPError as exc:
-            status, head, text = exc.code, dict(exc.headers), exc.read()
-        try:
-            parsed = json.loads(text) if text else None
-        except ValueError:
-            parsed = text.decode("utf-8", "replace")
-        return status, head, parsed
-
-
-def url_list(seed_id: str, urls: list[str], site_id: str = "news", **extra: Any
-             ) -> dict[str, Any]:
-    return {"seed_id": seed_id, "site_id": site_id, "task_type": "url_list",
-            "payload": {"urls": urls}, **extra}
-
-
-def stream_tasks(sync_redis: redis.Redis, namespace: str) -> list[dict[str, Any]]:
-    """Tasks of every task stream (each lane and band)."""
-    out = []
-    for stream in KeyLayout(namespace).streams:
-        for _id, fields in sync_redis.xrange(stream):  # type: ignore[union-attr]
-            out.append(json.loads(fields["t"]))
-    return out
 
 
 @pytest.fixture
@@ -92,17 +45,10 @@ def sites_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def server(redis_url: str, namespace: str, sites_dir: Path) -> Iterator[ServerThread]:
+def client(api_server: ApiServer, sites_dir: Path) -> Iterator[Client]:
     # (the sitemap sites of these tests serve on loopback)
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN,
-                       sites_dir=str(sites_dir), fetch_private_addresses=True)
-    with ServerThread(config) as running:
-        yield running
-
-
-@pytest.fixture
-def client(server: ServerThread) -> Client:
-    return Client(server.url)
+    with api_server(sites_dir=str(sites_dir), fetch_private_addresses=True) as server:
+        yield Client(server.url)
 
 
 # --- authentication -------------------------------------------------------------------------
@@ -226,14 +172,13 @@ def test_bad_input_is_rejected_with_field_paths_and_the_rest_goes_through(
                     "https://www.news.example/ok/2"]
 
 
-def test_rules_pushed_to_redis_restrict_domains_too(redis_url: str, namespace: str,
+def test_rules_pushed_to_redis_restrict_domains_too(api_server: ApiServer, namespace: str,
                                                     sites_dir: Path,
                                                     sync_redis: redis.Redis) -> None:
     from meteorseed_scrapy.sites.remote import RemoteRules, collect
 
     RemoteRules(sync_redis, KeyLayout(namespace)).push(collect(sites_dir))
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)  # no sites_dir
-    with ServerThread(config) as server:
+    with api_server() as server:  # no sites_dir
         status, _, body = Client(server.url).call("POST", "/dispatch", url_list(
             "pushed", ["https://news.example/1", "https://evil.example/2"]))
         assert status == 202 and body["enqueued"] == 1
@@ -291,10 +236,8 @@ def test_oversized_body_is_413(client: Client, sync_redis: redis.Redis, namespac
     assert stream_tasks(sync_redis, namespace) == []
 
 
-def test_a_full_backlog_is_503_before_anything_is_registered(redis_url: str,
-                                                              namespace: str) -> None:
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN, max_backlog=2)
-    with ServerThread(config) as server:
+def test_a_full_backlog_is_503_before_anything_is_registered(api_server: ApiServer) -> None:
+    with api_server(max_backlog=2) as server:
         client = Client(server.url)
         status, _, _ = client.call("POST", "/dispatch", url_list(
             "first", [f"https://news.example/{i}" for i in range(3)]))
@@ -569,15 +512,14 @@ def test_status_shows_delayed_tasks_by_site_reason_and_due_time(
     assert 0 < delayed["next_due_in_s"] <= 61
 
 
-def test_sites_count_anomalies_from_the_store(redis_url: str, namespace: str,
+def test_sites_count_anomalies_from_the_store(api_server: ApiServer, namespace: str,
                                               tmp_path: Path) -> None:
     from meteorseed_scrapy.store.backends import open_store
 
     uri = f"sqlite:///{tmp_path / 'items.db'}"
     with open_store(uri, namespace) as store:
         store.upsert_anomalies([{"_id": f"news:{i}", "site_id": "news"} for i in range(3)])
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN, store_uri=uri)
-    with ServerThread(config) as server:
+    with api_server(store_uri=uri) as server:
         client = Client(server.url)
         client.call("POST", "/dispatch", url_list("s", ["https://news.example/1"]))
         status, _, body = client.call("GET", "/sites")
@@ -645,10 +587,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_redis_down_is_503_and_the_server_keeps_serving(namespace: str) -> None:
-    config = ApiConfig(redis_url=f"redis://127.0.0.1:{_free_port()}/0", namespace=namespace,
-                       token=TOKEN, redis_timeout=1.0)
-    with ServerThread(config) as server:
+def test_redis_down_is_503_and_the_server_keeps_serving(api_server: ApiServer) -> None:
+    with api_server(redis_url=f"redis://127.0.0.1:{_free_port()}/0",
+                    redis_timeout=1.0) as server:
         client = Client(server.url)
         for method, path, body in (("GET", "/seeds", None), ("GET", "/status", None),
                                    ("GET", "/dead-letters", None), ("GET", "/sites", None),
@@ -664,31 +605,29 @@ def test_redis_down_is_503_and_the_server_keeps_serving(namespace: str) -> None:
         assert status == 200
 
 
-def test_redis_lost_and_back(namespace: str) -> None:
+def test_redis_lost_and_back(api_server: ApiServer) -> None:
     """Redis killed under a running server: 503s, then normal answers once it is back."""
     from meteorseed_scrapy.testing.redis_server import RedisServer
 
-    with RedisServer(appendonly=True) as own_redis:
-        config = ApiConfig(redis_url=own_redis.url, namespace=namespace, token=TOKEN,
-                           redis_timeout=1.0)
-        with ServerThread(config) as server:
-            client = Client(server.url)
-            assert client.call("POST", "/dispatch", url_list(
-                "before", ["https://news.example/1"]))[0] == 202
-            # (its run is recorded as its expansion ends: killed before, it is not there)
-            wait_for(lambda: client.call("GET", "/seeds/before")[2].get("runs") == 1, 30)
-            own_redis.kill()
-            for path in ("/seeds/before", "/status", "/sites"):
-                assert client.call("GET", path)[0] == 503
-            assert client.call("POST", "/dispatch", url_list(
-                "during", ["https://news.example/2"]))[0] == 503
-            own_redis.start()
-            status, _, record = client.call("GET", "/seeds/before")
-            assert status == 200 and record["runs"] == 1
-            status, _, body = client.call("POST", "/dispatch", url_list(
-                "after", ["https://news.example/3"]))
-            assert status == 202 and body["enqueued"] == 1
-            assert client.call("GET", "/status")[2]["backlog"] == 2
+    with RedisServer(appendonly=True) as own_redis, \
+            api_server(redis_url=own_redis.url, redis_timeout=1.0) as server:
+        client = Client(server.url)
+        assert client.call("POST", "/dispatch", url_list(
+            "before", ["https://news.example/1"]))[0] == 202
+        # (its run is recorded as its expansion ends: killed before, it is not there)
+        wait_for(lambda: client.call("GET", "/seeds/before")[2].get("runs") == 1, 30)
+        own_redis.kill()
+        for path in ("/seeds/before", "/status", "/sites"):
+            assert client.call("GET", path)[0] == 503
+        assert client.call("POST", "/dispatch", url_list(
+            "during", ["https://news.example/2"]))[0] == 503
+        own_redis.start()
+        status, _, record = client.call("GET", "/seeds/before")
+        assert status == 200 and record["runs"] == 1
+        status, _, body = client.call("POST", "/dispatch", url_list(
+            "after", ["https://news.example/3"]))
+        assert status == 202 and body["enqueued"] == 1
+        assert client.call("GET", "/status")[2]["backlog"] == 2
 
 
 def _serve_cmd(*args: str) -> list[str]:

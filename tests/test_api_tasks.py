@@ -11,18 +11,15 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.openapi import build_spec
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
-from tests.test_api import TOKEN, Client
+from tests.api_helpers import ApiServer, Client
 
 
 @pytest.fixture
-def client(redis_url: str, namespace: str) -> Iterator[Client]:
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)
-    with ServerThread(config) as running:
+def client(api_server: ApiServer) -> Iterator[Client]:
+    with api_server() as running:
         yield Client(running.url)
 
 

@@ -17,8 +17,6 @@ import pytest
 from scrapy import Request, Spider
 from scrapy_redis.queue import PriorityQueue
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.cli import main as cli_main
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
@@ -35,8 +33,8 @@ from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
+from tests.api_helpers import ApiServer, Client, url_list
 from tests.e2e_helpers import REPO, start_worker, stored_docs
-from tests.test_api import TOKEN, Client, url_list
 from tests.test_migrate_cli import seed_expand
 from tests.test_shards import sites_covering
 
@@ -283,10 +281,10 @@ def test_seed_registry_and_site_rules_on_cluster(cluster: LocalCluster, ns: str)
         client.close()
 
 
-def test_serve_dispatches_and_reports_on_cluster(cluster: LocalCluster, ns: str) -> None:
+def test_serve_dispatches_and_reports_on_cluster(cluster: LocalCluster, ns: str,
+                                                 api_server: ApiServer) -> None:
     sites = sites_covering(SHARDS)
-    config = ApiConfig(redis_url=cluster.url, namespace=ns, token=TOKEN, shards=SHARDS)
-    with ServerThread(config) as server:
+    with api_server(redis_url=cluster.url, namespace=ns, shards=SHARDS) as server:
         api = Client(server.url)
         seeds = [url_list(f"seed-{site}", [f"https://{site}.example/{i}" for i in range(3)],
                           site_id=site) for site in sites]
@@ -326,7 +324,7 @@ def test_scrapy_redis_migration_on_cluster(tmp_path: Path, cluster: LocalCluster
 
 
 def test_console_sites_page_reads_quota_sharing_sites_on_cluster(
-    tmp_path: Path, cluster: LocalCluster, ns: str
+    tmp_path: Path, cluster: LocalCluster, ns: str, api_server: ApiServer
 ) -> None:
     keys = KeyLayout(ns, SHARDS, cluster=True)
     sites = sites_covering(2)
@@ -351,9 +349,8 @@ def test_console_sites_page_reads_quota_sharing_sites_on_cluster(
         await breaker.flush()
 
     asyncio.run(_with_client(cluster.url, body))
-    config = ApiConfig(redis_url=cluster.url, namespace=ns, token=TOKEN, shards=SHARDS,
-                       sites_dir=str(tmp_path))
-    with ServerThread(config) as server:
+    with api_server(redis_url=cluster.url, namespace=ns, shards=SHARDS,
+                    sites_dir=str(tmp_path)) as server:
         status, _, body = Client(server.url).call("GET", "/sites")
     assert status == 200, body
     rows = {row["site_id"]: row for row in body["sites"]}

@@ -17,16 +17,14 @@ import redis
 
 from meteorseed_scrapy.api import history as history_module
 from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.history import MAX_GONE, MAX_SITES, History
 from meteorseed_scrapy.queue.fleet.snapshot import ConsumerStatus, QueueStatus, summarize_delayed
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
+from tests.api_helpers import TOKEN, ApiServer, Client
 from tests.console_browser import console_page, log_in, needs_chromium, unexpected
-from tests.test_api import Client
 
-TOKEN = "charts-token"
 SITES = ("shop", "news", "x<img src=x onerror=alert(1)>")  # a site id is text, never markup
 
 
@@ -70,13 +68,13 @@ def test_history_keeps_the_busiest_sites_and_departed_consumers() -> None:
 
 
 @pytest.fixture
-def server(redis_url: str, namespace: str, sync_redis: redis.Redis,
+def server(api_server: ApiServer, namespace: str, sync_redis: redis.Redis,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[ServerThread]:
     monkeypatch.setattr(history_module, "INTERVAL_S", 0.3)
     keys = KeyLayout(namespace)
     for site in SITES:  # known sites (the server finds them by their politeness keys)
         sync_redis.hset(keys.site_own(site, site, "breaker"), "state", "closed")
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+    with api_server() as srv:
         yield srv
 
 

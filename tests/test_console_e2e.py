@@ -4,27 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 import redis
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.queue.keys import KeyLayout
+from tests.api_helpers import TOKEN, ApiServer, stream_tasks
 from tests.console_browser import console_page, log_in, needs_chromium, unexpected
-from tests.test_api import stream_tasks
-
-TOKEN = "console-token"
 
 pytestmark = needs_chromium
-
-
-@pytest.fixture
-def server(redis_url: str, namespace: str) -> Iterator[ServerThread]:
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
-        yield srv
 
 
 async def _console_flow(base: str, sync_redis: redis.Redis, namespace: str) -> dict[str, Any]:
@@ -97,9 +85,10 @@ async def _console_flow(base: str, sync_redis: redis.Redis, namespace: str) -> d
     return seen
 
 
-def test_console_submit_seed_and_see_its_tasks(server: ServerThread, sync_redis: redis.Redis,
+def test_console_submit_seed_and_see_its_tasks(api_server: ApiServer, sync_redis: redis.Redis,
                                                namespace: str) -> None:
-    seen = asyncio.run(_console_flow(server.url, sync_redis, namespace))
+    with api_server() as server:
+        seen = asyncio.run(_console_flow(server.url, sync_redis, namespace))
     assert seen["dialogs"] == []  # no injected script ever ran
     assert unexpected(seen["console_errors"]) == []  # (nor is the wrong token's 401)
     assert seen["img_tags"] == 0

@@ -13,8 +13,6 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.commands.expand_file import ExpandedSeeds
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -22,22 +20,20 @@ from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.seeding.expand import expand_lines
 from meteorseed_scrapy.seeding.expand_types import ExpandOptions
 from meteorseed_scrapy.seeding.registry import SeedRegistry
-from tests.test_api import Client
+from tests.api_helpers import ApiServer, Client
 from tests.test_seed_expand import run_cli, seed_line, summary_of
 
-TOKEN = "seeds-token"
 
-
-def _seeds(redis_url: str, namespace: str) -> dict[str, dict[str, Any]]:
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)
-    with ServerThread(config) as server:
-        status, _, body = Client(server.url, TOKEN).call("GET", "/seeds")
+def _seeds(api_server: ApiServer) -> dict[str, dict[str, Any]]:
+    with api_server() as server:
+        status, _, body = Client(server.url).call("GET", "/seeds")
     assert status == 200, body
     return {row["seed_id"]: row for row in body["seeds"]}
 
 
 def test_seed_expand_registers_its_seeds_with_the_runs_counts(
-        tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+        api_server: ApiServer) -> None:
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text("\n".join([
         seed_line(["https://a.example/1", "https://a.example/2"], seed_id="s1"),
@@ -52,7 +48,7 @@ def test_seed_expand_registers_its_seeds_with_the_runs_counts(
     proc = run_cli([seeds.name], tmp_path, settings=settings)
     # lines, enqueued, duplicates, rejected
     assert summary_of(proc.stdout) == (5, 4, 1, 3), proc.stderr
-    rows = _seeds(redis_url, namespace)
+    rows = _seeds(api_server)
     assert set(rows) == {"s1", "s2", "s3<b>"}  # a bad line (bad JSON, no seed_id) is no seed
     s1, s2 = rows["s1"], rows["s2"]
     assert (s1["last_enqueued"], s1["last_duplicates"], s1["last_rejected"]) == (2, 0, 0)
@@ -64,18 +60,18 @@ def test_seed_expand_registers_its_seeds_with_the_runs_counts(
 
     again = run_cli([seeds.name], tmp_path, settings=settings)  # the same file once more
     assert summary_of(again.stdout) == (5, 0, 5, 3), again.stderr
-    s1 = _seeds(redis_url, namespace)["s1"]
+    s1 = _seeds(api_server)["s1"]
     assert (s1["runs"], s1["last_enqueued"], s1["last_duplicates"]) == (2, 0, 2)
 
 
 def test_no_register_leaves_the_registry_alone(tmp_path: Path, redis_url: str,
-                                               namespace: str) -> None:
+                                               namespace: str, api_server: ApiServer) -> None:
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text(seed_line(["https://a.example/1"], seed_id="quiet") + "\n")
     settings = {"METEORSEED_REDIS_URL": redis_url, "METEORSEED_NAMESPACE": namespace}
     proc = run_cli([seeds.name, "--no-register"], tmp_path, settings=settings)
     assert summary_of(proc.stdout) == (1, 1, 0, 0), proc.stderr
-    assert _seeds(redis_url, namespace) == {}
+    assert _seeds(api_server) == {}
 
 
 async def _expand(redis_url: str, namespace: str, lines: list[str], batch: int

@@ -7,20 +7,16 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
-import pytest
 import redis
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
+from tests.api_helpers import TOKEN, ApiServer
 from tests.console_browser import console_page, log_in, needs_chromium
 
-TOKEN = "console-token"
 STATIC = resources.files("meteorseed_scrapy").joinpath("console/static")
 
 
@@ -34,12 +30,6 @@ def test_every_element_the_script_uses_is_in_the_page() -> None:
     pages = re.search(r"const pages = \[([^\]]*)\]", script)
     assert pages is not None and '"task"' in pages.group(1)
     assert 'data-page="task"' in page and 'id="page-task"' in page
-
-
-@pytest.fixture
-def server(redis_url: str, namespace: str) -> Iterator[ServerThread]:
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
-        yield srv
 
 
 async def _lookups(base: str, task: ExecTask) -> dict[str, Any]:
@@ -72,10 +62,11 @@ async def _lookups(base: str, task: ExecTask) -> dict[str, Any]:
 
 
 @needs_chromium
-def test_find_a_task_by_id_and_url(server: ServerThread, sync_redis: redis.Redis,
+def test_find_a_task_by_id_and_url(api_server: ApiServer, sync_redis: redis.Redis,
                                    namespace: str) -> None:
     task = ExecTask.create(seed_id="s", site_id="news",
                            url="https://news.example/<img/src=x/onerror=alert(1)>")
     sync_redis.xadd(KeyLayout(namespace).stream, task.to_message())
-    seen = asyncio.run(_lookups(server.url, task))
+    with api_server() as server:
+        seen = asyncio.run(_lookups(server.url, task))
     assert seen["dialogs"] == [] and seen["img_tags"] == 0

@@ -36,7 +36,7 @@ from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding import runner
 from meteorseed_scrapy.seeding.seeder import SeederConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
-from tests.test_api import TOKEN, Client, url_list
+from tests.api_helpers import TOKEN, Client, url_list
 from tests.test_cli import add_dead
 from tests.test_cli import run as run_cli
 from tests.test_fingerprinter import CUSTOM, IgnoreSession, _project
@@ -177,7 +177,7 @@ def test_serve_dispatches_looks_up_and_requeues_with_the_projects_keys(
     _, err, config = _serve(monkeypatch, redis_url, namespace)
     assert f"dedup keys: {PROJECT_KEYS}" in err
     assert global_object_name(type(config.fingerprinter)) == CUSTOM
-    with ServerThread(config) as server:
+    with ServerThread(config) as server:  # (the config `meteorseed serve` made, as it is)
         client = Client(server.url)
         status, _, first = client.call("POST", "/dispatch", url_list("s1", [FIRST]))
         assert status == 202 and (first["enqueued"], first["duplicates"]) == (1, 0)

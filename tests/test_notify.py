@@ -23,8 +23,6 @@ import pytest
 import redis
 import redis.asyncio
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.observability import webhook
 from meteorseed_scrapy.observability.notify import GROUP, Deliverer, NotifyConfig, delivery_id
 from meteorseed_scrapy.politeness.policy import Backoff
@@ -33,8 +31,8 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.polling import wait_for, wait_until
+from tests.api_helpers import ApiServer, Client, url_list
 from tests.e2e_helpers import running, terminate
-from tests.test_api import TOKEN, Client, url_list
 
 SECRET = "webhook-secret"
 BIN = Path(sys.executable).parent
@@ -325,12 +323,10 @@ def test_attempts_run_out_and_the_failure_is_recorded(redis_url: str, namespace:
         receiver.close()
 
 
-def test_serve_delivers_the_webhook_of_a_dispatched_seed(redis_url: str, namespace: str,
+def test_serve_delivers_the_webhook_of_a_dispatched_seed(api_server: ApiServer, namespace: str,
                                                          sync_redis: redis.Redis,
                                                          receiver: Receiver) -> None:
-    api = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN,
-                    notify=config())
-    with ServerThread(api) as server:
+    with api_server(notify=config()) as server:
         status, _, body = Client(server.url).call("POST", "/dispatch", url_list(
             "s1", ["https://news.example/a"], notify=receiver.url))
         assert status == 202, body

@@ -12,14 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.observability.notify import NotifyConfig
 from meteorseed_scrapy.seeding.records import seed_to_dict
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
 from meteorseed_scrapy.task.seed_task import NOTIFY_URL_MAX, SeedTask, check_notify_url
 from meteorseed_scrapy.task.validation import TaskError
-from tests.test_api import TOKEN, Client, url_list
+from tests.api_helpers import ApiServer, Client, url_list
 
 NASTY = [
     ("file:///etc/passwd", "must be an http(s) URL"),
@@ -81,10 +79,8 @@ def test_the_notify_url_travels_with_the_seeds_definition() -> None:
 
 
 @pytest.fixture
-def client(redis_url: str, namespace: str) -> Iterator[Client]:
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN,
-                       notify=NotifyConfig(secret=""))
-    with ServerThread(config) as running:
+def client(api_server: ApiServer) -> Iterator[Client]:
+    with api_server(notify=NotifyConfig(secret="")) as running:
         yield Client(running.url)
 
 
@@ -107,11 +103,9 @@ def test_dispatch_refuses_a_bad_notify_naming_the_field(client: Client, value: A
 @pytest.mark.parametrize("url", ["http://169.254.169.254/latest/meta-data/",
                                  "http://127.0.0.1:6379/", "http://[::1]/", "http://10.1.2.3/"])
 def test_dispatch_refuses_a_literal_private_webhook_unless_allowed(
-        redis_url: str, namespace: str, url: str) -> None:
+        api_server: ApiServer, url: str) -> None:
     for allowed in (False, True):
-        config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN,
-                           notify=NotifyConfig(secret="", private_addresses=allowed))
-        with ServerThread(config) as running:
+        with api_server(notify=NotifyConfig(secret="", private_addresses=allowed)) as running:
             status, _, body = Client(running.url).call("POST", "/dispatch", url_list(
                 f"s-{allowed}", ["https://news.example/a"], notify=url))
         if allowed:

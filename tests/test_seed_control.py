@@ -15,8 +15,6 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.consume import seed_control
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
@@ -36,8 +34,8 @@ from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.cluster import LocalCluster
+from tests.api_helpers import ApiServer, Client, url_list
 from tests.console_browser import logged_in_console, needs_chromium, unexpected
-from tests.test_api import TOKEN, Client, url_list
 
 URLS = ["https://news.example/1", "https://news.example/2"]
 
@@ -206,7 +204,7 @@ def test_a_malformed_seed_id_is_refused_naming_the_field(seed: str) -> None:
 
 
 @needs_chromium
-def test_the_console_pauses_resumes_and_cancels_a_seed(redis_url: str, namespace: str,
+def test_the_console_pauses_resumes_and_cancels_a_seed(api_server: ApiServer, namespace: str,
                                                       sync_redis: redis.Redis) -> None:
     keys = KeyLayout(namespace)
 
@@ -235,7 +233,7 @@ def test_the_console_pauses_resumes_and_cancels_a_seed(redis_url: str, namespace
                 "box => box.scrollWidth <= box.clientWidth")
         return errors
 
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+    with api_server() as srv:
         dispatched = Client(srv.url).call("POST", "/dispatch", url_list("p1", URLS))
         assert dispatched[0] == 202, dispatched
         assert unexpected(asyncio.run(flow(srv.url))) == []
@@ -244,9 +242,9 @@ def test_the_console_pauses_resumes_and_cancels_a_seed(redis_url: str, namespace
 
 
 def test_the_api_pauses_resumes_and_cancels_naming_bad_fields(
-        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+        api_server: ApiServer, namespace: str, sync_redis: redis.Redis) -> None:
     keys = KeyLayout(namespace)
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+    with api_server() as srv:
         client = Client(srv.url)
         status, _, body = client.call("POST", "/dispatch", url_list("p1", URLS))
         assert status == 202, body

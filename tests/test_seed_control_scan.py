@@ -16,8 +16,6 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.queue.consume import seed_control
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
@@ -31,8 +29,8 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.cluster import LocalCluster
+from tests.api_helpers import ApiServer, Client, url_list
 from tests.console_browser import logged_in_console, needs_chromium, unexpected
-from tests.test_api import TOKEN, Client, url_list
 from tests.test_seed_control import URLS, cli
 
 #: Other seeds' tasks that look like the target's to a careless match (its id in their URL,
@@ -200,7 +198,7 @@ def test_cancel_finds_a_seed_whatever_its_id_and_only_it(
 
 
 def test_the_list_show_and_api_state_says_paused_or_cancelled(
-        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+        redis_url: str, namespace: str, sync_redis: redis.Redis, api_server: ApiServer) -> None:
     keys = KeyLayout(namespace)
 
     async def register(client: Any) -> None:
@@ -226,7 +224,7 @@ def test_the_list_show_and_api_state_says_paused_or_cancelled(
     for seed, state in (("p1", "paused"), ("c1", "cancelled"), ("f1", "running")):
         code, out, _ = cli(redis_url, namespace, "seeds", "show", seed)
         assert f"state:      {state}\n" in out, out
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+    with api_server() as srv:
         status, _, body = Client(srv.url).call("GET", "/seeds")
     assert status == 200
     controls = {s["seed"]["seed_id"]: s["control"] for s in body["seeds"]}
@@ -273,7 +271,7 @@ def test_cancel_pages_on_a_cluster(cluster: LocalCluster, ns: str,
 
 
 @needs_chromium
-def test_the_console_seed_tables_say_paused(redis_url: str, namespace: str) -> None:
+def test_the_console_seed_tables_say_paused(api_server: ApiServer) -> None:
     async def flow(base: str) -> list[str]:
         from playwright.async_api import expect
 
@@ -284,7 +282,7 @@ def test_the_console_seed_tables_say_paused(redis_url: str, namespace: str) -> N
             await expect(page.locator("[data-testid=progress-q1]")).to_have_text("running")
         return errors
 
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+    with api_server() as srv:
         client = Client(srv.url)
         for seed in ("p1", "q1"):  # (URLs of their own: not deduplicated)
             status, _, body = client.call("POST", "/dispatch", url_list(

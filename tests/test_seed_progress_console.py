@@ -8,13 +8,11 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
 from meteorseed_scrapy.queue.keys import KeyLayout
+from tests.api_helpers import ApiServer, Client, url_list
 from tests.console_browser import logged_in_console, needs_chromium, unexpected
-from tests.test_api import TOKEN, Client, url_list
 
 
 async def settle_all(client: Any, namespace: str) -> int:
@@ -28,7 +26,8 @@ async def settle_all(client: Any, namespace: str) -> int:
 
 @needs_chromium
 def test_the_console_shows_a_seeds_progress_and_end(redis_url: str, namespace: str,
-                                                    sync_redis: redis.Redis) -> None:
+                                                    sync_redis: redis.Redis,
+                                                    api_server: ApiServer) -> None:
     async def flow(base: str) -> list[str]:
         from playwright.async_api import expect
 
@@ -53,7 +52,7 @@ def test_the_console_shows_a_seeds_progress_and_end(redis_url: str, namespace: s
             assert hidden <= 0  # (the table fits its box at 800 px)
         return errors
 
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+    with api_server() as srv:
         status, _, body = Client(srv.url).call("POST", "/dispatch", url_list(
             "p1", ["https://news.example/1", "https://news.example/2"]))
         assert status == 202, body

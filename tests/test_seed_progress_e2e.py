@@ -7,16 +7,14 @@ import io
 import json
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.sites import DemoSite
+from tests.api_helpers import ApiServer, Client
 from tests.e2e_helpers import enqueue, start_worker
 
 pytestmark = pytest.mark.e2e
@@ -29,14 +27,9 @@ def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def get(base: str, path: str) -> Any:
-    with urllib.request.urlopen(base + path, timeout=30) as response:
-        return json.loads(response.read())
-
-
 def test_seeds_finish_with_their_counts_children_and_dead_letters_included(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
-        demo_site: DemoSite) -> None:
+        demo_site: DemoSite, api_server: ApiServer) -> None:
     n = 6
     enqueue(redis_url, namespace, [f"{demo_site.url}/news/article/{i}" for i in range(1, n + 1)],
             seed_id="plain")
@@ -79,13 +72,15 @@ def test_seeds_finish_with_their_counts_children_and_dead_letters_included(
     lines = [json.loads(line) for line in text.splitlines()]
     assert code == 0 and len(lines) == n and {d["seed_id"] for d in lines} == {"plain"}
 
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, store_uri=store_uri)
-    with ServerThread(config) as server:
-        answer = get(server.url, "/seeds/plain")
+    with api_server(token=None, store_uri=store_uri) as server:
+        api = Client(server.url, None)
+        status, _, answer = api.call("GET", "/seeds/plain")
+        assert status == 200, answer
         assert answer["progress"]["done"] == n and answer["progress"]["state"] == "finished"
         ids, after = [], ""
         while True:
-            page = get(server.url, f"/seeds/plain/items?limit=4{after}")
+            status, _, page = api.call("GET", f"/seeds/plain/items?limit=4{after}")
+            assert status == 200, page
             ids += [doc["_id"] for doc in page["items"]]
             if page["next"] is None:
                 break

@@ -10,8 +10,7 @@ import http.client
 import json
 import socket
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -20,17 +19,10 @@ from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.guard import is_loopback_host, is_loopback_origin
 from meteorseed_scrapy.testing.polling import wait_for
+from tests.api_helpers import TOKEN, ApiServer
 
-TOKEN = "s3cret"
 SEED = {"seeds": [{"seed_id": "a", "site_id": "shop", "task_type": "url_list",
                    "payload": {"urls": ["https://shop.example/"]}}]}
-
-
-@contextmanager
-def serve(redis_url: str, namespace: str, **config: Any) -> Iterator[ServerThread]:
-    config.setdefault("token", TOKEN)
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, **config)) as server:
-        yield server
 
 
 def request(server: ServerThread, method: str, path: str, *, body: bytes | None = None,
@@ -70,9 +62,9 @@ def closed_by_server(sock: socket.socket) -> bool:
 
 
 def test_idle_connections_beyond_the_cap_make_room_for_an_authorised_client(
-        redis_url: str, namespace: str) -> None:
+        api_server: ApiServer) -> None:
     """The reported case scaled down: 1,100 idle sockets against a cap of 256 is 50 against 20."""
-    with serve(redis_url, namespace, max_connections=20, idle_timeout=60) as server, \
+    with api_server(max_connections=20, idle_timeout=60) as server, \
             ExitStack() as stack:
         sockets = [stack.enter_context(idle_connection(server)) for _ in range(50)]
         # each one past the cap closed the oldest idle one: at most 20 stay open
@@ -81,9 +73,8 @@ def test_idle_connections_beyond_the_cap_make_room_for_an_authorised_client(
         assert sum(closed_by_server(s) for s in sockets) >= 31  # its room came from one more
 
 
-def test_a_new_connection_is_answered_503_when_every_one_is_busy(
-        redis_url: str, namespace: str) -> None:
-    with serve(redis_url, namespace, max_connections=3, body_timeout=60) as server, \
+def test_a_new_connection_is_answered_503_when_every_one_is_busy(api_server: ApiServer) -> None:
+    with api_server(max_connections=3, body_timeout=60) as server, \
             ExitStack() as stack:
         busy = []
         for _ in range(3):  # requests whose body never comes: busy, not idle
@@ -100,18 +91,16 @@ def test_a_new_connection_is_answered_503_when_every_one_is_busy(
         assert not any(closed_by_server(sock) for sock in busy)  # none was taken for idle
 
 
-def test_a_connection_that_never_sends_a_request_is_closed(
-        redis_url: str, namespace: str) -> None:
-    with serve(redis_url, namespace, idle_timeout=0.5) as server, \
+def test_a_connection_that_never_sends_a_request_is_closed(api_server: ApiServer) -> None:
+    with api_server(idle_timeout=0.5) as server, \
             idle_connection(server) as sock:
         sock.settimeout(30)
         assert sock.recv(1) == b""  # closed by the server, long before aiohttp's hour
 
 
-def test_headers_sent_a_byte_at_a_time_do_not_keep_a_connection(
-        redis_url: str, namespace: str) -> None:
+def test_headers_sent_a_byte_at_a_time_do_not_keep_a_connection(api_server: ApiServer) -> None:
     """Slowloris: every byte received does not push the deadline back."""
-    with serve(redis_url, namespace, idle_timeout=0.5) as server, \
+    with api_server(idle_timeout=0.5) as server, \
             idle_connection(server) as sock:
         sock.sendall(b"GET /seeds HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         closed = False
@@ -128,8 +117,8 @@ def test_headers_sent_a_byte_at_a_time_do_not_keep_a_connection(
         assert closed
 
 
-def test_a_body_that_never_arrives_is_answered_408(redis_url: str, namespace: str) -> None:
-    with serve(redis_url, namespace, body_timeout=0.5) as server, \
+def test_a_body_that_never_arrives_is_answered_408(api_server: ApiServer) -> None:
+    with api_server(body_timeout=0.5) as server, \
             idle_connection(server) as sock:
         sock.sendall(b"POST /dispatch HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
                      + TOKEN.encode() + b"\r\nContent-Type: application/json\r\n"
@@ -151,9 +140,9 @@ def test_limits_that_cannot_work_are_refused_naming_the_field(limit: dict[str, A
 
 # -- without a token ---------------------------------------------------------------------------
 
-def test_without_a_token_a_foreign_host_is_refused(redis_url: str, namespace: str) -> None:
+def test_without_a_token_a_foreign_host_is_refused(api_server: ApiServer) -> None:
     """DNS rebinding: the attacker's name resolves to 127.0.0.1, the Host header keeps it."""
-    with serve(redis_url, namespace, token=None) as server:
+    with api_server(token=None) as server:
         status, body = request(server, "GET", "/seeds", headers={"Host": "evil.example:8080"})
         assert status == 403
         assert "Host 'evil.example:8080' is not a loopback name" in body["detail"]
@@ -161,9 +150,8 @@ def test_without_a_token_a_foreign_host_is_refused(redis_url: str, namespace: st
             assert request(server, "GET", "/seeds", headers={"Host": host})[0] == 200
 
 
-def test_without_a_token_a_cross_site_post_enqueues_nothing(
-        redis_url: str, namespace: str) -> None:
-    with serve(redis_url, namespace, token=None) as server:
+def test_without_a_token_a_cross_site_post_enqueues_nothing(api_server: ApiServer) -> None:
+    with api_server(token=None) as server:
         body = json.dumps(SEED).encode()
         # a page elsewhere posting JSON as text/plain: no preflight, its Origin sent
         status, problem = request(server, "POST", "/dispatch", body=body, headers={
@@ -182,9 +170,8 @@ def test_without_a_token_a_cross_site_post_enqueues_nothing(
         assert [s["seed_id"] for s in request(server, "GET", "/seeds")[1]["seeds"]] == ["a"]
 
 
-def test_with_a_token_the_host_and_origin_are_the_tokens_business(
-        redis_url: str, namespace: str) -> None:
-    with serve(redis_url, namespace) as server:
+def test_with_a_token_the_host_and_origin_are_the_tokens_business(api_server: ApiServer) -> None:
+    with api_server() as server:
         status, _ = request(server, "GET", "/seeds", headers={
             "Host": "api.example", "Origin": "https://console.example",
             "Authorization": f"Bearer {TOKEN}"})

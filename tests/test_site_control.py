@@ -16,8 +16,6 @@ from typing import Any
 import pytest
 import redis
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.politeness import control
 from meteorseed_scrapy.politeness.control import HOLD_RECHECK_S, SiteRef
@@ -34,9 +32,9 @@ from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.demo_pages import Reply
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
+from tests.api_helpers import ApiServer, Client
 from tests.console_browser import logged_in_console, needs_chromium, unexpected
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
-from tests.test_api import TOKEN, Client
 
 
 def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str, str]:
@@ -228,10 +226,9 @@ def test_a_paused_site_is_left_alone_by_four_workers_then_finished(
 
 
 def test_the_api_pauses_resumes_and_limits_naming_bad_fields(
-        redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
+        api_server: ApiServer, namespace: str, sync_redis: redis.Redis) -> None:
     keys = KeyLayout(namespace)
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)
-    with ServerThread(config) as server:
+    with api_server() as server:
         client = Client(server.url)
         status, _, body = client.call("POST", "/sites/news/pause", {"reason": 5, "color": 1})
         assert status == 422
@@ -266,7 +263,7 @@ def test_the_api_pauses_resumes_and_limits_naming_bad_fields(
 
 
 @needs_chromium
-def test_the_console_pauses_and_resumes_a_site(redis_url: str, namespace: str,
+def test_the_console_pauses_and_resumes_a_site(api_server: ApiServer, namespace: str,
                                                sync_redis: redis.Redis) -> None:
     keys = KeyLayout(namespace)
     sync_redis.hset(keys.site("news", "bucket"), mapping={"tokens": 1, "ts": 0})  # a known site
@@ -287,7 +284,7 @@ def test_the_console_pauses_and_resumes_a_site(redis_url: str, namespace: str,
             await expect(cell.locator("button")).to_have_text("Pause")
         return errors
 
-    with ServerThread(ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN)) as srv:
+    with api_server() as srv:
         errors = asyncio.run(flow(srv.url))
     assert unexpected(errors) == []
     assert not sync_redis.exists(keys.site("news", "hold"))

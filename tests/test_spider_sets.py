@@ -18,8 +18,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scrapy import Request, Spider
 
-from meteorseed_scrapy.api.background import ServerThread
-from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.dispatch import validate_seed
 from meteorseed_scrapy.api.problems import InvalidInput
 from meteorseed_scrapy.cli import main
@@ -39,8 +37,8 @@ from meteorseed_scrapy.task.validation import SPIDER_MAX, TaskError, check_spide
 from meteorseed_scrapy.testing.clients import run_with_client
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.worker.requests import request_to_task
+from tests.api_helpers import ApiServer, Client, url_list
 from tests.queue_helpers import ack
-from tests.test_api import TOKEN, Client, url_list
 from tests.test_migrate_cli import seed_expand
 
 GOOD = ["shop", "quotes-toscrape", "example.com", "news_2", "ünïcode_spider", "商店",
@@ -360,10 +358,8 @@ def test_seed_expand_puts_a_named_seeds_tasks_in_its_spiders_set(
 
 
 @pytest.fixture
-def api(redis_url: str, namespace: str, tmp_path: Path) -> Iterator[Client]:
-    config = ApiConfig(redis_url=redis_url, namespace=namespace, token=TOKEN,
-                       sites_dir=str(tmp_path))
-    with ServerThread(config) as running:
+def api(api_server: ApiServer, tmp_path: Path) -> Iterator[Client]:
+    with api_server(sites_dir=str(tmp_path)) as running:
         yield Client(running.url)
 
 
