@@ -10,6 +10,8 @@ from types import ModuleType
 import pytest
 import redis
 from hypothesis import HealthCheck, settings
+from scrapy.settings import default_settings
+from scrapy.utils.reactor import install_reactor, is_reactor_installed
 
 from meteorseed_scrapy.testing import netns
 from meteorseed_scrapy.testing.cluster import LocalCluster
@@ -23,6 +25,15 @@ from tests.api_helpers import ApiServer, server_factory
 settings.register_profile("meteorseed", deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("meteorseed")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """On a Scrapy with no reactorless mode (no ``TWISTED_REACTOR_ENABLED``: 2.14, setup.cfg's
+    floor), a crawler is built only once a reactor is installed: the asyncio one, first, as
+    that Scrapy's own suite does (pytest-twisted's ``--reactor=asyncio``). A newer Scrapy
+    stays reactorless, as a worker's in-process tests expect."""
+    if not hasattr(default_settings, "TWISTED_REACTOR_ENABLED") and not is_reactor_installed():
+        install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
 
 
 def pytest_report_header() -> str:

@@ -21,8 +21,6 @@ from scrapy.core.scraper import Scraper
 from scrapy.crawler import Crawler
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.http import TextResponse
-from scrapy.settings import default_settings
-from scrapy.utils.reactor import install_reactor, is_reactor_installed
 from scrapy.utils.test import get_crawler
 from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
@@ -57,12 +55,8 @@ class _Spider(Spider):
 
 def crawler(spidercls: type[Spider] = _Spider, settings: dict[str, Any] | None = None
             ) -> Crawler:
-    """Scrapy's ``get_crawler``, on any Scrapy from setup.cfg's floor. A Scrapy with no
-    reactorless mode (no ``TWISTED_REACTOR_ENABLED``: 2.14) builds a crawler only once a reactor
-    is installed: the asyncio one then, as that Scrapy's own suite does (pytest-twisted's
-    ``--reactor=asyncio``); a newer one stays reactorless, as the rest of this suite runs."""
-    if not hasattr(default_settings, "TWISTED_REACTOR_ENABLED") and not is_reactor_installed():
-        install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+    """Scrapy's ``get_crawler`` (on a Scrapy with no reactorless mode, conftest installed the
+    asyncio reactor first)."""
     return get_crawler(spidercls, settings)
 
 
