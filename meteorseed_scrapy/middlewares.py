@@ -23,6 +23,7 @@ download slot). These middlewares classify what comes back:
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import TYPE_CHECKING
 
@@ -102,6 +103,10 @@ def _deciding(spider: Spider | None) -> Spider:
     return spider
 
 
+#: Whether this Scrapy's ``get_retry_request`` takes ``give_up_log_level`` (2.17+).
+_GIVE_UP_LEVEL = "give_up_log_level" in inspect.signature(get_retry_request).parameters
+
+
 def retry_decision(request: Request, retries: int, reason: str | Exception, *,
                    spider: Spider, max_retry_times: int) -> bool:
     """Whether a task that failed now, after ``retries`` durable retries, may be retried once
@@ -110,9 +115,10 @@ def retry_decision(request: Request, retries: int, reason: str | Exception, *,
     reason" at DEBUG, "Gave up retrying …" at ``RETRY_GIVE_UP_LOG_LEVEL``) and stats
     (``retry/count``, ``retry/reason_count/<reason>``, ``retry/max_reached``) come with it."""
     attempt = request.replace(meta={**request.meta, "retry_times": retries})
-    # (meta["give_up_log_level"], as Scrapy's RetryMiddleware reads it: Scrapy 2.17+)
+    # (meta["give_up_log_level"], as Scrapy's RetryMiddleware reads it: Scrapy 2.17+; an
+    # older Scrapy gives up at ERROR whatever the meta key says, and so do we there)
     level = ({"give_up_log_level": request.meta["give_up_log_level"]}
-             if request.meta.get("give_up_log_level") is not None else {})
+             if _GIVE_UP_LEVEL and request.meta.get("give_up_log_level") is not None else {})
     return get_retry_request(attempt, spider=spider, reason=reason,
                              max_retry_times=max_retry_times, **level) is not None
 
