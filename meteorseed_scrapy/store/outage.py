@@ -171,7 +171,7 @@ class CrawlStop:
             engine = self.crawler.engine
         except RuntimeError:  # (no crawl running: nothing to close)
             return
-        if engine.spider is not None:
+        if engine is not None and engine.spider is not None:  # (None: no crawl yet, 2.14)
             self._closing = asyncio.ensure_future(engine.close_spider_async(reason=self.reason))
 
     def _engine_stopped(self) -> None:
