@@ -75,7 +75,15 @@ class StreamScheduler:
         if reason is not None:
             log_local_crawl(reason)
             return
-        self._worker = await WorkerCrawl.open(self.crawler, spider, self.settings, self._wake)
+        try:
+            self._worker = await WorkerCrawl.open(self.crawler, spider, self.settings, self._wake)
+        except Exception:
+            # Refused (store or shard count of another worker, a Scrapy it cannot work with):
+            # ``scrapy crawl`` must exit 1. Scrapy 2.14's CrawlerProcess tells a crawl that
+            # did not start only by its crawler having no spider (a later one also by the
+            # start raising); the engine closes the spider it holds itself.
+            self.crawler.spider = None
+            raise
         self.pump = self._worker.pump
         self.crawler.signals.connect(self._on_idle, signals.spider_idle)
 
