@@ -92,16 +92,27 @@ def add_component(settings: BaseSettings, name: str, path: str, order: int) -> N
     """``path`` in the ``name`` component dict at ``order``, unless the project lists it
     itself (by path or class, at any priority, None included): then the project's stays.
     Our robots.txt middleware takes the place of Scrapy's, at the order the project gave
-    Scrapy's, else ``order``; Scrapy's is then off."""
+    Scrapy's, else ``order``; Scrapy's is then off (:func:`switch_off`)."""
     component = load_object(path)
     if path == OUR_ROBOTS:
         scrapy_robots = load_object(SCRAPY_ROBOTS)
         listed = {load_object(key): value for key, value in settings.getdict(name).items()}
         if listed.get(scrapy_robots) is not None and component not in listed:
             settings.replace_in_component_priority_dict(name, scrapy_robots, component)
-        # Off, also in Scrapy's DOWNLOADER_MIDDLEWARES_BASE (unless the project listed it).
-        settings.setdefault_in_component_priority_dict(name, scrapy_robots, None)
+        switch_off(settings, name, SCRAPY_ROBOTS)
     settings.setdefault_in_component_priority_dict(name, component, order)
+
+
+def switch_off(settings: BaseSettings, name: str, path: str) -> None:
+    """Scrapy's component ``path`` off in the ``name`` component dict, unless the project
+    lists it itself (by path or class, at any priority). Off by its import path, the key of
+    Scrapy's ``*_BASE`` dicts: Scrapy 2.14 does not let a class key (what
+    ``setdefault_in_component_priority_dict`` writes) override a path key of the base, and
+    kept the component on."""
+    components = settings.getdict(name)
+    if not any(load_object(key) is load_object(path) for key in components):
+        components[path] = None
+        settings.set(name, components, priority=settings.getpriority(name) or 0)
 
 
 def refuse(settings: BaseSettings, error: ConfigError) -> NoReturn:
@@ -163,15 +174,8 @@ class MeteorSeedAddon:
                 add_component(settings, setting_name, path, order)
         # robots.txt is obeyed unless the project (or -s) says otherwise.
         settings.set("ROBOTSTXT_OBEY", True, priority="addon")
-        # Unless the project lists it itself (then its in-memory retries come on top). Switched
-        # off by its import path, the key DOWNLOADER_MIDDLEWARES_BASE uses: Scrapy 2.14 does
-        # not let a class key (what setdefault_in_component_priority_dict writes) override a
-        # path key of the base, and kept its retries on.
-        middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
-        if not any(load_object(key) is load_object(SCRAPY_RETRY) for key in middlewares):
-            middlewares[SCRAPY_RETRY] = None
-            settings.set("DOWNLOADER_MIDDLEWARES", middlewares,
-                         priority=settings.getpriority("DOWNLOADER_MIDDLEWARES") or 0)
+        # Unless the project lists it itself (then its in-memory retries come on top).
+        switch_off(settings, "DOWNLOADER_MIDDLEWARES", SCRAPY_RETRY)
         settings.set("CONCURRENT_ITEMS", CONCURRENT_ITEMS, priority="addon")
         for name, value in SCRAPY_DEFAULTS.items():  # response size caps (docs/robustness.md)
             settings.set(name, value, priority="addon")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from scrapy.settings import Settings
+from scrapy.utils.conf import build_component_list
 from scrapy.utils.misc import load_object
 
 from meteorseed_scrapy import settings as settings_module
@@ -134,6 +135,11 @@ def test_the_addon_adds_its_components_at_its_orders() -> None:
     middlewares = _orders(settings, "DOWNLOADER_MIDDLEWARES")
     assert middlewares[RobotsTxtMiddleware] == 100 and middlewares[load_object(SCRAPY_ROBOTS)] \
         is None
+    # What Scrapy builds from it (on Scrapy 2.14 a class key did not override the base's path
+    # key: Scrapy's robots.txt middleware ran beside ours, each fetching robots.txt).
+    built = [load_object(path) for path in build_component_list(
+        settings.getwithbase("DOWNLOADER_MIDDLEWARES"))]
+    assert RobotsTxtMiddleware in built and load_object(SCRAPY_ROBOTS) not in built
 
 
 def test_a_projects_own_priorities_for_our_components_win() -> None:
