@@ -3,6 +3,7 @@
 #   the stream and Lua tests on Redis 6.2 alongside).
 # make dist: the wheel of the package, in dist/ (to install into your own project).
 # make test-floors: the core suite with every direct dependency at the floor setup.cfg names.
+# make test-floors-all: the whole suite with every dependency and extra at its floor.
 # make test-pythons: test-floors on each Python 3.10-3.13 this machine has.
 # make test-scrapy-suite: Scrapy's own crawling tests, stock and with the add-on (docs/scrapy-suite.md).
 PY ?= python3
@@ -10,7 +11,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv lint test test-floors test-pythons test-scrapy-suite dist demo clean
+.PHONY: venv lint test test-floors test-floors-all test-pythons test-scrapy-suite dist demo clean
 
 venv: $(STAMP)
 
@@ -97,6 +98,27 @@ test-floors: $(FLOORS_STAMP)
 		| grep -iE '^(scrapy|redis|hiredis|pymongo|itemadapter|aiohttp|pyyaml|price-parser|jmespath|twisted) '
 	$(FLOORS_BIN)/pytest -q -p no:cacheprovider $(FLOORS_TESTS)
 
+# The whole suite at the floors: install_requires and the optional extras (postgres,
+# playwright, metrics, dates) each pinned to its `>=` floor, the test tools newest. A Scrapy
+# with no reactorless mode (2.14) gets the asyncio reactor installed first (tests/conftest.py).
+FLOORS_ALL_VENV ?= .venv-floors-all
+FLOORS_ALL_BIN := $(FLOORS_ALL_VENV)/bin
+FLOORS_ALL_STAMP := $(FLOORS_ALL_VENV)/.installed
+
+$(FLOORS_ALL_STAMP): setup.cfg pyproject.toml .ci/floors.py
+	test -x $(FLOORS_ALL_BIN)/python || $(PY) -m venv $(FLOORS_ALL_VENV)
+	$(FLOORS_ALL_BIN)/python -m pip install --quiet --disable-pip-version-check packaging
+	$(FLOORS_ALL_BIN)/python .ci/floors.py --extras > $(FLOORS_ALL_VENV)/floors.txt
+	$(FLOORS_ALL_BIN)/python -m pip install --quiet --disable-pip-version-check \
+		-c $(FLOORS_ALL_VENV)/floors.txt -e '.[dev]'
+	touch $(FLOORS_ALL_STAMP)
+
+test-floors-all: $(FLOORS_ALL_STAMP)
+	@echo "== every floor: $$(tr '\n' ' ' < $(FLOORS_ALL_VENV)/floors.txt)"
+	@$(FLOORS_ALL_BIN)/python -m pip list --disable-pip-version-check 2>/dev/null \
+		| grep -iE '^(scrapy|twisted|redis|aiohttp|psycopg|scrapy-playwright|dateparser) '
+	$(FLOORS_ALL_BIN)/pytest -q -p no:cacheprovider -n $(TEST_JOBS) $(PYTEST_JOBS)
+
 # test-floors again on every Python version the classifiers name (3.10 to 3.13), each in its
 # own .venv-floors-3.X; a version this machine has no interpreter for is skipped and named.
 test-pythons:
@@ -142,4 +164,4 @@ demo: venv
 	METEORSEED_CHROMIUM_PATH="$(CHROMIUM)" $(BIN)/python -m meteorseed_scrapy.testing.demo
 
 clean:
-	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache .demo $(FLOORS_VENV)
+	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache .demo $(FLOORS_VENV) $(FLOORS_ALL_VENV)
