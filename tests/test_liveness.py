@@ -168,37 +168,6 @@ def test_a_dead_worker_holding_more_than_asked_is_worked_through_then_forgotten(
     assert sync_redis.zscore(keys.workers, "dead") is None
 
 
-def _decoded(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "surrogateescape")
-    return [_decoded(v) for v in value] if isinstance(value, list) else value
-
-
-def test_a_client_that_decodes_replies_asked_for_as_bytes_changes_no_verdict(
-        redis_url: str, namespace: str, sync_redis: redis.Redis, monkeypatch: Any) -> None:
-    # redis-py before 5.1 with hiredis (the floor setup) decodes a reply asked for as bytes:
-    # the dead must still be known as dead, and as holding entries, across rounds.
-    from meteorseed_scrapy.queue.consume import consumer as consumer_module
-    from meteorseed_scrapy.queue.fleet import liveness as liveness_module
-
-    for module in (consumer_module, liveness_module):
-        raw = module.call_as_bytes
-
-        async def decoding(*args: Any, _raw: Any = raw) -> Any:
-            return _decoded(await _raw(*args))
-
-        monkeypatch.setattr(module, "call_as_bytes", decoding)
-    keys = KeyLayout(namespace)
-    ids = held_by(redis_url, keys, "dead", [task(n) for n in range(5)])
-    beat(sync_redis, keys, "dead", 3600)
-    lapse(sync_redis, keys, "dead")
-    # (CLAIM_IDLE of an hour: one registry check, then the dead are known by what they hold)
-    rounds = take_over_in_rounds(redis_url, keys, 2, claim_idle=3600)
-    assert [len(r) for r in rounds] == [2, 2, 1]
-    assert {m for r in rounds for m in r} == ids
-    assert sync_redis.zscore(keys.workers, "dead") is None
-
-
 def test_two_survivors_racing_get_disjoint_entries(
         redis_url: str, namespace: str, sync_redis: redis.Redis) -> None:
     keys = KeyLayout(namespace, 2)

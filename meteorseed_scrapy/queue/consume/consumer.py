@@ -26,7 +26,6 @@ from meteorseed_scrapy.queue.fleet.crawl_progress import Settle
 from meteorseed_scrapy.queue.fleet.spiders import SharedDefaultSet, foreign_workers
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
-from meteorseed_scrapy.queue.plumbing.replies import bytes_of
 from meteorseed_scrapy.queue.plumbing.scripts import call_as_bytes
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 from meteorseed_scrapy.settings import DEFAULTS, FeedConfig
@@ -200,7 +199,7 @@ class StreamConsumer:
                 self.redis, self._takeover, shard.streams,
                 [self.keys.group, self.consumer, max(0, count - len(out)), *dead])
             out += _claimed(shard.streams, entries)
-            holding.update(bytes_of(name) for name in held)
+            holding.update(held)
         # A dead worker of another spider may hold tasks of its set, which this one does not
         # see: counted as holding, so only its own spider's workers drop it from the registry.
         holding.update(await foreign_workers(self.redis, self.keys, dead, self.spider))

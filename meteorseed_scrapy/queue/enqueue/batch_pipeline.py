@@ -6,7 +6,6 @@ single-connection client and a failed connection (see :class:`ScriptOrder`).
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -18,7 +17,7 @@ from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 
 if TYPE_CHECKING:
     import redis.asyncio
-    from redis.asyncio.connection import AbstractConnection, ConnectionPool
+    from redis.asyncio.connection import AbstractConnection
     from redis.commands.core import AsyncScript
 
     from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
@@ -118,13 +117,6 @@ async def call_in_order(redis: AsyncRedis, order: ScriptOrder, script: AsyncScri
     return await _pipelined(redis, order, script, calls)
 
 
-def _connection_args(pool: ConnectionPool) -> tuple[str, ...]:
-    """What ``pool.get_connection`` takes: redis-py below 5.3 (the floor is 5.0.1) requires a
-    command name, from 5.3 passing one is deprecated. (Asked once per sequence's connection.)"""
-    param = inspect.signature(pool.get_connection).parameters.get("command_name")
-    return ("EVAL",) if param is not None and param.default is inspect.Parameter.empty else ()
-
-
 async def _pipelined(redis: redis.asyncio.Redis, order: ScriptOrder, script: AsyncScript,
                      calls: list[tuple[list[str], list[str | bytes]]]) -> list[Any]:
     """``calls`` of ``script`` written right behind those of ``order.after`` on its
@@ -137,7 +129,7 @@ async def _pipelined(redis: redis.asyncio.Redis, order: ScriptOrder, script: Asy
             sent = True
             return list(await call_scripts(redis, script, calls))
         if lane.conn is None:
-            lane.conn = await pool.get_connection(*_connection_args(pool))
+            lane.conn = await pool.get_connection()
         conn = lane.conn
         lane.users += 1
         try:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.plumbing.replies import bytes_of, text_of
+from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.queue.plumbing.scripts import Scripts, call_as_bytes, register
 from meteorseed_scrapy.settings import DEFAULTS
 
@@ -105,7 +105,7 @@ class Liveness:
                                "are taken over after METEORSEED_CLAIM_IDLE only",
                                self.keys.workers)
             return []
-        return [bytes_of(n) for n in names]
+        return list(names)
 
     async def settle(self, dead: Sequence[bytes], holding: set[bytes]) -> None:
         """After a take-over from ``dead``: those that still hold entries are taken from again

@@ -2,10 +2,8 @@
 
 The clients are made with and without ``decode_responses`` (:mod:`.connection`), so a reader
 that shows or compares a reply as text gets bytes or str alike; this is the one place that
-turns either into ``str`` or, for a reply asked for as bytes
-(:func:`~meteorseed_scrapy.queue.plumbing.scripts.call_as_bytes`), into ``bytes``: redis-py before
-5.1
-with hiredis decodes such a reply all the same.
+turns either into ``str`` or into ``bytes``. (A reply asked for as bytes,
+:func:`~meteorseed_scrapy.queue.plumbing.scripts.call_as_bytes`, is bytes already.)
 """
 
 from __future__ import annotations
