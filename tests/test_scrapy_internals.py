@@ -5,8 +5,6 @@ checked range, and nothing else in the package reaches into Scrapy's privates.""
 from __future__ import annotations
 
 import asyncio
-import configparser
-import importlib.metadata
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -44,9 +42,10 @@ from meteorseed_scrapy.scrapy_internals import (
     robots_error,
     robots_parsers,
 )
+from tests import internals_helpers
+from tests.internals_helpers import assert_in_checked_range, setup_cfg_floor
 
 PACKAGE = Path(scrapy_internals.__file__).parent
-ROOT = PACKAGE.parent
 
 
 class _Spider(Spider):
@@ -82,22 +81,11 @@ def test_every_private_part_used_is_in_the_installed_scrapy() -> None:
                                                ("Twisted", TWISTED_CHECKED_ON)])
 def test_the_installed_release_is_in_the_checked_range(name: str, checked: tuple[str, str]
                                                        ) -> None:
-    floor, newest = (Version(v) for v in checked)
-    installed = Version(importlib.metadata.version(name))
-    assert floor <= installed, f"{name} {installed} is older than the checked floor {floor}"
-    assert Version(f"{installed.major}.{installed.minor}") <= newest, (
-        f"{name} {installed} is newer than the newest release checked ({newest}): read "
-        "scrapy_internals.py's list against its source, then raise its CHECKED_ON")
+    assert_in_checked_range(name, checked, "scrapy_internals.py")
 
 
 def test_the_checked_floor_is_setup_cfgs() -> None:
-    config = configparser.ConfigParser()
-    config.read(ROOT / "setup.cfg")
-    requirement = next(line for line in config["options"]["install_requires"].splitlines()
-                       if line.strip().startswith("scrapy"))
-    floor = re.search(r">=\s*([\d.]+)", requirement)
-    assert floor is not None
-    assert Version(floor.group(1)) == Version(CHECKED_ON[0])
+    assert setup_cfg_floor("scrapy") == Version(CHECKED_ON[0])
 
 
 def test_the_default_callback_is_the_spiders_parse_its_override_included() -> None:
@@ -168,14 +156,7 @@ PRIVATE = re.compile(r"\b_?(engine|scraper|downloader|crawler)\._[a-z]\w*|"
 
 
 def offenders(package: Path) -> list[str]:
-    found = []
-    for path in sorted(package.rglob("*.py")):
-        if path.name == "scrapy_internals.py":
-            continue
-        for number, line in enumerate(path.read_text().splitlines(), 1):
-            if PRIVATE.search(line.split("#", 1)[0]):
-                found.append(f"{path.relative_to(package.parent)}:{number}: {line.strip()}")
-    return found
+    return internals_helpers.offenders(package, PRIVATE, "scrapy_internals.py")
 
 
 def test_no_other_module_touches_scrapys_privates() -> None:
@@ -183,17 +164,13 @@ def test_no_other_module_touches_scrapys_privates() -> None:
 
 
 def test_the_offenders_pattern_sees_the_head_caps_privates(tmp_path: Path) -> None:
-    package = tmp_path / "package"
-    package.mkdir()
-    (package / "handler.py").write_text(
+    assert internals_helpers.flagged(offenders, tmp_path, (
         "from twisted.web._newclient import HTTPClientParser\n"
         "pool = getattr(handler, '_pool')\n"
         "handler._pool._factory = factory  # a comment's _pool is no touch\n"
         "parser = protocol._parser\n"
         "self._stats = stats  # (a name of one's own)\n"
-        "await super()._parse_robots(response, netloc, request)\n")
-    assert [line.split(": ", 1)[0] for line in offenders(package)] == [
-        f"package/handler.py:{n}" for n in (1, 2, 3, 4, 6)]
+        "await super()._parse_robots(response, netloc, request)\n")) == [1, 2, 3, 4, 6]
 
 
 def test_a_twisted_lacking_a_part_of_the_connection_pool_fails_loudly(

@@ -6,6 +6,7 @@ served and a cross-site simple request cannot change state (CSRF, DNS rebinding)
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import socket
@@ -14,7 +15,9 @@ from contextlib import ExitStack
 from typing import Any
 
 import pytest
+from aiohttp import web
 
+from meteorseed_scrapy.api import guard
 from meteorseed_scrapy.api.background import ServerThread
 from meteorseed_scrapy.api.config import ApiConfig
 from meteorseed_scrapy.api.guard import is_loopback_host, is_loopback_origin
@@ -129,6 +132,40 @@ def test_a_body_that_never_arrives_is_answered_408(api_server: ApiServer) -> Non
             answer += chunk
         assert answer.startswith(b"HTTP/1.1 408 ")
         assert b"did not arrive within 0.5 s" in answer
+
+
+def test_the_sites_first_request_deadline_closes_only_a_connection_without_one() -> None:
+    """The site's own deadline (aiohttp's, set here to an hour, starts only after a response
+    before aiohttp 3.14.4): a connection that never sent a request is closed at it; one that
+    did is aiohttp's keep-alive business and keeps serving."""
+    async def ok(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def get(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+        writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        return await reader.readexactly(2)
+
+    async def run() -> None:
+        app = web.Application()
+        app.router.add_get("/", ok)
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=3600)
+        await runner.setup()
+        try:
+            site = guard.GuardedSite(runner, "127.0.0.1", 0, max_connections=10,
+                                     head_timeout=0.2)
+            await site.start()
+            served = await asyncio.open_connection("127.0.0.1", site.port)
+            assert await get(*served) == b"ok"
+            silent, _ = await asyncio.open_connection("127.0.0.1", site.port)
+            # closed at its deadline, which comes after the served connection's
+            assert await asyncio.wait_for(silent.read(), 30) == b""
+            assert await asyncio.wait_for(get(*served), 30) == b"ok"
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(run())
 
 
 @pytest.mark.parametrize("limit", [{"max_connections": 0}, {"idle_timeout": 0},

@@ -59,10 +59,9 @@ class ServerThread:
         runner = guard.runner(create_app(self.config))
         await runner.setup()
         try:
-            site = guard.GuardedSite(runner, self.host, self.port,
-                                     max_connections=self.config.max_connections)
+            site = guard.site(runner, self.host, self.port)
             await site.start()
-            self.port = int(runner.addresses[0][1])
+            self.port = site.port
             self._ready.set()
             await self._stop.wait()
         finally:

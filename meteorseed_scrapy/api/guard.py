@@ -6,8 +6,9 @@
   ``Retry-After`` and closed. Idle connections without a token thus never starve authorised
   clients of file descriptors.
 - **Timeouts.** A connection waiting for a complete request head (a fresh connection, an idle
-  keep-alive, a client sending its headers a byte at a time) is closed after ``idle_timeout``
-  (aiohttp's keep-alive deadline, which data received does not push back); a request body not
+  keep-alive, a client sending its headers a byte at a time) is closed after ``idle_timeout``,
+  which data received does not push back: aiohttp's keep-alive deadline, and the site's own for
+  a connection's first request (aiohttp sets none before it until 3.14.4); a request body not
   received within ``body_timeout`` is answered 408.
 - **Without a token** (``--insecure-no-auth``) only loopback clients of loopback names are
   served: the ``Host`` must be a loopback name or address (a DNS-rebinding page names its own
@@ -24,8 +25,8 @@ import logging
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
+from meteorseed_scrapy.api import aiohttp_internals
 from meteorseed_scrapy.api.config import CONFIG
 from meteorseed_scrapy.api.problems import Handler, problem
 
@@ -41,6 +42,8 @@ _BUSY_TEXT = b"too many connections, retry later\n"
 _BUSY = (b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
          b"Content-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s" % (len(_BUSY_TEXT),
                                                                        _BUSY_TEXT))
+#: Connections waiting to be accepted (aiohttp's ``TCPSite`` default).
+_BACKLOG = 128
 
 
 def runner(app: web.Application) -> web.AppRunner:
@@ -51,49 +54,85 @@ def runner(app: web.Application) -> web.AppRunner:
                          keepalive_timeout=config.idle_timeout)
 
 
-class GuardedSite(web.TCPSite):
-    """A TCP site holding at most ``max_connections`` connections open (see the module)."""
+def site(runner: web.AppRunner, host: str, port: int) -> GuardedSite:
+    """The guarded site of ``runner``'s app, with the limits of its config."""
+    config = runner.app[CONFIG]
+    return GuardedSite(runner, host, port, max_connections=config.max_connections,
+                       head_timeout=config.idle_timeout)
 
-    __slots__ = ("_max_connections",)
 
-    def __init__(self, runner: web.AppRunner, host: str, port: int, *,
-                 max_connections: int) -> None:
-        super().__init__(runner, host, port)
+class GuardedSite(web.BaseSite):
+    """A TCP site holding at most ``max_connections`` connections open, each of which has
+    ``head_timeout`` seconds for its first request head (see the module).
+
+    Built on aiohttp's public site base, not ``TCPSite``, whose ``start`` hands aiohttp's
+    server to asyncio as is: the cap needs a protocol factory of its own. (So the runner's
+    ``addresses`` do not list it: :attr:`port` is the port bound.)"""
+
+    __slots__ = ("_app_runner", "_head_timeout", "_host", "_listener", "_max_connections",
+                 "_port")
+
+    def __init__(self, runner: web.BaseRunner, host: str, port: int, *,
+                 max_connections: int, head_timeout: float) -> None:
+        super().__init__(runner)
+        self._app_runner = runner
+        self._host = host
+        self._port = port
         self._max_connections = max_connections
+        self._head_timeout = head_timeout
+        self._listener: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        """The port listened on once started (0 asks for a free one)."""
+        sockets = self._listener.sockets if self._listener is not None else ()
+        return int(sockets[0].getsockname()[1]) if sockets else self._port
+
+    @property
+    def name(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}"
 
     async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site; the server is ours to create
-        server = self._runner.server
+        await super().start()  # registers the site with its runner, which stops it
+        server = self._app_runner.server
         assert server is not None
-        cap = self._max_connections
+        aiohttp_internals.check(server())
+        cap, head_timeout = self._max_connections, self._head_timeout
+        loop = asyncio.get_running_loop()
         # Counted here, not from server.connections: asyncio makes every protocol of a burst
         # of accepts before it tells the first one it is connected.
-        handlers: list[RequestHandler] = []
+        handlers: list[web.RequestHandler] = []
 
         def protocol() -> asyncio.Protocol:
-            # aiohttp drops a handler's manager once its connection is lost.
-            handlers[:] = [h for h in handlers if getattr(h, "_manager", None) is not None]
+            handlers[:] = [h for h in handlers if not aiohttp_internals.connection_lost(h)]
             if len(handlers) >= cap and not _evict_idle(handlers):
                 return _Busy()
             handler = server()
             handlers.append(handler)
+            loop.call_later(head_timeout, _close_without_request, handler)
             return handler
 
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(protocol, self._host, self._port,
-                                                backlog=self._backlog,
-                                                reuse_address=self._reuse_address,
-                                                reuse_port=self._reuse_port)
-        sockets = self._server.sockets
-        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
+        self._listener = await loop.create_server(protocol, self._host, self._port,
+                                                  backlog=_BACKLOG)
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+        await super().stop()
 
 
-def _evict_idle(connections: list[RequestHandler]) -> bool:
+def _close_without_request(handler: web.RequestHandler) -> None:
+    """Close ``handler``'s connection if no complete request head came on it."""
+    if not aiohttp_internals.connection_lost(handler) \
+            and aiohttp_internals.requests_received(handler) == 0:
+        handler.force_close()
+
+
+def _evict_idle(connections: list[web.RequestHandler]) -> bool:
     """Close the oldest connection waiting for a request; whether there was one."""
     for handler in connections:  # in the order they connected
-        # aiohttp's handler awaits ``_waiter`` exactly while no complete request has come.
-        waiter = getattr(handler, "_waiter", None)
-        if waiter is not None and not waiter.done():
+        if aiohttp_internals.awaits_request(handler):
             handler.force_close()
             return True
     return False
@@ -171,4 +210,4 @@ def is_loopback_origin(value: str) -> bool:
 
 
 __all__ = ["GuardedSite", "body_timeout_middleware", "is_loopback_host", "is_loopback_origin",
-           "local_only_middleware", "runner"]
+           "local_only_middleware", "runner", "site"]

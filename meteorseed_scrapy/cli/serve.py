@@ -131,13 +131,11 @@ async def _serve(app: web.Application, host: str, port: int) -> None:
     0.2 s).
     """
     from meteorseed_scrapy.api import guard
-    from meteorseed_scrapy.api.config import CONFIG
 
     runner = guard.runner(app)
     await runner.setup()
     try:
-        await guard.GuardedSite(runner, host, port,
-                                max_connections=app[CONFIG].max_connections).start()
+        await guard.site(runner, host, port).start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
