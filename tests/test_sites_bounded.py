@@ -51,8 +51,11 @@ def test_a_pathological_field_regex_is_bounded_and_an_anomaly_or_no_match(
     if pattern == CATASTROPHIC:  # out of time: the reason names the pattern and the bound
         assert reasons == [f"title: regex {CATASTROPHIC!r} timed out after 0.25 s on this page"
                            " (catastrophic backtracking?)"]
-    else:  # the regex engine sees this one through at once: simply no match
-        assert reasons == ["title: required but empty"]
+    else:  # simply no match where the regex engine sees it through at once (regex 2024+),
+        # else out of time too (2023.3.22, setup.cfg's floor): bounded either way
+        assert reasons in (["title: required but empty"], [
+            f"title: regex {REPORTED!r} timed out after 0.25 s on this page"
+            " (catastrophic backtracking?)"])
 
 
 def test_one_budget_per_field_and_page_not_per_value() -> None:

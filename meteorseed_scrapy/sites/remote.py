@@ -158,6 +158,8 @@ class RemoteRules:
             pipe.get(self.keys.sites_rev)
             pipe.hgetall(self.keys.sites)
             rev, raw = pipe.execute()
+        if isinstance(raw, list):  # raw reply: a cluster MULTI skips parsing (redis-py 6.2)
+            raw = dict(zip(raw[::2], raw[1::2], strict=True))
         results = []
         for site_id, value in raw.items():
             key = self.key_of(site_id)
