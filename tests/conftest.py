@@ -10,7 +10,6 @@ from types import ModuleType
 import pytest
 import redis
 from hypothesis import HealthCheck, settings
-from scrapy.settings import default_settings
 from scrapy.utils.reactor import install_reactor, is_reactor_installed
 
 from meteorseed_scrapy.testing import netns
@@ -19,6 +18,7 @@ from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres
 from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.api_helpers import ApiServer, server_factory
+from tests.internals_helpers import REACTORLESS
 
 # No timing thresholds in tests: Hypothesis's per-example deadline (200 ms) and its too_slow
 # health check failed tests on a loaded machine (many tests already opted out one by one).
@@ -32,7 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
     floor), a crawler is built only once a reactor is installed: the asyncio one, first, as
     that Scrapy's own suite does (pytest-twisted's ``--reactor=asyncio``). A newer Scrapy
     stays reactorless, as a worker's in-process tests expect."""
-    if not hasattr(default_settings, "TWISTED_REACTOR_ENABLED") and not is_reactor_installed():
+    if not REACTORLESS and not is_reactor_installed():
         install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
 
 

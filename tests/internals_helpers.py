@@ -1,6 +1,6 @@
 """What the tests of the ``*_internals`` modules share: the installed release of a dependency is
 within the range its private parts were checked on, whose floor is setup.cfg's; no module but
-the door reaches into the dependency's privates."""
+the door reaches into the dependency's privates; whether this Scrapy crawls without a reactor."""
 
 from __future__ import annotations
 
@@ -11,8 +11,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from packaging.version import Version
+from scrapy.settings import default_settings
 
 SETUP_CFG = Path(__file__).parent.parent / "setup.cfg"
+#: Whether this Scrapy has a reactorless mode (``TWISTED_REACTOR_ENABLED``; not 2.14, setup.cfg's
+#: floor, which builds a crawler only once a reactor is installed: conftest installs one then).
+REACTORLESS = hasattr(default_settings, "TWISTED_REACTOR_ENABLED")
 
 
 def assert_in_checked_range(name: str, checked: tuple[str, str], listed_in: str) -> None:

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from scrapy import Request, Spider, signals
 from scrapy.http import Response
-from scrapy.settings import default_settings
 from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.testing.sites import DemoSite
+from tests.internals_helpers import REACTORLESS
 
 
 def crawl_order(tmp_path: Path, redis_url: str, namespace: str, site: DemoSite) -> list[int]:
@@ -58,7 +58,7 @@ def crawl_order(tmp_path: Path, redis_url: str, namespace: str, site: DemoSite) 
     return order
 
 
-@pytest.mark.skipif(not hasattr(default_settings, "TWISTED_REACTOR_ENABLED"),
+@pytest.mark.skipif(not REACTORLESS,
                     reason="crawls in this process with asyncio.run: needs Scrapy's reactorless "
                     "mode (2.15+); Scrapy 2.14's in-process crawls need its reactor running")
 def test_a_local_request_waits_for_the_workers_own_tasks_of_higher_priority(
