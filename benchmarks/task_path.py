@@ -49,7 +49,9 @@ END_ENQUEUE = ("meteorseed_scrapy.queue.enqueue.writer", "enqueue")  # TaskWrite
 END_ENQUEUE_BEFORE = ("meteorseed_scrapy.queue.writer", "add_encoded")
 END_ACK = ("meteorseed_scrapy.worker.completions", "_complete")  # Completions._complete
 MARKERS = {START_READ, END_ENQUEUE, END_ENQUEUE_BEFORE, END_ACK}
-_RETURN_VALUE = dis.opmap["RETURN_VALUE"]
+#: The opcodes of a real return (RETURN_CONST since 3.12).
+_RETURNS = frozenset(dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST")
+                     if name in dis.opmap)
 
 
 # -- in the traced subprocess ------------------------------------------------------------------
@@ -57,7 +59,7 @@ _RETURN_VALUE = dis.opmap["RETURN_VALUE"]
 def returned(frame: FrameType) -> bool:
     """At a ``return`` event: the function really returned (a coroutine or generator that only
     suspends at an ``await`` or ``yield`` raises the same event)."""
-    return frame.f_code.co_code[frame.f_lasti] == _RETURN_VALUE
+    return frame.f_code.co_code[frame.f_lasti] in _RETURNS
 
 
 def _qualname(frame: FrameType) -> str:

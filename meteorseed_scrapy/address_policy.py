@@ -39,6 +39,7 @@ from meteorseed_scrapy.seeding.addresses import (
     PRIVATE_SETTING,
     PUBLIC_ONLY,
     address_problem,
+    shown_address,
 )
 from meteorseed_scrapy.settings import flag_setting
 
@@ -95,14 +96,15 @@ class AddressPolicyMiddleware:
     async def problem(self, host: str) -> str | None:
         """Why ``host`` may not be fetched, or None: its address is global."""
         try:
-            ip = ipaddress.ip_address(host.strip("[]"))
-            shown = str(ip)
+            literal = host.strip("[]")
+            ip = ipaddress.ip_address(literal)
+            shown = shown_address(literal, ip)
         except ValueError:
             try:
                 ip = ipaddress.ip_address(await self.resolve(host))
             except Exception as exc:  # unresolvable: the download would fail the same way
                 return f"{host!r} cannot be resolved ({exc})"
-            shown = f"{host} ({ip})"
+            shown = shown_address(host, ip)
         problem = address_problem(ip)
         return None if problem is None else f"{shown} is {problem}"
 

@@ -55,7 +55,7 @@ def refusal(mw: AddressPolicyMiddleware, request: Request) -> str | None:
     ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a link-local address"),
     ("http://127.0.0.1:6379/", "127.0.0.1 is a loopback address"),
     ("http://[::1]:8080/", "::1 is a loopback address"),
-    ("http://[::ffff:10.0.0.1]/", "::ffff:a00:1 is a private address"),
+    ("http://[::ffff:10.0.0.1]/", "::ffff:10.0.0.1 (10.0.0.1) is a private address"),
     ("http://0.0.0.0/", "0.0.0.0 is an unspecified address"),
     ("http://inner.example/admin", "inner.example (10.1.2.3) is a private address"),
     ("http://metadata.example/", "metadata.example (169.254.169.254) is a link-local address"),

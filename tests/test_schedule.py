@@ -6,12 +6,14 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import itertools
+from importlib.metadata import version
 from typing import Any
 
 import pytest
 from cronsim import CronSim, CronSimError
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from packaging.version import Version
 
 from meteorseed_scrapy.seeding.adapt import (
     Bounds,
@@ -228,6 +230,14 @@ _STARTS = st.integers(0, 10 * 365 * 1440).map(
     lambda minutes: dt.datetime(2024, 1, 1, tzinfo=UTC) + dt.timedelta(minutes=minutes))
 
 
+#: cronsim 2.7, the newest for Python 3.10, is no oracle for two of the cases: it reads
+#: ``a-a/n`` as ``a/n`` (from ``a`` to the field's end) and refuses a day-of-month over 29
+#: that no month of the month field has even when a day-of-week is given (2.8 fixed both).
+_ORACLE = Version(version("cronsim")) >= Version("2.8")
+needs_oracle = pytest.mark.skipif(
+    not _ORACLE, reason=f"cronsim {version('cronsim')} < 2.8: two known bugs (see _ORACLE)")
+
+
 def _agrees_with_cronsim(expr: str, start: dt.datetime) -> None:
     try:
         cron = CronExpr.parse(expr)
@@ -242,12 +252,14 @@ def _agrees_with_cronsim(expr: str, start: dt.datetime) -> None:
         assert at(t) == next(oracle), expr
 
 
+@needs_oracle
 @settings(max_examples=3000, deadline=None, derandomize=True)
 @given(_CRON, _STARTS)
 def test_cron_agrees_with_cronsim(expr: str, start: dt.datetime) -> None:
     _agrees_with_cronsim(expr, start)
 
 
+@needs_oracle
 @settings(max_examples=1000, deadline=None, derandomize=True)
 @given(_DAY_CASES, _STARTS)
 def test_cron_day_rules_agree_with_cronsim(expr: str, start: dt.datetime) -> None:
@@ -274,7 +286,8 @@ def test_cron_named_day_cases(expr: str, start: tuple[int, ...],
     for expected in fires:
         t = CronExpr.parse(expr).next_after(t)
         assert at(t) == at(ts(*expected)), expr
-    _agrees_with_cronsim(expr, at(ts(*start)))
+    if _ORACLE:  # (the expectations above are this test's own: they run on every cronsim)
+        _agrees_with_cronsim(expr, at(ts(*start)))
 
 
 @pytest.mark.parametrize(("expr", "field"), [

@@ -29,6 +29,7 @@ from aiohttp import web
 from meteorseed_scrapy.api import aiohttp_internals
 from meteorseed_scrapy.api.config import CONFIG
 from meteorseed_scrapy.api.problems import Handler, problem
+from meteorseed_scrapy.seeding.addresses import plain_address
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +197,7 @@ def is_loopback_host(value: str) -> bool:
     if host.lower() in LOOPBACK_NAMES:
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return plain_address(ipaddress.ip_address(host)).is_loopback
     except ValueError:
         return False
 

@@ -32,7 +32,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 
 from meteorseed_scrapy.politeness.policy import parse_retry_after
-from meteorseed_scrapy.seeding.addresses import address_problem
+from meteorseed_scrapy.seeding.addresses import address_problem, shown_address
 
 if TYPE_CHECKING:  # (a TypedDict of aiohttp 3.10.6+: plain dicts are built at runtime)
     from aiohttp.abc import ResolveResult
@@ -96,9 +96,8 @@ def literal_refusal(url: str, private_addresses: bool = False) -> str | None:
 
 
 def _refusal(host: str, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, problem: str) -> str:
-    shown = host if host == str(ip) else f"{host} ({ip})"
-    return f"refused: {shown} is {problem}; set {PRIVATE_SETTING} to let webhooks reach such " \
-           "addresses"
+    return (f"refused: {shown_address(host, ip)} is {problem}; set {PRIVATE_SETTING} to let"
+            " webhooks reach such addresses")
 
 
 async def checked_addresses(host: str, port: int, private_addresses: bool

@@ -22,11 +22,25 @@ class AddressError(Exception):
     """A host that cannot be resolved, or resolves to an address that may not be reached."""
 
 
+def plain_address(ip: _IP) -> _IP:
+    """``ip``, or the IPv4 address an IPv4-mapped IPv6 one stands for (``::ffff:127.0.0.1`` is
+    127.0.0.1): so read on every Python, where 3.13's ``ipaddress`` reads it so and older ones
+    do not (``is_loopback``, ``str``)."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def shown_address(host: str, ip: _IP) -> str:
+    """``host`` for a message, with the address it stands for when that reads otherwise."""
+    plain = str(plain_address(ip))
+    return host if host == plain else f"{host} ({plain})"
+
+
 def address_problem(ip: _IP) -> str | None:
     """Why ``ip`` is not a public address, or None when it is."""
+    ip = plain_address(ip)
     if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return address_problem(ip.ipv4_mapped)
         embedded = ip.sixtofour or (
             ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None)
         if embedded is not None and (problem := address_problem(embedded)):
@@ -74,10 +88,10 @@ def resolve(host: str, port: int, private_addresses: bool = False) -> list[tuple
 
 
 def _refusal(host: str, ip: _IP, problem: str) -> str:
-    shown = host if host == str(ip) else f"{host} ({ip})"
+    shown = shown_address(host, ip)
     return (f"refused: {shown} is {problem}; set {PRIVATE_SETTING} to let server-side fetches "
             "reach such addresses")
 
 
 __all__ = ["POLICY_META_KEY", "PRIVATE_SETTING", "PUBLIC_ONLY", "AddressError", "address_problem",
-           "literal_problem", "resolve"]
+           "literal_problem", "plain_address", "resolve", "shown_address"]
