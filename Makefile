@@ -4,7 +4,8 @@
 # make dist: the wheel of the package, in dist/ (to install into your own project).
 # make test-floors: the core suite with every direct dependency at the floor setup.cfg names.
 # make test-floors-all: the whole suite with every dependency and extra at its floor.
-# make test-pythons: test-floors on each Python 3.10-3.13 this machine has.
+# make test-pythons: test-floors on each Python 3.10-3.13 this machine has, and the whole suite
+#   on the oldest and newest of them (newest dependencies).
 # make test-scrapy-suite: Scrapy's own crawling tests, stock and with the add-on (docs/scrapy-suite.md).
 PY ?= python3
 VENV ?= .venv
@@ -121,6 +122,7 @@ test-floors-all: $(FLOORS_ALL_STAMP)
 
 # test-floors again on every Python version the classifiers name (3.10 to 3.13), each in its
 # own .venv-floors-3.X; a version this machine has no interpreter for is skipped and named.
+# Then the whole suite on the oldest and the newest of them (.venv-3.X, newest dependencies).
 test-pythons:
 	.ci/pythons.sh
 
@@ -164,4 +166,5 @@ demo: venv
 	METEORSEED_CHROMIUM_PATH="$(CHROMIUM)" $(BIN)/python -m meteorseed_scrapy.testing.demo
 
 clean:
-	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache .demo $(FLOORS_VENV) $(FLOORS_ALL_VENV)
+	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache .demo $(FLOORS_VENV) $(FLOORS_ALL_VENV) \
+		.venv-floors-3.* .venv-3.*
