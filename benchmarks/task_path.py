@@ -25,7 +25,9 @@ background rather than the task's path.
 from __future__ import annotations
 
 import argparse
+import ast
 import dis
+import importlib.util
 import json
 import os
 import signal
@@ -122,6 +124,49 @@ def _short(module: str) -> str:
     return module.removeprefix(PACKAGE + ".")
 
 
+def _function_spans(module: str) -> dict[str, int]:
+    """Lines of each function and method of ``module`` (decorators included), by the qualified
+    name a profiler sees; nested functions are counted within the one they are in."""
+    source = _source(module)
+    if source is None:
+        return {}
+    spans: dict[str, int] = {}
+
+    def walk(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                spans[prefix + child.name] = (child.end_lineno or child.lineno) - first + 1
+            elif isinstance(child, ast.ClassDef):
+                walk(child, f"{prefix}{child.name}.")
+
+    walk(ast.parse(source.read_text()), "")
+    return spans
+
+
+def _source(module: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # (a parent package that is not there)
+        return None
+    return None if spec is None or spec.origin is None else Path(spec.origin)
+
+
+def code_size(path: dict[str, set[str]]) -> dict[str, int]:
+    """The lines of the functions entered (``ran``) and of their whole modules (``modules``)."""
+    ran = total = 0
+    for module, funcs in path.items():
+        spans = _function_spans(module)
+        source = _source(module)
+        if source is not None:
+            total += len(source.read_text().splitlines())
+        # (3.10's code objects give bare names: a method counts by its bare name there; a
+        # nested or generated function, "<locals>", is within another or in no source)
+        bare = {name.rpartition(".")[2]: n for name, n in spans.items()}
+        ran += sum(spans.get(f, bare.get(f, 0)) for f in funcs if "<locals>" not in f)
+    return {"ran": ran, "modules": total}
+
+
 def _streams_empty(redis_url: str, namespace: str) -> bool:
     """No task in any stream and none pending: the task was acked (XACK and XDEL go together)."""
     import redis
@@ -170,6 +215,7 @@ def summarise(expand: dict[str, list[list[Any]]], traced: dict[str, list[list[An
         "functions": sum(len(f) for f in union.values()),
         "path_modules": {_short(m): len(path[m]) for m in sorted(path)},
         "path_functions": sum(len(f) for f in path.values()),
+        "path_lines": code_size(path),
     }
 
 
@@ -237,8 +283,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{result['functions']} functions")
     print(f"  of which the worker's background loops only: {len(result['background'])} "
           f"modules ({', '.join(result['background']) or 'none'})")
+    lines = result["path_lines"]
     print(f"  the task's own path: {len(result['path_modules'])} modules, "
-          f"{result['path_functions']} functions (per module, the functions entered):")
+          f"{result['path_functions']} functions ({lines['ran']} lines, in modules of "
+          f"{lines['modules']} lines; per module, the functions entered):")
     for module, count in result["path_modules"].items():
         print(f"    {module} ({count})")
 

@@ -85,3 +85,13 @@ def test_a_missing_marker_is_an_error_not_a_figure() -> None:
     bench = load()
     with pytest.raises(RuntimeError, match="marker"):
         bench.summarise({"calls": [], "returns": []}, {"calls": [], "returns": []}, ready=0.0)
+
+
+def test_code_size_counts_the_functions_entered_and_their_modules() -> None:
+    bench = load()
+    module = M + "task.lanes"  # (one function, band_of: lines 13-15 of a 15-line module)
+    source = Path(bench._source(module) or "").read_text().splitlines()
+    start = next(i for i, line in enumerate(source) if line.startswith("def band_of"))
+    size = bench.code_size({module: {"band_of", "band_of.<locals>.<genexpr>"},
+                            M + "no_such_module": {"f"}})
+    assert size == {"ran": len(source) - start, "modules": len(source)}
