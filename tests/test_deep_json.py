@@ -76,6 +76,9 @@ def test_64_levels_are_accepted_and_a_broken_shallow_text_is_a_plain_value_error
     assert loads_bounded("body", deep(64)) == json.loads(deep(64))
     with pytest.raises(json.JSONDecodeError):
         loads_bounded("body", '{"a": [1,')
+    for depth in DEPTHS:  # broken before the deep part: every Python's json stops there
+        with pytest.raises(json.JSONDecodeError, match="Expecting value: line 1 column 7"):
+            loads_bounded("body", '{"a": tru, "b": ' + deep(depth) + "}")
 
 
 spine = st.lists(st.tuples(st.booleans(), st.text(max_size=4), st.integers(0, 2),

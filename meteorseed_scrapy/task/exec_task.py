@@ -195,7 +195,7 @@ class ExecTask:
         except (RecursionError, ValueError) as exc:
             # Refused as a Python whose json parses it refuses it (:func:`_check_value` counts
             # from the task's fields): how deep json.loads goes depends on the Python.
-            path = deep_text_path("", body, MAX_DEPTH + 1)
+            path = deep_text_path("", body, MAX_DEPTH + 1, exc)
             if path is not None and path.startswith("["):
                 raise TaskError("task", "must be a JSON object") from None
             if path is not None or isinstance(exc, RecursionError):
