@@ -51,7 +51,7 @@ def message(t: bytes) -> Pairs:
 
 #: (name, the entry's fields as stored, what the reason must say)
 NASTY: list[tuple[str, Pairs, str]] = [
-    ("deep JSON", message(b"[" * 30000 + b"]" * 30000), "t: nests deeper than"),
+    ("deep JSON", message(b"[" * 30000 + b"]" * 30000), "task: must be a JSON object"),
     ("deep meta", message(b'{"task_id":"t1","seed_id":"s","site_id":"news","url":'
                           b'"https://e.com/","meta":' + nested(300).encode() + b"}"),
      f"nests deeper than {MAX_DEPTH} levels"),

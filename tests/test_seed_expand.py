@@ -97,7 +97,7 @@ def test_parse_seed_line_reads_a_seed() -> None:
          f"limit of {MAX_URLS_PER_LINE} per line"),
         (seed_line(["https://a.example/\\ud800"]).replace("\\\\ud800", "\\ud800"),
          "unpaired surrogate"),
-        ("[" * 100_000 + "]" * 100_000, "is not valid JSON"),
+        ("[" * 100_000 + "]" * 100_000, "[0]" * 64 + ": nests deeper than 64 levels"),
     ],
 )
 def test_parse_seed_line_rejects_with_line_number_and_reason(line: str, reason: str) -> None:

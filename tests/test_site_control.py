@@ -254,10 +254,12 @@ def test_the_api_pauses_resumes_and_limits_naming_bad_fields(
         assert status == 200 and body["reset"] is True
         status, _, body = client.call("POST", "/sites/bad%20site/pause")
         assert status == 422 and body["errors"][0]["field"] == "path.site_id"
-        for raw, problem in ((b'{"rate": ', "is not valid JSON"), (b"\xff", "UTF-8"),
-                             (b"[1]", "is not a JSON object"), (b"[" * 100_000, "JSON")):
+        for raw, field, problem in (
+                (b'{"rate": ', "body", "is not valid JSON"), (b"\xff", "body", "UTF-8"),
+                (b"[1]", "body", "is not a JSON object"),
+                (b"[" * 100_000, "body" + "[0]" * 64, "nests deeper than 64 levels")):
             status, _, body = client.call("POST", "/sites/news/limit", raw=raw)
-            assert status == 422 and body["errors"][0]["field"] == "body", (raw[:20], body)
+            assert status == 422 and body["errors"][0]["field"] == field, (raw[:20], body)
             assert problem in body["errors"][0]["problem"]
         assert not sync_redis.exists(keys.site("news", "override"))  # nothing written
 

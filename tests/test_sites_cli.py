@@ -193,6 +193,19 @@ def test_try_a_json_page_and_a_page_that_is_not_json(tmp_path: Path) -> None:
     assert code == 1 and "not parsed" in err
 
 
+@pytest.mark.parametrize("depth", [2_000, 8_000, 100_000])
+def test_try_a_json_page_nested_too_deep_names_the_field(tmp_path: Path, depth: int) -> None:
+    """2,000 and 8,000 levels parse on Python 3.13 only, 100,000 nowhere: the same on all."""
+    page = tmp_path / "jobs.json"
+    page.write_text('{"jobs": [], "junk": ' + "[" * depth + "]" * depth + "}")
+    code, out, err = run("try", "example_jobs", str(page), "--sites-dir", str(EXAMPLES),
+                         "--url", "http://127.0.0.1:8000/api/jobs")
+    path = "response.junk" + "[0]" * 511
+    assert (code, out) == (1, "")
+    assert err == (f"meteorseed: http://127.0.0.1:8000/api/jobs: not parsed: {path[:200]}…"
+                   f"{path[-99:]}: nests deeper than 512 levels\n")
+
+
 def test_try_a_saved_page_without_its_url_reads_it_as_a_page_of_the_site(tmp_path: Path) -> None:
     saved = tmp_path / "article 3.html"
     saved.write_bytes(article(3))

@@ -18,6 +18,8 @@ from redis.exceptions import RedisError
 
 from meteorseed_scrapy.api.config import CONFIG
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
+from meteorseed_scrapy.task.json_depth import loads_bounded
+from meteorseed_scrapy.task.validation import TaskError
 
 logger = logging.getLogger(__name__)
 
@@ -50,13 +52,12 @@ class InvalidInput(Exception):
 def json_body(body: bytes) -> Any:
     """A request body's JSON; InvalidInput naming ``body`` (and where it breaks) otherwise."""
     try:
-        return json.loads(body.decode("utf-8"))
+        return loads_bounded("body", body.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise InvalidInput([FieldError("body", f"is not valid UTF-8 (byte {exc.start})")],
                            "the body is not JSON") from None
-    except RecursionError:
-        raise InvalidInput([FieldError("body", "is not valid JSON (nested too deeply)")],
-                           "the body is not JSON") from None
+    except TaskError as exc:  # nested too deeply (the same on every Python)
+        raise InvalidInput([FieldError(exc.field, exc.problem)]) from None
     except ValueError as exc:
         where = f" at line {exc.lineno} column {exc.colno}" \
             if isinstance(exc, json.JSONDecodeError) else ""

@@ -16,7 +16,6 @@ item has anomalies or the page yields no item, so it can gate a rule change in C
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import urllib.error
 import urllib.request
@@ -38,6 +37,7 @@ from meteorseed_scrapy.sites.model import Selector, SiteConfig
 from meteorseed_scrapy.sites.pipeline import SiteItem
 from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, load_file
+from meteorseed_scrapy.task.json_depth import MAX_RESPONSE_DEPTH, loads_bounded
 
 #: bytes read of a fetched page at most (a page larger than this is not a page to try rules on)
 MAX_BODY = 32 * 1024 * 1024
@@ -239,7 +239,8 @@ def _skipped(config: SiteConfig, response: TextResponse, callback: str) -> list[
     as_list = callback == "parse_list" or (callback == "parse" and config.start == "list")
     rules = ([("list.links", config.list_links), ("list.pagination", config.pagination)]
              if as_list else [("detail.links", config.detail_links)])
-    scope = json.loads(response.text) if config.format == "json" else response.selector
+    scope = (loads_bounded("response", response.text, MAX_RESPONSE_DEPTH) if config.format == "json"
+             else response.selector)
     return [{"rule": name, "url": link.url, "reason": link.skipped}
             for name, rule in rules if rule is not None
             for link in links(config, scope, rule, response) if link.skipped is not None]

@@ -15,8 +15,14 @@ from typing import Any
 
 from scrapy import FormRequest
 
-from meteorseed_scrapy.migrate.unpickle import MAX_PAYLOAD_BYTES, RejectedPayload, check_shape
+from meteorseed_scrapy.migrate.unpickle import (
+    MAX_PAYLOAD_BYTES,
+    TOO_DEEP,
+    RejectedPayload,
+    check_shape,
+)
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.worker.requests import _DOWNLOAD_META
 
@@ -141,9 +147,9 @@ def start_url_to_task(payload: bytes | str, origin: Origin, priority: int = 0,
     try:
         if text.startswith("{") and text.endswith("}"):
             try:
-                params = json.loads(text)
-            except RecursionError:
-                raise RejectedPayload("start URL JSON is nested too deeply") from None
+                params = loads_bounded("", text)
+            except TaskError:  # the same on every Python
+                raise RejectedPayload(TOO_DEEP) from None
             check_shape(params)
             if not isinstance(params.get("url"), str):
                 raise RejectedPayload("start URL JSON has no url")

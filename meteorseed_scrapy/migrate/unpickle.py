@@ -20,10 +20,12 @@ a few hundred bytes that JSON-encode to gigabytes): :data:`MAX_DEPTH`, :data:`MA
 from __future__ import annotations
 
 import io
-import json
 import pickle
 import pickletools
 from typing import Any
+
+from meteorseed_scrapy.task.json_depth import loads_bounded
+from meteorseed_scrapy.task.validation import TaskError
 
 #: The only globals accepted: older pickle protocols build sets through these constructors
 #: (protocol 2 names them by their Python 2 module, which the base class maps).
@@ -36,6 +38,7 @@ MAX_PAYLOAD_BYTES = 2 * 1024 * 1024
 MAX_OPCODES = 100_000
 #: Deepest nesting of a decoded entry (a request dict with its meta needs a handful).
 MAX_DEPTH = 50
+TOO_DEEP = f"entry is nested deeper than {MAX_DEPTH} levels"
 #: Values reached walking a decoded entry, a shared one once per reference.
 MAX_VALUES = 100_000
 #: Bytes of text, bytes and integers reached walking a decoded entry, counted as for MAX_VALUES.
@@ -98,7 +101,7 @@ def check_shape(value: Any) -> None:
         if not children:
             continue
         if depth >= MAX_DEPTH:
-            raise RejectedPayload(f"entry is nested deeper than {MAX_DEPTH} levels")
+            raise RejectedPayload(TOO_DEEP)
         # Everything on the stack will be visited: refuse now rather than hold it all.
         if values + len(stack) + len(children) > MAX_VALUES:
             raise RejectedPayload(f"entry expands to more than {MAX_VALUES} values")
@@ -112,8 +115,10 @@ def loads_request(payload: bytes) -> dict[str, Any]:
         raise RejectedPayload(f"entry is larger than {MAX_PAYLOAD_BYTES} bytes")
     if payload[:1] == b"{":
         try:
-            data = json.loads(payload)
-        except (ValueError, RecursionError) as exc:
+            data = loads_bounded("", payload)
+        except TaskError:  # deeper than json_depth's limit, so than ours: the same on any Python
+            raise RejectedPayload(TOO_DEEP) from None
+        except ValueError as exc:
             raise RejectedPayload(f"entry is neither pickle nor valid JSON ({exc})"[:300]) from None
     else:
         _scan(payload)

@@ -35,6 +35,7 @@ from meteorseed_scrapy.queue.fleet import events
 from meteorseed_scrapy.queue.fleet.delayed import site_of
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exceptions import DeferReason
+from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.validation import TaskError, check_id
 
 if TYPE_CHECKING:
@@ -131,7 +132,7 @@ def controls(client: SyncRedis, keys: KeyLayout) -> dict[str, dict[str, Any]]:
         for site, raw in client.hgetall(key).items():
             name = site.decode() if isinstance(site, bytes) else str(site)
             try:
-                record = json.loads(raw)
+                record = loads_bounded("record", raw)
             except ValueError:
                 record = {"damaged": str(raw)[:200]}
             out.setdefault(name, {})[what] = record

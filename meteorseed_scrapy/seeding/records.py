@@ -9,6 +9,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from meteorseed_scrapy.queue.plumbing.replies import text_of
+from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.seed_task import SeedTask
 
@@ -95,7 +96,7 @@ def record_from_hash(seed_id: str, hash_: Mapping[Any, Any], due: Any,
     if "def" not in raw:
         return None  # deleted between the index read and this one
     try:
-        seed = SeedTask.from_dict(json.loads(raw["def"]))
+        seed = SeedTask.from_dict(loads_bounded("def", raw["def"]))
     except (ValueError, TypeError) as exc:  # written by an older/newer version: say which
         logger.error("seed %s: stored definition is unreadable (%s)", seed_id, exc)
         return None

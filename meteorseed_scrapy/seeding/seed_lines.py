@@ -9,6 +9,7 @@ from typing import IO
 
 from meteorseed_scrapy.seeding.expand_types import ExpandSummary, Rejection
 from meteorseed_scrapy.seeding.seed_urls import check_payload
+from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
@@ -47,9 +48,9 @@ def parse_seed_line(line: str | bytes, lineno: int) -> SeedTask:
         # (a str of at most MAX/4 characters cannot exceed MAX bytes: skip the encode)
         raise SeedLineError(lineno, _too_long())
     try:
-        data = json.loads(line)
-    except RecursionError:
-        raise SeedLineError(lineno, "is not valid JSON (nested too deeply)") from None
+        data = loads_bounded("", line)
+    except TaskError as exc:  # nested too deeply (the same on every Python)
+        raise SeedLineError(lineno, str(exc)) from None
     except ValueError as exc:
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
         column = f" at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""

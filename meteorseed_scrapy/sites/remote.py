@@ -29,6 +29,7 @@ from meteorseed_scrapy.queue.plumbing.connection import sync_client
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Stamp, parse_text
+from meteorseed_scrapy.task.json_depth import loads_bounded
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
@@ -141,7 +142,7 @@ class RemoteRules:
         out: dict[str, dict[str, Any]] = {}
         for site_id, raw in sorted(self.client.hgetall(self.keys.sites).items()):
             try:
-                record = json.loads(raw)
+                record = loads_bounded("record", raw)
             except ValueError as exc:
                 record = {"error": f"not JSON: {exc}"}
             out[str(site_id)] = record if isinstance(record, dict) else {"error": "not an object"}
@@ -164,7 +165,7 @@ class RemoteRules:
         for site_id, value in raw.items():
             key = self.key_of(site_id)
             try:
-                record = json.loads(value)
+                record = loads_bounded("record", value)
                 text, source = record["text"], str(record["source"])
                 if not isinstance(text, str):
                     raise TypeError("text is not a string")

@@ -6,7 +6,6 @@ both hand the registry :class:`FileResult` values, so neither needs the other.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,6 +16,8 @@ from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.schema import parse_site
 from meteorseed_scrapy.sites.shown import shown
+from meteorseed_scrapy.task.json_depth import check_depth, loads_bounded
+from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:  # (importlib.resources.abc is Python 3.11+; only annotations use it)
     from importlib.resources.abc import Traversable
@@ -61,7 +62,13 @@ def parse_text(text: str, suffix: str, source: str) -> SiteConfig:
         raise RuleError(source, "", f"larger than {MAX_FILE_BYTES} bytes: not a rule file")
     kind = "JSON" if suffix == ".json" else "YAML"
     try:
-        data = json.loads(text) if suffix == ".json" else yaml.load(text, _BoundedLoader)
+        if suffix == ".json":
+            data = loads_bounded("", text)
+        else:
+            data = yaml.load(text, _BoundedLoader)
+            check_depth("", data)
+    except TaskError as exc:  # nested too deeply: the same on every Python
+        raise RuleError(source, exc.field, exc.problem) from None
     except ExpansionError as exc:
         raise RuleError(source, "", f"{kind}: {exc}") from None
     except (ValueError, RecursionError, yaml.YAMLError) as exc:  # also too deeply nested

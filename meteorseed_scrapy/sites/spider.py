@@ -11,7 +11,6 @@ files are re-read while the spider runs (:mod:`meteorseed_scrapy.sites.loader`).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from collections.abc import Iterator
@@ -47,6 +46,7 @@ from meteorseed_scrapy.sites.remote import RemoteRules
 from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import task_of
+from meteorseed_scrapy.task.json_depth import MAX_RESPONSE_DEPTH, loads_bounded
 from meteorseed_scrapy.validators import ConfigError
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ class RuleSpider(scrapy.Spider):
     @staticmethod
     def _scope(config: SiteConfig, response: Response) -> Any:
         if config.format == "json":
-            return json.loads(response.text)
+            return loads_bounded("response", response.text, MAX_RESPONSE_DEPTH)
         return response.selector  # type: ignore[attr-defined]  # TextResponse
 
     @staticmethod

@@ -14,6 +14,8 @@ import base64
 import binascii
 import json
 
+from meteorseed_scrapy.task.json_depth import loads_bounded
+
 #: The kinds of position: a back end's sequence means nothing to another.
 KINDS = ("sqlite", "postgresql", "mongodb")
 _MAX_SEQUENCE = 2**64 - 1  # (PostgreSQL's xid8 is unsigned 64-bit)
@@ -35,7 +37,7 @@ def decode_cursor(text: str, kind: str) -> Position:
         raise ValueError("not a cursor printed by meteorseed export")
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        value = json.loads(raw.decode("utf-8"))
+        value = loads_bounded("cursor", raw.decode("utf-8"))
     except (binascii.Error, ValueError):
         raise ValueError("not a cursor printed by meteorseed export") from None
     if (not isinstance(value, list) or len(value) != 3 or value[0] not in KINDS

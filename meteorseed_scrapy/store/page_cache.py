@@ -27,6 +27,7 @@ from typing import Any
 
 from meteorseed_scrapy.store.base import DEFAULT_NAMESPACE
 from meteorseed_scrapy.task.canonical import url_hash
+from meteorseed_scrapy.task.json_depth import loads_bounded
 
 FORMAT = 1
 #: Level 6 (zlib's default): HTML shrinks 5-10x; level 1 saves little CPU and a third of it.
@@ -95,7 +96,7 @@ def decode(data: bytes) -> CachedPage:
     if not sep:
         raise CorruptPage("no envelope line")
     try:
-        env = json.loads(head)
+        env = loads_bounded("", head)
     except (UnicodeDecodeError, ValueError) as exc:
         raise CorruptPage(f"envelope: {exc}") from None
     if not isinstance(env, dict) or env.get("v") != FORMAT:

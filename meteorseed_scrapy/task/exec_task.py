@@ -12,6 +12,7 @@ from typing import Any
 
 from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.ids import new_task_id
+from meteorseed_scrapy.task.json_depth import MAX_DEPTH, TOO_DEEP, deep_text_path
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
 from meteorseed_scrapy.task.validation import (
     TASK_SCHEMES,
@@ -32,9 +33,6 @@ MESSAGE_FIELDS = ("v", "t")
 #: of binary, as base64) while a hostile or runaway message stays cheap to refuse (no HTML ever
 #: goes through Redis; a typical task is a few hundred bytes). README "What a spider needs".
 MAX_MESSAGE_BYTES = 256 * 1024
-#: Deepest nesting of objects and lists in a task: far below the recursion limit of the code
-#: that later copies, prints or encodes its values (json, repr, deepcopy).
-MAX_DEPTH = 64
 #: Integers of a task fit in 64 bits (a BSON document, a Redis score, any JSON reader).
 INT_RANGE = (-(2**63), 2**63 - 1)
 #: The fields a message may leave out, in the order it writes them (``created_at`` closes it).
@@ -194,9 +192,14 @@ class ExecTask:
         try:
             # NaN and Infinity parse, and are then refused naming their field (_check_value).
             data = json.loads(body)
-        except RecursionError:
-            raise TaskError("t", f"nests deeper than {MAX_DEPTH} levels") from None
-        except ValueError as exc:
+        except (RecursionError, ValueError) as exc:
+            # Refused as a Python whose json parses it refuses it (:func:`_check_value` counts
+            # from the task's fields): how deep json.loads goes depends on the Python.
+            path = deep_text_path("", body, MAX_DEPTH + 1, exc)
+            if path is not None and path.startswith("["):
+                raise TaskError("task", "must be a JSON object") from None
+            if path is not None or isinstance(exc, RecursionError):
+                raise TaskError(path or "t", TOO_DEEP) from None
             raise TaskError("t", f"is not valid JSON ({exc})"[:300]) from None
         task = cls.from_dict(data)
         try:
@@ -269,7 +272,7 @@ def _check_value(name: str, value: Any) -> None:
                 raise TaskError(path, f"is not a finite number ({item!r})")
         elif isinstance(item, (Mapping, list, tuple)):
             if depth >= MAX_DEPTH:
-                raise TaskError(path, f"nests deeper than {MAX_DEPTH} levels")
+                raise TaskError(path, TOO_DEEP)
             if isinstance(item, Mapping):
                 for key, sub in item.items():
                     if not isinstance(key, str):

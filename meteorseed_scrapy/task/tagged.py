@@ -12,18 +12,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from meteorseed_scrapy.task.json_depth import MAX_DEPTH, TOO_DEEP
 from meteorseed_scrapy.task.validation import TaskError
 
 TAG = "$meteorseed"
 PAGE_METHOD = "PageMethod"
 _PAGE_METHOD_KEYS = frozenset({TAG, "method", "args", "kwargs"})
-_MAX_DEPTH = 64
 
 
 def encode_tagged(path: str, value: Any, depth: int = 0) -> Any:
     """``value`` with every ``PageMethod`` replaced by its tagged form."""
-    if depth > _MAX_DEPTH:
-        raise TaskError(path, f"nests deeper than {_MAX_DEPTH} levels")
+    if depth > MAX_DEPTH:
+        raise TaskError(path, TOO_DEEP)
     if _is_page_method(value):
         if not isinstance(value.method, str):
             raise TaskError(path, f"PageMethod {value.method!r} can only travel by method "

@@ -10,7 +10,6 @@ task can be requeued; a malformed one stays until it is purged.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
+from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def _message_problem(raw: str) -> str | None:
     """What is wrong with a malformed message dead-lettered as it came (its fields as a JSON
     object, not a task): read as a task, every one of them would be "task_id: is missing"."""
     try:
-        data = json.loads(raw)
+        data = loads_bounded("message", raw)
     except ValueError:
         return None
     if not isinstance(data, dict) or "task_id" in data:
@@ -125,7 +125,7 @@ def _message_problem(raw: str) -> str | None:
 def _loose_site(raw: str) -> str | None:
     """The site of a payload that is not a valid task, when it still names one."""
     try:
-        data = json.loads(raw)
+        data = loads_bounded("message", raw)
     except ValueError:
         return None
     site = data.get("site_id") if isinstance(data, dict) else None

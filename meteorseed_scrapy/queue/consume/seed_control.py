@@ -41,6 +41,7 @@ from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
+from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.validation import TaskError, check_id
 
 if TYPE_CHECKING:
@@ -102,8 +103,8 @@ def _message(member: Any) -> str:
 
 def _seed_of(message: str) -> str | None:
     try:
-        data = json.loads(message)
-    except (ValueError, RecursionError):
+        data = loads_bounded("task", message)
+    except ValueError:
         return None
     seed = data.get("seed_id") if isinstance(data, dict) else None
     return seed if isinstance(seed, str) else None
@@ -235,7 +236,7 @@ def control_of(client: SyncRedis, keys: KeyLayout, seed_id: str) -> dict[str, An
     if raw is None and not held and lapses is None:
         return None
     try:
-        record = json.loads(raw) if raw is not None else {}
+        record = loads_bounded("record", raw) if raw is not None else {}
     except ValueError:
         record = {"damaged": text_of(raw)[:200]}
     return {**record, "held": bool(held),
@@ -262,7 +263,7 @@ def controls(client: SyncRedis, keys: KeyLayout) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for seed, raw in client.hgetall(keys.seed_controls).items():
         try:
-            record = json.loads(raw)
+            record = loads_bounded("record", raw)
         except ValueError:
             record = {"damaged": text_of(raw)[:200]}
         out[text_of(seed)] = record

@@ -12,12 +12,12 @@ holds whole ms plus 1/16ths exactly until the year 10000 and beyond.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.exceptions import DeferReason
+from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.validation import TaskError, check_id
 
 #: What an entry without a recorded reason (or with a fraction that is not one) reads as.
@@ -65,8 +65,8 @@ def site_of(member: str | bytes) -> str | None:
         if bar:
             message = rest
     try:
-        data = json.loads(message)
-    except (ValueError, RecursionError):
+        data = loads_bounded("task", message)
+    except ValueError:
         return None
     site = data.get("site_id") if isinstance(data, dict) else None
     try:

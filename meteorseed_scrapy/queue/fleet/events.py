@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import json
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,9 +24,12 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from meteorseed_scrapy.queue.plumbing.replies import text_of
+from meteorseed_scrapy.task.json_depth import loads_bounded
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis
+
+logger = logging.getLogger(__name__)
 
 #: Events kept in ``<ns>:events`` (approximately: MAXLEN ~).
 EVENTS_KEPT = 10_000
@@ -82,9 +86,16 @@ class Event:
     fields: dict[str, str]
 
     def json_field(self, name: str) -> Any:
-        """Field ``name`` decoded from JSON (None when absent)."""
+        """Field ``name`` decoded from JSON (None when absent, or not JSON nested at most
+        ``json_depth.MAX_DEPTH`` levels: any process may append to the stream)."""
         raw = self.fields.get(name)
-        return None if raw is None else json.loads(raw)
+        if raw is None:
+            return None
+        try:
+            return loads_bounded(name, raw)
+        except ValueError as exc:
+            logger.warning("Event %s: field %s read as absent (%s)", self.id, name, str(exc)[:300])
+            return None
 
 
 def _event(entry_id: Any, raw: Mapping[Any, Any] | None) -> Event | None:

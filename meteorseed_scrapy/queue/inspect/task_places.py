@@ -8,7 +8,6 @@ error: the lookup reports what it can read.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from meteorseed_scrapy.queue.consume.deadletters import DeadLetter
@@ -18,6 +17,7 @@ from meteorseed_scrapy.queue.inspect.task_query import TaskState
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.validation import TaskError
 
 
@@ -46,7 +46,7 @@ def record_done(state: TaskState, shard: ShardKeys, reply: Any) -> None:
         return
     text = text_of(reply)
     try:
-        record = json.loads(text)
+        record = loads_bounded("record", text)
     except ValueError:
         record = {"raw": text[:2000]}
     if not isinstance(record, dict):

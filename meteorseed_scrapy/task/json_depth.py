@@ -1,0 +1,139 @@
+"""JSON from outside, nested no deeper than :data:`MAX_DEPTH` on every Python.
+
+How deep ``json.loads`` goes before a ``RecursionError`` depends on the Python (about 1,000
+levels before 3.13, about 10,000 from 3.13 on), and a value that parses may still exhaust the
+stack of whatever walks it next (``copy.deepcopy``, ``==``, a recursive helper). So a boundary
+parses with :func:`loads_bounded`: deeper than :data:`MAX_DEPTH` is refused, with the path of
+the first too-deep array or object in document order, whichever Python parses it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from itertools import chain
+from typing import Any
+
+from meteorseed_scrapy.task.validation import TaskError
+
+#: Deepest nesting of arrays and objects taken from outside (a task, a seed, an API body, a
+#: record in Redis): far below the recursion limit of the code that later copies, prints or
+#: encodes the values (json, repr, deepcopy).
+MAX_DEPTH = 64
+TOO_DEEP = f"nests deeper than {MAX_DEPTH} levels"
+#: Deepest nesting of a JSON response read by a site's rules (a thread of replies nests deep;
+#: a task never holds more than the values its fields select): within what ``json.loads``
+#: parses on every Python, even called from deep in Scrapy's stack.
+MAX_RESPONSE_DEPTH = 512
+_KEY_SHOWN = 100
+_PATH_SHOWN = 300
+# A string (escapes included; an unterminated one runs to the end) or a structural character.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}:,]', re.DOTALL)
+
+
+def loads_bounded(name: str, text: str | bytes, limit: int = MAX_DEPTH) -> Any:
+    """``json.loads(text)``; a :class:`TaskError` naming the path (``name`` for the whole
+    value; ``""``: a top-level key alone) when it nests deeper than ``limit``, even
+    where ``json.loads`` gives up earlier (``RecursionError``) or the text breaks further on.
+    Any other ``ValueError`` of ``json.loads`` is raised as is."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        path = deep_text_path(name, text if isinstance(text, str)
+                              else text.decode("utf-8", "replace"), limit, exc)
+        if path is not None:
+            raise TaskError(_shown(path), f"nests deeper than {limit} levels") from None
+        if isinstance(exc, RecursionError):  # (the scan finds what the parser met)
+            raise TaskError(name or "value", f"nests deeper than {limit} levels") from None
+        raise
+    opened = (text.count("[") + text.count("{") if isinstance(text, str)
+              else text.count(b"[") + text.count(b"{"))
+    if opened > limit:  # (else it cannot nest deeper: most texts are not walked)
+        check_depth(name, data, limit)
+    return data
+
+
+def check_depth(name: str, value: Any, limit: int = MAX_DEPTH) -> None:
+    """Refuse ``value`` (parsed JSON: plain dicts and lists) nesting deeper than ``limit``,
+    naming the path as :func:`loads_bounded` does. Iterative, one pass per level."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    for _ in range(limit):
+        # (the fastest form measured: a response of a site's rules is walked once)
+        level = [sub for sub in chain.from_iterable(
+                     item.values() if type(item) is dict else item for item in level)
+                 if type(sub) is dict or type(sub) is list]
+        if not level:
+            return
+    raise TaskError(_shown(_deep_value_path(name, value, limit)),
+                    f"nests deeper than {limit} levels")
+
+
+def _shown(path: str) -> str:
+    """``path``, its middle left out beyond 300 characters (the same on every Python)."""
+    return path if len(path) <= _PATH_SHOWN else f"{path[:200]}…{path[-99:]}"
+
+
+def _joined(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key[:_KEY_SHOWN]}" if path else key[:_KEY_SHOWN]
+
+
+def _deep_value_path(name: str, value: Any, limit: int) -> str:
+    """The path of the first array or object at depth ``limit``, in document order."""
+    stack: list[tuple[str, Any, int]] = [(name, value, 0)]
+    while stack:
+        path, item, depth = stack.pop()
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth >= limit:
+            return path
+        pairs = (((key if isinstance(key, str) else repr(key)), sub) for key, sub in item.items()
+                 ) if isinstance(item, dict) else enumerate(item)  # (YAML keys: any scalar)
+        stack.extend(reversed([(_joined(path, key), sub, depth + 1) for key, sub in pairs]))
+    return name
+
+
+def deep_text_path(name: str, text: str, limit: int = MAX_DEPTH,
+                   error: BaseException | None = None) -> str | None:
+    """The path of the first array or object opened at depth ``limit`` in ``text`` (JSON,
+    possibly broken after that point), or None when none is. A scan of the text, for when
+    ``json.loads`` failed (``error``: up to where it broke, as every Python's json would)."""
+    frames: list[list[Any]] = []  # [path, is_object, key or index, expecting a key]
+    end = error.pos + 1 if isinstance(error, json.JSONDecodeError) else len(text)
+    for match in _TOKEN.finditer(text, 0, end):
+        token = match.group()
+        top = frames[-1] if frames else None
+        if token in "[{":
+            if len(frames) >= limit:
+                return _child(name, top)
+            frames.append([_child(name, top), token == "{", 0, token == "{"])
+        elif token in "]}":
+            if frames:
+                frames.pop()
+        elif top is None:
+            continue
+        elif token == ",":
+            if top[1]:
+                top[3] = True
+            else:
+                top[2] += 1
+        elif token != ":" and top[1] and top[3]:
+            top[2], top[3] = _key(token), False
+    return None
+
+
+def _child(name: str, top: list[Any] | None) -> str:
+    return name if top is None else _joined(top[0], top[2])
+
+
+def _key(token: str) -> str:
+    try:
+        key = json.loads(token)
+    except ValueError:
+        return token.strip('"')
+    return key if isinstance(key, str) else token
+
+
+__all__ = ["MAX_DEPTH", "MAX_RESPONSE_DEPTH", "TOO_DEEP", "check_depth", "deep_text_path",
+           "loads_bounded"]
