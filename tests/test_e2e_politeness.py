@@ -128,7 +128,7 @@ def test_the_breaker_spares_a_site_that_is_down_and_loses_no_task(
 ) -> None:
     urls = [f"{fault_site.url}/a/page/{i}" for i in range(80)]
     enqueue(redis_url, namespace, urls, site_id="a")
-    fault_site.set_mode("a", 503, duration=6)
+    fault_site.set_mode("a", 503, duration=6, from_first_hit=True)  # (start-up takes a while)
     settings = {"METEORSEED_SITE_RATE": 40, "METEORSEED_SITE_BURST": 5,
                 "METEORSEED_BREAKER_WINDOW": 3, "METEORSEED_BREAKER_MIN_REQUESTS": 5,
                 "METEORSEED_BREAKER_PROBE_INTERVAL": 1, "RETRY_TIMES": 2,

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -126,6 +127,18 @@ def test_status_for_a_time_window_then_the_lasting_mode(site: FaultSite) -> None
     assert get(f"{site.url}/a/1")[0] == 503
     assert site.mode("a").status == 503
     wait_for(lambda: site.mode("a") == Mode(), timeout=30, interval=0.01)
+    assert get(f"{site.url}/a/2")[0] == 200
+
+
+def test_a_time_window_from_the_first_hit_starts_with_that_request(site: FaultSite) -> None:
+    site.set_mode("a", 503, duration=0.5, from_first_hit=True)
+    set_at = time.monotonic()
+    wait_for(lambda: time.monotonic() - set_at > 0.6, timeout=30, interval=0.05)
+    assert site.mode("a").status == 503  # no request yet: its window has not begun
+    first = time.monotonic()
+    assert get(f"{site.url}/a/1")[0] == 503
+    wait_for(lambda: site.mode("a") == Mode(), timeout=30, interval=0.01)
+    assert time.monotonic() - first >= 0.5
     assert get(f"{site.url}/a/2")[0] == 200
 
 

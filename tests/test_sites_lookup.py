@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import io
+import threading
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,37 @@ def test_rejects_names_the_blacklist_pattern_or_the_allowed_domains(tmp_path: Pa
         sites.rejects("news", "https://elsewhere.test/a"))
     assert sites.rejects("unknown", "https://elsewhere.test/a") is None
     assert SiteConfigs().sites == {} and SiteConfigs().get("news") is None
+
+
+def test_a_refresh_during_the_first_read_waits_for_its_rules(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API's first dispatch may come while a background refresh (its history sampling)
+    still reads the rules in a thread: it must not check URLs against no rules at all."""
+    (tmp_path / "news.yaml").write_text(yaml.safe_dump(RULES))
+    sites = SiteConfigs(tmp_path)
+    registry = sites._registry
+    reading, release = threading.Event(), threading.Event()
+    poll = registry.poll
+
+    def slow_poll() -> object:
+        reading.set()
+        assert release.wait(30)
+        return poll()
+
+    monkeypatch.setattr(registry, "poll", slow_poll)
+
+    async def race() -> str | None:
+        first = asyncio.create_task(sites.refresh())
+        assert await asyncio.to_thread(reading.wait, 30)  # the first read is under way
+        second = asyncio.create_task(sites.refresh())
+        await asyncio.sleep(0)  # (the second refresh runs up to its first wait)
+        release.set()
+        await second
+        verdict = sites.rejects("news", "https://elsewhere.test/a")
+        await first
+        return verdict
+
+    assert "not in the allowed domains" in str(asyncio.run(race()))
 
 
 def test_a_missing_directory_is_warned_about_once_and_read_once_it_exists(

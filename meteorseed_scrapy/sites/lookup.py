@@ -70,7 +70,10 @@ class SiteConfigs:
         if isinstance(shared, SiteRegistry):
             return shared
         if self.reload_on_read and self._due():
-            self._registry.apply(self._poll())
+            try:
+                self._registry.apply(self._poll())
+            finally:
+                self._polled = time.monotonic()
         return self._registry
 
     def get(self, site_id: str) -> SiteConfig | None:
@@ -86,7 +89,12 @@ class SiteConfigs:
             return
         async with self._lock:
             if self._due():
-                self._registry.apply(await asyncio.to_thread(self._poll))
+                try:
+                    self._registry.apply(await asyncio.to_thread(self._poll))
+                finally:
+                    # (a look counts once applied: a refresh meanwhile waits on the lock
+                    # rather than going on with the rules of before, none the first time)
+                    self._polled = time.monotonic()
 
     def rejects(self, site_id: str, url: str) -> str | None:
         """Why ``url`` may not be dispatched for ``site_id`` (the site's allowed domains and
@@ -110,13 +118,12 @@ class SiteConfigs:
         return time.monotonic() - self._polled >= interval
 
     def _poll(self) -> list[FileResult]:
-        """Blocking: what changed since the last look."""
-        first = self._polled is None
-        self._polled = time.monotonic()
+        """Blocking: what changed since the last look (the caller notes the look once it has
+        applied what changed)."""
         if self.directory is not None and self._registry.directory is None:
             if self.directory.is_dir():
                 self._registry.directory = self.directory
-            elif first:
+            elif self._polled is None:
                 logger.warning("METEORSEED_SITES_DIR %r is not a directory: no site rules from"
                                " it until it is one", str(self.directory))
         return self._registry.poll()

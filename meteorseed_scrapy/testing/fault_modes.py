@@ -30,11 +30,13 @@ class Hit:
 
 @dataclass
 class Temporary:
-    """A mode that answers the next ``remaining`` requests, until ``until`` (monotonic)."""
+    """A mode that answers the next ``remaining`` requests, until ``until`` (monotonic); with
+    ``lasts``, ``until`` is set when the first request meets it, ``lasts`` seconds later."""
 
     mode: Mode
     remaining: int | None
     until: float | None
+    lasts: float | None = None
 
 
 def parse_mode(mode: str | int = "ok", *, delay: float | None = None,

@@ -69,8 +69,10 @@ class FaultSite(LoopbackSite):
     # -- modes ---------------------------------------------------------------------------------
     def set_mode(self, site: str, mode: str | int = "ok", *, delay: float | None = None,
                  retry_after: float | str | None = None, times: int | None = None,
-                 duration: float | None = None) -> None:
-        """Switch ``site``'s behaviour now; with ``times``/``duration`` only for a while."""
+                 duration: float | None = None, from_first_hit: bool = False) -> None:
+        """Switch ``site``'s behaviour now; with ``times``/``duration`` only for a while (with
+        ``from_first_hit``, ``duration`` counts from the first request that meets the mode, so
+        that an outage outlasts the crawlers' start-up however slow it is)."""
         parsed = parse_mode(mode, delay=delay, retry_after=retry_after)
         if times is not None and times < 1:
             raise ValueError("times must be at least 1")
@@ -82,8 +84,11 @@ class FaultSite(LoopbackSite):
                 self._modes[site] = parsed
                 self._temporary.pop(site, None)
             else:
-                until = None if duration is None else time.monotonic() + duration
-                self._temporary[site] = Temporary(parsed, times, until)
+                if duration is not None and from_first_hit:
+                    self._temporary[site] = Temporary(parsed, times, None, duration)
+                else:
+                    until = None if duration is None else time.monotonic() + duration
+                    self._temporary[site] = Temporary(parsed, times, until)
 
     def mode(self, site: str) -> Mode:
         """The mode the next request to ``site`` would get (without using up a temporary one)."""
@@ -98,6 +103,8 @@ class FaultSite(LoopbackSite):
     def _take_mode(self, site: str, now: float) -> Mode:
         temporary = self._temporary.get(site)
         if temporary is not None:
+            if temporary.lasts is not None and temporary.until is None:  # the first to meet it
+                temporary.until = now + temporary.lasts
             if temporary.until is not None and now >= temporary.until:
                 del self._temporary[site]
             else:
