@@ -124,12 +124,9 @@ def _short(module: str) -> str:
     return module.removeprefix(PACKAGE + ".")
 
 
-def _function_spans(module: str) -> dict[str, int]:
-    """Lines of each function and method of ``module`` (decorators included), by the qualified
-    name a profiler sees; nested functions are counted within the one they are in."""
-    source = _source(module)
-    if source is None:
-        return {}
+def _function_spans(text: str) -> dict[str, int]:
+    """Lines of each function and method in the source ``text`` (decorators included), by the
+    qualified name a profiler sees; nested functions are counted within the one they are in."""
     spans: dict[str, int] = {}
 
     def walk(node: ast.AST, prefix: str) -> None:
@@ -140,7 +137,7 @@ def _function_spans(module: str) -> dict[str, int]:
             elif isinstance(child, ast.ClassDef):
                 walk(child, f"{prefix}{child.name}.")
 
-    walk(ast.parse(source.read_text()), "")
+    walk(ast.parse(text), "")
     return spans
 
 
@@ -156,10 +153,12 @@ def code_size(path: dict[str, set[str]]) -> dict[str, int]:
     """The lines of the functions entered (``ran``) and of their whole modules (``modules``)."""
     ran = total = 0
     for module, funcs in path.items():
-        spans = _function_spans(module)
         source = _source(module)
-        if source is not None:
-            total += len(source.read_text().splitlines())
+        if source is None:
+            continue
+        text = source.read_text()
+        total += len(text.splitlines())
+        spans = _function_spans(text)
         # (3.10's code objects give bare names: a method counts by its bare name there; a
         # nested or generated function, "<locals>", is within another or in no source)
         bare = {name.rpartition(".")[2]: n for name, n in spans.items()}
