@@ -140,6 +140,8 @@ def test_a_time_window_from_the_first_hit_starts_with_that_request(site: FaultSi
     wait_for(lambda: site.mode("a") == Mode(), timeout=30, interval=0.01)
     assert time.monotonic() - first >= 0.5
     assert get(f"{site.url}/a/2")[0] == 200
+    with pytest.raises(ValueError, match="from_first_hit"):
+        site.set_mode("a", 503, times=2, from_first_hit=True)
 
 
 def test_temporary_mode_falls_back_to_the_lasting_one(site: FaultSite) -> None:

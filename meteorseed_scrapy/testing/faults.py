@@ -78,6 +78,8 @@ class FaultSite(LoopbackSite):
             raise ValueError("times must be at least 1")
         if duration is not None and duration <= 0:
             raise ValueError("duration must be positive")
+        if from_first_hit and duration is None:
+            raise ValueError("from_first_hit counts a duration: give one")
         site = site_of(site)
         with self._lock:
             if times is None and duration is None:
