@@ -7,12 +7,17 @@ free loopback port; leaving the block shuts it down as ``meteorseed serve`` does
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import traceback
 from types import TracebackType
 
 from meteorseed_scrapy.api import guard
 from meteorseed_scrapy.api.app import create_app
 from meteorseed_scrapy.api.config import ApiConfig
+
+#: Seconds :meth:`ServerThread.stop` waits for the server to shut down.
+STOP_TIMEOUT = 30.0
 
 
 class ServerThread:
@@ -42,9 +47,14 @@ class ServerThread:
         self.stop()
 
     def stop(self) -> None:
+        """Shut the server down as SIGTERM does; a shutdown that hangs is an error showing
+        where every thread is (the server's, and the threads its loop waits for)."""
         if self._loop is not None and self._stop is not None and self._thread.is_alive():
             self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
+        self._thread.join(STOP_TIMEOUT)
+        if self._thread.is_alive():
+            raise TimeoutError(f"the API server did not stop within {STOP_TIMEOUT:g} s;"
+                               f" its threads are at:\n{thread_stacks()}")
 
     def _main(self) -> None:
         try:
@@ -66,3 +76,12 @@ class ServerThread:
             await self._stop.wait()
         finally:
             await runner.cleanup()
+
+
+def thread_stacks() -> str:
+    """Every live thread's name and stack, most recent call last."""
+    frames = sys._current_frames()
+    return "\n".join(
+        f"--- {thread.name}\n" + "".join(traceback.format_stack(frames[thread.ident]))
+        for thread in threading.enumerate()
+        if thread.ident in frames)
