@@ -204,7 +204,7 @@ def test_damaged_entries_are_skipped_not_fatal(namespace: str, sync_redis: redis
     [waiting] = [p for p in found.places if p["state"] == "waiting"]
     assert waiting["ahead"] == 2
     assert [p["record"] for p in found.places if p["state"] == "done"] == [
-        {"raw": "\xff not json"}]
+        {"damaged": "\xff not json"}]
 
 
 def test_a_pending_place_gets_its_delivery_or_is_done_if_acked_meanwhile() -> None:

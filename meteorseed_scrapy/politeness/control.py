@@ -34,8 +34,8 @@ from meteorseed_scrapy.queue.consume.delayed_set import wake_parked
 from meteorseed_scrapy.queue.fleet import events
 from meteorseed_scrapy.queue.fleet.delayed import site_of
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.replies import record_of, text_of
 from meteorseed_scrapy.task.exceptions import DeferReason
-from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.validation import TaskError, check_id
 
 if TYPE_CHECKING:
@@ -130,10 +130,5 @@ def controls(client: SyncRedis, keys: KeyLayout) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for what, key in (("held", keys.held), ("override", keys.overrides)):
         for site, raw in client.hgetall(key).items():
-            name = site.decode() if isinstance(site, bytes) else str(site)
-            try:
-                record = loads_bounded("record", raw)
-            except ValueError:
-                record = {"damaged": str(raw)[:200]}
-            out.setdefault(name, {})[what] = record
+            out.setdefault(text_of(site), {})[what] = record_of(raw)
     return out

@@ -37,7 +37,7 @@ from meteorseed_scrapy.queue.fleet.crawl_progress import events_key, finish_if_d
 from meteorseed_scrapy.queue.fleet.spiders import with_registered_sync
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
-from meteorseed_scrapy.queue.plumbing.replies import text_of
+from meteorseed_scrapy.queue.plumbing.replies import record_of, text_of
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
@@ -235,10 +235,7 @@ def control_of(client: SyncRedis, keys: KeyLayout, seed_id: str) -> dict[str, An
     raw = client.hget(keys.seed_controls, seed_id)
     if raw is None and not held and lapses is None:
         return None
-    try:
-        record = loads_bounded("record", raw) if raw is not None else {}
-    except ValueError:
-        record = {"damaged": text_of(raw)[:200]}
+    record = record_of(raw) if raw is not None else {}
     return {**record, "held": bool(held),
             "cancelled": lapses is not None and lapses > time.time() * 1000}
 
@@ -262,11 +259,7 @@ def controls(client: SyncRedis, keys: KeyLayout) -> dict[str, dict[str, Any]]:
         int(time.time() * 1000)), "+inf")}
     out: dict[str, dict[str, Any]] = {}
     for seed, raw in client.hgetall(keys.seed_controls).items():
-        try:
-            record = loads_bounded("record", raw)
-        except ValueError:
-            record = {"damaged": text_of(raw)[:200]}
-        out[text_of(seed)] = record
+        out[text_of(seed)] = record_of(raw)
     for seed in held | cancelled | set(out):
         out.setdefault(seed, {}).update(held=seed in held, cancelled=seed in cancelled)
     return out

@@ -15,9 +15,8 @@ from meteorseed_scrapy.queue.consume.task_history import decode_record
 from meteorseed_scrapy.queue.fleet.delayed import DelayedEntry
 from meteorseed_scrapy.queue.inspect.task_query import TaskState
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
-from meteorseed_scrapy.queue.plumbing.replies import text_of
+from meteorseed_scrapy.queue.plumbing.replies import record_of, text_of
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.validation import TaskError
 
 
@@ -44,15 +43,8 @@ def record_waiting(state: TaskState, stream: str, route: tuple[str, str], entry_
 def record_done(state: TaskState, shard: ShardKeys, reply: Any) -> None:
     if reply is None:
         return
-    text = text_of(reply)
-    try:
-        record = loads_bounded("record", text)
-    except ValueError:
-        record = {"raw": text[:2000]}
-    if not isinstance(record, dict):
-        record = {"raw": text[:2000]}
     state.add_place({"state": "done", "key": shard.done(state.query.task_id or ""),
-                     "record": record})
+                     "record": record_of(reply)})
 
 
 def record_dead(state: TaskState, keys: KeyLayout, dead: str, page: list[Any]) -> None:

@@ -3,12 +3,19 @@
 The clients are made with and without ``decode_responses`` (:mod:`.connection`), so a reader
 that shows or compares a reply as text gets bytes or str alike; this is the one place that
 turns either into ``str`` or into ``bytes``. (A reply asked for as bytes,
-:func:`~meteorseed_scrapy.queue.plumbing.scripts.call_as_bytes`, is bytes already.)
+:func:`~meteorseed_scrapy.queue.plumbing.scripts.call_as_bytes`, is bytes already.) And the
+one reading of a JSON record kept in Redis (who held a site, a seed's last control, a task's
+done record), which anyone with access to the namespace may have written.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from meteorseed_scrapy.task.json_depth import loads_bounded
+
+#: Characters of a damaged record shown in its place.
+DAMAGED_SHOWN = 200
 
 
 def text_of(value: Any, errors: str = "replace") -> str:
@@ -23,4 +30,16 @@ def bytes_of(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode("utf-8", "surrogateescape")
 
 
-__all__ = ["bytes_of", "text_of"]
+def record_of(reply: Any) -> dict[str, Any]:
+    """The JSON object stored as ``reply``; anything else (not JSON, too deep, an array, a
+    string, a number, null) reads as ``{"damaged": its first 200 characters}``, so that the
+    lists and pages showing records show that one as damaged rather than fail."""
+    text = text_of(reply)
+    try:
+        record = loads_bounded("record", text)
+    except ValueError:
+        record = None
+    return record if isinstance(record, dict) else {"damaged": text[:DAMAGED_SHOWN]}
+
+
+__all__ = ["DAMAGED_SHOWN", "bytes_of", "record_of", "text_of"]
