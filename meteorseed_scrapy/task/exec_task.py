@@ -201,6 +201,11 @@ class ExecTask:
             if path is not None or isinstance(exc, RecursionError):
                 raise TaskError(path or "t", TOO_DEEP) from None
             raise TaskError("t", f"is not valid JSON ({exc})"[:300]) from None
+        if type(data) is dict and body.count("[") + body.count("{") > MAX_DEPTH:
+            # Nesting first, as where json.loads gives up: else a deep message that also
+            # lacks a field names the field on one Python and the nesting on another.
+            for name, value in data.items():
+                _check_value(name, value)
         task = cls.from_dict(data)
         try:
             canonical_url(task.url)
