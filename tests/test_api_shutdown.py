@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from typing import Any
 
 import pytest
+import redis
 
 from meteorseed_scrapy.api import background
+from meteorseed_scrapy.sites.lookup import SiteConfigs
+from meteorseed_scrapy.sites.rulefile import FileResult
 from tests.api_helpers import ApiServer, Client
 
 
@@ -40,3 +45,46 @@ def test_a_shutdown_that_hangs_says_where(api_server: ApiServer,
         release.set()
         monkeypatch.setattr(background, "STOP_TIMEOUT", 30.0)
         server.stop()
+
+
+def test_the_blocking_client_closes_only_once_no_thread_reads_with_it(
+        api_server: ApiServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sampler's look at the rules runs in a thread on the blocking client, and goes on
+    after its task is cancelled. Closing that client under it (redis-py: a connect waiting
+    for the reply to its handshake) left the thread, and so the server, waiting past the
+    stop (seen in CI). The look here is held until the stop has done what it does first."""
+    polling, release = threading.Event(), threading.Event()
+    in_flight: list[bool] = []  # whether a look was under way at each close of the client
+    looks = [0]
+    poll = SiteConfigs._poll
+
+    def held_poll(self: SiteConfigs) -> list[FileResult]:
+        looks[0] += 1
+        polling.set()
+        assert release.wait(30), "the look was never released"
+        try:
+            return poll(self)
+        finally:
+            looks[0] -= 1
+
+    close = redis.Redis.close
+
+    def noted_close(self: redis.Redis) -> None:
+        in_flight.append(looks[0] > 0)
+        release.set()  # (the look ends either way: the test fails on the note, not a hang)
+        close(self)
+
+    shutdown = asyncio.BaseEventLoop.shutdown_default_executor
+
+    async def noted_shutdown(self: asyncio.BaseEventLoop, *args: Any) -> None:
+        release.set()  # the server now waits for its threads: the look may end
+        await shutdown(self, *args)
+
+    monkeypatch.setattr(SiteConfigs, "_poll", held_poll)
+    monkeypatch.setattr(redis.Redis, "close", noted_close)
+    monkeypatch.setattr(asyncio.BaseEventLoop, "shutdown_default_executor", noted_shutdown)
+    server = api_server()
+    with server:
+        assert polling.wait(30), "the sampler never looked at the rules"
+    assert not server._thread.is_alive()
+    assert in_flight and not any(in_flight), in_flight

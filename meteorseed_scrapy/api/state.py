@@ -129,7 +129,11 @@ class ApiState:
         await self.expansions.cancel_all()
         self.pool.shutdown()
         await self.client.aclose()
-        await asyncio.to_thread(self.sync_client.close)
+        # The blocking client is closed once no thread uses it (a cancelled request's read,
+        # the history sampler's look at the rules): redis-py closing the pool under a thread
+        # that was connecting left that thread waiting for a reply past the server's stop.
+        await asyncio.get_running_loop().shutdown_default_executor()
+        self.sync_client.close()  # (sockets closed, nothing awaited: no thread needed)
 
 
 STATE = web.AppKey("state", ApiState)
