@@ -3,6 +3,6 @@
 - :mod:`.connection`: clients from a ``METEORSEED_REDIS_URL`` (one server or a cluster), and
   their types (``SyncRedis``, ``AsyncRedis``, their pipelines) that annotations use
 - :mod:`.scripts`: the Lua scripts, loaded once, called with EVALSHA
-- :mod:`.replies`: a reply as text or bytes, whatever the client decodes
+- :mod:`.replies`: a reply as text or bytes, whatever the client decodes; a stored JSON record
 - :mod:`.reads`: read plans run on a synchronous or an asyncio client alike
 """
