@@ -112,7 +112,7 @@ key                                 type    holds
                                             above, for listing (:mod:`~meteorseed_scrapy.
                                             politeness.control`)
 ``<ns>:events``                     stream  crawl events (``started``, ``finished``, ``site
-                                            paused``, ...: :mod:`.events`), capped, for other
+                                            paused``, ...: :mod:`.fleet.events`), capped, for other
                                             programs to read with their own consumer group
                                             (docs/events.md); the group ``notify`` is the
                                             webhook deliverer's

@@ -188,9 +188,10 @@ class StreamConsumer:
 
     async def reclaim_from(self, dead: Sequence[bytes | str], count: int
                            ) -> tuple[list[Delivery], set[bytes]]:
-        """Up to ``count`` entries pending on ``dead`` consumers (:mod:`.liveness`), whatever
-        their idle time, counted as :meth:`reclaim` counts them; and the dead that still hold
-        entries. One script per shard: racing survivors get disjoint entries."""
+        """Up to ``count`` entries pending on ``dead`` consumers
+        (:mod:`~meteorseed_scrapy.queue.fleet.liveness`), whatever their idle time, counted as
+        :meth:`reclaim` counts them; and the dead that still hold entries. One script per shard:
+        racing survivors get disjoint entries."""
         out: list[Delivery] = []
         holding: set[bytes] = set()
         for k in self._rotation():  # (every shard, even once full: who still holds what)
@@ -253,8 +254,9 @@ class StreamConsumer:
         for longer than CLAIM_IDLE) is left to its new owner.
 
         ``settles`` (one per ref, in order; missing: counted under no seed) say what each
-        acked entry counts for in its seed's progress (:mod:`.crawl_progress`). ``done`` (one
-        per ref, or None) holds a task's completion record and its items feed entries, capped
+        acked entry counts for in its seed's progress
+        (:mod:`~meteorseed_scrapy.queue.fleet.crawl_progress`). ``done`` (one per ref, or None)
+        holds a task's completion record and its items feed entries, capped
         as ``feed`` says: written by the same script as the ref's ack, feed first, so a
         refused XADD leaves the task unacked and without a record. ``records`` (tasks with no
         ref here) are written ahead of the scripts, in the same pipeline (on a cluster, whose
