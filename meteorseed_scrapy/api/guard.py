@@ -104,14 +104,24 @@ class GuardedSite(web.BaseSite):
         # Counted here, not from server.connections: asyncio makes every protocol of a burst
         # of accepts before it tells the first one it is connected.
         handlers: list[web.RequestHandler] = []
+        # Each open connection's first-request deadline, cancelled once it is gone: a flood
+        # of connections closed at once would else keep every handler for head_timeout.
+        deadlines: dict[web.RequestHandler, asyncio.TimerHandle] = {}
 
         def protocol() -> asyncio.Protocol:
-            handlers[:] = [h for h in handlers if not aiohttp_internals.connection_lost(h)]
+            open_now = []
+            for handler in handlers:
+                if not aiohttp_internals.connection_lost(handler):
+                    open_now.append(handler)
+                elif (deadline := deadlines.pop(handler, None)) is not None:  # (else passed)
+                    deadline.cancel()
+            handlers[:] = open_now
             if len(handlers) >= cap and not _evict_idle(handlers):
                 return _Busy()
             handler = server()
             handlers.append(handler)
-            loop.call_later(head_timeout, _close_without_request, handler)
+            deadlines[handler] = loop.call_later(head_timeout, _close_without_request, handler,
+                                                 deadlines)
             return handler
 
         self._listener = await loop.create_server(protocol, self._host, self._port,
@@ -123,8 +133,10 @@ class GuardedSite(web.BaseSite):
         await super().stop()
 
 
-def _close_without_request(handler: web.RequestHandler) -> None:
+def _close_without_request(handler: web.RequestHandler,
+                           deadlines: dict[web.RequestHandler, asyncio.TimerHandle]) -> None:
     """Close ``handler``'s connection if no complete request head came on it."""
+    deadlines.pop(handler, None)
     if not aiohttp_internals.connection_lost(handler) \
             and aiohttp_internals.requests_received(handler) == 0:
         handler.force_close()
