@@ -6,7 +6,6 @@ fail (a record of ``[1]`` or ``null`` used to crash ``seeds list``, ``seeds cont
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any
 
@@ -15,7 +14,6 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.politeness import control
 from meteorseed_scrapy.queue.consume import seed_control
 from meteorseed_scrapy.queue.inspect.task_query import parse_query
@@ -24,6 +22,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.reads import run_sync
 from meteorseed_scrapy.queue.plumbing.replies import DAMAGED_SHOWN, record_of
 from meteorseed_scrapy.task.exec_task import ExecTask
+from tests.seed_control_rig import cli
 
 NOT_OBJECTS = ["[1]", "[]", '"x"', "1", "-0.5", "null", "true", "", " ", "{", "not json",
                "{}" + "x", "[" * 100 + "]" * 100, '{"a":' * 100 + "1" + "}" * 100,
@@ -37,13 +36,6 @@ VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
 
 def damaged(text: str) -> dict[str, str]:
     return {"damaged": text[:DAMAGED_SHOWN]}
-
-
-def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main([*argv, "--redis-url", redis_url, "--namespace", namespace],
-                stdin=io.StringIO(), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @given(VALUES)
