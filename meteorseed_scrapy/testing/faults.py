@@ -85,12 +85,11 @@ class FaultSite(LoopbackSite):
             if times is None and duration is None:
                 self._modes[site] = parsed
                 self._temporary.pop(site, None)
+            elif from_first_hit:  # (a duration, checked above)
+                self._temporary[site] = Temporary(parsed, times, None, duration)
             else:
-                if duration is not None and from_first_hit:
-                    self._temporary[site] = Temporary(parsed, times, None, duration)
-                else:
-                    until = None if duration is None else time.monotonic() + duration
-                    self._temporary[site] = Temporary(parsed, times, until)
+                until = None if duration is None else time.monotonic() + duration
+                self._temporary[site] = Temporary(parsed, times, until)
 
     def mode(self, site: str) -> Mode:
         """The mode the next request to ``site`` would get (without using up a temporary one)."""
