@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import zlib
 from typing import Any
 
@@ -23,7 +24,7 @@ from hypothesis import strategies as st
 from meteorseed_scrapy.api.problems import InvalidInput, json_body
 from meteorseed_scrapy.migrate.convert import Origin, start_url_to_task
 from meteorseed_scrapy.migrate.unpickle import RejectedPayload, loads_request
-from meteorseed_scrapy.observability.notify import payload
+from meteorseed_scrapy.observability.notify import delivery_id, payload
 from meteorseed_scrapy.politeness import control as site_control
 from meteorseed_scrapy.queue.consume import seed_control
 from meteorseed_scrapy.queue.consume.deadletters import DeadLetter
@@ -273,6 +274,18 @@ def test_an_event_field_too_deep_reads_as_absent(depth: int) -> None:
     event = Event("1-0", "finished", {"seed": "s1", "counters": holding("done", depth)})
     assert event.json_field("counters") is None
     assert json.loads(payload(event, "ns"))["counters"] == {}
+
+
+def test_a_bad_event_field_is_reported_once_however_often_it_is_read(
+        caplog: pytest.LogCaptureFixture) -> None:
+    event = Event("1-0", "finished", {"seed": "s1", "counters": "{not json"})
+    with caplog.at_level(logging.WARNING, logger="meteorseed_scrapy.queue.fleet.events"):
+        payload(event, "ns")
+        delivery_id(event, "ns")
+        assert event.json_field("counters") is None
+    assert [r.getMessage()[:38] for r in caplog.records] == [
+        "Event 1-0: field counters read as abse"]
+    assert event == Event("1-0", "finished", {"seed": "s1", "counters": "{not json"})
 
 
 @pytest.mark.parametrize("depth", DEPTHS)

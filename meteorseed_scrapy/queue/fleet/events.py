@@ -18,7 +18,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -84,10 +84,18 @@ class Event:
     id: str
     event: str
     fields: dict[str, str]
+    #: each field decoded once, so that a bad one is reported once however often it is read
+    _decoded: dict[str, Any] = field(default_factory=dict, init=False, repr=False,
+                                     compare=False)
 
     def json_field(self, name: str) -> Any:
         """Field ``name`` decoded from JSON (None when absent, or not JSON nested at most
         ``json_depth.MAX_DEPTH`` levels: any process may append to the stream)."""
+        if name not in self._decoded:
+            self._decoded[name] = self._decode(name)
+        return self._decoded[name]
+
+    def _decode(self, name: str) -> Any:
         raw = self.fields.get(name)
         if raw is None:
             return None
