@@ -14,7 +14,8 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,10 +71,8 @@ class SiteConfigs:
         if isinstance(shared, SiteRegistry):
             return shared
         if self.reload_on_read and self._due():
-            try:
+            with self._looking():
                 self._registry.apply(self._poll())
-            finally:
-                self._polled = time.monotonic()
         return self._registry
 
     def get(self, site_id: str) -> SiteConfig | None:
@@ -88,13 +87,11 @@ class SiteConfigs:
         if not self._due():
             return
         async with self._lock:
+            # (a look counts once applied: a refresh meanwhile waits on the lock rather than
+            # going on with the rules of before, none the first time)
             if self._due():
-                try:
+                with self._looking():
                     self._registry.apply(await asyncio.to_thread(self._poll))
-                finally:
-                    # (a look counts once applied: a refresh meanwhile waits on the lock
-                    # rather than going on with the rules of before, none the first time)
-                    self._polled = time.monotonic()
 
     def rejects(self, site_id: str, url: str) -> str | None:
         """Why ``url`` may not be dispatched for ``site_id`` (the site's allowed domains and
@@ -116,6 +113,14 @@ class SiteConfigs:
         elif interval <= 0:
             return False
         return time.monotonic() - self._polled >= interval
+
+    @contextmanager
+    def _looking(self) -> Iterator[None]:
+        """Notes the time of a look at the rules as it ends, applied or failed."""
+        try:
+            yield
+        finally:
+            self._polled = time.monotonic()
 
     def _poll(self) -> list[FileResult]:
         """Blocking: what changed since the last look (the caller notes the look once it has

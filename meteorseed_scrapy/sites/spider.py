@@ -12,6 +12,7 @@ files are re-read while the spider runs (:mod:`meteorseed_scrapy.sites.loader`).
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -43,6 +44,7 @@ from meteorseed_scrapy.sites.page_cache import EXTENSION as PAGE_CACHE
 from meteorseed_scrapy.sites.pipeline import PIPELINE, SiteItem
 from meteorseed_scrapy.sites.quality import AnomalyTracker, check
 from meteorseed_scrapy.sites.remote import RemoteRules
+from meteorseed_scrapy.sites.rulefile import FileResult
 from meteorseed_scrapy.sites.shown import shown
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import task_of
@@ -80,7 +82,11 @@ class RuleSpider(scrapy.Spider):
         self.tracker = AnomalyTracker(stats)
         self._seen: Counter[str] = Counter()
         self._reloader: task.LoopingCall | None = None
-        self._polling = False
+        self._polling = False  # a reload is under way: its read in a thread, then its apply
+        # The registry is closed by the later of spider_closed and the read's end, the latter
+        # in its thread: a reactor that stopped never gets the read's result.
+        self._reading = self._closed = False
+        self._lock = threading.Lock()
 
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
@@ -142,18 +148,34 @@ class RuleSpider(scrapy.Spider):
     def _stop_reloading(self) -> None:
         if self._reloader is not None and self._reloader.running:
             self._reloader.stop()
-        if not self._polling:  # else the poll in its thread still uses the client
+        with self._lock:
+            self._closed = True
+            reading = self._reading
+        # Else the read closes it as it ends: redis-py hangs a thread in its connect handshake
+        # if the pool is disconnected under it.
+        if not reading:
             self.registry.close()
 
     def _poll(self) -> None:
         if self._polling:
             return  # a slow disk: never stack polls
-        self._polling = True
+        self._polling = self._reading = True
         # Stats and reads in a thread; the swap itself happens here, on the reactor thread.
-        d = threads.deferToThread(self.registry.poll)
+        d = threads.deferToThread(self._read)
         d.addCallback(self.registry.apply)
         d.addErrback(self._reload_failed)
         d.addBoth(self._poll_done)
+
+    def _read(self) -> list[FileResult]:
+        """In a thread: what changed; closes the registry if the spider closed meanwhile."""
+        try:
+            return self.registry.poll()
+        finally:
+            with self._lock:
+                self._reading = False
+                closed = self._closed
+            if closed:
+                self.registry.close()
 
     @staticmethod
     def _reload_failed(failure: Failure) -> None:
