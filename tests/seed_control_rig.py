@@ -4,7 +4,6 @@ tests/test_seed_control_fleet.py and benchmarks/seed_pause.py)."""
 
 from __future__ import annotations
 
-import io
 import json
 import signal
 import threading
@@ -18,12 +17,12 @@ from urllib.parse import parse_qs, urlsplit
 
 import redis
 
-from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.fleet.crawl_progress import read_progress_sync
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.demo_pages import Reply
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
+from tests.cli_helpers import cli
 from tests.e2e_helpers import Worker, enqueue, start_worker, stored_docs
 
 #: What the product promises: no request of a held (or cancelled) seed reaches its site later
@@ -49,13 +48,6 @@ class SeedTimedSite(DemoSite):
     def of(self, seed: str, after: float) -> list[float]:
         with self._arrivals_lock:
             return [t - after for t, s in self.arrivals if s == seed and t > after]
-
-
-def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main([*argv, "--redis-url", redis_url, "--namespace", namespace],
-                stdin=io.StringIO(), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @dataclass

@@ -4,7 +4,6 @@ dead-letter CLI and status, every one with ``redis+cluster://`` and METEORSEED_S
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import subprocess
@@ -17,7 +16,6 @@ import pytest
 from scrapy import Request, Spider
 from scrapy_redis.queue import PriorityQueue
 
-from meteorseed_scrapy.cli import main as cli_main
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
@@ -34,23 +32,13 @@ from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.api_helpers import ApiServer, Client, url_list
+from tests.cli_helpers import cli_json
 from tests.e2e_helpers import REPO, start_worker, stored_docs
 from tests.test_migrate_cli import seed_expand
 from tests.test_shards import sites_covering
 
 pytestmark = pytest.mark.e2e
 SHARDS = 6
-
-
-def cli(url: str, ns: str, *args: str) -> tuple[int, Any]:
-    out, err = io.StringIO(), io.StringIO()
-    code = cli_main([*args[:2], "--redis-url", url, "--namespace", ns, *args[2:]],
-                    stdout=out, stderr=err)
-    text = out.getvalue()
-    try:
-        return code, json.loads(text)
-    except ValueError:
-        return code, text + err.getvalue()
 
 
 def enqueue(url: str, keys: KeyLayout, tasks: list[ExecTask]) -> None:
@@ -110,33 +98,33 @@ def test_worker_on_cluster_with_shards_stores_everything_once_and_spreads_the_st
             1 if shard == dead_shard else 0 for shard in keys.shard_keys]
 
         # The seed's progress: one hash per shard, summed; the end judged over all of them.
-        code, shown = cli(cluster.url, ns, "seeds", "show", "s1", "--json")
+        code, shown = cli_json(cluster.url, ns, "seeds", "show", "s1", "--json")
         assert code == 0, shown
         progress = shown["progress"]
         assert (progress["state"], progress["done"], progress["dead"], progress["items"]) == (
             "finished", len(tasks), 1, len(tasks))
         assert {f["seed"] for _, f in client.xrange(keys.events)
                 if f["event"] == "finished"} == {"s1"}
-        code, status = cli(cluster.url, ns, "status", "--json")
+        code, status = cli_json(cluster.url, ns, "status", "--json")
         assert code == 0, status
         assert (status["backlog"], status["pending"], status["dead"]) == (0, 0, 1)
         assert len(status["shards"]) == SHARDS  # the recorded count, no setting needed
         assert status["seen"][sites[0]] == 8
 
-        code, letters = cli(cluster.url, ns, "dead", "list", "--json")
+        code, letters = cli_json(cluster.url, ns, "dead", "list", "--json")
         assert code == 0, letters
         [letter] = letters
         assert letter["id"].startswith(f"{dead_shard.index}:")
         assert letter["url"] == broken.url
-        code, shown = cli(cluster.url, ns, "dead", "requeue", "--all", "--json")
+        code, shown = cli_json(cluster.url, ns, "dead", "requeue", "--all", "--json")
         assert code == 0, shown
         assert [r["task_id"] for r in shown["requeued"]] == [broken.task_id]
         assert client.xlen(dead_shard.dead) == 0
         assert client.xlen(dead_shard.stream) == 1
-        code, status = cli(cluster.url, ns, "status", "--json")
+        code, status = cli_json(cluster.url, ns, "status", "--json")
         assert (status["backlog"], status["dead"]) == (1, 0)
         # reset: SCAN on every master, UNLINK split per slot.
-        code, reset = cli(cluster.url, ns, "reset", "--json", "--yes")
+        code, reset = cli_json(cluster.url, ns, "reset", "--json", "--yes")
         assert code == 0 and reset["deleted"] > 6 * 9, reset
         assert list(client.scan_iter(match=f"{ns}:*", target_nodes="all")) == []
     finally:

@@ -22,7 +22,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.reads import run_sync
 from meteorseed_scrapy.queue.plumbing.replies import DAMAGED_SHOWN, record_of
 from meteorseed_scrapy.task.exec_task import ExecTask
-from tests.seed_control_rig import cli
+from tests.cli_helpers import cli
 
 NOT_OBJECTS = ["[1]", "[]", '"x"', "1", "-0.5", "null", "true", "", " ", "{", "not json",
                "{}" + "x", "[" * 100 + "]" * 100, '{"a":' * 100 + "1" + "}" * 100,

@@ -6,7 +6,6 @@ only the namespace's own keys, never those of a namespace nested in it by an old
 from __future__ import annotations
 
 import inspect
-import io
 import json
 from typing import Any
 
@@ -15,11 +14,11 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.keys import KEY_KINDS, KeyLayout, ShardKeys, check_namespace, own_key
 from meteorseed_scrapy.queue.scan import scan_namespace
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.validators import ConfigError
+from tests.cli_helpers import cli
 from tests.e2e_helpers import add_tasks
 
 
@@ -105,13 +104,6 @@ def _legacy_nested(client: redis.Redis, nested: str, n: int) -> None:
     client.set(stand_in.done("t1"), "1")
     for key in list(client.scan_iter("zzlegacy:*")):
         client.rename(key, nested + key[len("zzlegacy"):])
-
-
-def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main([argv[0], "--redis-url", redis_url, "--namespace", namespace, *argv[1:]],
-                stdin=io.StringIO(), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_reset_deletes_its_own_keys_and_shows_and_keeps_a_nested_namespace_s(

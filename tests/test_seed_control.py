@@ -5,7 +5,6 @@ tests/test_seed_control_fleet.py.)"""
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import re
 from typing import Any
@@ -15,7 +14,6 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.consume import seed_control
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
@@ -35,16 +33,10 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client as run
 from meteorseed_scrapy.testing.cluster import LocalCluster
 from tests.api_helpers import ApiServer, Client, url_list
+from tests.cli_helpers import cli
 from tests.console_browser import logged_in_console, needs_chromium, unexpected
 
 URLS = ["https://news.example/1", "https://news.example/2"]
-
-
-def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main([*argv, "--redis-url", redis_url, "--namespace", namespace],
-                stdin=io.StringIO(), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def task(seed: str, n: int) -> ExecTask:

@@ -3,7 +3,6 @@ items through ``meteorseed seeds show|list|items`` and ``GET /seeds/{id}[/items]
 
 from __future__ import annotations
 
-import io
 import json
 import urllib.request
 from pathlib import Path
@@ -11,20 +10,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.api_helpers import ApiServer, Client
+from tests.cli_helpers import cli
 from tests.e2e_helpers import enqueue, start_worker
 
 pytestmark = pytest.mark.e2e
-
-
-def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str]:
-    out = io.StringIO()
-    code = main([*argv, "--redis-url", redis_url, "--namespace", namespace], stdout=out,
-                stderr=io.StringIO())
-    return code, out.getvalue()
 
 
 def test_seeds_finish_with_their_counts_children_and_dead_letters_included(
@@ -40,7 +32,7 @@ def test_seeds_finish_with_their_counts_children_and_dead_letters_included(
     worker = start_worker(tmp_path, redis_url, namespace)
     assert worker.wait() == 0, worker.log()[-3000:]
 
-    code, text = cli(redis_url, namespace, "seeds", "show", "plain", "--json")
+    code, text, _ = cli(redis_url, namespace, "seeds", "show", "plain", "--json")
     assert code == 0, text
     plain = json.loads(text)["progress"]
     assert plain["state"] == "finished" and plain["finished_at"] >= plain["started_at"] > 0
@@ -56,7 +48,7 @@ def test_seeds_finish_with_their_counts_children_and_dead_letters_included(
     assert broken["progress"]["state"] == "finished"
     assert (broken["progress"]["dead"], broken["progress"]["done"]) == (1, 0)
 
-    code, text = cli(redis_url, namespace, "seeds", "show", "plain")
+    code, text, _ = cli(redis_url, namespace, "seeds", "show", "plain")
     assert code == 0 and "finished" in text and f"items:      {n}" in text
 
     # One 'finished' event per seed, with its final counters.
@@ -67,7 +59,7 @@ def test_seeds_finish_with_their_counts_children_and_dead_letters_included(
     assert finished["plain"]["done"] == n
 
     store_uri = f"sqlite:///{tmp_path / 'items.db'}"
-    code, text = cli(redis_url, namespace, "seeds", "items", "plain", "--jsonl",
+    code, text, _ = cli(redis_url, namespace, "seeds", "items", "plain", "--jsonl",
                      "--store-uri", store_uri)
     lines = [json.loads(line) for line in text.splitlines()]
     assert code == 0 and len(lines) == n and {d["seed_id"] for d in lines} == {"plain"}

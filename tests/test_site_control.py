@@ -5,7 +5,6 @@ the last request that reaches the site is printed; nothing is lost)."""
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import signal
 import threading
@@ -16,7 +15,6 @@ from typing import Any
 import pytest
 import redis
 
-from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.politeness import control
 from meteorseed_scrapy.politeness.control import HOLD_RECHECK_S, SiteRef
 from meteorseed_scrapy.politeness.gate import SiteGate
@@ -33,16 +31,9 @@ from meteorseed_scrapy.testing.demo_pages import Reply
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.api_helpers import ApiServer, Client
+from tests.cli_helpers import cli
 from tests.console_browser import logged_in_console, needs_chromium, unexpected
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
-
-
-def cli(redis_url: str, namespace: str, *argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main([*argv, "--redis-url", redis_url, "--namespace", namespace],
-                stdin=io.StringIO(), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
-
 
 LIMITS = SiteLimits(rate=1000.0, burst=1000, concurrency=100)
 
