@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import redis.asyncio as aioredis
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
@@ -20,19 +22,8 @@ from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.fate import Outcome, Verdict
 from meteorseed_scrapy.worker.ledger import Entry
 
-
-class _Stats:
-    def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
-
-    def inc_value(self, key: str, count: int = 1) -> None:
-        self.values[key] = self.values.get(key, 0) + count
-
-    def set_value(self, key: str, value: Any) -> None:
-        self.values[key] = value
-
-
 DONE = Verdict(Outcome.DONE, status=200)
+
 
 async def _rig(redis_url: str, namespace: str, n: int
                ) -> tuple[Any, StreamConsumer, Completions, list[Entry]]:
@@ -47,7 +38,8 @@ async def _rig(redis_url: str, namespace: str, n: int
     config = WorkerConfig.from_settings({"METEORSEED_REDIS_URL": redis_url,
                                          "METEORSEED_NAMESPACE": namespace})
     comp = Completions(consumer, TaskWriter(client, keys), None, config,  # type: ignore[arg-type]
-                       _Stats(), on_child_durable=lambda _: None, on_new_urls=lambda _: None)
+                       MemoryStatsCollector(get_crawler()), on_child_durable=lambda _: None,
+                       on_new_urls=lambda _: None)
     entries = []
     for d in got:
         assert d.task is not None
@@ -128,7 +120,7 @@ def test_with_pipelines_on_the_wire_acks_gather_for_the_flush_loop(
             await comp.flush_once()
             await comp.drain()
             assert await client.xlen(KeyLayout(namespace).stream) == 0
-            assert comp.stats.values["meteorseed/acked"] == 5
+            assert comp.stats.get_value("meteorseed/acked") == 5
         finally:
             await client.aclose()
 
@@ -148,7 +140,7 @@ def test_a_pipeline_cancelled_before_it_started_leaves_nothing_stuck(redis_url: 
             comp.settled(entries[1], DONE)  # a new pipeline takes both
             await wait_until(lambda: not comp.busy(), 10)
             assert await client.xlen(KeyLayout(namespace).stream) == 0
-            assert comp.stats.values["meteorseed/acked"] == 2
+            assert comp.stats.get_value("meteorseed/acked") == 2
         finally:
             await client.aclose()
 

@@ -263,7 +263,7 @@ def test_controls_and_delayed_members_too_deep_read_as_damaged(
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_a_dead_letter_too_deep_is_listed_as_not_a_valid_task(depth: int) -> None:
     letter = DeadLetter.decode("1-0", {"t": holding("meta", depth, **TASK), "reason": "r"})
-    assert letter.task is None and letter.site_id is None
+    assert letter.task is None and letter.site_id == "news"  # (listed under its site)
     assert letter.error == f"not a valid task (meta{BELOW}[0]: {TOO_DEEP})"  # 64 below meta
     alone = DeadLetter.decode("1-1", {"t": deep(depth)})
     assert alone.error == "not a valid task (task: must be a JSON object)"

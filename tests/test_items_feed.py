@@ -15,6 +15,8 @@ from typing import Any, cast
 import pytest
 import redis
 from scrapy.settings import Settings
+from scrapy.statscollectors import MemoryStatsCollector
+from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.queue.consume.acks import Completion
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
@@ -64,12 +66,6 @@ def test_off_by_default_and_modes_read() -> None:
     assert (config.mode, config.max_age, config.on) == ("documents", 7200.0, True)
 
 
-class _Stats:
-    def __init__(self) -> None:
-        self.values: dict[str, int] = {}
-
-    def inc_value(self, key: str, count: int = 1) -> None:
-        self.values[key] = self.values.get(key, 0) + count
 
 
 def _complete_with_feed(redis_url: str, keys: KeyLayout, *,
@@ -98,7 +94,8 @@ def _complete_with_feed(redis_url: str, keys: KeyLayout, *,
         (delivery,) = await consumer.read(10, 100)
         config = WorkerConfig("redis://", keys.namespace, "w1", 0, 10, 5, 60,
                               items_feed=FeedConfig("ids", maxlen=1000))
-        completions = Completions(consumer, writer, cast(DelayedSet, None), config, _Stats(),
+        completions = Completions(consumer, writer, cast(DelayedSet, None), config,
+                                  MemoryStatsCollector(get_crawler()),
                                   on_child_durable=lambda _: None, on_new_urls=lambda _: None)
         entries = [feed_entry({**DOC, "_id": f"news:{i}"}, "ids", "now") for i in range(feed)]
         completions.acks.append((delivery.ref, 0.0, Settle(task.seed_id, task.site_id),

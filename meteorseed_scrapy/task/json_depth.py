@@ -4,13 +4,16 @@ How deep ``json.loads`` goes before a ``RecursionError`` depends on the Python (
 levels before 3.13, about 10,000 from 3.13 on), and a value that parses may still exhaust the
 stack of whatever walks it next (``copy.deepcopy``, ``==``, a recursive helper). So a boundary
 parses with :func:`loads_bounded`: deeper than :data:`MAX_DEPTH` is refused, with the path of
-the first too-deep array or object in document order, whichever Python parses it.
+the first too-deep array or object in document order, whichever Python parses it. What a
+refused text still names at its top level (the site of a dead letter) is read by
+:func:`top_level_strings`, however deep the text nests.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from itertools import chain
 from typing import Any
 
@@ -29,6 +32,12 @@ _KEY_SHOWN = 100
 _PATH_SHOWN = 300
 # A string (escapes included; an unterminated one runs to the end) or a structural character.
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}:,]', re.DOTALL)
+# The same, and a run of anything else (a number, true, false, null, junk) as one token.
+_ANY_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}:,]|[^ \t\n\r\[\]{}:,"]+',
+                        re.DOTALL)
+# What top_level_strings expects next (a close may come after "[" or "{", not after ",").
+_VALUE, _FIRST_VALUE, _KEY, _FIRST_KEY, _COLON, _NEXT = range(6)
+_CLOSE = {"[": "]", "{": "}"}
 
 
 def loads_bounded(name: str, text: str | bytes, limit: int = MAX_DEPTH) -> Any:
@@ -135,5 +144,65 @@ def _key(token: str) -> str:
     return key if isinstance(key, str) else token
 
 
+def top_level_strings(text: str, names: Collection[str]) -> dict[str, list[str | None]]:
+    """The values of the keys ``names`` of the object ``text`` holds, each key's in order: a
+    string's value, None for anything else (a number, an array, a string that is not valid
+    JSON, a value broken off). However deep the text nests: one pass, in linear time, keys
+    of nested objects ignored. The scan follows the JSON structure and stops at the first
+    token out of place (after it, any key could be read at any depth); within strings and
+    numbers only the values returned are checked. ``{}`` for a text that is not an object."""
+    found: dict[str, list[str | None]] = {}
+    stack: list[str] = []  # the closing character of each array and object open
+    state, wanted = _VALUE, None  # (wanted: the top-level key whose value comes next)
+    for match in _ANY_TOKEN.finditer(text):
+        token = match.group()
+        if state == _COLON:
+            if token != ":":
+                break
+            state = _VALUE
+        elif state == _NEXT:
+            if token == "," and stack:
+                state = _KEY if stack[-1] == "}" else _VALUE
+            elif stack and token == stack[-1]:
+                stack.pop()
+            else:
+                break  # (or text after the object, read whole by then)
+        elif stack and token == stack[-1] and state in (_FIRST_KEY, _FIRST_VALUE):
+            stack.pop()  # an empty array or object
+            state = _NEXT
+        elif state in (_KEY, _FIRST_KEY):
+            if token[0] != '"':
+                break
+            key = _string(token) if len(stack) == 1 else None
+            wanted = key if key in names else None
+            if wanted is not None:
+                found.setdefault(wanted, []).append(None)
+            state = _COLON
+        elif token in ("]", "}", ",", ":"):
+            break
+        else:  # a value, or the opening of one
+            if wanted is not None:
+                found[wanted][-1] = _string(token) if token[0] == '"' else None
+                wanted = None
+            if token == "[" and not stack:
+                break  # (an array: no keys)
+            close = _CLOSE.get(token)
+            if close is None:
+                state = _NEXT
+            else:
+                stack.append(close)
+                state = _FIRST_KEY if close == "}" else _FIRST_VALUE
+    return found
+
+
+def _string(token: str) -> str | None:
+    """The value of a string token, None when it is not a valid JSON string."""
+    try:
+        value = json.loads(token)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
+
+
 __all__ = ["MAX_DEPTH", "MAX_RESPONSE_DEPTH", "TOO_DEEP", "check_depth", "deep_text_path",
-           "loads_bounded"]
+           "loads_bounded", "top_level_strings"]

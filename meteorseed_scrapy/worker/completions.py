@@ -171,14 +171,12 @@ class Completions:
                     await asyncio.wait(self._completing, return_when=asyncio.FIRST_COMPLETED)
             while self.dead:
                 delivery, reason = self.dead[0]
-                fp = ""  # the writer's key (the project's fingerprinter when it sets one)
-                if delivery.task is not None:
-                    with contextlib.suppress(ValueError):  # no key: nothing to release
-                        fp = self.writer.fingerprint(delivery.task).hex()
-                dead_id = await self.consumer.dead_letter(delivery, reason, fp)
+                task, fp = delivery.task, b""  # the writer's key (the project's fingerprinter's)
+                with contextlib.suppress(ValueError):  # no key: nothing to release
+                    fp = self.writer.fingerprint(task) if task is not None else b""
+                dead_id = await self.consumer.dead_letter(delivery, reason, fp.hex())
                 self.dead.pop(0)
                 self.on_fate_written()
-                task = delivery.task
                 url = task.url if task else "undecodable"
                 extra = {"task_id": task and task.task_id, "seed_id": task and task.seed_id}
                 if not dead_id:
@@ -189,8 +187,8 @@ class Completions:
                                 delivery.msg_id, url, reason, extra=extra)
                     continue
                 self.stats.inc_value("meteorseed/dead")
-                if task is not None:
-                    self.history.add(task, "dead", reason=reason)
+                if task is not None and fp:  # (no key: no record, as the history skips it)
+                    self.history.add(task, "dead", reason=reason, fingerprint=fp)
                 logger.error("Dead-lettered task %s (%s) as dead letter %s (meteorseed dead show "
                              "%s): %s", task.task_id if task else f"message {delivery.msg_id}",
                              url, dead_id, dead_id, reason, extra=extra)

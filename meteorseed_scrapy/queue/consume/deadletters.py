@@ -24,8 +24,8 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.settings import DEFAULTS
 from meteorseed_scrapy.task.exec_task import MESSAGE_VERSION, ExecTask
-from meteorseed_scrapy.task.json_depth import loads_bounded
-from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.task.json_depth import loads_bounded, top_level_strings
+from meteorseed_scrapy.task.validation import TaskError, check_id
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.queue.plumbing.connection import SyncRedis
@@ -123,13 +123,21 @@ def _message_problem(raw: str) -> str | None:
 
 
 def _loose_site(raw: str) -> str | None:
-    """The site of a payload that is not a valid task, when it still names one."""
+    """The site a payload that is not a valid task names at its top level, however deep it
+    nests; for a malformed message kept as its fields (no task_id, no site_id, one t), the
+    site its task names. None for none, for two that differ (which one counts would depend on
+    the reader), and for a value that is no task's site id."""
+    found = top_level_strings(raw, ("site_id", "task_id", "t"))
+    tasks = set(found.get("t", ()))
+    if "site_id" not in found and "task_id" not in found and len(tasks) == 1:
+        found = top_level_strings(tasks.pop() or "", ("site_id",))
+    sites = set(found.get("site_id", ()))
+    site = sites.pop() if len(sites) == 1 else None
     try:
-        data = loads_bounded("message", raw)
+        check_id("site_id", site).encode("utf-8")  # (a lone surrogate does not: no task's)
     except ValueError:
         return None
-    site = data.get("site_id") if isinstance(data, dict) else None
-    return site if isinstance(site, str) else None
+    return site
 
 
 def _int(value: str | None) -> int | None:

@@ -187,21 +187,24 @@ class HistoryQueue:
         return bool(self.ends)
 
     def entry(self, task: ExecTask, outcome: str, *, items: int = 0, status: int = 0,
-              reason: str = "") -> HistoryEntry | None:
+              reason: str = "", fingerprint: bytes | None = None) -> HistoryEntry | None:
         """``task``'s end as its site's history records it (``outcome``: a worker's, see
-        :func:`outcome_name`); None when no history is kept or the task has no dedup key."""
+        :func:`outcome_name`; ``fingerprint``: its dedup key when the caller has it already);
+        None when no history is kept or the task has no dedup key."""
         if self.history is None:
             return None
-        try:
-            fingerprint = self._fingerprint(task)
-        except ValueError:
-            return None
+        if fingerprint is None:
+            try:
+                fingerprint = self._fingerprint(task)
+            except ValueError:
+                return None
         return HistoryEntry.of(task, fingerprint, outcome_name(outcome, reason), self._consumer,
                                items=items, status=status, reason=reason)
 
     def add(self, task: ExecTask, outcome: str, *, items: int = 0, status: int = 0,
-            reason: str = "") -> None:
-        entry = self.entry(task, outcome, items=items, status=status, reason=reason)
+            reason: str = "", fingerprint: bytes | None = None) -> None:
+        entry = self.entry(task, outcome, items=items, status=status, reason=reason,
+                           fingerprint=fingerprint)
         if entry is not None:
             if not self.ends:
                 self._since = time.monotonic()
