@@ -74,7 +74,8 @@ def stream_tasks(sync_redis: redis.Redis, namespace: str) -> list[ExecTask]:
 def requests_for(spider: ShopSpider) -> list[Request]:
     return [
         Request("https://shop.example/p/1", callback=spider.parse_product, priority=3,
-                meta={"sku": "A-1", "tags": ["x", 2], "when": {1, 2}, "download_slot": "s"},
+                meta={"sku": "A-1", "tags": ["x", 2], "when": {1, 2}, "download_slot": "s",
+                      "retry_times": 1},
                 headers={"X-Token": "abc"}, cb_kwargs={"page": 1}),
         Request("https://shop.example/search", method="POST", body=b'{"q": "lamp"}',
                 headers={"Content-Type": "application/json"}, errback=spider.on_error,
@@ -101,7 +102,8 @@ def test_queue_of_each_kind(queue_cls: Any, raw_redis: redis.Redis, sync_redis: 
     product = by_url["https://shop.example/p/1"]
     assert product.callback == "parse_product"
     assert product.priority == 3
-    assert dict(product.meta) == {"sku": "A-1", "tags": ["x", 2]}  # no set, no download_slot
+    # no set, no retry count; the spider's slot kept
+    assert dict(product.meta) == {"sku": "A-1", "tags": ["x", 2], "download_slot": "s"}
     assert dict(product.cb_kwargs) == {"page": 1}
     assert product.headers["X-Token"] == ["abc"]
     assert (product.site_id, product.seed_id) == (namespace, "migrated")

@@ -227,7 +227,7 @@ def test_utf8_body_is_kept(spider: ShopSpider, parent: ExecTask) -> None:
     assert task.body == '{"q": "naïve"}'
 
 
-def test_per_download_meta_keys_are_stripped(spider: ShopSpider, parent: ExecTask) -> None:
+def test_per_download_meta_keys_are_stripped_the_slot_kept(spider: ShopSpider, parent: ExecTask) -> None:
     request = Request(
         "https://example.com/x",
         meta={
@@ -242,7 +242,8 @@ def test_per_download_meta_keys_are_stripped(spider: ShopSpider, parent: ExecTas
         },
     )
     task = request_to_task(request, spider, parent)
-    assert dict(task.meta) == {"keep_me": {"page": 2}, "dont_redirect": True}
+    assert dict(task.meta) == {"keep_me": {"page": 2}, "dont_redirect": True,
+                               "download_slot": "example.com"}
 
 
 def test_child_inherits_parent_seed_and_site(spider: ShopSpider, parent: ExecTask) -> None:

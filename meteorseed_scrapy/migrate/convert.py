@@ -24,7 +24,7 @@ from meteorseed_scrapy.migrate.unpickle import (
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.json_depth import loads_bounded
 from meteorseed_scrapy.task.validation import TaskError
-from meteorseed_scrapy.worker.requests import _DOWNLOAD_META
+from meteorseed_scrapy.worker.requests import PER_DOWNLOAD_META
 
 #: Request classes whose whole state is in url/method/headers/body: safe to send as a task.
 PLAIN_CLASSES = frozenset({
@@ -110,7 +110,7 @@ def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
     meta: dict[str, Any] = {}
     dropped: list[str] = []
     for key, value in meta_in.items():
-        if not isinstance(key, str) or key in _DOWNLOAD_META:
+        if not isinstance(key, str) or key in PER_DOWNLOAD_META:
             continue
         if _json_safe(value):
             meta[key] = value

@@ -36,8 +36,11 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 #: Per-download meta keys that Scrapy's own middlewares set; a new task starts without them.
-_DOWNLOAD_META = frozenset({
-    TASK_META_KEY, "download_latency", "download_slot", "retry_times", "redirect_times",
+#: Not ``download_slot``: a spider sets it to choose a request's slot (``DOWNLOAD_SLOTS``), and
+#: Scrapy keeps the one a request carries; a task without one is put in its site's slot
+#: (``SiteSlotMiddleware``), which a child copying its parent's meta shares anyway.
+PER_DOWNLOAD_META = frozenset({
+    TASK_META_KEY, "download_latency", "retry_times", "redirect_times",
     "redirect_ttl", "redirect_urls", "redirect_reasons", "_scheme_proxy", "depth_stats",
     "robotstxt_checked", "cached_response", LEASE_META_KEY,
 })
@@ -180,7 +183,7 @@ def _own_spider(spider: Spider | None) -> str | None:
 def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | None) -> ExecTask:
     """A new exec task for a request yielded by ``parent``'s callback (or by ``start()``)."""
     meta = {k: encode_tagged(f"meta.{k}", v) for k, v in request.meta.items()
-            if k not in _DOWNLOAD_META}
+            if k not in PER_DOWNLOAD_META}
     for name, mapping in (("meta", meta), ("cb_kwargs", request.cb_kwargs)):
         for key, value in mapping.items():
             check_json_safe(f"{name}.{key}", value)
