@@ -9,6 +9,7 @@ import pytest
 import scrapy
 from scrapy import Request
 
+from meteorseed_scrapy.middlewares import SiteSlotMiddleware
 from meteorseed_scrapy.task.context import TASK_META_KEY, task_of
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
@@ -227,7 +228,8 @@ def test_utf8_body_is_kept(spider: ShopSpider, parent: ExecTask) -> None:
     assert task.body == '{"q": "naïve"}'
 
 
-def test_per_download_meta_keys_are_stripped_the_slot_kept(spider: ShopSpider, parent: ExecTask) -> None:
+def test_per_download_meta_keys_are_stripped_the_slot_kept(spider: ShopSpider,
+                                                           parent: ExecTask) -> None:
     request = Request(
         "https://example.com/x",
         meta={
@@ -244,6 +246,17 @@ def test_per_download_meta_keys_are_stripped_the_slot_kept(spider: ShopSpider, p
     task = request_to_task(request, spider, parent)
     assert dict(task.meta) == {"keep_me": {"page": 2}, "dont_redirect": True,
                                "download_slot": "example.com"}
+
+
+@pytest.mark.parametrize(("meta", "slot"), [({"download_slot": "books"}, "books"),
+                                            ({"download_slot": None}, None),
+                                            ({}, "site:example_news")])
+def test_a_spider_s_own_slot_is_the_one_its_task_is_downloaded_in(
+        spider: ShopSpider, parent: ExecTask, meta: dict[str, Any], slot: str | None) -> None:
+    task = request_to_task(Request("https://example.com/x", meta=meta), spider, parent)
+    request = task_to_request(ExecTask.from_message(task.to_message()), spider)
+    SiteSlotMiddleware().process_request(request, spider)
+    assert request.meta["download_slot"] == slot
 
 
 def test_child_inherits_parent_seed_and_site(spider: ShopSpider, parent: ExecTask) -> None:
