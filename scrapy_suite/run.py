@@ -42,6 +42,13 @@ FILES = (
     "test_engine_close_spider.py", "test_engine_download.py", "test_engine_stop_download_*.py",
     "test_request_attribute_binding.py", "test_signals.py", "test_scheduler_base.py",
     "test_spider_crawl.py", "test_spider_sitemap.py",
+    # components built on a crawler with the add-on's settings, and crawls of their own
+    "test_addons.py", "test_contracts.py", "test_core_downloader.py", "test_crawler_runners.py",
+    "test_downloadermiddleware*.py", "test_downloaderslotssettings.py", "test_dupefilters.py",
+    "test_extension_*.py", "test_feedexport.py", "test_feedexport_batch.py",
+    "test_feedexport_postprocess.py", "test_logformatter.py", "test_pipeline_files.py",
+    "test_pipelines.py", "test_request_dict.py", "test_spider.py", "test_spiderstate.py",
+    "test_stats.py", "test_utils_request.py",
 )
 # Seconds before a test counts as hung: the slowest stock test takes under 10 s, and a test
 # whose callback fails waits out the add-on's redelivery backoff (about a minute) first.
@@ -71,7 +78,8 @@ def test_files(tree: Path, patterns: tuple[str, ...]) -> list[str]:
         matches = sorted(tree.glob(f"tests/{pattern}"))
         if not matches:
             raise SystemExit(f"no Scrapy test file matches tests/{pattern} in {tree}")
-        found += [str(path.relative_to(tree)) for path in matches if str(path) not in found]
+        found += [name for name in (str(path.relative_to(tree)) for path in matches)
+                  if name not in found]
     return found
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from meteorseed_scrapy.testing.polling import wait_for
+from scrapy_suite import run as suite
 from scrapy_suite.plugin import SessionRedis
 from scrapy_suite.report import compare, render
 from scrapy_suite.results import Difference, Outcome, Run, load_differences
@@ -22,6 +23,23 @@ def _run(name: str, **outcomes: str) -> Run:
     for nodeid, outcome in outcomes.items():
         run.outcomes[nodeid] = Outcome(nodeid, outcome, message=f"{nodeid} {outcome}")
     return run
+
+
+def test_a_file_two_patterns_match_is_run_once(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    for name in ("test_a.py", "test_ab.py", "test_b.py"):
+        (tmp_path / "tests" / name).write_text("")
+    assert suite.test_files(tmp_path, ("test_a.py", "test_a*.py", "test_*.py")) == [
+        "tests/test_a.py", "tests/test_ab.py", "tests/test_b.py"]
+    with pytest.raises(SystemExit, match="test_c"):
+        suite.test_files(tmp_path, ("test_c*.py",))
+
+
+def test_every_listed_difference_is_of_a_file_the_suite_runs() -> None:
+    files = tuple(pattern.removeprefix("tests/") for pattern in suite.FILES)
+    for node in load_differences(suite.DIFFERENCES):
+        name = node.split("::")[0].removeprefix("tests/")
+        assert any(Path(name).match(pattern) for pattern in files), node
 
 
 def test_only_an_unlisted_regression_fails_the_run() -> None:
