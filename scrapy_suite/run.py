@@ -44,10 +44,12 @@ FILES = (
     "test_spider_crawl.py", "test_spider_sitemap.py",
     # components built on a crawler with the add-on's settings, and crawls of their own
     "test_addons.py", "test_contracts.py", "test_core_downloader.py", "test_crawler_runners.py",
-    "test_downloadermiddleware*.py", "test_downloaderslotssettings.py", "test_dupefilters.py",
-    "test_extension_*.py", "test_feedexport.py", "test_feedexport_batch.py",
-    "test_feedexport_postprocess.py", "test_logformatter.py", "test_pipeline_files.py",
-    "test_pipelines.py", "test_request_dict.py", "test_spider.py", "test_spiderstate.py",
+    "test_downloader_handlers.py", "test_downloadermiddleware*.py",
+    "test_downloaderslotssettings.py", "test_dupefilters.py", "test_extension_*.py",
+    "test_feedexport.py", "test_feedexport_batch.py", "test_feedexport_postprocess.py",
+    "test_logformatter.py", "test_logstats.py", "test_pipeline_files.py", "test_pipelines.py",
+    "test_pqueues.py", "test_request_dict.py", "test_settings/__init__.py", "test_spider.py",
+    "test_spiderloader/__init__.py", "test_spiderstate.py", "test_squeues_request.py",
     "test_stats.py", "test_utils_request.py",
 )
 # Seconds before a test counts as hung: the slowest stock test takes under 10 s, and a test
