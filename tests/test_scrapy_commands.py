@@ -270,6 +270,33 @@ def test_runspider_and_crawl_feed_still_run_as_workers(project: Project) -> None
     assert len(stored_docs(project.store)) == 3 and project.added() == 3
 
 
+SELECT_REACTOR = "twisted.internet.selectreactor.SelectReactor"
+
+
+def test_a_worker_on_another_reactor_is_refused_naming_the_setting(project: Project) -> None:
+    # (it opened and never read a task: a hang until killed)
+    url = f"{project.site.url}/news/article/7"
+    spider_file = project.tmp / "spider_file.py"
+    spider_file.write_text(RUNSPIDER.format(url=url))
+    done = project.run("runspider", str(spider_file), cwd=project.tmp,
+                       TWISTED_REACTOR=SELECT_REACTOR, METEORSEED_IDLE_CLOSE=1)
+    assert done.returncode == 1, done.stderr[-3000:]
+    first_error = next(line for line in done.stderr.splitlines() if "] ERROR:" in line)
+    assert first_error.endswith(
+        "Invalid setting, the crawl cannot start: TWISTED_REACTOR: a MeteorSeed worker crawl "
+        "needs asyncio, twisted.internet.asyncioreactor.AsyncioSelectorReactor (Scrapy's "
+        f"default), got '{SELECT_REACTOR}'"), first_error
+    assert project.added() == 0 and project.site.hits("/news/article/7") == 0
+
+
+def test_a_local_command_runs_on_any_reactor(project: Project) -> None:
+    done = project.run("fetch", f"{project.site.url}/news/article/8",
+                       TWISTED_REACTOR=SELECT_REACTOR, LOG_LEVEL="DEBUG")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Back to the news" in done.stdout and f"Using reactor: {SELECT_REACTOR}" in done.stderr
+    project.assert_local(done, "fetch")
+
+
 IDLE_SPIDER = '''
 import scrapy
 from scrapy import signals

@@ -26,6 +26,7 @@ from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.yields import YieldReporter
 from meteorseed_scrapy.settings import duration_setting, flag_setting
 from meteorseed_scrapy.store.identity import check_store_identity
+from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
 from meteorseed_scrapy.worker.pump import StreamPump
 from meteorseed_scrapy.worker.redis_watchdog import RedisWatchdog
@@ -79,6 +80,7 @@ class WorkerCrawl:
     @classmethod
     async def open(cls, crawler: Crawler, spider: Spider, config: WorkerSettings,
                    on_change: Callable[[], None]) -> WorkerCrawl:
+        _check_event_loop(crawler)
         patch = ScraperPatch(crawler)  # (refuses a Scrapy it cannot work with)
         runtime = CrawlRuntime.of(crawler)
         runtime.open_worker()
@@ -139,3 +141,21 @@ async def _cancelled(task: asyncio.Future[None]) -> None:
 
 
 __all__ = ["WorkerCrawl", "WorkerSettings"]
+
+
+#: Scrapy's default reactor, the one a worker crawl runs on (or Scrapy's reactorless mode).
+ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
+
+
+def _check_event_loop(crawler: Crawler) -> None:
+    """A worker crawl's Redis client, store and loops run on asyncio: under another Twisted
+    reactor a crawl would open and never read a task. Refused, naming the setting (a local
+    crawl, e.g. ``scrapy fetch``, runs on any reactor: it never gets here)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        error = ConfigError("TWISTED_REACTOR", (
+            f"a MeteorSeed worker crawl needs asyncio, {ASYNCIO_REACTOR} (Scrapy's default), "
+            f"got {crawler.settings.get('TWISTED_REACTOR')!r}"))
+        logger.error("Invalid setting, the crawl cannot start: %s", error)
+        raise error from None

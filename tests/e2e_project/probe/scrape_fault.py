@@ -13,7 +13,6 @@ from typing import Any
 
 from scrapy.core.scraper import Scraper
 from scrapy.exceptions import NotConfigured
-from twisted.internet import reactor
 from twisted.internet.task import deferLater
 
 
@@ -30,6 +29,8 @@ class ScrapeFault:
                 return original(self, result, request)
             if mode == "sync":
                 raise RuntimeError("scraper fault")
+            from twisted.internet import reactor  # (here: importing it installs a reactor)
+
             return deferLater(reactor, 0.01, _fault)
 
         Scraper.enqueue_scrape = enqueue_scrape  # type: ignore[method-assign]

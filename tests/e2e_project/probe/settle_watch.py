@@ -18,7 +18,6 @@ import sqlite3
 from typing import Any
 
 from scrapy import signals
-from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 
 from meteorseed_scrapy.task.context import task_of
@@ -52,6 +51,8 @@ class SettleWatch:
             self.released["after"] += 1
             return None
         held: Deferred[None] = Deferred()
+        from twisted.internet import reactor  # (here: importing it installs a reactor)
+
         timer = reactor.callLater(self.hold, self._release, task.task_id, "timeout")  # type: ignore[attr-defined]
         self.held.setdefault(task.task_id, []).append((held, timer))
         return held
