@@ -1,49 +1,19 @@
-"""pytest plugin (``-p scrapy_suite.plugin``): every Crawler Scrapy's tests build runs the add-on.
-
-The one place all of them pass through (``get_crawler``, ``CrawlerRunner``, ``AsyncCrawlerRunner``,
-``CrawlerProcess``, a bare ``Crawler``) is ``Crawler._apply_settings``, which loads the add-ons
-and freezes the settings, before the first component is built. The add-on's settings go in there
-at ``command`` priority, below the ``project`` and ``spider`` priorities the tests use for their
-own settings, so a test that sets e.g. ``SCHEDULER`` itself still gets its own.
+"""pytest plugin (``-p scrapy_suite.plugin``): every Crawler Scrapy's tests build runs the add-on,
+in the pytest process and in every Python it starts (``scrapy_suite.injection``).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from scrapy.crawler import Crawler
-from scrapy.settings import SETTINGS_PRIORITIES
 
 from meteorseed_scrapy.testing.redis_server import RedisServer
+from scrapy_suite.injection import ADDON, REDIS_URL_ENV, WORKDIR_ENV, pass_on, patch_crawlers
 from scrapy_suite.reaper import reap_on_exit
-
-ADDON = "meteorseed_scrapy.addon.MeteorSeedAddon"
-#: The Redis to use, when the caller started one (``scrapy_suite.run`` does, once for all the
-#: pytest processes of a run); else the plugin starts one for its session.
-REDIS_URL_ENV = "SCRAPY_SUITE_REDIS_URL"
-#: Likewise the directory of the crawlers' SQLite stores (else a temporary one of its own).
-WORKDIR_ENV = "SCRAPY_SUITE_WORKDIR"
-#: More settings for every crawler, as JSON (``{"ROBOTSTXT_OBEY": false}``), at ``project``
-#: priority (above the add-on's) unless the test sets them itself: to tell which of the
-#: add-on's settings a failure comes from.
-SETTINGS_ENV = "SCRAPY_SUITE_SETTINGS"
-PRIORITY = "command"
-IDLE_CLOSE = 1.0
-# The suite's mock server is a single site (127.0.0.1): at the add-on's default fleet-wide
-# limits (2 requests/s, 4 at a time) the run would take hours. The limiter still runs, at
-# limits that leave Scrapy's own concurrency settings (which the tests set) in charge.
-POLITENESS = {
-    "METEORSEED_SITE_RATE": 10_000.0,
-    "METEORSEED_SITE_BURST": 10_000,
-    "METEORSEED_SITE_CONCURRENCY": 10_000,
-}
 
 
 class SessionRedis:
@@ -73,7 +43,7 @@ class SessionRedis:
 
 
 class _Injection:
-    """The session's Redis and temporary directory, and the settings each crawler gets."""
+    """The session's Redis and temporary directory, and the add-on on each crawler."""
 
     def __init__(self) -> None:
         self._own_workdir = not os.environ.get(WORKDIR_ENV)
@@ -84,38 +54,17 @@ class _Injection:
             self.redis = SessionRedis(*([str(self.workdir)] if self._own_workdir else []))
             self.redis_url = self.redis.url
         self.crawlers = 0
-        self._original: Callable[[Crawler], None] = Crawler._apply_settings
+        self._restore = lambda: None
 
     def install(self) -> None:
-        original = self._original
-        injection = self
+        self._restore = patch_crawlers(self.redis_url, self.workdir, self._count)
+        pass_on(self.redis_url, self.workdir)
 
-        def _apply_settings(crawler: Crawler) -> None:
-            if not crawler.settings.frozen:
-                injection.add_settings(crawler)
-            original(crawler)
-
-        Crawler._apply_settings = _apply_settings  # type: ignore[method-assign,assignment]
-
-    def add_settings(self, crawler: Crawler) -> None:
+    def _count(self) -> None:
         self.crawlers += 1
-        namespace = f"suite-{uuid.uuid4().hex[:12]}"
-        settings = crawler.settings
-        settings["ADDONS"][ADDON] = 0
-        for name, value in {
-            "METEORSEED_REDIS_URL": self.redis_url,
-            "METEORSEED_NAMESPACE": namespace,
-            "METEORSEED_IDLE_CLOSE": IDLE_CLOSE,
-            "METEORSEED_STORE_URI": f"sqlite:///{self.workdir / namespace}.db",
-            **POLITENESS,
-        }.items():
-            settings.set(name, value, priority=PRIORITY)
-        for name, value in json.loads(os.environ.get(SETTINGS_ENV) or "{}").items():
-            if (settings.getpriority(name) or 0) < SETTINGS_PRIORITIES["project"]:
-                settings.set(name, value, priority="project")
 
     def close(self) -> None:
-        Crawler._apply_settings = self._original  # type: ignore[method-assign,assignment]
+        self._restore()
         if self.redis is not None:
             self.redis.close()
         if self._own_workdir:

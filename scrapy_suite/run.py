@@ -27,7 +27,8 @@ from typing import IO
 
 import scrapy
 
-from scrapy_suite.plugin import REDIS_URL_ENV, WORKDIR_ENV, SessionRedis
+from scrapy_suite.injection import REDIS_URL_ENV, WORKDIR_ENV
+from scrapy_suite.plugin import SessionRedis
 from scrapy_suite.report import compare, render
 from scrapy_suite.results import Run, load_differences
 
@@ -51,6 +52,8 @@ FILES = (
     "test_pqueues.py", "test_request_dict.py", "test_settings/__init__.py", "test_spider.py",
     "test_spiderloader/__init__.py", "test_spiderstate.py", "test_squeues_request.py",
     "test_stats.py", "test_utils_request.py",
+    # Scrapy's commands, in subprocesses (scrapy_suite.injection reaches them)
+    "test_command_*.py", "test_commands.py",
 )
 # Seconds before a test counts as hung: the slowest stock test takes under 10 s, and a test
 # whose callback fails waits out the add-on's redelivery backoff (about a minute) first.
