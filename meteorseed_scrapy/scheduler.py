@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+_REFUSED = "Invalid setting, the crawl cannot start: %s"
 
 
 class StreamScheduler:
@@ -62,7 +63,7 @@ class StreamScheduler:
         except ConfigError as exc:
             # Scrapy 2.19 then fails closing the engine ("Engine slot not assigned", fixed by
             # scrapy#8169), which buries this error in the traceback: name the setting first.
-            logger.error("Invalid setting, the crawl cannot start: %s", exc)
+            logger.error(_REFUSED, exc)
             raise
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -77,11 +78,13 @@ class StreamScheduler:
             return
         try:
             self._worker = await WorkerCrawl.open(self.crawler, spider, self.settings, self._wake)
-        except Exception:
-            # Refused (store or shard count of another worker, a Scrapy it cannot work with):
-            # ``scrapy crawl`` must exit 1. Scrapy 2.14's CrawlerProcess tells a crawl that
-            # did not start only by its crawler having no spider (a later one also by the
+        except Exception as exc:
+            # Refused (store or shard count of another worker, a Scrapy it cannot work with, a
+            # setting): ``scrapy crawl`` must exit 1. Scrapy 2.14's CrawlerProcess tells a crawl
+            # that did not start only by its crawler having no spider (a later one also by the
             # start raising); the engine closes the spider it holds itself.
+            if isinstance(exc, ConfigError):
+                logger.error(_REFUSED, exc)  # (named first, as above)
             self.crawler.spider = None
             raise
         self.pump = self._worker.pump

@@ -12,7 +12,6 @@ store on purpose, stop its workers and delete ``<ns>:store``.
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 
     from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
-logger = logging.getLogger(__name__)
 
 _STAGE = "meteorseed_scrapy.pipelines.UpsertPipeline"
 
@@ -70,15 +68,12 @@ async def check_store_identity(client: AsyncRedis, keys: KeyLayout, settings: Ba
     if isinstance(recorded, bytes):
         recorded = recorded.decode("utf-8", "replace")
     if recorded is not None and recorded != mine:
-        error = ConfigError(
+        raise ConfigError(
             "METEORSEED_STORE_URI",
             f"this worker's store is {mine}, but namespace {keys.namespace!r} writes its items "
             f"to {recorded}: the items would be split between two stores. Use the same store "
             f"(an SQLite path is relative to the worker's directory), or, to move the namespace "
             f"to another store on purpose, stop its workers and delete the key {keys.store!r}")
-        # Named first: Scrapy buries an error raised while the spider opens in a traceback.
-        logger.error("The crawl cannot start: %s", error)
-        raise error
 
 
 __all__ = ["check_store_identity", "store_identity"]

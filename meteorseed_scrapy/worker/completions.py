@@ -172,8 +172,9 @@ class Completions:
             while self.dead:
                 delivery, reason = self.dead[0]
                 task, fp = delivery.task, b""  # the writer's key (the project's fingerprinter's)
-                with contextlib.suppress(ValueError):  # no key: nothing to release
-                    fp = self.writer.fingerprint(task) if task is not None else b""
+                if task is not None:
+                    with contextlib.suppress(ValueError):  # no key: nothing to release
+                        fp = self.writer.fingerprint(task)
                 dead_id = await self.consumer.dead_letter(delivery, reason, fp.hex())
                 self.dead.pop(0)
                 self.on_fate_written()

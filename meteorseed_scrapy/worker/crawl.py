@@ -140,9 +140,6 @@ async def _cancelled(task: asyncio.Future[None]) -> None:
         task.result()
 
 
-__all__ = ["WorkerCrawl", "WorkerSettings"]
-
-
 #: Scrapy's default reactor, the one a worker crawl runs on (or Scrapy's reactorless mode).
 ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 
@@ -154,8 +151,10 @@ def _check_event_loop(crawler: Crawler) -> None:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        error = ConfigError("TWISTED_REACTOR", (
+        raise ConfigError("TWISTED_REACTOR", (
             f"a MeteorSeed worker crawl needs asyncio, {ASYNCIO_REACTOR} (Scrapy's default), "
-            f"got {crawler.settings.get('TWISTED_REACTOR')!r}"))
-        logger.error("Invalid setting, the crawl cannot start: %s", error)
-        raise error from None
+            f"got {crawler.settings.get('TWISTED_REACTOR')!r}")) from None
+
+
+__all__ = ["WorkerCrawl", "WorkerSettings"]
+
