@@ -91,3 +91,10 @@ def pass_on(redis_url: str, workdir: Path) -> None:
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if str(HOOK_DIR) not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([*paths, str(HOOK_DIR)])
+
+
+def patch_from_environment() -> None:
+    """:func:`patch_crawlers` with what :func:`pass_on` put in the environment, if it did."""
+    redis_url, workdir = os.environ.get(REDIS_URL_ENV), os.environ.get(WORKDIR_ENV)
+    if redis_url and workdir:
+        patch_crawlers(redis_url, Path(workdir))
