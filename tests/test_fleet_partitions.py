@@ -202,11 +202,14 @@ def test_a_site_unreachable_from_one_host_only_keeps_the_fleet_breaker_closed(
     r = redis.Redis.from_url(redis_url, decode_responses=True)
     r.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
     fleet.cut("w1", "front")  # w1 reaches Redis, not the site; w2 reaches both
-    tasks = enqueue(redis_url, NS, [f"{site}/slow/100?i={i}" for i in range(150)])
+    tasks = enqueue(redis_url, NS, [f"{site}/slow/100?i={i}" for i in range(400)])
     settings = {"CONCURRENT_REQUESTS": 4, "DOWNLOAD_TIMEOUT": 2,
                 "METEORSEED_BREAKER_MIN_REQUESTS": 8, "METEORSEED_BREAKER_WINDOW": 30}
-    cut_off = start_worker(fleet, "w1", redis_url, store, **settings)
+    # The fleet's window must hold w2's healthy traffic before w1's failures reach it: a window
+    # holding only w1's timeouts is, rightly, a site down for the whole fleet.
     other = start_worker(fleet, "w2", redis_url, store, **settings)
+    wait_for(lambda: len(stored_docs(store)) >= 8, 60)
+    cut_off = start_worker(fleet, "w1", redis_url, store, **settings)
     assert other.wait(180) == 0, other.log()[-3000:]
     assert cut_off.wait(180) == 0, cut_off.log()[-3000:]
     figures = _check_all_done(r, keys, store, {t.task_id for t in tasks})
