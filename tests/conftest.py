@@ -18,6 +18,7 @@ from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres
 from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.api_helpers import ApiServer, server_factory
+from tests.e2e_helpers import reap_workers
 from tests.internals_helpers import REACTORLESS
 
 # No timing thresholds in tests: Hypothesis's per-example deadline (200 ms) and its too_slow
@@ -87,6 +88,14 @@ def one_fleet_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
     with open(Path(tempfile.gettempdir()) / "meteorseed-netns.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+@pytest.fixture(autouse=True)
+def no_worker_left_running() -> Iterator[None]:
+    """A test that failed before it stopped its ``scrapy crawl`` workers leaves none running to
+    load (and flake) the tests after it."""
+    yield
+    reap_workers()
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,9 @@ class Worker:
     log_path: Path
     stats_path: Path
 
+    def __post_init__(self) -> None:
+        _STARTED.append(self)
+
     def wait(self, timeout: float = 120) -> int:
         try:
             return self.proc.wait(timeout)
@@ -51,6 +54,19 @@ class Worker:
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
+
+
+_STARTED: list[Worker] = []
+
+
+def reap_workers() -> list[str]:
+    """Kill the workers a test started and left running (it failed before it stopped them: a
+    worker left to run would load every later test); their names."""
+    left = [w for w in _STARTED if w.proc.poll() is None]
+    for worker in left:
+        worker.kill()
+    _STARTED.clear()
+    return [w.name for w in left]
 
 
 def start_worker(tmp_path: Path, redis_url: str, namespace: str, *, name: str = "w1",

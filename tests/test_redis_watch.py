@@ -9,6 +9,7 @@ import asyncio
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -19,8 +20,9 @@ from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import async_client
-from meteorseed_scrapy.testing.polling import wait_for
+from meteorseed_scrapy.testing.polling import wait_for, wait_until
 from meteorseed_scrapy.testing.sites import DemoSite
+from meteorseed_scrapy.worker.loops import Loops
 from meteorseed_scrapy.worker.redis_watch import REASON, RedisWatch
 from tests.e2e_helpers import enqueue, start_worker
 
@@ -214,7 +216,57 @@ def test_a_stream_or_every_key_deleted_under_a_worker_is_lost_tasks_not_a_take_o
     log = worker.log()
     assert log.count("Redis lost") == 1 and "Redis lost 4 task message(s)" in log, log[-3000:]
     assert "taken over by another worker" not in log
-    assert worker.stats()["meteorseed/redis/lost"] == 4
+    stats = worker.stats()
+    assert stats["meteorseed/redis/lost"] == 4
+    # Their downloads ended after the loss (timed out at shutdown): nothing to write for them.
+    assert "Error while enqueuing scrape" not in log, log[-3000:]
+    assert stats["meteorseed/settled_unheld"] == 4
+
+
+class SlowSetUp(StreamConsumer):
+    """Counts its group set-ups, each held until ``go`` is set (a loaded machine)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_ups = 0
+        self.go = asyncio.Event()
+
+    async def ensure_group(self) -> None:
+        self.set_ups += 1
+        await self.go.wait()
+        await super().ensure_group()
+
+
+def test_the_loops_set_the_group_up_once_not_once_each(redis_url: str, namespace: str,
+                                                       sync_redis: redis.Redis) -> None:
+    """A loop whose set-up ended late re-created a group deleted meanwhile, silently: the
+    worker's tasks there then looked taken over by another worker instead of lost."""
+    crawler = get_crawler()
+    crawler.stats.open_spider()
+    keys = KeyLayout(namespace)
+    steps: dict[str, int] = {}
+
+    async def main() -> int:
+        client = async_client(redis_url, decode_responses=True)
+        consumer = SlowSetUp(client, keys, "w1")
+        loops = Loops(consumer, crawler.stats)
+        try:
+            for where in ("read", "reclaim", "ack", "idle check"):
+                async def step(where: str = where) -> None:
+                    steps[where] = steps.get(where, 0) + 1
+                    await asyncio.sleep(0.01)
+                loops.start(step, where)
+            await wait_until(lambda: consumer.set_ups >= 1)
+            consumer.go.set()
+            await wait_until(lambda: len(steps) == 4)
+            return consumer.set_ups
+        finally:
+            loops.stopping = True
+            await loops.cancel()
+            await client.aclose()
+
+    assert asyncio.run(main()) == 1
+    assert sync_redis.xinfo_groups(keys.stream)[0]["name"] == keys.group
 
 
 def test_a_redis_that_cannot_be_asked_leaves_the_loop_running(namespace: str) -> None:

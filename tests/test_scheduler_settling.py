@@ -209,6 +209,23 @@ def test_the_spider_stays_open_until_the_namespace_was_quiet_for_idle_close(
     asyncio.run(main())
 
 
+def test_a_quiet_worker_wakes_the_engine_once_when_idle_close_is_due(
+    redis_url: str, namespace: str
+) -> None:
+    # Each wake of an idle engine fires spider_idle: a project's handler must not run at every
+    # look of the idle loop (here every 50 ms), only at Scrapy's heartbeat and once when due.
+    async def main() -> None:
+        async with scheduler_on(redis_url, namespace, METEORSEED_IDLE_CLOSE=0.5,
+                                METEORSEED_CLAIM_IDLE=0.2) as (scheduler, engine, _):
+            assert scheduler.pump is not None
+            pump = scheduler.pump
+            await wait_until(lambda: engine.wakes >= 1, timeout=30)
+            await wait_until(lambda: (pump.quiet_for() or 0) >= 0.5 + 20 * 0.05, timeout=30)
+            assert engine.wakes == 1
+
+    asyncio.run(main())
+
+
 def test_without_a_namespace_quiet_limit_the_spider_never_closes_by_itself(
     redis_url: str, namespace: str
 ) -> None:

@@ -95,13 +95,16 @@ class Completions:
     def parked(self, entry: Entry, delay_s: float, why: DeferReason = DeferReason.OTHER
                ) -> None:
         """A task that has not started goes back for later (its site may not be fetched now)."""
-        self.deferrals.append((self._first(entry), entry.task, delay_s, entry.task.lane, why))
-        self.needed.set()
+        if self._held(entry, "parked"):
+            self.deferrals.append((self._first(entry), entry.task, delay_s, entry.task.lane, why))
+            self.needed.set()
 
     def settled(self, entry: Entry, verdict: Verdict) -> None:
         """Queue what ``verdict`` on a settled task needs: an ack, a dead letter, a deferral or a
         failure note."""
         outcome = verdict.outcome
+        if not self._held(entry, outcome.value):
+            return
         self.stats.inc_value(f"meteorseed/outcome/{outcome.value}")
         task = entry.task
         if outcome is Outcome.FAILED:
@@ -125,6 +128,19 @@ class Completions:
             if self._send_now():
                 return  # (nothing left for the flush loop: no need to wake it)
         self.needed.set()
+
+    def _held(self, entry: Entry, outcome: str) -> bool:
+        """Whether a delivery of ``entry`` is still this worker's. When none is, its message
+        left this worker while the task ran (taken over by another worker, or lost with its
+        stream): this worker has nothing to write for it."""
+        if entry.deliveries:
+            return True
+        task = entry.task
+        self.stats.inc_value("meteorseed/settled_unheld")
+        logger.info("Task %s (%s) ended here (%s) after its message left this worker (taken "
+                    "over, or lost with its stream): nothing written for it", task.task_id,
+                    task.url, outcome, extra={"task_id": task.task_id, "seed_id": task.seed_id})
+        return False
 
     def _first(self, entry: Entry) -> Delivery:
         """``entry``'s first delivery, the one its fate is written for; the others (the same

@@ -74,6 +74,7 @@ class Intake:
         self.room = asyncio.Event()  # capacity came free: the read loop may fetch more
         self.clock = clock  # (monotonic) of the quiet clock
         self.quiet_since: float | None = None  # since when nothing is left in the namespace
+        self._woken_for: float | None = None  # the quiet the engine was woken for, when due
         self.recheck = asyncio.Event()  # a task's fate was written here: look again at once
         self._written_at: float | None = None  # when, unless a check looked since
         # When the maintain loop next reclaims, promotes due tasks (monotonic).
@@ -234,8 +235,8 @@ class Intake:
 
     async def idle_once(self) -> None:
         """Look whether anything is left, here or in the namespace; then wait for a write of
-        ours, a tick, or the moment the quiet has lasted IDLE_CLOSE (the engine is woken after
-        each quiet look: the scheduler's idle check decides)."""
+        ours, a tick, or the moment the quiet has lasted IDLE_CLOSE (then the engine is woken:
+        the scheduler's idle check decides)."""
         self.recheck.clear()
         written_at, self._written_at = self._written_at, None
         quiet = self.holder.locally_quiet() and await self.group.namespace_quiet()
@@ -248,9 +249,13 @@ class Intake:
             self.quiet_since = written_at if written_at is not None else self.clock()
         wait = self._tick()
         if self.quiet_since is not None:
-            self.holder.changed()
             left = self.quiet_since + self.config.idle_close - self.clock()
             if left > 0:
                 wait = min(wait, left)
+            elif self._woken_for != self.quiet_since:
+                # Once, when due: each wake of an idle engine fires spider_idle, which Scrapy
+                # fires at its heartbeat's pace (a handler's DontCloseSpider), not at our looks.
+                self._woken_for = self.quiet_since
+                self.holder.changed()
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.recheck.wait(), wait)

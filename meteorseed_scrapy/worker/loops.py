@@ -87,6 +87,10 @@ class Loops:
         self.outage = Outage()
         self.stopping = False
         self._ready = False
+        # One set-up at a time: a loop that set the group up late (under load, after a FLUSHALL
+        # of the namespace) would create it again silently, and the tasks it took with it would
+        # look taken over instead of lost (RedisWatch).
+        self._setting_up = asyncio.Lock()
         self._checked = False
         self.tasks: list[asyncio.Task[None]] = []
         #: Told of every command Redis refuses (an OOM, a vanished group) before it is handled.
@@ -157,9 +161,12 @@ class Loops:
                 event.clear()
 
     async def _setup(self) -> None:
-        await self.consumer.ensure_group()
-        if not self._checked:
-            self._checked = True  # once, although several loops may be setting up at once
-            for warning in await self.consumer.membership().check_durability():
-                logger.warning("%s", warning)
-        self._ready = True
+        async with self._setting_up:
+            if self._ready:  # (another loop did it meanwhile)
+                return
+            await self.consumer.ensure_group()
+            if not self._checked:
+                self._checked = True
+                for warning in await self.consumer.membership().check_durability():
+                    logger.warning("%s", warning)
+            self._ready = True
