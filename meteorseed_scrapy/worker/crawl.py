@@ -25,6 +25,7 @@ from meteorseed_scrapy.scrapy_redis_settings import redact
 from meteorseed_scrapy.seeding.registry import SeedRegistry
 from meteorseed_scrapy.seeding.yields import YieldReporter
 from meteorseed_scrapy.settings import duration_setting, flag_setting
+from meteorseed_scrapy.sites.render import ASYNCIO_REACTOR
 from meteorseed_scrapy.store.identity import check_store_identity
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
@@ -140,10 +141,6 @@ async def _cancelled(task: asyncio.Future[None]) -> None:
         task.result()
 
 
-#: Scrapy's default reactor, the one a worker crawl runs on (or Scrapy's reactorless mode).
-ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
-
-
 def _check_event_loop(crawler: Crawler) -> None:
     """A worker crawl's Redis client, store and loops run on asyncio: under another Twisted
     reactor a crawl would open and never read a task. Refused, naming the setting (a local
@@ -157,4 +154,3 @@ def _check_event_loop(crawler: Crawler) -> None:
 
 
 __all__ = ["WorkerCrawl", "WorkerSettings"]
-
