@@ -198,10 +198,13 @@ def test_a_stream_or_every_key_deleted_under_a_worker_is_lost_tasks_not_a_take_o
 ) -> None:
     keys = KeyLayout(namespace)
     sync_redis.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
+    hits_before = demo_site.hits("/slow/30000")  # (the site serves the whole session)
     enqueue(redis_url, namespace, [f"{demo_site.url}/slow/30000?{i}" for i in range(4)])
     worker = start_worker(tmp_path, redis_url, namespace, METEORSEED_IDLE_CLOSE=0)
-    # Each of them downloading (a slow page) or read and waiting: pending on the worker.
+    # Each of them pending on the worker and downloading (a slow page): started, so each one's
+    # end comes after its message is gone.
     wait_for(lambda: sync_redis.xpending(keys.stream, keys.group)["pending"] == 4, 60)
+    wait_for(lambda: demo_site.hits("/slow/30000") == hits_before + 4, 60)
     if deleted == "stream":  # e.g. evicted, or a Redis restarted without persistence
         sync_redis.delete(keys.stream)
     else:  # FLUSHALL as far as this namespace goes (the shared test Redis holds other
