@@ -14,6 +14,12 @@ the two marker functions below. Only entries inside the task's window count:
 * the worker: from that moment (it cannot have the task earlier) to the real return of
   ``Completions._complete`` (the pipeline with the XACK has answered).
 
+For scale, the same profiler counts Scrapy's own modules (``scrapy.*``): those the worker's
+window enters, and those stock Scrapy enters for the same page, crawled by the same spider from
+a URL file with a JSON Lines feed (from the first entry into the scheduler's
+``enqueue_request``, the request is queued, to the real return of the scraper's
+``start_itemproc_async``, the item went through the pipelines and the feed exporter).
+
 Start-up and shut-down fall outside the windows. The worker's periodic loops (reads, the
 liveness heartbeat, flushes) do run inside its window; a module whose every function entered in
 the window was also entered while the worker idled before the task came is listed apart, as
@@ -44,13 +50,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 PACKAGE = "meteorseed_scrapy"
+SCRAPY = "scrapy"
+#: What the profiler notes: this package's functions and Scrapy's.
+TRACED = (PACKAGE + ".", SCRAPY + ".")
 START_READ = ("meteorseed_scrapy.seeding.seed_lines", "read_lines")
 # (bare names, as Python 3.10's code objects know them: each is the only one in its module)
 END_ENQUEUE = ("meteorseed_scrapy.queue.enqueue.writer", "enqueue")  # TaskWriter.enqueue
 #: TaskWriter's entry point before issue 23 (to measure an older commit the same way)
 END_ENQUEUE_BEFORE = ("meteorseed_scrapy.queue.writer", "add_encoded")
 END_ACK = ("meteorseed_scrapy.worker.completions", "_complete")  # Completions._complete
-MARKERS = {START_READ, END_ENQUEUE, END_ENQUEUE_BEFORE, END_ACK}
+#: Stock Scrapy's window: the request is queued, the item is through.
+STOCK_START = ("scrapy.core.scheduler", "enqueue_request")
+STOCK_END = ("scrapy.core.scraper", "start_itemproc_async")
+MARKERS = {START_READ, END_ENQUEUE, END_ENQUEUE_BEFORE, END_ACK, STOCK_END}
 #: The opcodes of a real return (RETURN_CONST since 3.12).
 _RETURNS = frozenset(dis.opmap[name] for name in ("RETURN_VALUE", "RETURN_CONST")
                      if name in dis.opmap)
@@ -80,7 +92,7 @@ def _traced(out: Path, argv: list[str]) -> None:
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
             module = frame.f_globals.get("__name__", "")
-            if module.startswith(PACKAGE):
+            if module.startswith(TRACED):
                 calls.append((clock(), module, _qualname(frame)))
         elif event == "return":
             module = frame.f_globals.get("__name__", "")
@@ -112,10 +124,11 @@ def _last(events: Iterable[list[Any]], marker: tuple[str, str]) -> float | None:
     return times[-1] if times else None
 
 
-def _visited(calls: list[list[Any]], start: float, end: float) -> dict[str, set[str]]:
+def _visited(calls: list[list[Any]], start: float, end: float,
+             package: str = PACKAGE) -> dict[str, set[str]]:
     seen: dict[str, set[str]] = {}
     for t, module, func in calls:
-        if start <= t <= end:
+        if start <= t <= end and module.startswith(package + "."):
             seen.setdefault(module, set()).add(func)
     return seen
 
@@ -182,6 +195,21 @@ def _streams_empty(redis_url: str, namespace: str) -> bool:
         client.close()
 
 
+def scrapy_modules(traced: dict[str, list[list[Any]]], start: float, end: float) -> int:
+    """How many of Scrapy's own modules a window entered."""
+    return len(_visited(traced["calls"], start, end, SCRAPY))
+
+
+def summarise_stock(traced: dict[str, list[list[Any]]]) -> dict[str, Any]:
+    """Stock Scrapy's figures for the page, from its crawl's record."""
+    start, end = _first(traced["calls"], STOCK_START), _first(traced["returns"], STOCK_END)
+    if start is None or end is None:
+        raise RuntimeError(f"a stock marker was not reached: queued={start} through={end}")
+    seen = _visited(traced["calls"], start, end, SCRAPY)
+    return {"window_s": round(end - start, 3), "scrapy_modules": len(seen),
+            "scrapy_functions": sum(len(f) for f in seen.values())}
+
+
 def summarise(expand: dict[str, list[list[Any]]], traced: dict[str, list[list[Any]]],
               ready: float) -> dict[str, Any]:
     """The figures from the two records (``calls`` and ``returns`` of ``[time, module,
@@ -215,6 +243,7 @@ def summarise(expand: dict[str, list[list[Any]]], traced: dict[str, list[list[An
         "path_modules": {_short(m): len(path[m]) for m in sorted(path)},
         "path_functions": sum(len(f) for f in path.values()),
         "path_lines": code_size(path),
+        "worker_scrapy_modules": scrapy_modules(traced, enqueued, acked),
     }
 
 
@@ -252,9 +281,27 @@ def run(keep: str | None) -> dict[str, Any]:
             worker.wait(60)
         expand = json.loads(expand_trace.read_text())
         traced = json.loads(worker_trace.read_text())
+        stock = _stock_trace(workdir, f"{site.url}/item/1")
         source = source_label()
 
-    return {"source": source, **summarise(expand, traced, ready)}
+    return {"source": source, **summarise(expand, traced, ready),
+            "stock": summarise_stock(stock)}
+
+
+def _stock_trace(workdir: Path, url: str) -> dict[str, list[list[Any]]]:
+    """Stock Scrapy's record of the same spider crawling ``url`` (from a URL file, to a feed)."""
+    from _crawl_rig import start_worker
+
+    urls = workdir / "stock-urls.txt"
+    urls.write_text(url + "\n")
+    trace = workdir / "stock.trace.json"
+    stock = start_worker(workdir, "stock", "bench", "bench.settings_stock",
+                         {"FEEDS": {str(workdir / "stock.jsonl"): {"format": "jsonlines"}}},
+                         spider_args={"urls_file": str(urls)},
+                         wrapper=[sys.executable, __file__, "--traced", str(trace), "--"])
+    if stock.wait(120) != 0:
+        raise RuntimeError("the stock crawl failed; log tail:\n" + stock.log()[-3000:])
+    return dict(json.loads(trace.read_text()))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -288,6 +335,11 @@ def main(argv: list[str] | None = None) -> None:
           f"{lines['modules']} lines; per module, the functions entered):")
     for module, count in result["path_modules"].items():
         print(f"    {module} ({count})")
+    stock = result["stock"]
+    print(f"for scale, Scrapy's own modules: {result['worker_scrapy_modules']} in the worker's "
+          f"window; stock Scrapy, the same page from queued to item through "
+          f"({stock['window_s']}s): {stock['scrapy_modules']} modules, "
+          f"{stock['scrapy_functions']} functions")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """pytest plugin (``-p scrapy_suite.plugin``): every Crawler Scrapy's tests build runs the add-on,
-in the pytest process and in every Python it starts (``scrapy_suite.injection``).
+in the pytest process and in every Python it starts (``scrapy_suite.injection``), and no name
+lookup leaves the machine (``meteorseed_scrapy.testing.loopback_dns``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from meteorseed_scrapy.testing.loopback_dns import resolve_loopback_only
 from meteorseed_scrapy.testing.redis_server import RedisServer
 from scrapy_suite.injection import ADDON, REDIS_URL_ENV, WORKDIR_ENV, pass_on, patch_crawlers
 from scrapy_suite.reaper import reap_on_exit
@@ -57,7 +59,15 @@ class _Injection:
         self._restore = lambda: None
 
     def install(self) -> None:
-        self._restore = patch_crawlers(self.redis_url, self.workdir, self._count)
+        restore_crawlers = patch_crawlers(self.redis_url, self.workdir, self._count)
+        # Scrapy's tests name hosts meant not to exist: their lookups must not leave the machine.
+        restore_dns = resolve_loopback_only()
+
+        def restore() -> None:
+            restore_crawlers()
+            restore_dns()
+
+        self._restore = restore
         pass_on(self.redis_url, self.workdir)
 
     def _count(self) -> None:

@@ -27,7 +27,7 @@ from typing import IO
 
 import scrapy
 
-from scrapy_suite.injection import REDIS_URL_ENV, WORKDIR_ENV
+from scrapy_suite.injection import HOOK_DIR, REDIS_URL_ENV, WORKDIR_ENV
 from scrapy_suite.plugin import SessionRedis
 from scrapy_suite.report import compare, render
 from scrapy_suite.results import Run, load_differences
@@ -109,8 +109,9 @@ def shards(nodeids: list[str], jobs: int) -> list[list[str]]:
 def run_side(name: str, tree: Path, files: list[str], *, addon: bool, timeout: float,
              jobs: int, extra: list[str]) -> Run:
     """One side's run, in ``jobs`` pytest processes at once (the add-on's share one Redis)."""
+    # (HOOK_DIR: every Python of the run, stock or not, looks up loopback names only)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH"), str(HOOK_DIR)])))
     for old in [*CACHE.glob(f"{name}.*.jsonl"), *CACHE.glob(f"{name}.*.log")]:
         old.unlink()
     groups = shards(collect(tree, files, env, extra), jobs)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import socket
 import tempfile
 import uuid
@@ -14,10 +15,12 @@ from scrapy.utils.reactor import install_reactor, is_reactor_installed
 
 from meteorseed_scrapy.testing import netns
 from meteorseed_scrapy.testing.cluster import LocalCluster
+from meteorseed_scrapy.testing.loopback_dns import resolve_loopback_only
 from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres
 from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.api_helpers import ApiServer, server_factory
+from tests.console_browser import OFFLINE_CHROMIUM, SYSTEM_CHROMIUM
 from tests.e2e_helpers import reap_workers
 from tests.internals_helpers import REACTORLESS
 
@@ -32,7 +35,14 @@ def pytest_configure(config: pytest.Config) -> None:
     """On a Scrapy with no reactorless mode (no ``TWISTED_REACTOR_ENABLED``: 2.14, setup.cfg's
     floor), a crawler is built only once a reactor is installed: the asyncio one, first, as
     that Scrapy's own suite does (pytest-twisted's ``--reactor=asyncio``). A newer Scrapy
-    stays reactorless, as a worker's in-process tests expect."""
+    stays reactorless, as a worker's in-process tests expect.
+
+    No name lookup leaves the machine: names other than loopback ones fail as unknown, in
+    this process; the browsers the tests and their workers start resolve none (through the
+    environment, as a worker's settings: ``tests/offline_chromium``)."""
+    resolve_loopback_only()
+    if Path(SYSTEM_CHROMIUM).exists():
+        os.environ.setdefault("METEORSEED_CHROMIUM_PATH", OFFLINE_CHROMIUM)
     if not REACTORLESS and not is_reactor_installed():
         install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
 

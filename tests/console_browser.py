@@ -15,10 +15,13 @@ from tests.api_helpers import TOKEN
 if TYPE_CHECKING:
     from playwright.async_api import Page
 
-CHROMIUM = "/usr/bin/chromium"
+SYSTEM_CHROMIUM = "/usr/bin/chromium"
+#: The system's Chromium resolving no host name (what every test's browser is).
+OFFLINE_CHROMIUM = str(Path(__file__).resolve().parent / "offline_chromium")
 
 needs_chromium = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is absent (headless Chromium for Playwright)")
+    not Path(SYSTEM_CHROMIUM).exists(),
+    reason=f"{SYSTEM_CHROMIUM} is absent (headless Chromium for Playwright)")
 
 
 @asynccontextmanager
@@ -30,7 +33,7 @@ async def console_page(base: str, *, errors: list[str] | None = None,
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+        browser = await pw.chromium.launch(executable_path=OFFLINE_CHROMIUM, headless=True,
                                            args=["--no-sandbox"])
         try:
             page = await browser.new_page(**page_options)

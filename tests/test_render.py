@@ -86,7 +86,8 @@ def test_sites_spider_installs_the_lazy_browser_handler_with_caps() -> None:
     assert "http" not in other_reactor.getdict("DOWNLOAD_HANDLERS")
 
 
-def test_chromium_path_setting_and_launch_options() -> None:
+def test_chromium_path_setting_and_launch_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("METEORSEED_CHROMIUM_PATH", raising=False)  # (conftest: the tests')
     assert render.chromium_path(Settings()) == "/usr/bin/chromium"
     launch = Settings({"PLAYWRIGHT_LAUNCH_OPTIONS": {"executable_path": "/opt/c"}})
     assert render.chromium_path(launch) == "/opt/c"
@@ -118,8 +119,9 @@ print(json.dumps({"shared": http.owner is http and https.owner is http,
 
 
 def test_browser_handler_is_lazy_shared_and_uses_the_system_chromium() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "METEORSEED_CHROMIUM_PATH"}
     proc = subprocess.run([sys.executable, "-c", HANDLER_PROBE], capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
+                          text=True, timeout=120, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found == {"shared": True, "started": False, "launchers": 0,
@@ -157,7 +159,9 @@ def test_middleware_marks_only_tasks_of_rendering_sites(tmp_path: Path) -> None:
         assert "playwright" not in request.meta
 
 
-def test_missing_chromium_fails_the_request_naming_the_path(tmp_path: Path) -> None:
+def test_missing_chromium_fails_the_request_naming_the_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("METEORSEED_CHROMIUM_PATH", raising=False)  # (the environment wins)
     shutil.copytree(SITES, tmp_path / "sites")
     mw = _middleware(tmp_path / "sites", METEORSEED_CHROMIUM_PATH="/nonexistent/chromium")
     with pytest.raises(render.RenderUnavailable,

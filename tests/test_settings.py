@@ -138,9 +138,10 @@ def test_setting_reads_any_settings_like_source_and_falls_back_to_the_default() 
         setting({}, "METEORSEED_NO_SUCH")
 
 
-def test_the_addon_puts_every_default_in_the_settings() -> None:
+def test_the_addon_puts_every_default_in_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     from scrapy.utils.test import get_crawler
 
+    monkeypatch.delenv("METEORSEED_CHROMIUM_PATH", raising=False)  # (conftest: the tests')
     crawler = get_crawler(settings_dict={
         "ADDONS": {"meteorseed_scrapy.addon.MeteorSeedAddon": 0}, "METEORSEED_SITE_RATE": 9})
     for name, value in DEFAULTS.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import socketserver
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +21,13 @@ class LoopbackHTTPServer(ThreadingHTTPServer):
     block_on_close = False
     allow_reuse_address = True
     request_queue_size = 512
+
+    def server_bind(self) -> None:
+        # HTTPServer names itself with socket.getfqdn(host): on a test namespace's address
+        # (testing/netns.py) that is a reverse DNS query leaving the machine.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
 
 class LoopbackHandler(BaseHTTPRequestHandler):
