@@ -150,9 +150,11 @@ test-scrapy-suite: $(SUITE_STAMP)
 # A wheel to install into another project (README, "Install"): pip install dist/<wheel>.
 # (PY's pip builds it in an isolated environment: no venv needed)
 DIST ?= dist
+# e.g. --no-build-isolation: build with this Python's setuptools instead of downloading one
+DIST_FLAGS ?=
 dist:
 	rm -rf build $(DIST)/meteorseed_scrapy-*.whl
-	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --wheel-dir $(DIST) .
+	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps $(DIST_FLAGS) --wheel-dir $(DIST) .
 	@ls $(DIST)/meteorseed_scrapy-*.whl
 
 # The JavaScript example site needs Chromium: installed from the system's packages when root
