@@ -13,6 +13,7 @@ import redis
 from hypothesis import HealthCheck, settings
 from scrapy.utils.reactor import install_reactor, is_reactor_installed
 
+from meteorseed_scrapy.sites.render import DEFAULT_CHROMIUM
 from meteorseed_scrapy.testing import netns
 from meteorseed_scrapy.testing.cluster import LocalCluster
 from meteorseed_scrapy.testing.loopback_dns import resolve_loopback_only
@@ -20,7 +21,7 @@ from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres
 from meteorseed_scrapy.testing.redis_server import RedisServer, describe, find_redis_server
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.api_helpers import ApiServer, server_factory
-from tests.console_browser import OFFLINE_CHROMIUM, SYSTEM_CHROMIUM
+from tests.console_browser import OFFLINE_CHROMIUM
 from tests.e2e_helpers import reap_workers
 from tests.internals_helpers import REACTORLESS
 
@@ -41,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
     this process; the browsers the tests and their workers start resolve none (through the
     environment, as a worker's settings: ``tests/offline_chromium``)."""
     resolve_loopback_only()
-    if Path(SYSTEM_CHROMIUM).exists():
+    if Path(DEFAULT_CHROMIUM).exists():
         os.environ.setdefault("METEORSEED_CHROMIUM_PATH", OFFLINE_CHROMIUM)
     if not REACTORLESS and not is_reactor_installed():
         install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")

@@ -10,18 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from meteorseed_scrapy.sites.render import DEFAULT_CHROMIUM
 from tests.api_helpers import TOKEN
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
 
-SYSTEM_CHROMIUM = "/usr/bin/chromium"
-#: The system's Chromium resolving no host name (what every test's browser is).
+#: The system's Chromium (DEFAULT_CHROMIUM) resolving no host name: every test's browser.
 OFFLINE_CHROMIUM = str(Path(__file__).resolve().parent / "offline_chromium")
 
 needs_chromium = pytest.mark.skipif(
-    not Path(SYSTEM_CHROMIUM).exists(),
-    reason=f"{SYSTEM_CHROMIUM} is absent (headless Chromium for Playwright)")
+    not Path(DEFAULT_CHROMIUM).exists(),
+    reason=f"{DEFAULT_CHROMIUM} is absent (headless Chromium for Playwright)")
 
 
 @asynccontextmanager

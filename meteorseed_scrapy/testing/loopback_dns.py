@@ -22,10 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost6", "ip6-localhost", "ip6-loopback"})
-_LOOKUPS = ("getaddrinfo", "gethostbyname", "gethostbyname_ex")
-#: The reverse lookups (``socket.getfqdn``, ``HTTPServer.server_bind``): of a loopback
-#: address or name only, from the hosts file; any other address fails as an unknown one.
-_REVERSE = ("gethostbyaddr", "getnameinfo")
 
 
 def resolvable_here(host: str | bytes | None) -> bool:
@@ -39,7 +35,7 @@ def resolvable_here(host: str | bytes | None) -> bool:
         except UnicodeError:
             return True  # (the lookup itself fails so, before any query)
     name = host.decode("ascii", "replace").rstrip(".").lower()
-    if not name or name in LOOPBACK_NAMES or name.endswith(".localhost"):
+    if not name or _loopback_name(name):
         return True
     try:
         ipaddress.ip_address(name.partition("%")[0])  # (an IPv6 scope: fe80::1%eth0)
@@ -60,10 +56,15 @@ def _legacy_ipv4(name: str) -> bool:
     return True
 
 
+def _loopback_name(name: str) -> bool:
+    """``name`` (lower case, no final dot) is one the hosts file answers with loopback."""
+    return name in LOOPBACK_NAMES or name.endswith(".localhost")
+
+
 def reversible_here(address: str) -> bool:
     """A reverse lookup of ``address`` needs no query: a loopback address or name."""
     name = address.rstrip(".").lower()
-    if name in LOOPBACK_NAMES or name.endswith(".localhost"):
+    if _loopback_name(name):
         return True
     try:
         return ipaddress.ip_address(name.partition("%")[0]).is_loopback
@@ -85,13 +86,8 @@ def _guarded(lookup: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-def _guarded_reverse(name: str, lookup: Callable[..., Any]) -> Callable[..., Any]:
-    def guarded(address: Any, *args: Any, **kwargs: Any) -> Any:
-        if name == "getnameinfo":
-            flags = args[0] if args else kwargs.get("flags", 0)
-            if flags & socket.NI_NUMERICHOST or reversible_here(str(address[0])):
-                return lookup(address, *args, **kwargs)
-            raise socket.gaierror(socket.EAI_NONAME, _refusal(address[0]))
+def _guarded_hostbyaddr(lookup: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(address: str, *args: Any, **kwargs: Any) -> Any:
         if not reversible_here(str(address)):
             raise socket.herror(1, f"Unknown host ({_refusal(address)})")
         return lookup(address, *args, **kwargs)
@@ -100,14 +96,31 @@ def _guarded_reverse(name: str, lookup: Callable[..., Any]) -> Callable[..., Any
     return guarded
 
 
+def _guarded_nameinfo(lookup: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(sockaddr: tuple[Any, ...], flags: int, *args: Any, **kwargs: Any) -> Any:
+        if not (flags & socket.NI_NUMERICHOST or reversible_here(str(sockaddr[0]))):
+            raise socket.gaierror(socket.EAI_NONAME, _refusal(sockaddr[0]))
+        return lookup(sockaddr, flags, *args, **kwargs)
+
+    guarded.__wrapped__ = lookup  # type: ignore[attr-defined]
+    return guarded
+
+
+#: Each lookup and its guard. The reverse ones (``socket.getfqdn``, ``HTTPServer.server_bind``)
+#: answer a loopback address or name only, from the hosts file; any other fails as unknown.
+_GUARDS: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+    "getaddrinfo": _guarded, "gethostbyname": _guarded, "gethostbyname_ex": _guarded,
+    "gethostbyaddr": _guarded_hostbyaddr, "getnameinfo": _guarded_nameinfo,
+}
+
+
 def resolve_loopback_only() -> Callable[[], None]:
     """Turn the guard on in this process; the function returned turns it off."""
     saved = [(module, name, getattr(module, name)) for module in (_socket, socket)
-             for name in (*_LOOKUPS, *_REVERSE)]
+             for name in _GUARDS]
     for module, name, lookup in saved:
         if not hasattr(lookup, "__wrapped__"):
-            setattr(module, name, _guarded_reverse(name, lookup) if name in _REVERSE
-                    else _guarded(lookup))
+            setattr(module, name, _GUARDS[name](lookup))
 
     def restore() -> None:
         for module, name, lookup in saved:
