@@ -49,6 +49,8 @@ async def _lookups(base: str, task: ExecTask) -> dict[str, Any]:
         await page.fill("#task-query", task.url)
         await page.fill("#task-site", task.site_id)
         await page.click("#task-form button[type=submit]")
+        await expect(page.locator("#page-task")).not_to_have_attribute("aria-busy", "true")
+        await expect(page.locator("#task-detail")).to_contain_text('"canonical_url"')
         await expect(page.locator("#task-detail")).to_contain_text(task.task_id)
 
         await page.fill("#task-query", "ftp://nope.example/")
@@ -70,3 +72,44 @@ def test_find_a_task_by_id_and_url(api_server: ApiServer, sync_redis: redis.Redi
     with api_server() as server:
         seen = asyncio.run(_lookups(server.url, task))
     assert seen["dialogs"] == [] and seen["img_tags"] == 0
+
+
+async def _answers_out_of_order(base: str, task: ExecTask) -> dict[str, Any]:
+    """The lookup by URL is held back until the next lookup (a bad URL) has been answered."""
+    from playwright.async_api import Route, expect
+
+    held: asyncio.Future[Route] = asyncio.get_running_loop().create_future()
+
+    async def hold(route: Route) -> None:
+        if "url=https" in route.request.url:
+            held.set_result(route)
+        else:
+            await route.continue_()
+
+    async with console_page(base) as page:
+        await log_in(page, TOKEN)
+        await page.click("nav a[data-page=task]")
+        await page.route("**/tasks?*", hold)
+        await page.fill("#task-query", task.url)
+        await page.click("#task-form button[type=submit]")
+        slow = await held
+        await page.fill("#task-query", "ftp://nope.example/")
+        await page.click("#task-form button[type=submit]")
+        await expect(page.locator("#flash")).to_contain_text("query.url")
+        async with page.expect_response(lambda r: "url=https" in r.url):
+            await slow.continue_()
+        await expect(page.locator("#page-task")).not_to_have_attribute("aria-busy", "true")
+        return {"flash": await page.locator("#flash").text_content(),
+                "places": await page.locator("#task-places").inner_html(),
+                "detail_hidden": await page.locator("#task-detail").is_hidden()}
+
+
+@needs_chromium
+def test_a_late_answer_to_an_older_lookup_does_not_replace_the_newest(
+        api_server: ApiServer, sync_redis: redis.Redis, namespace: str) -> None:
+    task = ExecTask.create(seed_id="s", site_id="news", url="https://news.example/a")
+    sync_redis.xadd(KeyLayout(namespace).stream, task.to_message())
+    with api_server() as server:
+        seen = asyncio.run(_answers_out_of_order(server.url, task))
+    assert "query.url" in (seen["flash"] or "")
+    assert seen["places"] == "" and seen["detail_hidden"]

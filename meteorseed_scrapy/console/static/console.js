@@ -11,6 +11,23 @@ let accepted = false;
 
 const $ = (id) => document.getElementById(id);
 
+// Answers can come back out of order (a slow lookup, a refresh): a page renders only the
+// answer to its newest query, and is aria-busy while any of its queries is in flight.
+const queries = {};
+async function newest(page, ask, render) {
+  const q = queries[page] || (queries[page] = { asked: 0, open: 0 });
+  const mine = ++q.asked;
+  q.open += 1;
+  $(`page-${page}`).setAttribute("aria-busy", "true");
+  try {
+    const answer = await ask();
+    if (answer && mine === q.asked) render(answer);
+  } finally {
+    q.open -= 1;
+    if (q.open === 0) $(`page-${page}`).removeAttribute("aria-busy");
+  }
+}
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs || {})) {
@@ -80,9 +97,13 @@ function problemText(result) {
 
 // --- pages ---------------------------------------------------------------------------------
 
-async function showOverview() {
-  const [status, seeds, history, controls] = await Promise.all([api("GET", "/status"),
-    api("GET", "/seeds?limit=20"), api("GET", "/history"), api("GET", "/seed-controls")]);
+function showOverview() {
+  return newest("overview", () => Promise.all([api("GET", "/status"),
+    api("GET", "/seeds?limit=20"), api("GET", "/history"), api("GET", "/seed-controls")]),
+  renderOverview);
+}
+
+function renderOverview([status, seeds, history, controls]) {
   if (status.status !== 200) { flash(problemText(status)); return; }
   const s = status.data;
   const t = s.throughput || {};
@@ -242,9 +263,12 @@ function showDelayed(delayed) {
   ], (delayed.sites || []).slice(0, 20), "") : "");
 }
 
-async function showSites() {
-  const [result, status, controls] = await Promise.all([api("GET", "/sites"),
-    api("GET", "/status"), api("GET", "/controls")]);
+function showSites() {
+  return newest("sites", () => Promise.all([api("GET", "/sites"), api("GET", "/status"),
+    api("GET", "/controls")]), renderSites);
+}
+
+function renderSites([result, status, controls]) {
   if (result.status !== 200) { flash(problemText(result)); return; }
   const held = controls.status === 200 ? controls.data : {};
   // Fleet-wide adaptive limits and robots.txt caps, from the queue snapshot (docs/politeness.md).
@@ -341,10 +365,13 @@ async function seedControl(seed, action) {
   await guarded(showOverview);
 }
 
-async function showDead() {
+function showDead() {
   const site = $("dead-site").value.trim();
   const query = site ? `?site_id=${encodeURIComponent(site)}` : "";
-  const result = await api("GET", `/dead-letters${query}`);
+  return newest("dead", () => api("GET", `/dead-letters${query}`), renderDead);
+}
+
+function renderDead(result) {
   if (result.status !== 200) { flash(problemText(result)); return; }
   $("dead-table").replaceChildren(table([
     { key: "id", label: "Id" },
@@ -400,7 +427,7 @@ function placeText(p) {
 }
 
 // GET /tasks/{id} or /tasks?url=: the same answer as `meteorseed task`.
-async function findTask(event) {
+function findTask(event) {
   event.preventDefault();
   const q = $("task-query").value.trim();
   const site = $("task-site").value.trim();
@@ -408,8 +435,10 @@ async function findTask(event) {
   const path = q.includes("://")
     ? `/tasks?url=${encodeURIComponent(q)}${siteQuery ? "&" + siteQuery : ""}`
     : `/tasks/${encodeURIComponent(q)}${siteQuery ? "?" + siteQuery : ""}`;
-  const result = await guarded(() => api("GET", path));
-  if (!result) return;
+  return newest("task", () => guarded(() => api("GET", path)), showTask);
+}
+
+function showTask(result) {
   for (const id of ["task-summary", "task-places", "task-dedup", "task-searched"]) {
     $(id).replaceChildren();  // (an answer never stays beside another query's error)
   }
