@@ -24,6 +24,7 @@ from tests.api_helpers import ApiServer, server_factory
 from tests.console_browser import OFFLINE_CHROMIUM
 from tests.e2e_helpers import reap_workers
 from tests.internals_helpers import REACTORLESS
+from tests.subprocess_env import python_path
 
 # No timing thresholds in tests: Hypothesis's per-example deadline (200 ms) and its too_slow
 # health check failed tests on a loaded machine (many tests already opted out one by one).
@@ -40,8 +41,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     No name lookup leaves the machine: names other than loopback ones fail as unknown, in
     this process; the browsers the tests and their workers start resolve none (through the
-    environment, as a worker's settings: ``tests/offline_chromium``)."""
+    environment, as a worker's settings: ``tests/offline_chromium``), and neither do the Python
+    subprocesses (``tests/offline_python`` first on the ``PYTHONPATH`` they inherit)."""
     resolve_loopback_only()
+    # (a subprocess given a PYTHONPATH of its own gets it from tests.subprocess_env.python_path)
+    os.environ["PYTHONPATH"] = python_path(os.environ.get("PYTHONPATH", ""))
     if Path(DEFAULT_CHROMIUM).exists():
         os.environ.setdefault("METEORSEED_CHROMIUM_PATH", OFFLINE_CHROMIUM)
     if not REACTORLESS and not is_reactor_installed():

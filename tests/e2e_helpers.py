@@ -18,6 +18,7 @@ from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client
+from tests.subprocess_env import python_path
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = Path(__file__).resolve().parent / "e2e_project"
@@ -90,7 +91,7 @@ def start_worker(tmp_path: Path, redis_url: str, namespace: str, *, name: str = 
         args += ["-s", f"{key}={value}"]
     for key, value in (spider_args or {}).items():
         args += ["-a", f"{key}={value}"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(PROJECT)]))
+    env = dict(os.environ, PYTHONPATH=python_path(REPO, PROJECT))
     env.pop("SCRAPY_SETTINGS_MODULE", None)  # the probe project's scrapy.cfg decides
     proc = subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -24,6 +24,7 @@ from meteorseed_scrapy.setting_checks import TEXT, InvalidSettings, check_settin
 from meteorseed_scrapy.settings import DEFAULTS, unknown_settings
 from meteorseed_scrapy.validators import ConfigError
 from tests.e2e_helpers import PROJECT, REPO
+from tests.subprocess_env import python_path
 
 SCRAPY_ROBOTS = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
 
@@ -87,7 +88,7 @@ def test_the_addon_refuses_an_invalid_value_as_a_config_error_and_an_exit() -> N
 def _crawl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("METEORSEED_")}
     environ.pop("SCRAPY_SETTINGS_MODULE", None)
-    environ.update(PYTHONPATH=os.pathsep.join([str(REPO), str(PROJECT)]), **(env or {}))
+    environ.update(PYTHONPATH=python_path(REPO, PROJECT), **(env or {}))
     return subprocess.run(
         [sys.executable, "-m", "scrapy.cmdline", *args,
          "-s", "METEORSEED_REDIS_URL=redis://127.0.0.1:9/0"],
@@ -121,7 +122,7 @@ def test_an_invalid_value_ends_seed_expand_and_the_cli_with_one_line(tmp_path: P
     cli = subprocess.run(
         [sys.executable, "-c", "import sys; from meteorseed_scrapy.cli import main; "
          "sys.exit(main())", "status"], cwd=PROJECT, capture_output=True, text=True,
-        env={**environ, "PYTHONPATH": str(REPO), **env}, timeout=60, check=False)
+        env={**environ, "PYTHONPATH": python_path(REPO), **env}, timeout=60, check=False)
     assert cli.returncode == 2 and "Traceback" not in cli.stderr, cli.stderr
     assert cli.stderr.strip() == (
         "meteorseed: invalid setting METEORSEED_MAX_BACKLOG: must be >= 0, got '-5'")
@@ -172,7 +173,7 @@ def test_seed_expand_and_the_cli_name_a_misspelt_variable_too(tmp_path: Path) ->
     cli = subprocess.run(
         [sys.executable, "-c", "import sys; from meteorseed_scrapy.cli import main; "
          "sys.exit(main())", "status"], cwd=PROJECT, capture_output=True, text=True,
-        env={**environ, "PYTHONPATH": str(REPO), **env}, timeout=60, check=False)
+        env={**environ, "PYTHONPATH": python_path(REPO), **env}, timeout=60, check=False)
     assert f"meteorseed: warning: {hint}" in cli.stderr.splitlines()
 
 

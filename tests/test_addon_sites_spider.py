@@ -15,6 +15,7 @@ from scrapy.settings import Settings
 from meteorseed_scrapy.addon import SITES_SPIDER_MODULE, MeteorSeedAddon
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import REPO, enqueue, stored_docs
+from tests.subprocess_env import python_path
 
 ADDON = 'ADDONS = {"meteorseed_scrapy.addon.MeteorSeedAddon": 0}'
 
@@ -46,7 +47,7 @@ def test_scrapy_crawl_sites_in_a_fresh_project(
         tmp_path: Path, redis_url: str, namespace: str, demo_site: DemoSite) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("METEORSEED_")}
     env.pop("SCRAPY_SETTINGS_MODULE", None)
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = python_path(REPO)
     made = _run(["startproject", "myproject"], tmp_path, env)
     assert made.returncode == 0, made.stderr
     project = tmp_path / "myproject"

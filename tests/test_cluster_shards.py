@@ -34,6 +34,7 @@ from meteorseed_scrapy.testing.sites import DemoSite
 from tests.api_helpers import ApiServer, Client, url_list
 from tests.cli_helpers import cli_json
 from tests.e2e_helpers import REPO, start_worker, stored_docs
+from tests.subprocess_env import python_path
 from tests.test_migrate_cli import seed_expand
 from tests.test_shards import sites_covering
 
@@ -142,7 +143,7 @@ def test_seed_expand_on_cluster_deduplicates_across_runs(
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text("\n".join(lines) + "\n")
     total = 700 + 30 * (len(sites) - 1)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=python_path(REPO))
     env.pop("SCRAPY_SETTINGS_MODULE", None)
 
     def expand() -> str:

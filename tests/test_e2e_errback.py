@@ -17,6 +17,7 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import PROJECT, REPO, Worker, add_tasks, stored_docs
+from tests.subprocess_env import python_path
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +34,7 @@ def start_errback_worker(tmp_path: Path, redis_url: str, namespace: str,
     args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "errback_probe"]
     for key, value in settings.items():
         args += ["-s", f"{key}={value}"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(PROJECT)]))
+    env = dict(os.environ, PYTHONPATH=python_path(REPO, PROJECT))
     env.pop("SCRAPY_SETTINGS_MODULE", None)
     proc = subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -19,6 +19,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.testing.loopback import LoopbackHandler, LoopbackSite
 from tests.e2e_helpers import PROJECT, REPO, foreign_tracebacks_removed, stored_docs
+from tests.subprocess_env import python_path
 
 pytestmark = pytest.mark.e2e
 
@@ -104,7 +105,7 @@ def crawl(tmp_path: Path, spider: str, args: dict[str, str], settings: dict[str,
         cmd += ["-a", f"{key}={value}"]
     for key, value in settings.items():
         cmd += ["-s", f"{key}={value}"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(PROJECT)]))
+    env = dict(os.environ, PYTHONPATH=python_path(REPO, PROJECT))
     env.pop("SCRAPY_SETTINGS_MODULE", None)
     return subprocess.run(cmd, cwd=PROJECT, env=env, capture_output=True, text=True,
                           timeout=180)

@@ -21,6 +21,7 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.netns import Fleet, unavailable
 from meteorseed_scrapy.testing.polling import wait_for
 from tests.e2e_helpers import PROJECT, REPO, Worker, enqueue, stored_docs
+from tests.subprocess_env import python_path
 
 _WHY = unavailable()
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(_WHY is not None, reason=_WHY or "")]
@@ -44,7 +45,7 @@ def start_worker(fleet: Fleet, host: str, redis_url: str, store: Path,
     argv = [sys.executable, "-m", "scrapy.cmdline", "crawl", "probe"]
     for key, value in base.items():
         argv += ["-s", f"{key}={value}"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(PROJECT)]))
+    env = dict(os.environ, PYTHONPATH=python_path(REPO, PROJECT))
     env.pop("SCRAPY_SETTINGS_MODULE", None)
     proc = fleet.spawn(host, argv, env=env, cwd=PROJECT)
     return Worker(host, proc, log_path, stats_path)

@@ -28,6 +28,7 @@ from meteorseed_scrapy.testing.sites import DemoSite
 from meteorseed_scrapy.worker import keepalive
 from meteorseed_scrapy.worker.keepalive import KeepAlive, touch_interval
 from tests.e2e_helpers import REPO, enqueue, stored_docs
+from tests.subprocess_env import python_path
 
 CLAIM_IDLE = 0.5  # seconds, for the unit tests
 
@@ -196,7 +197,7 @@ class _Worker:
         args = [sys.executable, "-m", "scrapy.cmdline", "runspider", str(spider)]
         for key, value in base.items():
             args += ["-s", f"{key}={value}"]
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=python_path(REPO))
         env.pop("SCRAPY_SETTINGS_MODULE", None)
         self.proc = subprocess.Popen(args, cwd=tmp, env=env, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)

@@ -18,6 +18,7 @@ from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.inspect.status import QueueSampler
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
+from tests.subprocess_env import python_path
 from tests.test_cli import add_dead, run, run_json
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ def seed_expand(tmp_path: Path, redis_url: str, namespace: str, *args: str,
         [sys.executable, "-m", "scrapy.cmdline", "seed-expand", *args, "-",
          "-s", f"METEORSEED_REDIS_URL={redis_url}", "-s", f"METEORSEED_NAMESPACE={namespace}"],
         input=stdin, capture_output=True, text=True, cwd=tmp_path, timeout=120,
-        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": python_path(REPO), "PATH": "/usr/bin:/bin"},
     )
 
 
@@ -165,7 +166,7 @@ def test_seed_expand_backpressure_counts_every_lane(
          "-s", f"METEORSEED_REDIS_URL={redis_url}", "-s", f"METEORSEED_NAMESPACE={namespace}",
          "-s", "METEORSEED_MAX_BACKLOG=1"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=tmp_path, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path, env={"PYTHONPATH": python_path(REPO), "PATH": "/usr/bin:/bin"},
     )
     assert proc.stdin is not None and proc.stderr is not None
     proc.stdin.write(json.dumps(seed) + "\n")

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import socket
+import subprocess
+import sys
 from unittest import mock
 
 import pytest
 from twisted.internet._resolver import GAIResolver
 
 from meteorseed_scrapy.testing.loopback_dns import resolvable_here, resolve_loopback_only
+from tests.subprocess_env import OFFLINE_PYTHON, python_path
 
 MISSING = "thereisdefinetelynosuchdomain.com"
 
@@ -95,3 +99,30 @@ def test_off_restores_what_was_there() -> None:
     restore = resolve_loopback_only()
     restore()
     assert [getattr(socket, name) for name in names] == before
+
+
+LOOKUPS = """
+import socket
+for host in ("localhost", "127.0.0.1"):
+    socket.getaddrinfo(host, 80)
+try:
+    socket.getaddrinfo("example.com", 80)
+except socket.gaierror as error:
+    print(error)
+"""
+
+
+@pytest.mark.parametrize("pythonpath", [None, "own"], ids=["inherited", "own"])
+def test_a_python_subprocess_resolves_loopback_names_only_too(pythonpath: str | None) -> None:
+    env = dict(os.environ)
+    if pythonpath:
+        env["PYTHONPATH"] = python_path("/nonexistent")
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(OFFLINE_PYTHON)
+    out = subprocess.run([sys.executable, "-c", LOOKUPS], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert "loopback names only" in out.stdout and out.stderr == ""
+
+
+def test_the_subprocess_path_names_the_guard_first_and_each_directory_once() -> None:
+    joined = python_path("/a", f"/b{os.pathsep}/a", "", OFFLINE_PYTHON)
+    assert joined.split(os.pathsep) == [str(OFFLINE_PYTHON), "/a", "/b"]

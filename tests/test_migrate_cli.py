@@ -15,13 +15,14 @@ from scrapy_redis.queue import PriorityQueue
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
+from tests.subprocess_env import python_path
 
 REPO = Path(__file__).resolve().parents[1]
 SCRAPY = Path(sys.executable).with_name("scrapy")
 
 
 def seed_expand(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=python_path(REPO))
     env.pop("SCRAPY_SETTINGS_MODULE", None)
     env.pop("REDIS_URL", None)
     return subprocess.run([str(SCRAPY), "seed-expand", *args], cwd=tmp_path, env=env,

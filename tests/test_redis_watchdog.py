@@ -19,6 +19,7 @@ from scrapy.signalmanager import SignalManager
 from meteorseed_scrapy.worker import redis_watchdog
 from meteorseed_scrapy.worker.redis_watchdog import REASON, RedisWatchdog, give_up_after
 from tests.e2e_helpers import PROJECT, REPO
+from tests.subprocess_env import python_path
 
 URL = "redis://:hunter2@127.0.0.1:9/0"
 
@@ -109,7 +110,7 @@ def test_a_long_running_worker_keeps_waiting_and_says_so_once_a_minute(
 def test_scrapy_crawl_without_redis_ends_non_zero_with_the_remedy(refused_port: int) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("METEORSEED_")}
     env.pop("SCRAPY_SETTINGS_MODULE", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(PROJECT)])
+    env["PYTHONPATH"] = python_path(REPO, PROJECT)
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "scrapy.cmdline", "crawl", "probe",

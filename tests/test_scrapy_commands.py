@@ -34,6 +34,7 @@ from meteorseed_scrapy.task.local_crawl import (
 from meteorseed_scrapy.testing.redis_server import free_port
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import PROJECT, REPO, enqueue, stored_docs
+from tests.subprocess_env import python_path
 
 TIMEOUT = 120  # a command that hangs fails here, not in the CI's own timeout
 
@@ -76,7 +77,7 @@ class Project:
         extra = tmp_path / "extra"
         extra.mkdir()
         (extra / "command_spiders.py").write_text(CONTRACT_SPIDERS.format(site=site.url))
-        self.pythonpath = os.pathsep.join([str(REPO), str(PROJECT), str(extra)])
+        self.pythonpath = python_path(REPO, PROJECT, extra)
 
     def run(self, *args: str, redis_url: str | None = None, cwd: Path = PROJECT,
             env: dict[str, str] | None = None, **settings: Any) -> subprocess.CompletedProcess[str]:

@@ -30,6 +30,7 @@ from meteorseed_scrapy.seeding.seed_lines import (
 )
 from meteorseed_scrapy.seeding.seed_urls import MAX_URLS_PER_LINE, UrlError, expand
 from meteorseed_scrapy.task.exec_task import ExecTask
+from tests.subprocess_env import python_path
 
 REPO = Path(__file__).resolve().parents[1]
 SCRAPY = Path(sys.executable).with_name("scrapy")
@@ -228,7 +229,7 @@ def cli_env() -> dict[str, str]:
     env.pop("SCRAPY_SETTINGS_MODULE", None)  # outside a project unless cwd holds scrapy.cfg
     env.pop("REDIS_URL", None)
     # Run this checkout's code whatever an installed copy holds (the entry point is by name).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = python_path(REPO, env.get("PYTHONPATH", ""))
     return env
 
 

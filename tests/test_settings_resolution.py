@@ -28,6 +28,7 @@ from meteorseed_scrapy.settings import (
 )
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import PROJECT, REPO, stored_docs
+from tests.subprocess_env import python_path
 
 MEMBERS = "METEORSEED_MAX_BACKLOG"
 
@@ -110,7 +111,7 @@ def env_only(tmp_path: Path, redis_url: str) -> Iterator[dict[str, str]]:
     (the probe project's settings.py names none of them, and no -s is given)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("METEORSEED_")}
     env.pop("SCRAPY_SETTINGS_MODULE", None)
-    env.update(PYTHONPATH=os.pathsep.join([str(REPO), str(PROJECT)]),
+    env.update(PYTHONPATH=python_path(REPO, PROJECT),
                METEORSEED_REDIS_URL=redis_url, METEORSEED_NAMESPACE=f"envns{uuid.uuid4().hex[:8]}",
                METEORSEED_STORE_URI=f"sqlite:///{tmp_path / 'items.db'}")
     yield env

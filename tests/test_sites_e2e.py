@@ -20,6 +20,7 @@ from meteorseed_scrapy.queue.fleet.crawl_progress import read_progress_sync
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.polling import wait_for
 from meteorseed_scrapy.testing.sites import DemoSite
+from tests.subprocess_env import python_path
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -52,7 +53,7 @@ def start_sites_worker(tmp_path: Path, redis_url: str, namespace: str, sites_dir
     args = [sys.executable, "-m", "scrapy.cmdline", "crawl", "sites"]
     for key, value in settings.items():
         args += ["-s", f"{key}={value}"]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=python_path(REPO))
     env.pop("SCRAPY_SETTINGS_MODULE", None)
     return subprocess.Popen(args, cwd=PROJECT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -45,6 +45,7 @@ from meteorseed_scrapy.validators import ConfigError
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
+    from meteorseed_scrapy.settings import SettingsSource
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,7 +72,7 @@ class NotifyConfig:
     claim_idle: float = DEFAULTS["METEORSEED_NOTIFY_CLAIM_IDLE"]
 
     @classmethod
-    def from_settings(cls, settings: Any) -> NotifyConfig:
+    def from_settings(cls, settings: SettingsSource) -> NotifyConfig:
         """The ``METEORSEED_NOTIFY_*`` settings; an invalid one raises ConfigError naming it."""
         base = duration_setting(settings, "METEORSEED_NOTIFY_BACKOFF_BASE", positive=True)
         cap = duration_setting(settings, "METEORSEED_NOTIFY_BACKOFF_MAX", positive=True)
