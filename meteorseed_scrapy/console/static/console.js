@@ -11,17 +11,21 @@ let accepted = false;
 
 const $ = (id) => document.getElementById(id);
 
-// Answers can come back out of order (a slow lookup, a refresh): a page renders only the
-// answer to its newest query, and is aria-busy while any of its queries is in flight.
+// Answers can come back out of order (a slow lookup, a refresh). A page never shows an answer
+// older than the one it shows, nor one to a query asked before another query (another `key`:
+// a lookup, a filter), yet a refresh slower than REFRESH_MS still shows. The page is aria-busy
+// while any of its queries is in flight.
 const queries = {};
-async function newest(page, ask, render) {
-  const q = queries[page] || (queries[page] = { asked: 0, open: 0 });
+async function newest(page, key, ask, render) {
+  const q = queries[page]
+    || (queries[page] = { asked: 0, shown: 0, since: 0, key: null, open: 0 });
   const mine = ++q.asked;
+  if (key !== q.key) { q.key = key; q.since = mine; }
   q.open += 1;
   $(`page-${page}`).setAttribute("aria-busy", "true");
   try {
     const answer = await ask();
-    if (answer && mine === q.asked) render(answer);
+    if (answer && mine >= q.since && mine > q.shown) { q.shown = mine; render(answer); }
   } finally {
     q.open -= 1;
     if (q.open === 0) $(`page-${page}`).removeAttribute("aria-busy");
@@ -98,7 +102,7 @@ function problemText(result) {
 // --- pages ---------------------------------------------------------------------------------
 
 function showOverview() {
-  return newest("overview", () => Promise.all([api("GET", "/status"),
+  return newest("overview", "", () => Promise.all([api("GET", "/status"),
     api("GET", "/seeds?limit=20"), api("GET", "/history"), api("GET", "/seed-controls")]),
   renderOverview);
 }
@@ -264,7 +268,7 @@ function showDelayed(delayed) {
 }
 
 function showSites() {
-  return newest("sites", () => Promise.all([api("GET", "/sites"), api("GET", "/status"),
+  return newest("sites", "", () => Promise.all([api("GET", "/sites"), api("GET", "/status"),
     api("GET", "/controls")]), renderSites);
 }
 
@@ -368,7 +372,7 @@ async function seedControl(seed, action) {
 function showDead() {
   const site = $("dead-site").value.trim();
   const query = site ? `?site_id=${encodeURIComponent(site)}` : "";
-  return newest("dead", () => api("GET", `/dead-letters${query}`), renderDead);
+  return newest("dead", query, () => api("GET", `/dead-letters${query}`), renderDead);
 }
 
 function renderDead(result) {
@@ -435,7 +439,7 @@ function findTask(event) {
   const path = q.includes("://")
     ? `/tasks?url=${encodeURIComponent(q)}${siteQuery ? "&" + siteQuery : ""}`
     : `/tasks/${encodeURIComponent(q)}${siteQuery ? "?" + siteQuery : ""}`;
-  return newest("task", () => guarded(() => api("GET", path)), showTask);
+  return newest("task", path, () => guarded(() => api("GET", path)), showTask);
 }
 
 function showTask(result) {
@@ -552,7 +556,8 @@ function route() {
   if (!accepted && !render) guarded(() => api("GET", "/seeds?limit=1"));  // checks the token
   if (render) {
     guarded(render);
-    timer = setInterval(() => guarded(render), REFRESH_MS);
+    // (no refresh is asked while the last one is still in flight: a slow server is not piled on)
+    timer = setInterval(() => (queries[page] || {}).open || guarded(render), REFRESH_MS);
   }
 }
 
