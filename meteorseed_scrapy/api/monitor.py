@@ -16,7 +16,7 @@ import time
 from aiohttp import web
 
 from meteorseed_scrapy.api.state import STATE, ApiState
-from meteorseed_scrapy.politeness.breaker import BreakerConfig
+from meteorseed_scrapy.politeness.breaker import BreakerConfig, BreakerState
 from meteorseed_scrapy.queue.fleet.spiders import with_registered
 from meteorseed_scrapy.queue.inspect.status import QueueSampler, Throughput
 from meteorseed_scrapy.queue.scan import scan_namespace
@@ -104,7 +104,7 @@ async def sites(request: web.Request) -> web.Response:
         rows.append({
             "site_id": site,
             "configured": config is not None,
-            "breaker": breaker.get("state", "closed"),
+            "breaker": breaker.get("state", BreakerState.CLOSED.value),
             "breaker_since_ms": int(breaker["since"]) if breaker.get("since") else None,
             "requests_per_s": round(n / window, 3),
             "error_ratio": round(errors / n, 3) if n else None,

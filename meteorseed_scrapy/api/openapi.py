@@ -17,6 +17,7 @@ from typing import Any
 
 from meteorseed_scrapy import __version__
 from meteorseed_scrapy.api.dispatch import LANE
+from meteorseed_scrapy.politeness.breaker import BreakerState
 from meteorseed_scrapy.queue.consume import deadletters
 from meteorseed_scrapy.queue.inspect.task_query import ENDS, ORDER
 from meteorseed_scrapy.task.lanes import LANES
@@ -250,7 +251,7 @@ def build_spec() -> dict[str, Any]:
             "/sites": {"get": _op(
                 "Sites: breaker state, request rates, pauses, anomalies",
                 {**_ok("One row per site", _obj(sites={"type": "array", "items": _obj(
-                    site_id=_STR, breaker={"enum": ["closed", "open", "ramp"]},
+                    site_id=_STR, breaker={"enum": [s.value for s in BreakerState]},
                     requests_per_s=_NUM, error_ratio=_NUM, in_flight=_INT,
                     paused_for_s=_NUM, anomalies=_INT)})), **auth})},
             "/history": {"get": _op(

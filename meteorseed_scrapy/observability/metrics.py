@@ -53,6 +53,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector as ScrapyStats
 
+    from meteorseed_scrapy.politeness.breaker import BreakerState
+
 logger = logging.getLogger(__name__)
 
 try:
@@ -260,7 +262,7 @@ class MetricsExtension:
         if outcome in COMMITTED and task.created_at:
             self.latency.observe(max(0.0, time.time() - task.created_at))
 
-    def breaker_state_changed(self, site: str, state: str) -> None:
+    def breaker_state_changed(self, site: str, state: BreakerState) -> None:
         self.sites.breaker(site, state)
 
     async def _sample_forever(self, sampler: QueueSampler) -> None:

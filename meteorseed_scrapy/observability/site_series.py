@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from meteorseed_scrapy.politeness.breaker import BreakerState
 from meteorseed_scrapy.sites.quality import STATS_PREFIX as ANOMALY_PREFIX
 
 if TYPE_CHECKING:
@@ -41,8 +42,8 @@ ANOMALY_COUNTERS = {
     "count": ("site_anomalies", "Items found anomalous (empty required field, broken "
                                 "constraint), per site"),
 }
-#: Breaker states (health.lua) as gauge values; "ramp" is the half-open recovery.
-BREAKER_STATES = {"closed": 0, "ramp": 1, "open": 2}
+#: Breaker states (health.lua) as gauge values; RAMP is the half-open recovery.
+BREAKER_STATES = {BreakerState.CLOSED: 0, BreakerState.RAMP: 1, BreakerState.OPEN: 2}
 
 
 class SiteLabels:
@@ -70,14 +71,14 @@ class SiteSeries:
         self.stats = stats
         self.label = SiteLabels(limit)
         self._outcomes: Samples = {}  # (site label, outcome) -> tasks
-        self._breakers: dict[str, str] = {}
+        self._breakers: dict[str, BreakerState] = {}
 
     # -- fed on the reactor thread -------------------------------------------------------------
     def settled(self, site: str, outcome: str) -> None:
         key = (self.label(site), outcome)
         self._outcomes[key] = self._outcomes.get(key, 0) + 1
 
-    def breaker(self, site: str, state: str) -> None:
+    def breaker(self, site: str, state: BreakerState) -> None:
         self._breakers[site] = state
 
     # -- read at scrape time -------------------------------------------------------------------
@@ -100,7 +101,7 @@ class SiteSeries:
         yield ("gauge", "site_breaker_state",
                "Breaker state per site (0 closed, 1 half-open, 2 open)", ["site"], shown)
         yield ("gauge", "breakers_open", "Sites whose breaker is open now (every site)", [],
-               {(): sum(state == "open" for state in breakers.values())})
+               {(): sum(state == BreakerState.OPEN for state in breakers.values())})
 
     def _by_site(self, stats: dict[str, Any], prefix: str) -> Samples:
         out: Samples = {}

@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from meteorseed_scrapy.politeness.breaker import FLUSH_INTERVAL_S, Breaker
+from meteorseed_scrapy.politeness.breaker import FLUSH_INTERVAL_S, Breaker, BreakerState
 from meteorseed_scrapy.worker.signals import breaker_state_changed
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ class BreakerStates:
         self._step = step
         self._breaker = breaker
         self._signals = signals
-        self._seen: dict[str, str] = {}
+        self._seen: dict[str, BreakerState] = {}
         self._next_look = 0.0
 
     async def step(self) -> None:
@@ -36,7 +36,7 @@ class BreakerStates:
             return
         self._next_look = now + FLUSH_INTERVAL_S
         for site in list(self._breaker.state):
-            state = self._breaker.state_of(site).value
+            state = self._breaker.state_of(site)
             if self._seen.get(site) != state:
                 self._seen[site] = state
                 self._signals.send_catch_log(breaker_state_changed, site=site, state=state)

@@ -13,5 +13,6 @@ Handlers run on the reactor thread and should be quick; their errors are logged 
 task_settled = object()
 
 #: A site's circuit breaker changed state as this worker saw it. Arguments: ``site`` (str),
-#: ``state`` ("closed", "open", or "ramp" while it recovers).
+#: ``state`` (a :class:`~meteorseed_scrapy.politeness.breaker.BreakerState`, a ``str``:
+#: "closed", "open", or "ramp" while it recovers).
 breaker_state_changed = object()
