@@ -39,7 +39,8 @@ REDIS_INFO = $(BIN)/python -m meteorseed_scrapy.testing.redis_server
 REDIS_TESTS = tests/test_consumer.py tests/test_writer.py tests/test_dedup*.py tests/test_politeness_gate.py \
 	tests/test_cli.py tests/test_e2e_worker.py tests/test_e2e_chaos.py tests/test_e2e_politeness.py \
 	tests/test_lanes.py tests/test_lanes_cli.py tests/test_e2e_lanes.py tests/test_registry.py \
-	tests/test_seeder.py tests/test_retention.py tests/test_site_limits.py tests/test_spider_sets.py
+	tests/test_seeder.py tests/test_retention.py tests/test_site_limits.py tests/test_spider_sets.py \
+	tests/test_redis_full.py
 
 # The test files run on TEST_JOBS pytest-xdist workers, each file on one worker (--dist loadfile:
 # module fixtures built once, tests in file order), each worker with its own Redis server and

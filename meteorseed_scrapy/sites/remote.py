@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import sync_client
+from meteorseed_scrapy.queue.plumbing.reads import Batch, Plan, call, run_sync
 from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.rulefile import SUFFIXES, FileResult, Stamp, parse_text
@@ -155,10 +156,7 @@ class RemoteRules:
         one GET while nothing did, else the whole hash, validated here (off the reactor)."""
         if self._rev is not _UNSET and self.client.get(self.keys.sites_rev) == self._rev:
             return []
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.get(self.keys.sites_rev)
-            pipe.hgetall(self.keys.sites)
-            rev, raw = pipe.execute()
+        rev, raw = run_sync(self.client, _rules_plan(self.keys))
         if isinstance(raw, list):  # raw reply: a cluster MULTI skips parsing (redis-py 6.2)
             raw = dict(zip(raw[::2], raw[1::2], strict=True))
         results = []
@@ -192,3 +190,13 @@ class RemoteRules:
         results.extend(FileResult(key, None) for key in gone)
         self._rev = rev  # only once all of it is read: a failed read is tried again
         return results
+
+
+def _rules_plan(keys: KeyLayout) -> Plan[tuple[Any, Any]]:
+    """The rules' revision and their hash, read at one instant (one MULTI)."""
+    (replies,) = yield [Batch([call("get", keys.sites_rev), call("hgetall", keys.sites)],
+                              transaction=True)]
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies[0], replies[1]

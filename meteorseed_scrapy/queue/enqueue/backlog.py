@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.fleet.spiders import with_registered
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.reads import Batch, Plan, call, run_async
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
@@ -55,14 +56,11 @@ class StreamCount:
         return cls(max(0, int(length) - pending_count), pending_count)
 
 
-async def shard_stream_counts(redis: AsyncRedis, streams: Sequence[str], group: str
-                              ) -> dict[str, StreamCount]:
+def shard_counts_plan(streams: Sequence[str], group: str) -> Plan[dict[str, StreamCount]]:
     """XLEN and XPENDING of ``streams`` (of one shard: one slot) in one MULTI."""
-    async with redis.pipeline(transaction=True) as pipe:
-        for stream in streams:
-            pipe.xlen(stream)
-            pipe.xpending(stream, group)
-        replies = await pipe.execute(raise_on_error=False)
+    calls = [c for stream in streams
+             for c in (call("xlen", stream), call("xpending", stream, group))]
+    (replies,) = yield [Batch(calls, transaction=True)]
     return {stream: StreamCount.of(length, pending)
             for stream, length, pending in zip(streams, replies[::2], replies[1::2], strict=True)}
 
@@ -73,7 +71,7 @@ async def stream_counts(redis: AsyncRedis, keys: KeyLayout) -> dict[str, StreamC
     out: dict[str, StreamCount] = {}
     keys = await with_registered(redis, keys)  # (every spider's task set counts too)
     for shard in keys.shard_keys:
-        out.update(await shard_stream_counts(redis, shard.streams, keys.group))
+        out.update(await run_async(redis, shard_counts_plan(shard.streams, keys.group)))
     return out
 
 

@@ -6,7 +6,9 @@ client (the CLI), :func:`run_async` on ``redis.asyncio`` (the API, the metrics, 
 Either may be a cluster client: a batch is a non-transactional pipeline (split per node), a
 MULTI (its keys must share one slot) or direct calls (TIME: a cluster pipeline refuses it).
 A command that fails with a Redis error gives the exception as its reply, for the plan to judge;
-a lost connection raises.
+a lost connection raises. A Redis above its ``maxmemory`` refuses every command queued in a
+MULTI, reads too (``OOM command not allowed``): such a batch is read again as a plain pipeline,
+its counts then from a few instants, since a full Redis is when they matter most.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from redis.exceptions import ResponseError
+from redis.exceptions import OutOfMemoryError, ResponseError
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis
@@ -73,8 +75,17 @@ def _batch_sync(client: SyncRedis, batch: Batch) -> list[Any]:
             except ResponseError as exc:
                 out.append(exc)
         return out
-    with client.pipeline(transaction=batch.transaction) as pipe:
-        for c in batch.calls:
+    try:
+        return _pipelined_sync(client, batch.calls, batch.transaction)
+    except OutOfMemoryError:
+        if not batch.transaction:
+            raise
+        return _pipelined_sync(client, batch.calls, False)
+
+
+def _pipelined_sync(client: SyncRedis, calls: list[Call], transaction: bool) -> list[Any]:
+    with client.pipeline(transaction=transaction) as pipe:
+        for c in calls:
             getattr(pipe, c.name)(*c.args, **c.kwargs)
         return list(pipe.execute(raise_on_error=False))
 
@@ -90,8 +101,18 @@ async def _batch_async(client: AsyncRedis, batch: Batch) -> list[Any]:
             except ResponseError as exc:
                 out.append(exc)
         return out
-    async with client.pipeline(transaction=batch.transaction) as pipe:
-        for c in batch.calls:  # (an asyncio pipeline queues a command without awaiting)
+    try:
+        return await _pipelined_async(client, batch.calls, batch.transaction)
+    except OutOfMemoryError:
+        if not batch.transaction:
+            raise
+        return await _pipelined_async(client, batch.calls, False)
+
+
+async def _pipelined_async(client: AsyncRedis, calls: list[Call], transaction: bool
+                           ) -> list[Any]:
+    async with client.pipeline(transaction=transaction) as pipe:
+        for c in calls:  # (an asyncio pipeline queues a command without awaiting)
             getattr(pipe, c.name)(*c.args, **c.kwargs)
         return list(await pipe.execute(raise_on_error=False))
 

@@ -1,0 +1,101 @@
+"""A Redis above its ``maxmemory`` (policy ``noeviction``) refuses every command queued in a
+MULTI, reads too. The reads that count in one MULTI still answer there: the queue snapshot
+(``meteorseed status``, the API's ``/status``, the metrics), the writer's backlog and the
+workers' reload of pushed site rules, since a full Redis is when an operator needs them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from meteorseed_scrapy.queue.enqueue.backlog import stream_counts
+from meteorseed_scrapy.queue.inspect.status import QueueSampler, read_status
+from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.plumbing.reads import Batch, call, run_sync
+from meteorseed_scrapy.sites.remote import Pushed, RemoteRules
+from meteorseed_scrapy.sites.rulefile import parse_text
+from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.testing.clients import run_with_client
+from tests.test_cli import run
+
+RULE = (Path(__file__).resolve().parents[1] / "example_project/sites/jobs.json").read_text()
+
+
+@contextlib.contextmanager
+def full(r: redis.Redis) -> Iterator[None]:
+    """Redis above its maxmemory until the block ends."""
+    before = r.config_get("maxmemory*")
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", 1)
+    try:
+        yield
+    finally:
+        r.config_set("maxmemory", before["maxmemory"])
+        r.config_set("maxmemory-policy", before["maxmemory-policy"])
+
+
+def three_tasks_then_full(r: redis.Redis, keys: KeyLayout) -> None:
+    for i in range(3):
+        task = ExecTask.create(seed_id="s1", site_id="news", url=f"https://news.test/{i}")
+        r.xadd(keys.stream, task.to_message())
+    r.xgroup_create(keys.stream, GROUP, id="0")
+
+
+def test_a_full_redis_refuses_a_read_in_a_multi_and_answers_it_plain(
+        sync_redis: redis.Redis, namespace: str) -> None:
+    keys = KeyLayout(namespace)
+    three_tasks_then_full(sync_redis, keys)
+    with full(sync_redis):
+        with pytest.raises(redis.exceptions.OutOfMemoryError), \
+                sync_redis.pipeline(transaction=True) as pipe:
+            pipe.xlen(keys.stream)
+            pipe.execute()
+
+        def plan():  # type: ignore[no-untyped-def]
+            (replies,) = yield [Batch([call("xlen", keys.stream)], transaction=True)]
+            return replies
+
+        assert run_sync(sync_redis, plan()) == [3]
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            sync_redis.set(f"{namespace}:x", 1)  # (a write is still refused: no fallback there)
+
+
+def test_status_reads_a_full_redis_and_says_so(sync_redis: redis.Redis, redis_url: str,
+                                               namespace: str) -> None:
+    keys = KeyLayout(namespace)
+    three_tasks_then_full(sync_redis, keys)
+    with full(sync_redis):
+        assert read_status(sync_redis, keys).backlog == 3
+        code, out, err = run(redis_url, namespace, "status")
+        assert code == 0, err
+        assert "WARNING: Redis memory is at" in out
+        code, out, err = run(redis_url, namespace, "status", "--json")
+        assert code == 0, err
+        shown = json.loads(out)
+        assert shown["backlog"] == 3
+        assert shown["redis_memory"]["near_limit"] is True
+        assert shown["redis_memory"]["used_fraction"] > 1
+
+        async def sample_and_count(client):  # type: ignore[no-untyped-def]
+            sampled = await QueueSampler(redis_url, keys, client).sample()
+            return sampled.backlog, await stream_counts(client, keys)
+
+        backlog, counts = run_with_client(redis_url, sample_and_count)
+    assert backlog == 3
+    assert (counts[keys.stream].waiting, counts[keys.stream].pending) == (3, 0)
+
+
+def test_workers_reload_pushed_rules_from_a_full_redis(sync_redis: redis.Redis,
+                                                       namespace: str) -> None:
+    keys = KeyLayout(namespace)
+    config = parse_text(RULE, ".json", "jobs.json")
+    RemoteRules(sync_redis, keys).push([Pushed(config, "jobs.json", RULE)])
+    with full(sync_redis):
+        [result] = RemoteRules(sync_redis, keys).changes({})
+    assert result.error is None and result.config is not None
+    assert result.config.site_id == "example_jobs"
