@@ -1,12 +1,14 @@
-"""A Redis above its ``maxmemory`` (policy ``noeviction``) refuses every command queued in a
-MULTI, reads too. The reads that count in one MULTI still answer there: the queue snapshot
-(``meteorseed status``, the API's ``/status``, the metrics), the writer's backlog and the
-workers' reload of pushed site rules, since a full Redis is when an operator needs them."""
+"""A Redis above its ``maxmemory`` (policy ``noeviction``) refuses writes, and every command
+queued in a MULTI, reads too. The reads that count in one MULTI still answer there: the queue
+snapshot (``meteorseed status``, the API's ``/status``, the metrics), the writer's backlog and
+the workers' reload of pushed site rules, since a full Redis is when an operator needs them. A
+worker pauses (one line), loses nothing and goes on once Redis has room again."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +23,9 @@ from meteorseed_scrapy.sites.remote import Pushed, RemoteRules
 from meteorseed_scrapy.sites.rulefile import parse_text
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client
+from meteorseed_scrapy.testing.polling import wait_for
+from meteorseed_scrapy.testing.sites import DemoSite
+from tests.e2e_helpers import enqueue, start_worker, stored_docs
 from tests.test_cli import run
 
 RULE = (Path(__file__).resolve().parents[1] / "example_project/sites/jobs.json").read_text()
@@ -37,6 +42,12 @@ def full(r: redis.Redis) -> Iterator[None]:
     finally:
         r.config_set("maxmemory", before["maxmemory"])
         r.config_set("maxmemory-policy", before["maxmemory-policy"])
+
+
+def refusals(r: redis.Redis) -> int:
+    """The errors Redis has answered since it started (INFO stats, Redis 6.2+: a script's OOM
+    is an ERR there, an OOM on 7)."""
+    return int(r.info("stats")["total_error_replies"])
 
 
 def three_tasks_then_full(r: redis.Redis, keys: KeyLayout) -> None:
@@ -99,3 +110,55 @@ def test_workers_reload_pushed_rules_from_a_full_redis(sync_redis: redis.Redis,
         [result] = RemoteRules(sync_redis, keys).changes({})
     assert result.error is None and result.config is not None
     assert result.config.site_id == "example_jobs"
+
+
+@pytest.mark.e2e
+def test_a_worker_pauses_while_redis_is_full_and_loses_nothing(
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+        demo_site: DemoSite) -> None:
+    keys = KeyLayout(namespace)
+    store = tmp_path / "items.db"
+    enqueue(redis_url, namespace, [f"{demo_site.url}/slow/400?page={i}" for i in range(40)])
+    worker = start_worker(tmp_path, redis_url, namespace, CONCURRENT_REQUESTS=4,
+                          METEORSEED_IDLE_CLOSE=5)
+    wait_for(lambda: store.exists() and len(stored_docs(store)) >= 4, 60)
+    with full(sync_redis):
+        wait_for(lambda: "Redis is full" in worker.log(), 60)
+        # Held full over several rounds of retries (refusals Redis itself counted): one line
+        # for it all, whatever loops ran meanwhile without writing.
+        refused = refusals(sync_redis)
+        wait_for(lambda: refusals(sync_redis) >= refused + 10, 60)
+    assert worker.wait(180) == 0, worker.log()[-3000:]
+    log = worker.log()
+    assert len(stored_docs(store)) == 40
+    assert sync_redis.xlen(keys.stream) == 0 and sync_redis.xlen(keys.dead) == 0
+    assert worker.stats()["meteorseed/acked"] == 40
+    # One line for the whole time Redis was full, one when it had room again; no traceback.
+    assert log.count("Redis is full") == 1, log[-3000:]
+    assert log.count("Redis has room again") == 1, log[-3000:]
+    assert "Redis unavailable" not in log and "Redis refused a command" not in log
+    assert "Traceback" not in log
+    assert worker.stats()["meteorseed/redis/full"] >= 1
+
+
+@pytest.mark.e2e
+def test_a_worker_stopped_while_redis_is_full_stops_cleanly_and_loses_nothing(
+        tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
+        demo_site: DemoSite) -> None:
+    keys = KeyLayout(namespace)
+    urls = [f"{demo_site.url}/slow/1500?page={i}" for i in range(12)]
+    sync_redis.xgroup_create(keys.stream, keys.group, id="0", mkstream=True)
+    enqueue(redis_url, namespace, urls)
+    worker = start_worker(tmp_path, redis_url, namespace, CONCURRENT_REQUESTS=4,
+                          METEORSEED_IDLE_CLOSE=0, METEORSEED_CLAIM_IDLE=60)
+    wait_for(lambda: sync_redis.xpending(keys.stream, keys.group)["pending"] > 0, 60, 0.05)
+    with full(sync_redis):
+        worker.signal(signal.SIGINT)
+        assert worker.wait(90) == 0, worker.log()[-3000:]
+    log = worker.log()
+    assert "Scheduler close failure" not in log and "Traceback" not in log, log[-3000:]
+    survivor = start_worker(tmp_path, redis_url, namespace, name="w2", CONCURRENT_REQUESTS=12,
+                            METEORSEED_CLAIM_IDLE=60)
+    assert survivor.wait(120) == 0, survivor.log()[-3000:]
+    assert len(stored_docs(tmp_path / "items.db")) == len(urls)
+    assert sync_redis.xlen(keys.stream) == 0 and sync_redis.xlen(keys.dead) == 0

@@ -95,12 +95,32 @@ def test_policies_that_cannot_evict_a_task_stream_do_not_stop_it(
     assert not watch._stop.stopped
 
 
+def refusal_of_a_full_redis(client: redis.Redis, namespace: str) -> ResponseError:
+    """What redis-py raises for a write to a Redis above its maxmemory (an OutOfMemoryError,
+    whose text has lost Redis's "OOM" code)."""
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", 1)
+    try:
+        client.set(f"{namespace}:x", 1)
+    except ResponseError as exc:
+        return exc
+    finally:
+        client.config_set("maxmemory", 0)
+    raise AssertionError("a full Redis took a write")
+
+
+SCRIPT_OOM_62 = ("Error running script (call to f_4f78): @user_script:30: @user_script: 30:"
+                 " -OOM command not allowed when used memory > 'maxmemory'.")
+
+
+@pytest.mark.parametrize("form", ["redis-py's", "a script's on Redis 6.2"])
 def test_an_oom_has_the_policy_checked_at_once(
-    eviction_config: redis.Redis, redis_url: str, namespace: str
+    eviction_config: redis.Redis, redis_url: str, namespace: str, form: str
 ) -> None:
+    oom = (refusal_of_a_full_redis(eviction_config, namespace) if form == "redis-py's"
+           else ResponseError(SCRIPT_OOM_62))
     eviction_config.config_set("maxmemory", 512 * 1024 * 1024)
     eviction_config.config_set("maxmemory-policy", "allkeys-lru")
-    oom = ResponseError("OOM command not allowed when used memory > 'maxmemory'.")
     watch, _ = watch_once(redis_url, namespace, Holder([]), "", oom)
     assert watch._stop.stopped
 

@@ -1,7 +1,10 @@
 """The worker's background loops: each runs its step over and over until the worker stops.
 
 Redis going away pauses a loop (one log line per outage, exponential backoff) and never drops
-what is queued; a consumer group that vanished is created again.
+what is queued. So does a Redis above its ``maxmemory`` (policy ``noeviction``) that refuses a
+loop's writes with an OOM, while it still answers reads: it is full until the loops it refused
+get their writes through again (room made by acks elsewhere, or by its operator). A consumer
+group that vanished is created again.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
-from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN, out_of_memory
 from meteorseed_scrapy.worker.stall import StallWatch
 
 if TYPE_CHECKING:
@@ -78,6 +81,35 @@ class Outage:
         self.failures = 0
 
 
+class RedisFull:
+    """Redis refusing writes for want of memory: one warning from the first refusal until a
+    loop it refused runs again with Redis below its ``maxmemory`` (a step that wrote nothing
+    proves no room), short backoffs meanwhile."""
+
+    #: The longest wait (s) between two tries of a refused loop: room comes back at any time.
+    MAX_DELAY_S = 1.0
+
+    def __init__(self) -> None:
+        self.refused: set[str] = set()  # the loops whose last step an OOM ended
+        self.failures = 0
+
+    def failed(self, exc: ResponseError, where: str) -> float:
+        if not self.refused:
+            logger.warning("Redis is full (above its maxmemory) during %s: what it refuses"
+                           " waits, nothing is lost; retrying (%s)", where, exc)
+        else:
+            logger.debug("Redis still full during %s: %s", where, exc)
+        self.refused.add(where)
+        self.failures += 1
+        return exponential(self.failures, 0.25, self.MAX_DELAY_S, jitter=(0.8, 1.2))
+
+    def room(self) -> None:
+        logger.warning("Redis has room again after %d refused writes: worker resumed",
+                       self.failures)
+        self.refused.clear()
+        self.failures = 0
+
+
 class Loops:
     """Runs the worker's steps as asyncio tasks, each after the consumer group is set up."""
 
@@ -85,6 +117,7 @@ class Loops:
         self.consumer = consumer
         self.stats = stats
         self.outage = Outage()
+        self.full = RedisFull()
         self.stopping = False
         self._ready = False
         # One set-up at a time: a loop that set the group up late (under load, after a FLUSHALL
@@ -109,6 +142,10 @@ class Loops:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.full.refused:  # (stopped before a refused loop ran again: said here)
+            with contextlib.suppress(*REDIS_DOWN, ResponseError):
+                if await self._has_room():
+                    self.full.room()
 
     async def _run(self, step: Callable[[], Awaitable[object]], where: str,
                    event: asyncio.Event | None, urgent: Callable[[], bool] | None) -> None:
@@ -122,6 +159,8 @@ class Loops:
                     # ends an outage, else a partition logs "back"/"unavailable" over and over.
                     await self.consumer.redis.ping()
                 self.outage.ok()
+                if where in self.full.refused and await self._has_room():
+                    self.full.room()
             except REDIS_DOWN as exc:
                 self.stats.inc_value("meteorseed/redis/errors")
                 delay = self.outage.failed(exc, where)
@@ -132,7 +171,11 @@ class Loops:
                 continue
             except ResponseError as exc:
                 if self.on_refused is not None:
-                    await self.on_refused(exc)
+                    await self.on_refused(exc)  # (an evicting policy stops the worker)
+                if out_of_memory(exc):
+                    self.stats.inc_value("meteorseed/redis/full")
+                    await asyncio.sleep(self.full.failed(exc, where))
+                    continue
                 if "NOGROUP" not in str(exc):
                     logger.exception("Redis refused a command in the %s loop; continuing", where)
                     await asyncio.sleep(1.0)
@@ -159,6 +202,14 @@ class Loops:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(event.wait(), timeout)
                 event.clear()
+
+    async def _has_room(self) -> bool:
+        try:
+            memory = await self.consumer.redis.info("memory")
+        except ResponseError:  # (INFO renamed away: the step that went through says enough)
+            return True
+        limit = int(memory.get("maxmemory") or 0)
+        return not limit or int(memory.get("used_memory") or 0) < limit
 
     async def _setup(self) -> None:
         async with self._setting_up:

@@ -143,7 +143,7 @@ class StreamPump:
         if desk is not None:
             desk.give_back_all()
         await last_writes(
-            self._completions, self._consumer, self._config, self._loops.outage,
+            self._completions, self._consumer, self._config, self._loops.outage, self._loops.full,
             unsettled=lambda: [d for e in self._ledger.entries() for d in e.deliveries],
             flush_permits=desk.flush if desk is not None else None,
             deadline_s=deadline_s)

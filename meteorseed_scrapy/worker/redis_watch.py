@@ -25,6 +25,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.queue.fleet.snapshot import RedisMemory
+from meteorseed_scrapy.queue.plumbing.connection import out_of_memory
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.store.outage import CrawlStop
 
@@ -94,7 +95,7 @@ class RedisWatch:
         a vanished stream or group has the entries this worker held there reported lost."""
         text = str(exc)
         try:
-            if text.startswith("OOM"):
+            if out_of_memory(exc):
                 await self.check()
             elif "NOGROUP" in text:
                 await self.vanished()

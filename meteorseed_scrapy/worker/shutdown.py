@@ -1,6 +1,6 @@
 """A worker's last writes when it stops: what settled tasks left queued is written within a
-deadline (Redis may be away: retried until then), the tasks still held are handed back to the
-stream for another worker, and the worker leaves the consumer group."""
+deadline (Redis may be away, or full: retried until then), the tasks still held are handed back
+to the stream for another worker, and the worker leaves the consumer group."""
 
 from __future__ import annotations
 
@@ -9,18 +9,20 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from redis.exceptions import ResponseError
+
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Delivery
-from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN, out_of_memory
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
-from meteorseed_scrapy.worker.loops import Outage
+from meteorseed_scrapy.worker.loops import Outage, RedisFull
 
 logger = logging.getLogger(__name__)
 
 
 async def last_writes(completions: Completions, consumer: StreamConsumer, config: WorkerConfig,
-                      outage: Outage, *, unsettled: Callable[[], list[Delivery]],
+                      outage: Outage, full: RedisFull, *, unsettled: Callable[[], list[Delivery]],
                       flush_permits: Callable[[], Awaitable[None]] | None,
                       deadline_s: float) -> None:
     end = time.monotonic() + deadline_s
@@ -38,10 +40,17 @@ async def last_writes(completions: Completions, consumer: StreamConsumer, config
                 break
         except REDIS_DOWN as exc:
             await asyncio.sleep(min(outage.failed(exc, "shutdown"), 1.0))
+        except ResponseError as exc:
+            if not out_of_memory(exc):
+                raise
+            await asyncio.sleep(full.failed(exc, "shutdown"))
     else:
-        logger.error("Stopped with %d ack(s), %d child request(s) and %d dead letter(s) not "
-                     "written: those tasks stay pending and will be redelivered",
-                     len(completions.acks), len(completions.outbox), len(completions.dead))
+        logger.error("Stopped with %d ack(s), %d child request(s), %d dead letter(s), %d"
+                     " deferral(s), %d failure note(s) and %d task history record(s) not"
+                     " written: the tasks among them stay pending and will be redelivered",
+                     len(completions.acks), len(completions.outbox), len(completions.dead),
+                     len(completions.deferrals), len(completions.failures),
+                     len(completions.history.ends))
     try:
         await consumer.membership().leave()
     except Exception as exc:  # (Redis away: the consumer stays listed)

@@ -26,6 +26,7 @@ import redis.client
 import redis.cluster
 from redis.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 #: The clients made here, by kind; the rest of the package names them by these aliases only.
@@ -57,6 +58,14 @@ class ClusterTarget:
 #: What "Redis is unreachable" is, everywhere (a worker pauses, a command or the API says so):
 #: redis-py's connection and timeout errors (it wraps the socket's own OSError in them).
 REDIS_DOWN: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Redis refused a write above its ``maxmemory``: redis-py's OutOfMemoryError (whose text
+    has lost Redis's ``OOM`` code), or a script's error quoting the ``-OOM`` (Redis 6.2)."""
+    return isinstance(exc, OutOfMemoryError) or (
+        isinstance(exc, ResponseError) and "OOM command not allowed" in str(exc))
+
 
 def is_cluster_url(url: str) -> bool:
     return url.split("://", 1)[0].lower() in CLUSTER_SCHEMES

@@ -17,7 +17,9 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from redis.exceptions import OutOfMemoryError, ResponseError
+from redis.exceptions import ResponseError
+
+from meteorseed_scrapy.queue.plumbing.connection import out_of_memory
 
 if TYPE_CHECKING:
     from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, SyncRedis
@@ -77,8 +79,8 @@ def _batch_sync(client: SyncRedis, batch: Batch) -> list[Any]:
         return out
     try:
         return _pipelined_sync(client, batch.calls, batch.transaction)
-    except OutOfMemoryError:
-        if not batch.transaction:
+    except ResponseError as exc:
+        if not (batch.transaction and out_of_memory(exc)):
             raise
         return _pipelined_sync(client, batch.calls, False)
 
@@ -103,8 +105,8 @@ async def _batch_async(client: AsyncRedis, batch: Batch) -> list[Any]:
         return out
     try:
         return await _pipelined_async(client, batch.calls, batch.transaction)
-    except OutOfMemoryError:
-        if not batch.transaction:
+    except ResponseError as exc:
+        if not (batch.transaction and out_of_memory(exc)):
             raise
         return await _pipelined_async(client, batch.calls, False)
 
