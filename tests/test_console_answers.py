@@ -2,7 +2,8 @@
 never shows an answer older than the one it shows, nor an answer to a query asked before
 another query; an answer slower than the refresh interval still shows; the page is aria-busy
 while a query is in flight. ``newest()`` of console.js is driven with promises the test settles
-in the order it chooses."""
+in the order it chooses. A query that hangs fails at its deadline, and no refresh is asked while
+it hangs (Playwright's fake clock runs the page's timers)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,38 @@ def test_a_page_shows_the_newest_answer_of_its_current_query(api_server: ApiServ
         assert seen[name]["rendered"] == expected, name
         assert seen[name]["busy"] == ["true", None], name
 
+
+
+async def _a_hung_status(base: str) -> dict[str, Any]:
+    from playwright.async_api import Route, expect
+
+    asked: list[str] = []
+    hung: list[Route] = []
+
+    async def answer(route: Route) -> None:
+        asked.append(route.request.url)
+        if len(asked) == 1:
+            hung.append(route)  # never answered
+        else:
+            await route.continue_()
+
+    async with console_page(base) as page:
+        await page.clock.install()
+        await page.route("**/status", answer)
+        await log_in(page, TOKEN)
+        await expect(page.locator("#page-overview")).to_have_attribute("aria-busy", "true")
+        await page.clock.run_for(10_000)  # five refreshes due while the first query hangs
+        during = len(asked)
+        await page.clock.run_for(21_000)  # past its deadline
+        await expect(page.locator("#flash")).to_contain_text("no answer to GET /status in 30 s")
+        await page.clock.run_for(2_000)  # the next refresh
+        await expect(page.locator("[data-testid=backlog]")).to_have_text("0")
+        return {"during": during, "after": len(asked)}
+
+
+@needs_chromium
+def test_a_hung_query_fails_at_its_deadline_and_no_refresh_piles_on_it(
+        api_server: ApiServer) -> None:
+    with api_server() as server:
+        seen = asyncio.run(_a_hung_status(server.url))
+    assert seen["during"] == 1 and seen["after"] >= 2

@@ -4,6 +4,8 @@
 
 const TOKEN_KEY = "meteorseed.token";
 const REFRESH_MS = 2000;
+// A query unanswered this long fails (its page refreshes again): a hung one would stop them.
+const ANSWER_MS = 30000;
 const pages = ["overview", "sites", "dead", "task", "submit"];
 let timer = null;
 // The navigation shows once the server has accepted the token (not merely once one is typed).
@@ -80,11 +82,25 @@ async function api(method, path, body) {
   const headers = { Accept: "application/json" };
   if (token()) headers.Authorization = `Bearer ${token()}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(path, {
-    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  const abort = new AbortController();
+  const deadline = setTimeout(() => abort.abort(new Error(
+    `no answer to ${method} ${path} in ${ANSWER_MS / 1000} s`)), ANSWER_MS);
+  let response;
   let data = null;
-  try { data = await response.json(); } catch (_) { data = null; }
+  try {
+    response = await fetch(path, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+      signal: abort.signal,
+    });
+    try {
+      data = await response.json();
+    } catch (error) {
+      if (abort.signal.aborted) throw error;  // (a body cut off by the deadline: no answer)
+      data = null;
+    }
+  } finally {
+    clearTimeout(deadline);
+  }
   if (response.status === 401) {
     accepted = false;
     showNav();
