@@ -25,6 +25,7 @@ from meteorseed_scrapy.testing.sites import DemoSite
 from meteorseed_scrapy.worker.loops import Loops
 from meteorseed_scrapy.worker.redis_watch import REASON, RedisWatch
 from tests.e2e_helpers import enqueue, start_worker
+from tests.test_redis_full import full
 
 EVICTING = "Redis may evict this namespace's task streams"
 
@@ -98,15 +99,9 @@ def test_policies_that_cannot_evict_a_task_stream_do_not_stop_it(
 def refusal_of_a_full_redis(client: redis.Redis, namespace: str) -> ResponseError:
     """What redis-py raises for a write to a Redis above its maxmemory (an OutOfMemoryError,
     whose text has lost Redis's "OOM" code)."""
-    client.config_set("maxmemory-policy", "noeviction")
-    client.config_set("maxmemory", 1)
-    try:
+    with full(client), pytest.raises(ResponseError) as refused:
         client.set(f"{namespace}:x", 1)
-    except ResponseError as exc:
-        return exc
-    finally:
-        client.config_set("maxmemory", 0)
-    raise AssertionError("a full Redis took a write")
+    return refused.value
 
 
 SCRIPT_OOM_62 = ("Error running script (call to f_4f78): @user_script:30: @user_script: 30:"

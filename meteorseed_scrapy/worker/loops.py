@@ -20,6 +20,7 @@ from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
+from meteorseed_scrapy.queue.fleet.snapshot import RedisMemory
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN, out_of_memory
 from meteorseed_scrapy.worker.stall import StallWatch
 
@@ -205,11 +206,10 @@ class Loops:
 
     async def _has_room(self) -> bool:
         try:
-            memory = await self.consumer.redis.info("memory")
+            memory = RedisMemory.parse(await self.consumer.redis.info("memory"))
         except ResponseError:  # (INFO renamed away: the step that went through says enough)
             return True
-        limit = int(memory.get("maxmemory") or 0)
-        return not limit or int(memory.get("used_memory") or 0) < limit
+        return memory is None or not memory.full
 
     async def _setup(self) -> None:
         async with self._setting_up:

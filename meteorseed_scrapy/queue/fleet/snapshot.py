@@ -175,6 +175,11 @@ class RedisMemory:
     def near_limit(self) -> bool:
         return self.fraction is not None and self.fraction >= self.WARN_FRACTION
 
+    @property
+    def full(self) -> bool:
+        """At its ``maxmemory``: with ``noeviction``, Redis refuses writes."""
+        return bool(self.max_bytes) and self.used_bytes >= self.max_bytes
+
     @classmethod
     def parse(cls, info: Any) -> RedisMemory | None:
         """From redis-py's parsed ``INFO memory`` (None when Redis refused it: a managed
