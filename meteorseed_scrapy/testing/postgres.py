@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
+from meteorseed_scrapy.testing.parent_death import dying_with_parent, pdeathsig_options
 from meteorseed_scrapy.testing.redis_server import free_port
 
 _SYSTEM_USER = "meteorseed-pg"
@@ -82,10 +83,11 @@ class PostgresServer:
         self._initdb()
 
     def _as_user(self, args: list[str]) -> list[str]:
+        """``args`` run as the unprivileged user, if any, and killed when this process dies."""
         if self.user is None:
-            return args
+            return dying_with_parent(args)
         return ["setpriv", f"--reuid={self.user.pw_uid}", f"--regid={self.user.pw_gid}",
-                "--clear-groups", "--", *args]
+                "--clear-groups", *pdeathsig_options(), "--", *args]
 
     def _initdb(self) -> None:
         args = [f"{self.bindir}/initdb", "-D", self.datadir, "-U", USER, "--auth=trust",

