@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider, signals
 
-from meteorseed_scrapy.sites.render import RenderUnavailable, chromium_path, remote_browser
+from meteorseed_scrapy.sites.render import (
+    RenderUnavailable,
+    chromium_path,
+    launch_args,
+    remote_browser,
+)
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -42,6 +47,7 @@ if _pw is not None:
                 options = self.config.launch_options
                 options["executable_path"] = chromium_path(crawler.settings)
                 options.setdefault("headless", True)
+                options["args"] = launch_args(options.get("args", ()))
             self._start_lock = asyncio.Lock()
             self.started = False
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider
@@ -58,6 +59,22 @@ DEFAULTS: dict[str, Any] = {
     "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": 4,
     "PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT": 30_000,
 }
+
+#: Chromium's component updater looks up and calls update.googleapis.com as the browser starts,
+#: Playwright's --disable-component-update notwithstanding (Debian's build): traffic to Google
+#: from every render worker, which its operator never asked for. Its server is set to the
+#: discard port on loopback instead, refused at once. A project's own such argument wins.
+NO_UPDATES_ARG = "--component-updater=url-source=http://127.0.0.1:9/"
+
+
+def launch_args(args: Iterable[str]) -> list[str]:
+    """A local browser's command-line arguments: the project's (``PLAYWRIGHT_LAUNCH_OPTIONS``'s
+    ``args``) and, unless it set its own, :data:`NO_UPDATES_ARG`."""
+    args = list(args)
+    option = NO_UPDATES_ARG.split("=", 1)[0]
+    if not any(arg == option or arg.startswith(option + "=") for arg in args):
+        args.append(NO_UPDATES_ARG)
+    return args
 
 
 class RenderUnavailable(RuntimeError):
