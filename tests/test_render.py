@@ -86,13 +86,15 @@ def test_sites_spider_installs_the_lazy_browser_handler_with_caps() -> None:
     assert "http" not in other_reactor.getdict("DOWNLOAD_HANDLERS")
 
 
-def test_launch_args_keep_the_projects_and_its_own_update_server() -> None:
-    assert render.launch_args([]) == [render.NO_UPDATES_ARG]
-    assert render.launch_args(("--lang=fr",)) == ["--lang=fr", render.NO_UPDATES_ARG]
+def test_launch_args_add_the_quiet_switches_the_project_did_not_set() -> None:
+    updater, signin = render.QUIET_ARGS
+    assert render.launch_args([]) == [updater, signin]
+    assert render.launch_args(("--lang=fr",)) == ["--lang=fr", updater, signin]
     own = "--component-updater=url-source=http://updates.example/"
-    assert render.launch_args([own]) == [own]
-    assert render.launch_args(["--component-updater", "x"]) == ["--component-updater", "x"]
-    assert render.launch_args(["--component-updater-x"])[-1] == render.NO_UPDATES_ARG
+    assert render.launch_args([own]) == [own, signin]
+    assert render.launch_args(["--gaia-url"]) == ["--gaia-url", updater]
+    assert render.launch_args(["--component-updater-x"]) == ["--component-updater-x", updater,
+                                                              signin]
 
 
 def test_chromium_path_setting_and_launch_options(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -135,7 +137,7 @@ def test_browser_handler_is_lazy_shared_and_uses_the_system_chromium() -> None:
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found == {"shared": True, "started": False, "launchers": 0,
                      "launch": {"executable_path": "/opt/chromium/chrome", "headless": True,
-                                "args": [render.NO_UPDATES_ARG]}}
+                                "args": list(render.QUIET_ARGS)}}
 
 
 def _middleware(sites_dir: Path, **settings: Any) -> render.RenderMiddleware:

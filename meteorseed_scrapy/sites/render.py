@@ -60,20 +60,26 @@ DEFAULTS: dict[str, Any] = {
     "PLAYWRIGHT_DEFAULT_NAVIGATION_TIMEOUT": 30_000,
 }
 
-#: Chromium's component updater looks up and calls update.googleapis.com as the browser starts,
-#: Playwright's --disable-component-update notwithstanding (Debian's build): traffic to Google
-#: from every render worker, which its operator never asked for. Its server is set to the
-#: discard port on loopback instead, refused at once. A project's own such argument wins.
-NO_UPDATES_ARG = "--component-updater=url-source=http://127.0.0.1:9/"
+#: What Chromium calls Google for by itself as it starts, Playwright's switches notwithstanding
+#: (Debian's build, on a host with a network): its component updater (update.googleapis.com,
+#: despite --disable-component-update) and its sign-in (accounts.google.com, the account
+#: reconciliation a crawler never signs into). Traffic to Google from every render worker, which
+#: its operator never asked for: each is sent to the discard port on loopback instead, refused at
+#: once. A switch the project passes itself wins.
+QUIET_ARGS = (
+    "--component-updater=url-source=http://127.0.0.1:9/",
+    "--gaia-url=http://127.0.0.1:9/",
+)
 
 
 def launch_args(args: Iterable[str]) -> list[str]:
     """A local browser's command-line arguments: the project's (``PLAYWRIGHT_LAUNCH_OPTIONS``'s
-    ``args``) and, unless it set its own, :data:`NO_UPDATES_ARG`."""
+    ``args``), then each of :data:`QUIET_ARGS` whose switch the project did not set."""
     args = list(args)
-    option = NO_UPDATES_ARG.split("=", 1)[0]
-    if not any(arg == option or arg.startswith(option + "=") for arg in args):
-        args.append(NO_UPDATES_ARG)
+    for quiet in QUIET_ARGS:
+        switch = quiet.split("=", 1)[0]
+        if not any(arg == switch or arg.startswith(switch + "=") for arg in args):
+            args.append(quiet)
     return args
 
 
