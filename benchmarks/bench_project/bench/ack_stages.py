@@ -83,9 +83,9 @@ class AckStages:
                 stamp(doc.get("task_id"), "write end")
 
         @wraps(settled)
-        def settled_(comp: Any, entry: Any) -> None:
+        def settled_(comp: Any, entry: Any, *args: Any, **kwargs: Any) -> None:
             stamp(entry.task.task_id, "settled")
-            settled(comp, entry)
+            settled(comp, entry, *args, **kwargs)
 
         @wraps(complete)
         async def complete_(comp: Any, batch: Any) -> None:
