@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from meteorseed_scrapy.testing.parent_death import ended
+
 # Seconds a SIGTERMed redis-server gets to exit before SIGKILL.
 GRACE = 5.0
 
@@ -33,24 +35,13 @@ def reap_on_exit(pid: int, *directories: str) -> subprocess.Popen[bytes]:
                             start_new_session=True)
 
 
-def _ended(pid: int) -> bool:
-    """Gone, or a zombie (its parent, the owner, ended and nobody reaped it yet)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    return False
-
-
 def reap(pid: int, directories: list[str]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + GRACE
-        while not _ended(pid) and time.monotonic() < deadline:
+        while not ended(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if not _ended(pid):
+        if not ended(pid):
             os.kill(pid, signal.SIGKILL)
     for directory in directories:
         shutil.rmtree(directory, ignore_errors=True)

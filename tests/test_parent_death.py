@@ -35,15 +35,6 @@ POSTGRES = ("from meteorseed_scrapy.testing.postgres import PostgresServer, Post
             "    raise SystemExit(0)\n")
 
 
-def _running(pid: int) -> bool:
-    """The process exists and is no zombie (left to an init that does not reap)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 def _killed_starter_leaves_nothing(start: str) -> None:
     starter = subprocess.Popen(
         [sys.executable, "-c",
@@ -58,14 +49,15 @@ def _killed_starter_leaves_nothing(start: str) -> None:
         if line.startswith("missing"):
             pytest.skip(f"no PostgreSQL to test against: {line.strip()}")
         pid, workdir = int(line.split()[0]), line.split()[1]
-        assert _running(pid)
+        assert not parent_death.ended(pid)
         starter.send_signal(signal.SIGKILL)
         starter.wait()
-        wait_for(lambda: not _running(pid), timeout=30)
+        wait_for(lambda: parent_death.ended(pid), timeout=30)
     finally:
         starter.kill()
         starter.wait()
-        if pid is not None and _running(pid):  # (the test failed: never leave it behind)
+        # (the test failed: never leave the server behind)
+        if pid is not None and not parent_death.ended(pid):
             os.kill(pid, signal.SIGKILL)
         if workdir is not None:  # (the starter's clean-up never ran)
             shutil.rmtree(workdir, ignore_errors=True)

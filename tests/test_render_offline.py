@@ -38,7 +38,7 @@ def _can_unshare() -> str | None:
 
 
 PROBE = r'''
-import asyncio, json, socket, subprocess, sys, threading, time, http.server
+import asyncio, json, socket, subprocess, sys, threading, http.server
 
 servers = [line.split()[1] for line in open("/etc/resolv.conf")
            if line.startswith("nameserver") and ":" not in line.split()[1]] or ["127.0.0.1"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from meteorseed_scrapy.testing.parent_death import ended
 from meteorseed_scrapy.testing.polling import wait_for
 from scrapy_suite import run as suite
 from scrapy_suite.plugin import SessionRedis
@@ -105,15 +106,6 @@ def test_the_repository_list_is_well_formed() -> None:
     assert listed and all(d.nodeid.startswith("tests/test_") for d in listed.values())
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:  # a zombie is gone too
-        return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-
-
 @pytest.mark.parametrize("ending", ["os._exit(1)", "os.kill(os.getpid(), signal.SIGKILL)"])
 def test_the_session_redis_and_its_directories_go_when_their_owner_dies(
     tmp_path: Path, ending: str
@@ -131,10 +123,10 @@ def test_the_session_redis_and_its_directories_go_when_their_owner_dies(
     pid_text, workdir = owner.stdout.split()
     pid = int(pid_text)
     try:
-        wait_for(lambda: _gone(pid), timeout=30)
+        wait_for(lambda: ended(pid), timeout=30)
         wait_for(lambda: not Path(workdir).exists() and not stores.exists(), timeout=30)
     finally:
-        if not _gone(pid):
+        if not ended(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -143,5 +135,5 @@ def test_a_closed_session_redis_is_stopped_and_its_reaper_ends() -> None:
     assert redis.server.process is not None
     pid, reaper = redis.server.process.pid, redis._reaper
     redis.close()
-    assert _gone(pid)
+    assert ended(pid)
     assert reaper.poll() is not None

@@ -11,6 +11,8 @@ servers get it: a server started from a short-lived thread would die with that t
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 import threading
@@ -45,3 +47,14 @@ def dying_with_parent(argv: list[str]) -> list[str]:
     if not options:
         return argv
     return [str(setpriv()), *options, "--", *argv]
+
+
+def ended(pid: int) -> bool:
+    """``pid`` is gone, or a zombie (its parent ended and nobody reaped it yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    return False
