@@ -157,6 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                         help="a Scrapy setting for the meteorseed runs (repeatable)")
     parser.add_argument("--keep", metavar="DIR", help="keep logs, feeds and SQLite files here")
+    parser.add_argument("--delay-ms", dest="delay_ms", type=int, default=0,
+                        help="the site answers each page after this many milliseconds (0: at "
+                             "once, the worker's core saturated; e.g. 100: the core mostly "
+                             "idle, so latencies are the path's own, not queueing)")
     parser.add_argument("--stages", action="store_true",
                         help="time each step from response to ack of every meteorseed task "
                              "(bench/ack_stages.py) and print their p50/p95")
@@ -177,12 +181,14 @@ def main(argv: list[str] | None = None) -> None:
 
     runs: list[Run] = []
     with bench_rig(args.keep, "meteorseed-bench-", linger=0.2) as (workdir, server, site):
-        urls = [f"{site.url}/item/{i}" for i in range(args.pages)]
+        query = f"?delay={args.delay_ms}" if args.delay_ms > 0 else ""
+        urls = [f"{site.url}/item/{i}{query}" for i in range(args.pages)]
         urls_file = workdir / "urls.txt"
         urls_file.write_text("\n".join(urls) + "\n")
         print(source_label(), flush=True)
         print(f"{args.pages} pages of ~5 KB from {site.url}, Redis {server.url}, "
-              f"CONCURRENT_REQUESTS=16, {args.rounds} rounds; work dir {workdir}",
+              f"CONCURRENT_REQUESTS=16, site delay {args.delay_ms} ms, {args.rounds} rounds; "
+              f"work dir {workdir}",
               flush=True)
         for rnd in range(1, args.rounds + 1):
             shift = (rnd - 1) % len(contenders)
