@@ -278,7 +278,7 @@ def test_a_healthy_sites_breaker_window_stays_bounded() -> None:
     b = Breaker(redis.Redis(), KeyLayout("ns"), BreakerConfig(window=0.05), None)
     for _ in range(100):
         b.record("site", False, 0.01, False, "t")
-    wait_for(lambda: time.monotonic() - b._local["site"][-1][0] > 0.05, 5, 0.01)
+    wait_for(lambda: time.monotonic() - b._local["site"].entries[-1][0] > 0.05, 5, 0.01)
     b.record("site", False, 0.01, False, "t")
-    assert len(b._local["site"]) == 1  # the 100 older than the window went
+    assert len(b._local["site"].entries) == 1  # the 100 older than the window went
     assert not b.local_abnormal("site")

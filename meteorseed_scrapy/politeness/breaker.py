@@ -38,6 +38,27 @@ FLUSH_INTERVAL_S = 0.25
 MIN_FAILING_TASKS = 3  # distinct tasks failing in this worker's window before it judges the site
 
 
+class _Window:
+    """This worker's recent downloads of one site, oldest first: (monotonic time, error,
+    latency s, task id), and how many of them failed (kept as they come and go, so a healthy
+    site is judged without going through its whole window)."""
+
+    __slots__ = ("entries", "errors")
+
+    def __init__(self) -> None:
+        self.entries: deque[tuple[float, bool, float, str]] = deque()
+        self.errors = 0
+
+    def add(self, now: float, error: bool, latency_s: float, task_id: str) -> None:
+        self.entries.append((now, error, latency_s, task_id))
+        self.errors += error
+
+    def prune(self, horizon: float) -> None:
+        entries = self.entries
+        while entries and entries[0][0] < horizon:
+            self.errors -= entries.popleft()[1]
+
+
 
 class BreakerState(str, Enum):
     """A site's circuit breaker, as ``lua/health.lua`` keeps it."""
@@ -107,7 +128,7 @@ class Breaker:
         self.config = config
         self.stats = stats
         self._health = scripts.register(redis, "health")
-        self._local: dict[str, deque[tuple[float, bool, float, str]]] = {}
+        self._local: dict[str, _Window] = {}
         # site -> [n, errors, latency ms, probe, good answers, throttled]
         self._pending: dict[str, list[Any]] = {}
         # site -> (s of continuous trouble fleet-wide, monotonic time it was learnt)
@@ -123,13 +144,13 @@ class Breaker:
         """One download's outcome; ``good``: the site answered normally (not an error, not a
         429/403), which ends its trouble."""
         now = time.monotonic()
-        window = self._local.setdefault(site, deque())
-        window.append((now, error, latency_s, task_id))
+        window = self._local.get(site)
+        if window is None:
+            window = self._local[site] = _Window()
+        window.add(now, error, latency_s, task_id)
         # Pruned here too: local_abnormal() only runs on failures, and a healthy site's window
         # otherwise grew by one entry per download for the life of the worker.
-        horizon = now - self.config.window
-        while window[0][0] < horizon:
-            window.popleft()
+        window.prune(now - self.config.window)
         agg = self._pending.setdefault(site, [0, 0, 0, "", 0, 0])
         agg[0] += 1
         agg[1] += int(error)
@@ -165,24 +186,23 @@ class Breaker:
 
     def local_abnormal(self, site: str) -> bool:
         window = self._local.get(site)
-        if not window:
+        if window is None:
             return False
-        horizon = time.monotonic() - self.config.window
-        while window and window[0][0] < horizon:
-            window.popleft()
-        n = len(window)
+        window.prune(time.monotonic() - self.config.window)
+        entries = window.entries
+        n = len(entries)
         # This worker sees only its share of the site's traffic: judge it on a quarter of the
         # fleet's minimum, or a worker among several would never call a dead site abnormal.
         if n < max(3, -(-self.config.min_requests // 4)):
             return False
-        failing = {task for _, e, _, task in window if e}
-        if len(failing) < MIN_FAILING_TASKS:
-            # One URL failing over and over says nothing about the site: it uses up its own
-            # retries instead of making its site look down.
+        # One URL failing over and over says nothing about the site: it uses up its own
+        # retries instead of making its site look down. (Fewer errors than that: fewer
+        # failing tasks, without looking at each.)
+        if window.errors < MIN_FAILING_TASKS \
+                or len({task for _, e, _, task in entries if e}) < MIN_FAILING_TASKS:
             return False
-        errors = sum(1 for _, e, _, _ in window if e)
-        mean = sum(lat for _, _, lat, _ in window) / n
-        return errors / n > self.config.error_ratio or mean > self.config.max_latency
+        mean = sum(lat for _, _, lat, _ in entries) / n
+        return window.errors / n > self.config.error_ratio or mean > self.config.max_latency
 
     def state_of(self, site: str) -> BreakerState:
         """The site's breaker state as this worker last read it."""
