@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 
+import pytest
 import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,14 +31,13 @@ DOWNLOADS = st.lists(
 
 @contextmanager
 def clock_at(start: float) -> Iterator[list[float]]:
-    """The breaker module's clock, set by hand: ``clock[0]`` is the monotonic time it reads."""
+    """The breaker module's clock, set by hand: ``clock[0]`` is the monotonic time it reads.
+    (A context rather than the ``monkeypatch`` fixture: Hypothesis runs many examples in one
+    test call.)"""
     clock = [start]
-    original = breaker_module.time
-    breaker_module.time = SimpleNamespace(monotonic=lambda: clock[0])  # type: ignore[assignment]
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(breaker_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
         yield clock
-    finally:
-        breaker_module.time = original
 
 
 def judged_afresh(history: deque[tuple[float, bool, float, str]], now: float) -> bool:

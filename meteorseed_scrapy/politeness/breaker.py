@@ -59,7 +59,6 @@ class _Window:
             self.errors -= entries.popleft()[1]
 
 
-
 class BreakerState(str, Enum):
     """A site's circuit breaker, as ``lua/health.lua`` keeps it."""
 
