@@ -13,6 +13,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -85,27 +86,69 @@ class Waiting(FakeStore):
         self.told.set()
 
 
-def test_a_stopping_crawl_fails_what_waits_on_an_outage_at_once_in_one_line(
-        caplog: pytest.LogCaptureFixture) -> None:
-    store = Waiting()
-    handler = Stopping()
+def commit_all(store: FakeStore, handler: Stopping, names: str) -> list[BaseException | None]:
+    """Each document's outcome through a group committer of ``store`` (an hour's retry
+    window), its crawl's stop told by ``handler``."""
     commits = GroupCommitter(StoreConfig("sqlite:///unused.db", 100, 0.0, 3600), Stats(),
                              lambda _uri: store, handler)
 
     async def main() -> list[BaseException | None]:
         try:
-            return list(await asyncio.gather(*(commits.submit(doc(n)) for n in "abc")))
+            return list(await asyncio.gather(*(commits.submit(doc(n)) for n in names)))
         finally:
             await commits.close()
 
+    return asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_stopping_crawl_fails_what_waits_on_an_outage_at_once_in_one_line(
+        caplog: pytest.LogCaptureFixture) -> None:
+    store = Waiting()
+    handler = Stopping()
     with caplog.at_level(logging.WARNING):
         # (retry_max of an hour: without the stop, this times out)
-        errors = asyncio.run(asyncio.wait_for(main(), 60))
+        errors = commit_all(store, handler, "abc")
     assert [type(e) for e in errors] == [StoreUnavailable] * 3
     assert store.told.is_set() and handler.outages == []  # not an outage stop: a stop
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and lines[0].startswith(
         "Store unavailable while this worker stops: ") and "their tasks stay pending" in lines[0]
+
+
+class HeldWrite(FakeStore):
+    """A write that waits (as SQLite's busy wait does) until told to stop waiting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+
+    def stop_waiting(self) -> None:
+        assert self.gate is not None
+        self.gate.set()
+
+    def upsert_many(self, docs: list[dict[str, Any]]) -> None:
+        super().upsert_many(docs)
+        raise StoreUnavailable("locked, held by another process; not waiting for it")
+
+
+class StopsWhileWriting(Stopping):
+    def __init__(self, store: FakeStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def stopping(self) -> bool:
+        return self.store.writing.is_set()
+
+
+def test_a_crawl_that_stops_during_a_write_tells_the_store_to_stop_waiting() -> None:
+    """The crawl begins to stop while a write waits in the store thread: the commit loop,
+    awaiting that write, still notices within a poll and tells the store."""
+    store = HeldWrite()
+    handler = StopsWhileWriting(store)
+    started = time.monotonic()
+    errors = commit_all(store, handler, "ab")
+    assert [type(e) for e in errors] == [StoreUnavailable] * 2 and handler.outages == []
+    assert time.monotonic() - started < 20  # (not the FakeStore gate's own 30 s timeout)
 
 
 def test_sigterm_while_another_process_holds_the_store_locked(

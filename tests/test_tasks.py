@@ -467,6 +467,28 @@ def test_canonical_url_matches_w3lib_over_varied_urls() -> None:
     assert fast > 3_000  # the fast path is really exercised, not only the fallback
 
 
+def test_exec_task_factory_tasks_have_their_own_canonical_url(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task caches its canonical URL; the fast factory copies its template's fields, and must
+    not copy the template's cached one with them."""
+    exec_json = SeedTask.exec_json
+
+    def primed(seed: SeedTask) -> Any:
+        parts = exec_json(seed)
+        assert parts is not None
+        assert parts.template.canonical_url == "http://template.invalid/"  # now cached on it
+        return parts
+
+    monkeypatch.setattr(SeedTask, "exec_json", primed)
+    make = SeedTask.from_dict(SEED).exec_task_factory()
+    assert make is not None
+    for url in ("https://example.com/b?z=1&a=2#f", "http://x.y/", "https://example.com/a"):
+        task = make(url)
+        assert task.canonical_url == canonical_url(url)
+        decoded = ExecTask.from_message(task.to_message())
+        assert decoded.canonical_url == task.canonical_url
+
+
 def test_exec_task_factory_gives_what_exec_task_gives() -> None:
     import uuid
 

@@ -70,9 +70,22 @@ class OutageRetries:
     async def until_written(self, write: asyncio.Future[None], store: Store) -> None:
         """``write``'s outcome; while it lasts, a stopping crawl tells the store not to wait
         for a lock held elsewhere (the write then fails within moments)."""
-        while not write.done():
-            await asyncio.wait({write}, timeout=STOP_POLL)
-            self.stopped(store)
+        if not write.done():
+            # Awaited directly, the poll on a timer beside it: asyncio.wait would cost the
+            # commit a further turn of the event loop, a long one on a busy worker.
+            loop = asyncio.get_running_loop()
+            poll: list[asyncio.TimerHandle] = []  # (the one now due)
+
+            def check() -> None:
+                self.stopped(store)
+                poll[0] = loop.call_later(STOP_POLL, check)
+
+            poll.append(loop.call_later(STOP_POLL, check))
+            try:
+                await write
+            finally:
+                poll[0].cancel()
+                self.stopped(store)
         write.result()
 
     def stopped(self, store: Store) -> bool:

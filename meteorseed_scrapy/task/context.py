@@ -113,7 +113,10 @@ class Output:
     keyless_position: int | None = None
 
     def __post_init__(self, value: Any) -> None:
-        if is_item(value) and "unique_key" not in ItemAdapter(value):
+        # (a plain dict, the commonest item, without itemadapter's search for its adapter)
+        keyless = ("unique_key" not in value if type(value) is dict
+                   else is_item(value) and "unique_key" not in ItemAdapter(value))
+        if keyless:
             self.keyless_position = self.scrape.keyless_yielded
             self.scrape.keyless_yielded += 1
 

@@ -8,6 +8,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field
+from functools import cached_property
 from typing import Any
 
 from meteorseed_scrapy.task.canonical import canonical_url
@@ -76,7 +77,12 @@ class ExecTask:
     def __post_init__(self) -> None:
         # First, before any check that prints or encodes a value: nesting, numbers, strings.
         for name in self.__dataclass_fields__:
-            _check_value(name, getattr(self, name))
+            value = getattr(self, name)
+            kind = type(value)
+            # Most fields are ASCII text, None, a bool or empty: nothing in them to refuse.
+            if not ((kind is str and value.isascii()) or value is None or kind is bool
+                    or (kind in _EMPTY_OK and not value)):
+                _check_value(name, value)
         check_id("task_id", self.task_id)
         check_id("seed_id", self.seed_id)
         check_id("site_id", self.site_id)
@@ -125,8 +131,10 @@ class ExecTask:
             return base64.b64decode(self.body_b64)
         return self.body.encode("utf-8")
 
-    @property
+    @cached_property
     def canonical_url(self) -> str:
+        """The URL in its dedup form (computed once: a decoded message is checked with it, and
+        the worker keys the task's history record by it)."""
         return canonical_url(self.url)
 
     def to_dict(self) -> dict[str, Any]:
@@ -208,7 +216,7 @@ class ExecTask:
                 _check_value(name, value)
         task = cls.from_dict(data)
         try:
-            canonical_url(task.url)
+            task.canonical_url  # noqa: B018 (kept for the fingerprint)
         except ValueError as exc:
             raise TaskError("url", f"cannot be canonicalised ({exc}): {task.url[:200]!r}") from None
         return task
@@ -251,6 +259,10 @@ def _strict_text(name: str, value: Any) -> str:
             raise TaskError(name, f"is not valid UTF-8 (lone surrogate at offset {exc.start})"
                             ) from None
     return text
+
+
+#: Containers :func:`_check_value` finds nothing to refuse in when they are empty.
+_EMPTY_OK = (dict, list, tuple)
 
 
 def _shown(value: Any) -> str:

@@ -139,7 +139,9 @@ class SeedTask:
         parts = self.exec_json()
         if parts is None:
             return None
-        fields = parts.template.__dict__
+        # (its fields only: nothing the template cached, such as its canonical URL)
+        fields = {name: value for name, value in parts.template.__dict__.items()
+                  if name in ExecTask.__dataclass_fields__}
         head, tail = parts.head, parts.tail
         new_object = object.__new__
         now = time.time

@@ -60,6 +60,8 @@ class Settling:
         self._stats = crawler.stats
         self._signals = crawler.signals
         self._settings = crawler.settings
+        # (read once, as RedirectMiddleware does: settings are frozen by now)
+        self._max_redirects = crawler.settings.getint("REDIRECT_MAX_TIMES")
         self._spider = spider
         self._on_settled = on_settled  # capacity came free
         self._on_parked = on_parked  # (task_id) will not start soon
@@ -68,8 +70,7 @@ class Settling:
 
     def finished(self, entry: Entry, request: Request, result: Response | Failure) -> None:
         """``entry``'s final hop (``request``) ended with ``result`` and its scrape is over."""
-        redirects = too_many_redirects(request, result,
-                                       self._settings.getint("REDIRECT_MAX_TIMES"))
+        redirects = too_many_redirects(request, result, self._max_redirects)
         if redirects:
             logger.warning("Task %s ignored: %s", entry.task.task_id, redirects)
             self._stats.inc_value(REDIRECTS_STAT)
@@ -117,7 +118,8 @@ class Settling:
     def _settle_if_due(self, entry: Entry) -> None:
         # (the scrape's errors as they stand now: a child refused by the writer fails it late)
         happened, scrape = entry.happened, entry.scrape
-        if happened is not None and scrape is not None:
+        if happened is not None and scrape is not None and (
+                len(happened.errors) != len(scrape.errors) or happened.lasting != scrape.lasting):
             happened = replace(happened, errors=tuple(scrape.errors), lasting=scrape.lasting)
         verdict = settled_now(happened, entry.children_pending)
         if verdict is not None:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.plumbing.replies import text_of
-from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError
 
@@ -57,7 +56,7 @@ def fingerprint_bytes(task: ExecTask, canonical: str | None = None,
     of ``task`` as a Scrapy request decides instead. Raises ``ValueError`` when the URL cannot
     be canonicalised or the project's fingerprinter fails.
     """
-    url = canonical if canonical is not None else canonical_url(task.url)
+    url = canonical if canonical is not None else task.canonical_url
     if fingerprinter is not None:
         return _scrapy_fingerprint(task, fingerprinter)
     method = task.method.upper()
