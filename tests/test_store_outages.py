@@ -182,6 +182,24 @@ def test_a_deleted_file_is_a_lost_store_and_no_new_file_appears(
     store.close()
 
 
+def test_a_write_left_to_confirm_into_a_deleted_file_is_lost_and_no_new_file_appears(
+        tmp_path: Path) -> None:
+    """The group committer's way: the write in the store thread, the file's check after it,
+    elsewhere. The check fails, and the next write goes into no file at all."""
+    path = tmp_path / "items.db"
+    store = SQLiteStore(str(path))
+    store.upsert_unconfirmed([doc("first")])
+    store.confirm_written()
+    path.unlink()
+    store.upsert_unconfirmed([doc("second")])  # (into the unlinked file: not committed)
+    with pytest.raises(StoreLost, match="deleted"):
+        store.confirm_written()
+    with pytest.raises(StoreLost, match="deleted"):
+        store.upsert_unconfirmed([doc("third")])
+    assert not path.exists()
+    store.close()
+
+
 def test_a_replaced_file_is_a_lost_store(tmp_path: Path) -> None:
     path = tmp_path / "items.db"
     store = SQLiteStore(str(path))
@@ -226,7 +244,7 @@ class FillsUp(Capped):
         super().__init__(str(path))
         self.room = room
 
-    def upsert_many(self, docs: list[dict[str, Any]]) -> None:
+    def _fill(self, docs: list[dict[str, Any]]) -> None:
         if any(d.get("bad") for d in docs):
             raise ValueError("refused (test)")
         if len(docs) == 1:
@@ -234,7 +252,14 @@ class FillsUp(Capped):
                 self.close()
                 self.full = True
             self.room -= 1
+
+    def upsert_many(self, docs: list[dict[str, Any]]) -> None:
+        self._fill(docs)
         super().upsert_many(docs)
+
+    def upsert_unconfirmed(self, docs: list[dict[str, Any]]) -> None:  # (the committer's)
+        self._fill(docs)
+        super().upsert_unconfirmed(docs)
 
 
 def test_an_outage_while_finding_the_culprit_blames_no_one_after_it(tmp_path: Path) -> None:

@@ -68,6 +68,18 @@ class Store(ABC):
         :class:`StoreUnavailable` on connection-type failures: the caller may retry the batch.
         """
 
+    def upsert_unconfirmed(self, docs: list[dict[str, Any]]) -> None:
+        """:meth:`upsert_many` without the check some back ends make after it that the batch
+        went where readers look (SQLite: the file is still the one at its path). The caller
+        runs :meth:`confirm_written` before relying on the batch: on the event loop, it costs
+        the store thread no further hand-off of the GIL."""
+        self.upsert_many(docs)
+
+    def confirm_written(self) -> None:
+        """Raise :class:`StoreLost` unless what :meth:`upsert_unconfirmed` wrote is where
+        readers look (safe on any thread)."""
+        return None  # (a back end whose writes land where its readers look)
+
     @abstractmethod
     def get(self, doc_id: str) -> dict[str, Any] | None: ...
 

@@ -129,7 +129,7 @@ class GroupCommitter:
     def _start_write(self, batch: Batch) -> None:
         store, executor = self._ensure_open()
         batch.write = asyncio.get_running_loop().run_in_executor(
-            executor, store.upsert_many, batch.docs)
+            executor, store.upsert_unconfirmed, batch.docs)
 
     def _start_next(self) -> None:
         """(In the commit loop, after a write.) Start the next batch's write in the store
@@ -157,9 +157,10 @@ class GroupCommitter:
                 write, batch.write = batch.write, None
                 try:
                     if write is None:
-                        write = loop.run_in_executor(self._ensure_open()[1], store.upsert_many,
-                                                     batch.docs)
+                        write = loop.run_in_executor(self._ensure_open()[1],
+                                                     store.upsert_unconfirmed, batch.docs)
                     await self._outage.until_written(write, store)
+                    store.confirm_written()
                 except StoreUnavailable as exc:
                     attempt += 1
                     if self._outage.stopped(store):

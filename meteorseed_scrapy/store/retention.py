@@ -35,6 +35,16 @@ class RetainingStore(Store):
 
     def upsert_many(self, docs: list[dict[str, Any]]) -> None:
         self.inner.upsert_many(docs)
+        self._purge_if_due()
+
+    def upsert_unconfirmed(self, docs: list[dict[str, Any]]) -> None:
+        self.inner.upsert_unconfirmed(docs)
+        self._purge_if_due()
+
+    def confirm_written(self) -> None:
+        self.inner.confirm_written()
+
+    def _purge_if_due(self) -> None:
         if time.monotonic() >= self._next:
             self.purge()
 

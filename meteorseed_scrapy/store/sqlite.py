@@ -23,7 +23,9 @@ Its tables, indexes, upsert statement and change sequence: :mod:`.sqlite_schema`
 - The file is the one opened: after each write the path is checked to still name it (device
   and inode, one ``stat``); a file deleted or replaced while open raises :class:`StoreLost`
   (that batch went into the unlinked file: not committed), and no new file is created in its
-  place.
+  place. The group committer makes that check itself, on the event loop
+  (:meth:`upsert_unconfirmed`, then :meth:`confirm_written`): a ``stat`` in the store thread
+  would cost it one more wait for the GIL per batch while the reactor thread is busy.
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ class SQLiteStore(Store):
         self._lock = threading.Lock()
         #: (device, inode) of the file first opened; None until then, or in memory.
         self.identity: tuple[int, int] | None = None
+        #: confirm_written found the file gone: the store thread drops its connection.
+        self._lost = False
         self._stopping = threading.Event()
 
     @classmethod
@@ -110,7 +114,10 @@ class SQLiteStore(Store):
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is not None:
-            return self._conn
+            if not self._lost:
+                return self._conn
+            self._drop_connection()  # (then the file's check below raises StoreLost)
+            self._lost = False
         if self.identity is not None:
             self._check_identity()  # (connecting would create an empty file in its place)
         elif self.path != ":memory:":
@@ -131,6 +138,13 @@ class SQLiteStore(Store):
             self.identity = _file_identity(self.path)
         self._conn = conn
         return conn
+
+    def confirm_written(self) -> None:
+        try:
+            self._check_identity()
+        except StoreLost:
+            self._lost = True  # no further write into the unlinked file
+            raise
 
     def _check_identity(self) -> None:
         """Raise :class:`StoreLost` unless the path still names the file first opened."""
@@ -197,10 +211,13 @@ class SQLiteStore(Store):
     def upsert_many(self, docs: list[dict[str, Any]]) -> None:
         self._upsert("items", docs)
 
+    def upsert_unconfirmed(self, docs: list[dict[str, Any]]) -> None:
+        self._upsert("items", docs, confirm=False)
+
     def upsert_anomalies(self, docs: list[dict[str, Any]]) -> None:
         self._upsert(ANOMALIES, docs)
 
-    def _upsert(self, table: str, docs: list[dict[str, Any]]) -> None:
+    def _upsert(self, table: str, docs: list[dict[str, Any]], confirm: bool = True) -> None:
         rows = [
             (doc["_id"], json.dumps(doc, ensure_ascii=False, separators=(",", ":")),
              self.namespace)
@@ -234,7 +251,7 @@ class SQLiteStore(Store):
             write(conn)
             self._check_identity()  # committed into the file readers open, or not at all
 
-        self._run(write_checked)
+        self._run(write_checked if confirm else write)
 
     def purge_older_than(self, cutoff: str) -> int:
         return self._run(lambda conn: conn.execute(
