@@ -2,8 +2,9 @@
 
 With ``BENCH_STAGES_FILE`` set, wraps (in this worker process only) the points a task passes:
 its response reaching the scraper (``StreamPump.scrape_started``), its item reaching the store
-stage (``GroupCommitter.submit``), the store thread's write (``SQLiteStore.upsert_many``), the
-commit heard on the event loop (the submit's ``on_commit``), the task settled
+stage (``GroupCommitter.submit``), the store thread's write
+(``SQLiteStore.upsert_unconfirmed``), the commit heard on the event loop (the submit's
+``on_commit``), the task settled
 (``Completions.settled``), its completion pipeline sent and its reply read
 (``Completions._complete``). At the end, the p50 / p95 of each step over the tasks that passed
 them all (one item a task), as JSON. A measuring aid, not a test: it changes nothing else.
@@ -51,7 +52,7 @@ class AckStages:
         stamp = self.stamp
         started = StreamPump.scrape_started
         submit = GroupCommitter.submit
-        upsert = SQLiteStore.upsert_many
+        upsert = SQLiteStore.upsert_unconfirmed  # (the group committer's write)
         settled = Completions.settled
         complete = Completions._complete
 
@@ -75,7 +76,7 @@ class AckStages:
             return await submit(commits, doc, heard)
 
         @wraps(upsert)
-        def upsert_many(store: Any, docs: list[dict[str, Any]]) -> None:
+        def upsert_unconfirmed(store: Any, docs: list[dict[str, Any]]) -> None:
             for doc in docs:
                 stamp(doc.get("task_id"), "write start")
             upsert(store, docs)
@@ -98,7 +99,7 @@ class AckStages:
 
         StreamPump.scrape_started = scrape_started  # type: ignore[method-assign]
         GroupCommitter.submit = submit_  # type: ignore[method-assign]
-        SQLiteStore.upsert_many = upsert_many  # type: ignore[method-assign]
+        SQLiteStore.upsert_unconfirmed = upsert_unconfirmed  # type: ignore[method-assign]
         Completions.settled = settled_  # type: ignore[method-assign]
         Completions._complete = complete_  # type: ignore[method-assign]
 
