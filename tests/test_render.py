@@ -87,14 +87,17 @@ def test_sites_spider_installs_the_lazy_browser_handler_with_caps() -> None:
 
 
 def test_launch_args_add_the_quiet_switches_the_project_did_not_set() -> None:
-    updater, signin = render.QUIET_ARGS
-    assert render.launch_args([]) == [updater, signin]
-    assert render.launch_args(("--lang=fr",)) == ["--lang=fr", updater, signin]
+    updater, signin, checkin, registration = render.QUIET_ARGS
+    gcm = [checkin, registration]
+    assert render.launch_args([]) == [updater, signin, *gcm]
+    assert render.launch_args(("--lang=fr",)) == ["--lang=fr", updater, signin, *gcm]
     own = "--component-updater=url-source=http://updates.example/"
-    assert render.launch_args([own]) == [own, signin]
-    assert render.launch_args(["--gaia-url"]) == ["--gaia-url", updater]
+    assert render.launch_args([own]) == [own, signin, *gcm]
+    assert render.launch_args(["--gaia-url"]) == ["--gaia-url", updater, *gcm]
     assert render.launch_args(["--component-updater-x"]) == ["--component-updater-x", updater,
-                                                              signin]
+                                                              signin, *gcm]
+    assert render.launch_args(["--gcm-checkin-url=x"]) == ["--gcm-checkin-url=x", updater,
+                                                           signin, registration]
 
 
 def test_chromium_path_setting_and_launch_options(monkeypatch: pytest.MonkeyPatch) -> None:

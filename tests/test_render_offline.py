@@ -26,7 +26,8 @@ from tests.subprocess_env import python_path
 ROOT = Path(__file__).resolve().parents[1]
 RIG_CHECK = "rig-check.invalid"
 #: How long the browser is watched once the page is in: without QUIET_ARGS, Debian's Chromium
-#: asked for update.googleapis.com and accounts.google.com 18 to 27 times in 10 s.
+#: asked for update.googleapis.com and accounts.google.com 18 to 27 times in 10 s; Chromium 150
+#: without the GCM switches, android.clients.google.com 6 times.
 WATCH_S = 10
 
 

@@ -62,13 +62,16 @@ DEFAULTS: dict[str, Any] = {
 
 #: What Chromium calls Google for by itself as it starts, Playwright's switches notwithstanding
 #: (Debian's build, on a host with a network): its component updater (update.googleapis.com,
-#: despite --disable-component-update) and its sign-in (accounts.google.com, the account
-#: reconciliation a crawler never signs into). Traffic to Google from every render worker, which
+#: despite --disable-component-update), its sign-in (accounts.google.com, the account
+#: reconciliation a crawler never signs into) and, from Chromium 150, its push messaging's
+#: device check-in (android.clients.google.com). Traffic to Google from every render worker, which
 #: its operator never asked for: each is sent to the discard port on loopback instead, refused at
 #: once. A switch the project passes itself wins.
 QUIET_ARGS = (
     "--component-updater=url-source=http://127.0.0.1:9/",
     "--gaia-url=http://127.0.0.1:9/",
+    "--gcm-checkin-url=http://127.0.0.1:9/",
+    "--gcm-registration-url=http://127.0.0.1:9/",
 )
 
 
