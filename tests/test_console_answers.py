@@ -87,7 +87,8 @@ async def _a_hung_status(base: str) -> dict[str, Any]:
         await page.clock.run_for(21_000)  # past its deadline
         await expect(page.locator("#flash")).to_contain_text("no answer to GET /status in 30 s")
         await page.clock.run_for(2_000)  # the next refresh
-        await expect(page.locator("[data-testid=backlog]")).to_have_text("0")
+        # (four real queries to the server: Playwright's 5 s may be short on a loaded machine)
+        await expect(page.locator("[data-testid=backlog]")).to_have_text("0", timeout=30_000)
         return {"during": during, "after": len(asked)}
 
 
