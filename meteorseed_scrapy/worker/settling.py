@@ -116,7 +116,8 @@ class Settling:
         return trouble_wait(self._breaker, self._stats, site, delay_s, why)
 
     def _settle_if_due(self, entry: Entry) -> None:
-        # (the scrape's errors as they stand now: a child refused by the writer fails it late)
+        # (the scrape's errors as they stand now: a child refused by the writer fails it late;
+        # they are only ever appended to, so an equal count means nothing new)
         happened, scrape = entry.happened, entry.scrape
         if happened is not None and scrape is not None and (
                 len(happened.errors) != len(scrape.errors) or happened.lasting != scrape.lasting):
