@@ -74,6 +74,9 @@ DEFAULTS: dict[str, Any] = {
     # keep-alive threads may wait for the GIL held by a busy reactor (Python's own: 0.005);
     # 0 leaves Python's (meteorseed_scrapy.worker.interpreter).
     "METEORSEED_SWITCH_INTERVAL": 0.0005,
+    # The interpreter's young-generation collection threshold while a worker runs (Python's
+    # own: 700); 0 leaves Python's (meteorseed_scrapy.worker.interpreter).
+    "METEORSEED_GC_THRESHOLD": 10_000,
     # Completion records and failure notes matter only while a task can still be redelivered.
     "METEORSEED_DONE_TTL": 600,
     # What became of each URL (done, 404, robots, blacklist, dead, cancelled) is kept this
