@@ -32,6 +32,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(_WHY is not None, reason=_WHY 
 
 NS = "rolling"
 PORT = 6800
+# The longest the site may go without a request. Alone on 2 cores the longest pause is about
+# 1 s (a wave of 1 s pages); with a second whole suite running beside it, 3.2 s once, the
+# workers starved of CPU. A fleet held up by a restarting host would be quiet for as long as
+# its stop deadline (15 s) or a lease or claim lapse (30 s here): still caught.
+MAX_QUIET_S = 6.0
 
 
 class HostScrapyd:
@@ -151,7 +156,7 @@ def test_rolling_deploy_restarts_each_host_and_loses_nothing(tmp_path: Path) -> 
         assert r.xlen(keys.stream) == 0
         # Two hosts always crawl while the third restarts: the site never goes quiet for
         # longer than a few of its 1 s pages.
-        assert measures["max_gap"] < 3.0, measures
+        assert measures["max_gap"] < MAX_QUIET_S, measures
         assert measures["requests"] == len(tasks), "each page fetched once, across restarts"
         print(f"rolling restart of {restarted}: {figures}; site requests {measures['requests']} "
               f"for {len(tasks)} tasks, longest pause {measures['max_gap']:.2f}s")
