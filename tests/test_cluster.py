@@ -19,6 +19,8 @@ from redis.crc import key_slot
 from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.queue.consume.acks import Completion
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import CHUNK_SIZE, AddResult
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -28,6 +30,7 @@ from meteorseed_scrapy.queue.plumbing.connection import (
     parse_cluster_url,
     sync_client,
 )
+from meteorseed_scrapy.settings import FeedConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.cluster import SLOTS, LocalCluster
 from tests.queue_helpers import is_seen
@@ -238,3 +241,43 @@ def test_dedup_scripts_keep_every_key_in_the_site_slot_on_a_cluster(
              if k != keys.shard_count and not k.startswith(keys.events)]
     assert len(found) > 20, found  # generations and split buckets were made
     assert {key_slot(k.encode()) for k in found} == {key_slot(keys.seen(site).encode())}
+
+
+def test_a_task_in_another_shards_stream_gets_its_record_only_after_its_ack_script(
+    cluster: LocalCluster, ns: str
+) -> None:
+    # A task put in another shard's stream than its site's (by hand, or by an older layout):
+    # its completion record lives in another slot, so it cannot go in the ack script. Written
+    # ahead of the script, a refused script (the feed's XADD) would leave the task pending
+    # with a record, and its redelivery acked without a refetch: its feed entries never in.
+    keys = KeyLayout(ns, shards=2, cluster=True)
+    site = next(f"site{i}" for i in range(100) if keys.for_site(f"site{i}").index == 0)
+    other = keys.shard_keys[1]
+    task = ExecTask.create(seed_id="s", site_id=site, url=f"https://{site}.example/1")
+    record_key = keys.for_site(site).done(task.task_id)
+    entry = {"_id": f"{site}:1", "task_id": task.task_id}
+
+    async def body(client: Any) -> dict[str, Any]:
+        consumer = StreamConsumer(client, keys, "w1")
+        await consumer.ensure_group()
+        await client.xadd(other.stream, task.to_message())
+        (delivery,) = await consumer.read(10, 100)
+        done = [Completion(task, '{"outcome": "ok"}', (entry,))]
+        await client.set(other.items_feed, "not a stream")  # the script's XADD is refused
+        out: dict[str, Any] = {}
+        with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+            await consumer.complete((), [delivery.ref], 60, done=done, feed=FeedConfig("ids"))
+        out["refused"] = (await client.get(record_key),
+                          (await client.xpending(other.stream, keys.group))["pending"])
+        await client.delete(other.items_feed)
+        out["acked"] = await consumer.complete((), [delivery.ref], 60, done=done,
+                                               feed=FeedConfig("ids"))
+        out["after"] = (await client.get(record_key),
+                        (await client.xpending(other.stream, keys.group))["pending"],
+                        [f["_id"] for _, f in await client.xrange(other.items_feed)])
+        return out
+
+    out = run(cluster.url, body, decode_responses=True)
+    assert out["refused"] == (None, 1)
+    assert out["acked"] == 1
+    assert out["after"] == ('{"outcome": "ok"}', 0, [f"{site}:1"])

@@ -114,7 +114,6 @@ class Settler:
                        feed: FeedConfig | None = None) -> int:
         """See :meth:`StreamConsumer.complete`."""
         calls, apart = self._calls(refs, settles, done)
-        records = [*records, *((c.task, c.record) for c in apart)]
         if not records and not calls:
             return 0
         feed = feed or FeedConfig()
@@ -132,6 +131,15 @@ class Settler:
         if self._cluster:
             replies = [*replies, *(await call_scripts(self.redis, self._ack, scripted)
                                    if scripted else [])]
+        if apart:
+            # After the scripts, as ack.lua writes a record after its task's feed entries: a
+            # refused script must not leave a record that acks a redelivery without a refetch
+            # (a crash after the ack and before the record costs nothing: no redelivery).
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for completion in apart:
+                    pipe.set(self.keys.for_site(completion.task.site_id)
+                             .done(completion.task.task_id), completion.record, ex=ttl)
+                await pipe.execute()
         return await settle_acks(self.redis, self.keys, replies[len(records):],
                                  self.progress_retention)
 

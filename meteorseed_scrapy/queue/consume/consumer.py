@@ -248,19 +248,21 @@ class StreamConsumer:
                        done: Sequence[Completion | None] = (),
                        feed: FeedConfig | None = None) -> int:
         """XACK and XDEL those of ``refs`` still pending on this consumer (``ack.lua``, one
-        call per stream, all in one round trip), completion records first; returns how many
-        were acked. A task redelivered after a crash between its record and its ack is acked
-        without a refetch. An entry another worker reclaimed meanwhile (this one was cut off
-        for longer than CLAIM_IDLE) is left to its new owner.
+        call per stream, all in one round trip); returns how many were acked. A task
+        redelivered after its record was written (its ack refused: another worker had reclaimed
+        it) is acked without a refetch. An entry another worker reclaimed meanwhile (this one
+        was cut off for longer than CLAIM_IDLE) is left to its new owner.
 
         ``settles`` (one per ref, in order; missing: counted under no seed) say what each
         acked entry counts for in its seed's progress
         (:mod:`~meteorseed_scrapy.queue.fleet.crawl_progress`). ``done`` (one per ref, or None)
         holds a task's completion record and its items feed entries, capped
         as ``feed`` says: written by the same script as the ref's ack, feed first, so a
-        refused XADD leaves the task unacked and without a record. ``records`` (tasks with no
-        ref here) are written ahead of the scripts, in the same pipeline (on a cluster, whose
-        pipelines refuse scripts: first, then the scripts, one per stream).
+        refused XADD leaves the task unacked and without a record (on a cluster, the record of
+        a task in another shard's stream than its site's is in another slot: written after the
+        scripts). ``records`` (tasks with no ref here) are written ahead of the scripts, in the
+        same pipeline (on a cluster, whose pipelines refuse scripts: first, then the scripts,
+        one per stream).
         """
         return await self._settler.complete(records, refs, ttl, settles, done, feed)
 
