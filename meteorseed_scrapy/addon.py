@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from scrapy.utils.misc import load_object
 
+from meteorseed_scrapy.components import add_component, switch_off
 from meteorseed_scrapy.header_cap import set_handlers
 from meteorseed_scrapy.politeness.local_limits import local_limits_warning
 from meteorseed_scrapy.setting_checks import InvalidSettings, check_settings
@@ -88,31 +89,17 @@ SCRAPY_RETRY = "scrapy.downloadermiddlewares.retry.RetryMiddleware"
 OUR_ROBOTS = "meteorseed_scrapy.middlewares.RobotsTxtMiddleware"
 
 
-def add_component(settings: BaseSettings, name: str, path: str, order: int) -> None:
-    """``path`` in the ``name`` component dict at ``order``, unless the project lists it
-    itself (by path or class, at any priority, None included): then the project's stays.
-    Our robots.txt middleware takes the place of Scrapy's, at the order the project gave
-    Scrapy's, else ``order``; Scrapy's is then off (:func:`switch_off`)."""
-    component = load_object(path)
+def add_ours(settings: BaseSettings, name: str, path: str, order: int) -> None:
+    """:func:`~meteorseed_scrapy.components.add_component`, except that our robots.txt
+    middleware takes the place of Scrapy's, at the order the project gave Scrapy's, else
+    ``order``; Scrapy's is then off."""
     if path == OUR_ROBOTS:
-        scrapy_robots = load_object(SCRAPY_ROBOTS)
-        listed = {load_object(key): value for key, value in settings.getdict(name).items()}
-        if listed.get(scrapy_robots) is not None and component not in listed:
+        component, scrapy_robots = load_object(path), load_object(SCRAPY_ROBOTS)
+        orders = {load_object(key): value for key, value in settings.getdict(name).items()}
+        if orders.get(scrapy_robots) is not None and component not in orders:
             settings.replace_in_component_priority_dict(name, scrapy_robots, component)
         switch_off(settings, name, SCRAPY_ROBOTS)
-    settings.setdefault_in_component_priority_dict(name, component, order)
-
-
-def switch_off(settings: BaseSettings, name: str, path: str) -> None:
-    """Scrapy's component ``path`` off in the ``name`` component dict, unless the project
-    lists it itself (by path or class, at any priority). Off by its import path, the key of
-    Scrapy's ``*_BASE`` dicts: Scrapy 2.14 does not let a class key (what
-    ``setdefault_in_component_priority_dict`` writes) override a path key of the base, and
-    kept the component on."""
-    components = settings.getdict(name)
-    if not any(load_object(key) is load_object(path) for key in components):
-        components[path] = None
-        settings.set(name, components, priority=settings.getpriority(name) or 0)
+    add_component(settings, name, path, order)
 
 
 def refuse(settings: BaseSettings, error: ConfigError) -> NoReturn:
@@ -171,7 +158,7 @@ class MeteorSeedAddon:
         }
         for setting_name, entries in components.items():
             for path, order in entries.items():
-                add_component(settings, setting_name, path, order)
+                add_ours(settings, setting_name, path, order)
         # robots.txt is obeyed unless the project (or -s) says otherwise.
         settings.set("ROBOTSTXT_OBEY", True, priority="addon")
         # Unless the project lists it itself (then its in-memory retries come on top).

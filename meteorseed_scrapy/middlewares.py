@@ -1,5 +1,6 @@
 """Downloader middlewares (the Scrapy-facing faces of politeness), every one of them importable
-from here: the one documented path (the site hygiene ones are defined in ``politeness/``).
+from here: the one documented path (the site hygiene ones are defined in ``politeness/``, the
+rendering sites' one in ``sites/render.py``).
 Those that use Redis take the crawl's runtime
 (:class:`~meteorseed_scrapy.politeness.runtime.CrawlRuntime`) in ``from_crawler`` and act only
 once it is a worker crawl's: a local crawl (Scrapy's commands, the shell) passes through.
@@ -47,6 +48,7 @@ from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.politeness.user_agents import UserAgentPoolMiddleware
 from meteorseed_scrapy.sites.lookup import SiteConfigs, site_configs
+from meteorseed_scrapy.sites.render import RenderMiddleware
 from meteorseed_scrapy.task.context import LEASE_META_KEY, task_of
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
 from meteorseed_scrapy.worker.requests import status_allowed
@@ -294,5 +296,6 @@ class CircuitBreakerMiddleware:
 
 __all__ = ["AdaptiveThrottleMiddleware", "AddressPolicyMiddleware", "BackoffMiddleware",
            "BlacklistMiddleware", "CircuitBreakerMiddleware", "CookieWarmupMiddleware",
-           "LogSetupMiddleware", "ProxyPoolMiddleware", "RobotsTxtMiddleware",
-           "SiteSlotMiddleware", "UserAgentPoolMiddleware", "durable_retry", "retry_decision"]
+           "LogSetupMiddleware", "ProxyPoolMiddleware", "RenderMiddleware",
+           "RobotsTxtMiddleware", "SiteSlotMiddleware", "UserAgentPoolMiddleware",
+           "durable_retry", "retry_decision"]

@@ -69,11 +69,12 @@ def test_bad_render_configs_name_the_field(extra: dict[str, Any], message: str) 
 
 
 def test_sites_spider_installs_the_lazy_browser_handler_with_caps() -> None:
-    settings = Settings({"DOWNLOADER_MIDDLEWARES": {"x.Mw": 10}})
+    settings = Settings({"DOWNLOADER_MIDDLEWARES": {"tests.test_components.Other": 10}})
     RuleSpider.update_settings(settings)
     assert settings.getdict("DOWNLOAD_HANDLERS") == {"http": render.HANDLER,
                                                      "https": render.HANDLER}
-    assert settings.getdict("DOWNLOADER_MIDDLEWARES") == {"x.Mw": 10, render.MIDDLEWARE: 760}
+    assert settings.getdict("DOWNLOADER_MIDDLEWARES") == {"tests.test_components.Other": 10,
+                                                          render.RenderMiddleware: 760}
     assert settings.getint("PLAYWRIGHT_MAX_CONTEXTS") == 1
     assert settings.getint("PLAYWRIGHT_MAX_PAGES_PER_CONTEXT") == 4
     assert render.PLAYWRIGHT_ERRORS in settings.getlist("RETRY_EXCEPTIONS")

@@ -30,6 +30,7 @@ from scrapy import Request, Spider
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
+from meteorseed_scrapy.components import add_component
 from meteorseed_scrapy.settings import text_setting
 from meteorseed_scrapy.sites.lookup import site_configs
 from meteorseed_scrapy.task.context import task_of
@@ -46,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 HANDLER = "meteorseed_scrapy.sites.browser.BrowserHandler"
-MIDDLEWARE = "meteorseed_scrapy.sites.render.RenderMiddleware"
+MIDDLEWARE = "meteorseed_scrapy.middlewares.RenderMiddleware"  # (defined below)
 #: after the proxy pool (740) and Scrapy's HttpProxyMiddleware (750): only meta is set here
 MIDDLEWARE_ORDER = 760
 CONTEXT = "meteorseed"  # one browser context for every site: the context cap cannot deadlock
@@ -115,9 +116,8 @@ def chromium_missing(path: str) -> str | None:
 def configure(settings: BaseSettings) -> bool:
     """Install the browser handler and the render middleware (spider priority); False when
     scrapy-playwright or the asyncio reactor is missing (rendering sites then fail clearly)."""
-    middlewares = settings.getdict("DOWNLOADER_MIDDLEWARES")
-    middlewares.setdefault(MIDDLEWARE, MIDDLEWARE_ORDER)
-    settings.set("DOWNLOADER_MIDDLEWARES", middlewares, priority="spider")
+    add_component(settings, "DOWNLOADER_MIDDLEWARES", MIDDLEWARE, MIDDLEWARE_ORDER,
+                  priority="spider")
     if not PLAYWRIGHT_INSTALLED or settings.get("TWISTED_REACTOR") != ASYNCIO_REACTOR:
         return False
     handlers = settings.getdict("DOWNLOAD_HANDLERS")

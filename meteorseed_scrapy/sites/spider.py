@@ -25,6 +25,7 @@ from scrapy.utils.log import failure_to_exc_info
 from twisted.internet import task, threads
 from twisted.python.failure import Failure
 
+from meteorseed_scrapy.components import add_component
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.scrapy_internals import attach_crawler
 from meteorseed_scrapy.settings import (
@@ -91,16 +92,10 @@ class RuleSpider(scrapy.Spider):
     @classmethod
     def update_settings(cls, settings: BaseSettings) -> None:
         super().update_settings(settings)
-        # Just before the store stage (900): anomalies and reposts are settled first. Set at
-        # spider priority: `scrapy crawl` later merges the project's settings over a crawler's
-        # and would drop an entry added at the default priority.
-        pipelines = settings.getdict("ITEM_PIPELINES")
-        pipelines.setdefault(PIPELINE, 800)
-        settings.set("ITEM_PIPELINES", pipelines, priority="spider")
+        # Just before the store stage (900): anomalies and reposts are settled first.
+        add_component(settings, "ITEM_PIPELINES", PIPELINE, 800, priority="spider")
         # The raw-page cache (off unless METEORSEED_PAGE_CACHE: then NotConfigured).
-        extensions = settings.getdict("EXTENSIONS")
-        extensions.setdefault(PAGE_CACHE, 0)
-        settings.set("EXTENSIONS", extensions, priority="spider")
+        add_component(settings, "EXTENSIONS", PAGE_CACHE, 0, priority="spider")
         # `render: browser` sites: the browser handler (Playwright starts at the first rendered
         # page only) and the middleware that marks their requests.
         render.configure(settings)
