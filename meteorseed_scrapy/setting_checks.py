@@ -24,7 +24,6 @@ from meteorseed_scrapy.queue.consume.task_history import TaskHistory
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.seeding.runner import bounds_from
 from meteorseed_scrapy.settings import (
-    DEFAULTS,
     StoreConfig,
     WorkerConfig,
     duration_setting,
@@ -101,7 +100,3 @@ def check_settings(settings: BaseSettings) -> None:
     for name in ("METEORSEED_MAX_RESPONSE_HEADERS", "METEORSEED_RESPONSE_HEADERS_MAXSIZE"):
         integer_setting(settings, name, minimum=0)  # (0: no cap)
 
-
-def checked_names() -> frozenset[str]:
-    """The settings :func:`check_settings` has a rule for or knows to be free text."""
-    return frozenset(DEFAULTS) - TEXT

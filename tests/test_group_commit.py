@@ -60,9 +60,6 @@ class FakeStore(Store):
     def iter_docs(self) -> Iterator[dict[str, Any]]:
         return iter(())
 
-    def count_by_site(self) -> dict[str, int]:
-        return {}
-
     def close(self) -> None:
         self.closed = True
 

@@ -67,9 +67,6 @@ class ProbeStore(Store):
     def iter_docs(self) -> Iterator[dict[str, Any]]:
         return self.inner.iter_docs()
 
-    def count_by_site(self) -> dict[str, int]:
-        return self.inner.count_by_site()
-
     def close(self) -> None:
         self.closed = True
         self.inner.close()

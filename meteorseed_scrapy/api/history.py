@@ -1,7 +1,7 @@
 """``GET /history``: the console's charts of the last hour, from a sampler running in the server.
 
 Every :data:`INTERVAL_S` the server takes the queue snapshot of :mod:`meteorseed_scrapy.queue
-.status` (the one ``GET /status`` returns) and reads each known site's fleet health window
+.inspect.status` (the one ``GET /status`` returns) and reads each known site's fleet health window
 (``<ns>:{site}:health``, the breaker's per-second counters), and keeps one small sample of
 them in a ring buffer of :data:`SIZE` (an hour). Nothing is stored in Redis: a restarted server
 starts a new hour. It also remembers the consumers it saw, so that the console can say which

@@ -1,6 +1,6 @@
 -- A crawl's progress: per-seed and per-site counters, kept by the scripts that enqueue and
 -- settle tasks (enqueue, ack, dead, defer, promote), so counting costs no round trip of its
--- own. See queue/crawl_progress.py (the reader) and queue/keys.py (the keys).
+-- own. See queue/fleet/crawl_progress.py (the reader) and queue/keys.py (the keys).
 --
 -- '<prefix>:crawl:<seed_id>'    hash  enqueued, done, dead, cancelled, delayed (now), outstanding
 --                                     (enqueued - done - dead - cancelled), items, anomalies, bytes,

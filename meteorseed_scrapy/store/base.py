@@ -91,9 +91,6 @@ class Store(ABC):
         """Every stored document (for tests and the demo summary; not for hot paths)."""
 
     @abstractmethod
-    def count_by_site(self) -> dict[str, int]: ...
-
-    @abstractmethod
     def close(self) -> None: ...
 
     def keep_for(self, seconds: float) -> bool:

@@ -269,12 +269,6 @@ class MongoStore(Store):
         except (ConnectionFailure, InvalidOperation, OperationFailure) as exc:
             raise StoreUnavailable(f"MongoDB: {exc}") from exc
 
-    def count_by_site(self) -> dict[str, int]:
-        self._ready()
-        groups = self.collection.aggregate([{"$group": {"_id": "$site_id", "n": {"$sum": 1}}}])
-        counts = {str(group["_id"]): int(group["n"]) for group in groups}
-        return dict(sorted(counts.items()))
-
     # -- export (meteorseed export) -------------------------------------------------------
 
     export_kind = "mongodb"

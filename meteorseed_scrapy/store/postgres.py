@@ -211,11 +211,6 @@ class PostgresStore(Store):
                           seed_id, after or "", limit)
         return [dict(doc) for (doc,) in rows]
 
-    def count_by_site(self) -> dict[str, int]:
-        rows = self._rows("SELECT doc->>'site_id' AS site, COUNT(*) FROM items"
-                          " WHERE namespace = %s GROUP BY site ORDER BY site")
-        return {str(site): int(n) for site, n in rows}
-
     # -- export (meteorseed export) -------------------------------------------------------
 
     export_kind = "postgresql"

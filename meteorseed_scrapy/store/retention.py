@@ -85,9 +85,6 @@ class RetainingStore(Store):
     def iter_anomalies(self) -> Iterator[dict[str, Any]]:
         return self.inner.iter_anomalies()
 
-    def count_by_site(self) -> dict[str, int]:
-        return self.inner.count_by_site()
-
     @property
     def export_kind(self) -> str:  # type: ignore[override]
         return self.inner.export_kind

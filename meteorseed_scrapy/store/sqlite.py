@@ -285,11 +285,6 @@ class SQLiteStore(Store):
             " AND _id > ? ORDER BY _id LIMIT ?", seed_id, after or "", limit)
         return [json.loads(doc) for (doc,) in rows]
 
-    def count_by_site(self) -> dict[str, int]:
-        rows = self._rows(f"SELECT {FIELD.format('site_id')} AS site, COUNT(*) FROM items"
-                          " WHERE namespace = ? GROUP BY site ORDER BY site")
-        return {str(site): int(n) for site, n in rows}
-
     # -- export (meteorseed export) -------------------------------------------------------
 
     export_kind = "sqlite"

@@ -1,10 +1,11 @@
 """Which task (and which scrape of it) the code running now works for.
 
-The scheduler sets :data:`CURRENT_SCRAPE` around ``Scraper.enqueue_scrape``; the asyncio tasks
-that Scrapy creates there (callback output, item pipelines, item signals) inherit it, so the
-store stage knows the task of each item without Scrapy passing the response along. It is *not*
-a way to tell retry/redirect hops from child requests: the context also leaks into downloads
-started from a scrape pass.
+The worker's scrape wrapper (:mod:`meteorseed_scrapy.worker.scrapes`) sets
+:data:`CURRENT_SCRAPE` around ``Scraper.enqueue_scrape``; the asyncio tasks that Scrapy creates
+there (callback output, item pipelines, item signals) inherit it, so the store stage knows the
+task of each item without Scrapy passing the response along. It is *not* a way to tell
+retry/redirect hops from child requests: the context also leaks into downloads started from a
+scrape pass.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class ExecTask:
     created_at: float = 0.0
     lane: str = DEFAULT_LANE  # realtime / scheduled / retry: which task streams it waits in
     # The spider whose workers take it (its own task streams); None: any worker's (the default
-    # streams, as every task was before spiders were named). Children inherit it.
+    # streams). Children inherit it.
     spider: str | None = None
     # The rest of a scrapy.Request (Request.to_dict's fields); the defaults are what a message
     # written before they existed means.

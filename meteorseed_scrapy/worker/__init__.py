@@ -5,6 +5,7 @@
 - :mod:`.intake`, :mod:`.work_budget`, :mod:`.waiting`, :mod:`.dispatcher`: tasks read by free
   capacity, held per site and served by priority (with this worker's own new tasks on their
   way through the stream), handed out to the downloader by permit
+- :mod:`.seed_holds`: an operator's hold (tasks parked) or cancel (settled unfetched) of a seed
 - :mod:`.start_pacing`: start requests paced as Scrapy paces them
 - :mod:`.requests`: ExecTask <-> ``scrapy.Request``, without pickle
 - :mod:`.scrapes`: which task Scrapy's scraper works for

@@ -13,7 +13,6 @@ works on a cluster so far.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
@@ -40,9 +39,6 @@ AnyRedis: TypeAlias = "SyncRedis | AsyncRedis"
 SyncPipeline: TypeAlias = "redis.client.Pipeline | redis.cluster.ClusterPipeline"
 AsyncPipeline: TypeAlias = "redis.asyncio.client.Pipeline | redis.asyncio.cluster.ClusterPipeline"
 
-#: Where each cluster client made here came from (URL, options), for clone_async.
-_SOURCES: weakref.WeakKeyDictionary[redis.asyncio.RedisCluster, tuple[str, dict[str, Any]]] = (
-    weakref.WeakKeyDictionary())
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 SETTING = "METEORSEED_REDIS_URL"
 
@@ -116,23 +112,8 @@ def async_client(url: str, **kwargs: Any) -> AsyncRedis:
     from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 
     others = [AsyncClusterNode(h, p) for h, p in target.nodes[1:]]
-    client = redis.asyncio.RedisCluster.from_url(target.node_url, startup_nodes=others or None,
-                                                 **kwargs)
-    _SOURCES[client] = (url, kwargs)
-    return client
-
-
-def clone_async(client: AsyncRedis) -> AsyncRedis:
-    """A new client for the same server(s) and options: an asyncio client belongs to one event
-    loop, so a thread with its own loop needs its own."""
-    if isinstance(client, redis.asyncio.RedisCluster):
-        if client not in _SOURCES:
-            raise ValueError("a RedisCluster client not made by async_client cannot be cloned")
-        url, kwargs = _SOURCES[client]
-        return async_client(url, **kwargs)
-    pool = client.connection_pool
-    return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(
-        connection_class=pool.connection_class, **pool.connection_kwargs))
+    return redis.asyncio.RedisCluster.from_url(target.node_url, startup_nodes=others or None,
+                                               **kwargs)
 
 
 def sync_client(url: str, **kwargs: Any) -> SyncRedis:
