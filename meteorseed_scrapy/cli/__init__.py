@@ -13,8 +13,6 @@ import sys
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
 
-from redis.exceptions import RedisError
-
 from meteorseed_scrapy.cli import (
     dead,
     export,
@@ -38,6 +36,7 @@ from meteorseed_scrapy.cli.common import (
 )
 from meteorseed_scrapy.exit_codes import EXIT_ERROR
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_FAILURES
 from meteorseed_scrapy.scrapy_redis_settings import redact
 
 if TYPE_CHECKING:
@@ -91,7 +90,7 @@ def main(argv: Sequence[str] | None = None, *, stdin: IO[str] | None = None,
         return EXIT_ERROR
     except BrokenPipeError:  # `meteorseed dead list | head`: the reader is gone, say nothing
         return EXIT_ERROR
-    except (RedisError, OSError) as exc:
+    except REDIS_FAILURES as exc:
         # Connection refused, DNS, auth, timeouts: one line, no traceback.
         print(f"meteorseed: Redis at {redact(url)}: {exc}", file=err)
         return EXIT_ERROR

@@ -27,13 +27,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import redis
-
 from meteorseed_scrapy.observability import webhook
 from meteorseed_scrapy.politeness.policy import Backoff
 from meteorseed_scrapy.queue.fleet import events
 from meteorseed_scrapy.queue.fleet.events import CrawlEvent, Event, EventReader
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_FAILURES
 from meteorseed_scrapy.settings import (
     DEFAULTS,
     duration_setting,
@@ -153,7 +152,7 @@ class Deliverer:
                         self._started = True
                     await self.step()
                     failures = 0
-                except (redis.RedisError, OSError) as exc:  # Redis down: wait, read again
+                except REDIS_FAILURES as exc:  # Redis down: wait, read again
                     failures += 1
                     delay = self.config.backoff.compute(failures - 1)
                     logger.warning("Webhooks: cannot read %s (%s); again in %.1f s",

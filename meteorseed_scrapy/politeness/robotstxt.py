@@ -7,7 +7,6 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
 from scrapy import Request, Spider
 from scrapy.downloadermiddlewares.robotstxt import (
     RobotsTxtMiddleware as ScrapyRobotsTxtMiddleware,
@@ -21,6 +20,7 @@ from twisted.internet.defer import Deferred
 
 from meteorseed_scrapy.politeness.gate import ROBOTS_CAP_REFRESH_S
 from meteorseed_scrapy.politeness.runtime import CrawlRuntime
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_FAILURES
 from meteorseed_scrapy.scrapy_internals import parse_robots, robots_error, robots_parsers
 from meteorseed_scrapy.settings import integer_setting
 from meteorseed_scrapy.sites.lookup import FETCH_ATTEMPTS, SITE_META_KEY, site_config, site_of
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+#: Recording a robots.txt rate failed: Redis, or a value the gate refused.
+CAP_FAILURES: tuple[type[Exception], ...] = (*REDIS_FAILURES, ValueError, TypeError)
 
 
 class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
@@ -83,7 +85,7 @@ class RobotsTxtMiddleware(ScrapyRobotsTxtMiddleware):
         interval = robots_interval(rp, agent)
         try:
             capped = await self.runtime.gate.cap_by_robots(site, host, interval)
-        except (RedisError, OSError, ValueError, TypeError) as exc:
+        except CAP_FAILURES as exc:
             del self._capped[seen]  # asked again with the site's next request
             logger.warning("Could not record the robots.txt rate of %s for site %s: %s", host,
                            site, exc)

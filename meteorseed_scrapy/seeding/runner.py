@@ -19,10 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from redis.exceptions import RedisError
-
 from meteorseed_scrapy.queue.keys import KeyLayout
-from meteorseed_scrapy.queue.plumbing.connection import async_client
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_FAILURES, async_client
 from meteorseed_scrapy.seeding.adapt import (
     MAX_INTERVAL_SETTING,
     MIN_INTERVAL_SETTING,
@@ -159,7 +157,7 @@ async def watch(redis_url: str, keys: KeyLayout, *, seed_file: str | None, confi
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        with contextlib.suppress(RedisError, OSError):
+        with contextlib.suppress(*REDIS_FAILURES):
             await client.aclose()
     say(f"stopped after {seeder.runs} seed runs")
     return 0

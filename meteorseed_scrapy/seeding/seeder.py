@@ -22,9 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import RedisError
-
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_FAILURES
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor
 from meteorseed_scrapy.seeding.expand import expand_seeds
 from meteorseed_scrapy.seeding.expand_types import (
@@ -154,7 +153,7 @@ class Seeder:
                             await self.registry.renew(rest.seed_id, 0)
                         break
                     await self._run_until_stopped(record, stop)
-            except (RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 self._lost(exc)
                 await _wait(stop, self.config.retry_s)
 
@@ -193,11 +192,11 @@ class Seeder:
                 done, _ = await asyncio.wait({run}, timeout=self.config.grace_s)
                 if not done:
                     run.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
+                    with contextlib.suppress(asyncio.CancelledError, *REDIS_FAILURES):
                         await run
                     logger.info("seeder: stopped while running seed %s; handed back",
                                 record.seed_id)
-                    with contextlib.suppress(RedisError, OSError):
+                    with contextlib.suppress(*REDIS_FAILURES):
                         await self.registry.renew(record.seed_id, 0)
                     return
             run.result()  # a Redis error propagates to the outage handling
@@ -219,7 +218,7 @@ class Seeder:
                               threads=seed.task_type in BLOCKING_SEED_TYPES)
             await expand_seeds([(1, seed)], self.writer, options, on_error=_ignore,
                                watcher=watcher, summary=summary)
-        except (RedisError, OSError):
+        except REDIS_FAILURES:
             raise  # an outage: the lease runs out and the seed is run again later
         except Exception as exc:  # a bug must not stop the seeder: make it visible instead
             logger.exception("seeder: seed %s failed", seed.seed_id)
@@ -259,7 +258,7 @@ class Seeder:
                 return
             try:
                 await self.registry.renew(seed_id, self.config.lease_s)
-            except (RedisError, OSError) as exc:
+            except REDIS_FAILURES as exc:
                 logger.warning("seeder: cannot renew the lease of seed %s: %s", seed_id, exc)
 
 

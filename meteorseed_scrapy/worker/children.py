@@ -10,15 +10,13 @@ its parent, never the flush loop (one bad child must not hold every ack behind i
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
-from redis.exceptions import RedisError
-
 from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult, Encoded
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_FAILURES
 from meteorseed_scrapy.task.context import Scrape
 from meteorseed_scrapy.task.exec_task import ExecTask
 
@@ -28,8 +26,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BATCH = 500
-#: Failures of Redis itself (an outage, a refused command): the batch waits and is sent again.
-REDIS_FAILURES = (RedisError, OSError, asyncio.TimeoutError)
 
 
 class Child(NamedTuple):

@@ -21,12 +21,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
-
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.queue.fleet.liveness import Heartbeat, beat_interval, liveness_ttl
-from meteorseed_scrapy.queue.plumbing.connection import sync_client
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_FAILURES, sync_client
 from meteorseed_scrapy.queue.plumbing.scripts import ScriptPipeline, register
 from meteorseed_scrapy.queue.shards import is_cluster
 
@@ -120,7 +118,7 @@ class KeepAlive:
                             with self._lost_lock:
                                 self._lost.extend(lost)
                     failing = False
-                except (RedisError, OSError) as exc:
+                except REDIS_FAILURES as exc:
                     # The loops log the outage; the next round tries again.
                     if not failing:
                         logger.debug("Keep-alive of %d task(s) failed: %s", len(refs), exc)
@@ -128,7 +126,7 @@ class KeepAlive:
                     self.failures += 1
                 if self._stop.wait(self.beat_s):
                     break
-            with contextlib.suppress(RedisError, OSError):
+            with contextlib.suppress(*REDIS_FAILURES):
                 heart.beat(self.stop_ttl_s)
         finally:
             client.close()

@@ -21,11 +21,11 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.queue.fleet.snapshot import RedisMemory
-from meteorseed_scrapy.queue.plumbing.connection import out_of_memory
+from meteorseed_scrapy.queue.plumbing.connection import REDIS_FAILURES, out_of_memory
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.store.outage import CrawlStop
 
@@ -99,7 +99,7 @@ class RedisWatch:
                 await self.check()
             elif "NOGROUP" in text:
                 await self.vanished()
-        except (RedisError, OSError) as trouble:  # (the loop's own handling goes on)
+        except REDIS_FAILURES as trouble:  # (the loop's own handling goes on)
             logger.debug("Could not look into %r: %s", text, trouble)
 
     async def vanished(self) -> int:

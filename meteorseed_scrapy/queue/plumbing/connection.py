@@ -13,6 +13,7 @@ works on a cluster so far.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
@@ -25,7 +26,7 @@ import redis.client
 import redis.cluster
 from redis.cluster import ClusterNode
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, ResponseError
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 #: The clients made here, by kind; the rest of the package names them by these aliases only.
@@ -54,6 +55,10 @@ class ClusterTarget:
 #: What "Redis is unreachable" is, everywhere (a worker pauses, a command or the API says so):
 #: redis-py's connection and timeout errors (it wraps the socket's own OSError in them).
 REDIS_DOWN: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError)
+#: What "Redis failed" is, where the caller waits and tries again whatever the cause: Redis
+#: unreachable, or a command refused (out of memory, a key of the wrong type, a script's
+#: error); the socket's own errors, and asyncio's timeout (not an OSError before 3.11).
+REDIS_FAILURES: tuple[type[Exception], ...] = (RedisError, OSError, asyncio.TimeoutError)
 
 
 def out_of_memory(exc: BaseException) -> bool:
