@@ -3,8 +3,10 @@ times a random factor drawn from ``jitter`` (so retries of many workers spread o
 
 Every wait that grows with failures uses it: Redis outages (``worker/loops.py``), a site's
 backoff after 429/403 (``politeness/policy.py``), a failing per-site call
-(``politeness/site_errors.py``), store retries (``store/outage.py``) and a failing seed's
-next run (``seeding/adapt.py``).
+(``politeness/site_errors.py``), store retries (``store/outage.py``), SQLite's transient
+errors (``store/sqlite.py``) and a failing seed's next run (``seeding/adapt.py``). One more is
+in Lua: a site's fleet-wide pause after 429/403 (``lua/pause.lua``), whose strike count lives
+in Redis (its random part is drawn by its caller, ``politeness/gate.py``).
 """
 
 from __future__ import annotations

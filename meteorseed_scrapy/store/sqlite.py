@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import sqlite3
 import threading
 import time
@@ -41,6 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable, last_wins
 from meteorseed_scrapy.store.sqlite_schema import (
     ANOMALIES,
@@ -171,7 +171,7 @@ class SQLiteStore(Store):
     def _run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """Run ``work(conn)`` under the lock, retrying transient errors a few times and a lock
         held elsewhere for up to ``BUSY_TIMEOUT * LOCK_ATTEMPTS``."""
-        delay = 0.05
+        streak = 0  # transient errors in a row, a lock ends it: the pause doubles with them
         lock_deadline = time.monotonic() + BUSY_TIMEOUT * LOCK_ATTEMPTS
         attempt = 0
         with self._lock:
@@ -203,8 +203,8 @@ class SQLiteStore(Store):
                         raise StoreUnavailable(
                             f"SQLite {self.path}: {exc} (after {attempt} attempts)"
                         ) from exc
-                    self._stopping.wait(delay * random.uniform(0.5, 1.5))
-                    delay = min(delay * 2, 1.0) if not locked else 0.05
+                    self._stopping.wait(exponential(streak, 0.05, 1.0, jitter=(0.5, 1.5)))
+                    streak = 0 if locked else streak + 1
 
     # -- writes -------------------------------------------------------------------------
 
