@@ -19,7 +19,7 @@ from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
 from meteorseed_scrapy.migrate.convert import Origin
 from meteorseed_scrapy.migrate.scrapy_redis import (
     MigrationSummary,
-    Rejection,
+    RefusedEntry,
     ScrapyRedisSource,
     migrate,
 )
@@ -50,8 +50,8 @@ def source_for(namespace: str, lifo: bool = False) -> ScrapyRedisSource:
 
 
 def run(redis_url: str, namespace: str, source: ScrapyRedisSource, **kwargs: Any
-        ) -> tuple[MigrationSummary, list[Rejection]]:
-    rejections: list[Rejection] = []
+        ) -> tuple[MigrationSummary, list[RefusedEntry]]:
+    rejections: list[RefusedEntry] = []
 
     async def main() -> MigrationSummary:
         client = aioredis.Redis.from_url(redis_url)

@@ -198,10 +198,10 @@ def test_a_receiver_down_then_up_gets_its_call(redis_url: str, namespace: str,
     holder = socket.socket()  # bound, not listening: connections refused meanwhile
     holder.bind(("127.0.0.1", 0))
     port = holder.getsockname()[1]
-    tries: list[webhook.Outcome] = []
+    tries: list[webhook.Attempt] = []
     started: list[Receiver] = []
 
-    async def post(url: str, body: bytes, headers: Any, **kw: Any) -> webhook.Outcome:
+    async def post(url: str, body: bytes, headers: Any, **kw: Any) -> webhook.Attempt:
         outcome = await webhook.post(url, body, headers, **kw)
         tries.append(outcome)
         if len(tries) == 2:  # down twice: the receiver comes up on the same port

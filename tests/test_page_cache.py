@@ -28,8 +28,8 @@ from meteorseed_scrapy.sites.page_cache import PageCacheConfig, PageCacheWriter,
 from meteorseed_scrapy.store import page_cache as cache_module
 from meteorseed_scrapy.store.page_cache import (
     CachedPage,
+    CacheRow,
     CorruptPage,
-    Entry,
     PageCache,
     decode,
     encode,
@@ -175,10 +175,10 @@ def test_what_the_writer_keeps_of_a_response() -> None:
 class BrokenCache(PageCache):
     shown = "broken"
 
-    def put(self, entries: list[Entry]) -> None:
+    def put(self, entries: list[CacheRow]) -> None:
         raise OSError("read-only file system")
 
-    def scan(self, *args: Any) -> list[Entry]:
+    def scan(self, *args: Any) -> list[CacheRow]:
         return []
 
     def usage(self) -> tuple[int, int]:

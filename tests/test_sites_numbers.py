@@ -21,13 +21,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from meteorseed_scrapy.sites.extract import extract
-from meteorseed_scrapy.sites.processors import Context, ProcessorError, make_float, make_int
+from meteorseed_scrapy.sites.processors import PageContext, ProcessorError, make_float, make_int
 from meteorseed_scrapy.sites.quality import check
 from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.schema import parse_site
 
 REFUSED = "refused"
-CTX = Context("http://shop.example/p/1")
+CTX = PageContext("http://shop.example/p/1")
 FETCHED = datetime(2024, 3, 10, 12, 0, tzinfo=timezone.utc)
 
 #: (locale, text, decimal, float expected or REFUSED)

@@ -11,7 +11,7 @@ from parsel import Selector
 
 from meteorseed_scrapy.sites.extract import extract
 from meteorseed_scrapy.sites.model import SiteConfig
-from meteorseed_scrapy.sites.processors import Context, ProcessorError, make_date, make_float
+from meteorseed_scrapy.sites.processors import PageContext, ProcessorError, make_date, make_float
 from meteorseed_scrapy.sites.quality import check
 from meteorseed_scrapy.sites.reader import RuleError
 from meteorseed_scrapy.sites.rulefile import load_file
@@ -129,24 +129,24 @@ def test_utc_timestamps_keep_one_width_for_early_years() -> None:
     ("1.299,00", ",", 1299.0), ("1\u00a0299,50 €", ",", 1299.5), ("7", ".", 7.0),
 ])
 def test_float_drops_thousands_separators(text: str, decimal: str, expected: float) -> None:
-    assert make_float(decimal)(text, Context("http://x/")) == expected
+    assert make_float(decimal)(text, PageContext("http://x/")) == expected
 
 
 def test_float_without_a_number_fails() -> None:
     with pytest.raises(ProcessorError, match="no number"):
-        make_float()("call us", Context("http://x/"))
+        make_float()("call us", PageContext("http://x/"))
 
 
 def test_dates_become_iso_utc() -> None:
     from zoneinfo import ZoneInfo
 
     berlin = make_date(("%d.%m.%Y %H:%M",), ZoneInfo("Europe/Berlin"))
-    assert berlin("02.07.2024  14:30", Context("")) == "2024-07-02T12:30:00Z"  # CEST, +2
-    assert berlin("02.01.2024 14:30", Context("")) == "2024-01-02T13:30:00Z"  # CET, +1
+    assert berlin("02.07.2024  14:30", PageContext("")) == "2024-07-02T12:30:00Z"  # CEST, +2
+    assert berlin("02.01.2024 14:30", PageContext("")) == "2024-01-02T13:30:00Z"  # CET, +1
     iso = make_date((), timezone.utc)
-    assert iso("2024-07-02T14:30:00+05:00", Context("")) == "2024-07-02T09:30:00Z"
+    assert iso("2024-07-02T14:30:00+05:00", PageContext("")) == "2024-07-02T09:30:00Z"
     with pytest.raises(ProcessorError, match="matches none of"):
-        berlin("yesterday", Context(""))
+        berlin("yesterday", PageContext(""))
 
 
 HTML = """<html><body><nav>Home | World</nav>

@@ -24,7 +24,7 @@ from meteorseed_scrapy.store.backends import open_store
 from meteorseed_scrapy.store.base import DEFAULT_NAMESPACE, Store
 from meteorseed_scrapy.store.mongo import MongoStore
 from meteorseed_scrapy.store.mongo_layout import collection_name
-from meteorseed_scrapy.store.page_cache import Entry, open_page_cache
+from meteorseed_scrapy.store.page_cache import CacheRow, open_page_cache
 from tests.test_stores_contract import _real_mongo_uri, doc
 
 KINDS = ("items", "anomalies", "sequences", "pages")
@@ -67,7 +67,7 @@ def write_all(store: MongoStore, uri: str, key: str) -> None:
     store.upsert_many([doc(key)])
     store.upsert_anomalies([{**doc(f"{key}-bad"), "reasons": ["r"]}])
     cache = open_page_cache(uri, store.namespace)
-    cache.put([Entry(f"news:{key}", "news", "2026-12-01T00:00:00.000000Z", b"page")])
+    cache.put([CacheRow(f"news:{key}", "news", "2026-12-01T00:00:00.000000Z", b"page")])
     cache.close()
 
 

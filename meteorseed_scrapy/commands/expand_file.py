@@ -95,7 +95,7 @@ async def _expand(
 ) -> None:
     # A bounded connect timeout: an unreachable host must fail fast, not hang the command.
     client = async_client(redis_url, socket_connect_timeout=10, socket_timeout=60)
-    progress = Progress(sys.stderr)
+    progress = ProgressLine(sys.stderr)
     rules = SiteConfigs(sites_dir)
     sitemaps = policies(rules.get, private_addresses())
     seeds = (None if opts.dry_run or opts.no_register
@@ -129,7 +129,7 @@ async def _expand(
         await client.aclose()
 
 
-class Progress:
+class ProgressLine:
     """Progress of a long run on stderr: one redrawn line on a terminal, else plain periodic
     lines (logs and CI keep every line). Call with the running summary after each batch;
     reports at most every ``interval``."""

@@ -13,7 +13,7 @@ from meteorseed_scrapy.exit_codes import EXIT_ERROR, EXIT_INCOMPLETE, EXIT_OK
 from meteorseed_scrapy.migrate.convert import Origin
 from meteorseed_scrapy.migrate.scrapy_redis import (
     MigrationSummary,
-    Rejection,
+    RefusedEntry,
     ScrapyRedisSource,
     migrate,
 )
@@ -93,7 +93,7 @@ def run_migration(settings: Settings, redis_url: str, keys: KeyLayout, opts: arg
     if fingerprinter is not None:
         _say(f"dedup keys from REQUEST_FINGERPRINTER_CLASS {type(fingerprinter).__name__}")
 
-    def on_reject(rejection: Rejection) -> None:
+    def on_reject(rejection: RefusedEntry) -> None:
         print(rejection, file=sys.stderr, flush=True)
 
     async def main() -> None:

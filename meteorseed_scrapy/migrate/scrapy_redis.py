@@ -10,7 +10,7 @@ migrated members are then removed one by one (LREM/ZREM/SREM), never the key: a 
 process may still be pushing to it, and anything rejected stays where it was.
 
 An entry that cannot become a task (not a request, a forbidden class, too large or too deep,
-truncated, ...) is one :class:`Rejection` (key, position, reason), counted in the summary and
+truncated, ...) is one :class:`RefusedEntry` (key, position, reason), counted in the summary and
 left in place; the migration goes on with the next entry. Windows are read by a script that
 sends an entry above :data:`~.unpickle.MAX_PAYLOAD_BYTES` as its length only, and every entry
 is decoded within the bounds of :mod:`.unpickle`.
@@ -73,7 +73,7 @@ class ScrapyRedisSource:
 
 
 @dataclass(frozen=True)
-class Rejection:
+class RefusedEntry:
     key: str
     #: 0-based, in the order scrapy-redis would serve the entries; None: the whole key.
     position: int | None
@@ -218,7 +218,7 @@ async def _remove(client: AsyncRedis, key: str, kind: str, from_head: bool,
 async def migrate(
     client: AsyncRedis, writer: TaskWriter, source: ScrapyRedisSource, origin: Origin, *,
     move: bool = False, dry_run: bool = False, batch_size: int = 500,
-    on_reject: Callable[[Rejection], None] | None = None,
+    on_reject: Callable[[RefusedEntry], None] | None = None,
     max_backlog: int | None = None, on_wait: Callable[[int], None] | None = None,
 ) -> MigrationSummary:
     """Migrate ``source``'s waiting requests, then its start URLs; see the module docstring.
@@ -229,7 +229,7 @@ async def migrate(
         raise ValueError("move and dry_run exclude each other")
     summary = MigrationSummary(dry_run=dry_run, move=move)
 
-    def reject(rejection: Rejection) -> None:
+    def reject(rejection: RefusedEntry) -> None:
         summary.rejected += 1
         if on_reject is not None:
             on_reject(rejection)
@@ -240,7 +240,7 @@ async def migrate(
         if kind == "none":
             continue
         if kind not in ("list", "zset", "set"):
-            reject(Rejection(key, None, f"a Redis {kind}, not a list, set or sorted set: "
+            reject(RefusedEntry(key, None, f"a Redis {kind}, not a list, set or sorted set: "
                                         "left as it is"))
             continue
         from_head = _serves_from_head(kind, what, source.lifo)
@@ -258,7 +258,7 @@ async def migrate(
                     if not isinstance(exc, (RejectedPayload, TaskError)):
                         logger.exception("%s entry %d: cannot be converted", key, position)
                     kept[0] += 1
-                    reject(Rejection(key, position, _reason(exc)))
+                    reject(RefusedEntry(key, position, _reason(exc)))
                     continue
                 converted.append((member, item))
                 summary.meta_dropped += bool(item.dropped_meta)

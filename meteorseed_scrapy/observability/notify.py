@@ -56,7 +56,7 @@ READ_BLOCK_MS = 1000
 
 #: ``notify_url(seed_id)``: the seed's webhook URL, or None (no webhook, or no such seed).
 NotifyLookup = Callable[[str], Awaitable[str | None]]
-Post = Callable[..., Awaitable[webhook.Outcome]]
+Post = Callable[..., Awaitable[webhook.Attempt]]
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class Deliverer:
     async def deliver(self, event: Event, seed: str, url: str) -> None:
         body = payload(event, self.keys.namespace)
         delivery = delivery_id(event, self.keys.namespace)
-        outcome = webhook.Outcome(None, False, "not attempted")
+        outcome = webhook.Attempt(None, False, "not attempted")
         attempt = 0
         while attempt < self.config.attempts:
             attempt += 1

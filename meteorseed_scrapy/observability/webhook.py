@@ -64,7 +64,7 @@ def verify(secret: bytes, timestamp: str, body: bytes, signature: str,
 
 
 @dataclass(frozen=True)
-class Outcome:
+class Attempt:
     """How one attempt went."""
 
     status: int | None  # the HTTP status; None: no answer
@@ -133,27 +133,27 @@ class _Pinned(AbstractResolver):
 
 
 async def post(url: str, body: bytes, headers: Mapping[str, str], *, timeout: float,
-               private_addresses: bool = False) -> Outcome:
+               private_addresses: bool = False) -> Attempt:
     """POST ``body`` to ``url`` once; never raises for what the network or receiver does."""
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
     except ValueError as exc:
-        return Outcome(None, False, f"not a valid URL ({exc})")
+        return Attempt(None, False, f"not a valid URL ({exc})")
     try:
         return await asyncio.wait_for(_attempt(url, host, port, body, headers,
                                                private_addresses), timeout)
     except _Refused as exc:
-        return Outcome(None, False, str(exc))
+        return Attempt(None, False, str(exc))
     except asyncio.TimeoutError:  # (not TimeoutError itself before Python 3.11)
-        return Outcome(None, True, f"no answer within {timeout:g} s")
+        return Attempt(None, True, f"no answer within {timeout:g} s")
     except (aiohttp.ClientError, OSError) as exc:
-        return Outcome(None, True, f"{type(exc).__name__}: {exc}"[:500])
+        return Attempt(None, True, f"{type(exc).__name__}: {exc}"[:500])
 
 
 async def _attempt(url: str, host: str, port: int, body: bytes, headers: Mapping[str, str],
-                   private_addresses: bool) -> Outcome:
+                   private_addresses: bool) -> Attempt:
     addresses = await checked_addresses(host, port, private_addresses)
     connector = aiohttp.TCPConnector(resolver=_Pinned(addresses), use_dns_cache=False,
                                      force_close=True, limit=1)
@@ -163,23 +163,23 @@ async def _attempt(url: str, host: str, port: int, body: bytes, headers: Mapping
         return _classify(response, head)
 
 
-def _classify(response: aiohttp.ClientResponse, head: bytes) -> Outcome:
+def _classify(response: aiohttp.ClientResponse, head: bytes) -> Attempt:
     status = response.status
     said = head[:200].decode("utf-8", "replace").strip()
     reason = f"HTTP {status}" + (f": {said}" if said else "")
     if 200 <= status < 300:
-        return Outcome(status, False, reason)
+        return Attempt(status, False, reason)
     if 300 <= status < 400:
         where = response.headers.get("Location", "")[:200]
-        return Outcome(status, False, f"HTTP {status} to {where!r}: redirects are not followed "
+        return Attempt(status, False, f"HTTP {status} to {where!r}: redirects are not followed "
                                       "(give the final URL)")
     if status >= 500 or status in _RETRIED:
         after = parse_retry_after(response.headers.get("Retry-After"),
                                   response.headers.get("Date"))
-        return Outcome(status, True, reason, after)
-    return Outcome(status, False, reason)
+        return Attempt(status, True, reason, after)
+    return Attempt(status, False, reason)
 
 
 __all__ = ["DELIVERY_HEADER", "MAX_RESPONSE_BYTES", "PRIVATE_SETTING", "SIGNATURE_HEADER",
-           "TIMESTAMP_HEADER", "Outcome", "checked_addresses", "literal_refusal", "post", "sign",
+           "TIMESTAMP_HEADER", "Attempt", "checked_addresses", "literal_refusal", "post", "sign",
            "verify"]

@@ -22,7 +22,7 @@ from parsel.csstranslator import HTMLTranslator
 
 from meteorseed_scrapy.sites.model import FieldRule, Selector
 from meteorseed_scrapy.sites.patterns import PatternTimeout
-from meteorseed_scrapy.sites.processors import Context, ProcessorError, collapse
+from meteorseed_scrapy.sites.processors import PageContext, ProcessorError, collapse
 
 #: Elements whose content is never text of the page.
 DROPPED_TAGS = frozenset({"script", "style", "iframe", "noscript", "template"})
@@ -180,7 +180,7 @@ def extract(rules: Iterable[FieldRule], scope: Any, url: str,
     """Every field of ``rules`` from ``scope``; processor failures become ``problems``.
     ``fetched_at``: when the page was fetched (relative dates count from it; None: now)."""
     parsed = Parsed()
-    ctx = Context(url, fetched_at)
+    ctx = PageContext(url, fetched_at)
     for rule in rules:
         try:
             values = select_values(scope, rule.select, url, text=rule.text, removed=removed,

@@ -29,7 +29,7 @@ class ProcessorError(ValueError):
 
 
 @dataclass(frozen=True)
-class Context:
+class PageContext:
     """What a processor may need beside the value: the page URL (``absolute_url``) and when
     the page was fetched (relative dates of ``date_natural``; None: now)."""
 
@@ -37,7 +37,7 @@ class Context:
     fetched_at: datetime | None = None
 
 
-Processor = Callable[[Any, Context], Any]
+Processor = Callable[[Any, PageContext], Any]
 
 
 def collapse(text: str) -> str:
@@ -45,12 +45,12 @@ def collapse(text: str) -> str:
     return " ".join(text.split())
 
 
-def _strip(value: Any, ctx: Context) -> Any:
+def _strip(value: Any, ctx: PageContext) -> Any:
     return collapse(value) if isinstance(value, str) else value
 
 
 def make_float(decimal: str = ".") -> Processor:
-    def process(value: Any, ctx: Context) -> float:
+    def process(value: Any, ctx: PageContext) -> float:
         try:
             return to_float(read_number(value, decimal))
         except NumberError as exc:
@@ -60,7 +60,7 @@ def make_float(decimal: str = ".") -> Processor:
 
 
 def make_int(decimal: str = ".") -> Processor:
-    def process(value: Any, ctx: Context) -> int:
+    def process(value: Any, ctx: PageContext) -> int:
         try:
             return to_int(read_number(value, decimal))
         except NumberError as exc:
@@ -72,7 +72,7 @@ def make_int(decimal: str = ".") -> Processor:
 def make_price(decimal: str | None, currency: str | None, part: str) -> Processor:
     """``{"amount": 1299.0, "currency": "€"}`` (or one ``part`` of it) from a price text."""
 
-    def process(value: Any, ctx: Context) -> Any:
+    def process(value: Any, ctx: PageContext) -> Any:
         try:
             amount, found = read_price(value, decimal, currency)
         except NumberError as exc:
@@ -96,7 +96,7 @@ def make_date(formats: tuple[str, ...], zone: ZoneInfo | timezone) -> Processor:
     """Parse with the first matching format (ISO-8601 when none is given); naive times are
     in ``zone``; the result is ISO-8601 UTC (``2024-01-02T03:04:05Z``)."""
 
-    def process(value: Any, ctx: Context) -> str:
+    def process(value: Any, ctx: PageContext) -> str:
         if not isinstance(value, str):
             raise ProcessorError(f"expected a date string, got {shown(value)}")
         text = collapse(value)
@@ -126,7 +126,7 @@ def make_natural_date(languages: tuple[str, ...], date_order: str | None,
                       zone: tzinfo) -> Processor:
     parse = dates.NaturalDates(languages, date_order, zone)
 
-    def process(value: Any, ctx: Context) -> str:
+    def process(value: Any, ctx: PageContext) -> str:
         if not isinstance(value, str):
             raise ProcessorError(f"expected a date string, got {shown(value)}")
         try:
@@ -137,7 +137,7 @@ def make_natural_date(languages: tuple[str, ...], date_order: str | None,
     return process
 
 
-def _absolute_url(value: Any, ctx: Context) -> Any:
+def _absolute_url(value: Any, ctx: PageContext) -> Any:
     if not isinstance(value, str):
         return value
     from urllib.parse import urljoin  # cheap; kept local to make the dependency obvious
@@ -145,7 +145,7 @@ def _absolute_url(value: Any, ctx: Context) -> Any:
     return urljoin(ctx.url, value.strip())
 
 
-def _lower(value: Any, ctx: Context) -> Any:
+def _lower(value: Any, ctx: PageContext) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 

@@ -30,7 +30,7 @@ STATS_PREFIX = "meteorseed/store/"
 
 
 @dataclass(eq=False)
-class Batch:
+class CommitBatch:
     docs: list[dict[str, Any]] = field(default_factory=list)
     #: One future per document, in order: its error, or None once committed. Each submitter
     #: awaits its own, so cancelling one never cancels its batch-mates' write (and needs no
@@ -57,9 +57,9 @@ class GroupCommitter:
         self._store_factory = store_factory
         self._store: Store | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._open_batch: Batch | None = None
+        self._open_batch: CommitBatch | None = None
         self._timer: asyncio.TimerHandle | None = None
-        self._sealed: deque[Batch] = deque()
+        self._sealed: deque[CommitBatch] = deque()
         self._committer: asyncio.Task[None] | None = None
         #: ``on_outage``: told when an outage made items give up (:mod:`.outage`).
         self._outage = OutageRetries(self._sealed, config.retry_max, on_outage, self._settle,
@@ -101,7 +101,7 @@ class GroupCommitter:
         batch = self._open_batch
         idle = self._committer is None or self._committer.done()
         if batch is None:
-            batch = self._open_batch = Batch()
+            batch = self._open_batch = CommitBatch()
             if idle and self.config.batch_wait > 0:
                 self._timer = loop.call_later(self.config.batch_wait, self._seal)
         waiter: asyncio.Future[BaseException | None] = loop.create_future()
@@ -126,7 +126,7 @@ class GroupCommitter:
             self._start_write(batch)
             self._committer = asyncio.get_running_loop().create_task(self._commit_loop())
 
-    def _start_write(self, batch: Batch) -> None:
+    def _start_write(self, batch: CommitBatch) -> None:
         store, executor = self._ensure_open()
         batch.write = asyncio.get_running_loop().run_in_executor(
             executor, store.upsert_unconfirmed, batch.docs)
@@ -201,7 +201,7 @@ class GroupCommitter:
                     batch.write.add_done_callback(_quiet)
             self._settle(unsettled, StoreUnavailable("the store stage was stopped"))
 
-    async def _commit_one_by_one(self, store: Store, batch: Batch) -> Batch | None:
+    async def _commit_one_by_one(self, store: Store, batch: CommitBatch) -> CommitBatch | None:
         """Write ``batch`` a document at a time: a refused one fails alone. An outage is
         nobody's fault: the documents from there on are returned, as a batch to retry."""
         outcome: list[BaseException | None] = []
@@ -210,7 +210,7 @@ class GroupCommitter:
                 await self._in_thread(store.upsert_many, [doc])
             except StoreUnavailable:
                 done = len(outcome)
-                rest = Batch(batch.docs[done:], batch.waiters[done:], batch.hooks[done:])
+                rest = CommitBatch(batch.docs[done:], batch.waiters[done:], batch.hooks[done:])
                 batch.docs, batch.waiters, batch.hooks = (
                     batch.docs[:done], batch.waiters[:done], batch.hooks[:done])
                 self._resolve(batch, outcome)
@@ -226,14 +226,14 @@ class GroupCommitter:
         self._resolve(batch, outcome)
         return None
 
-    def _settle(self, batches: list[Batch], error: BaseException | None) -> None:
+    def _settle(self, batches: list[CommitBatch], error: BaseException | None) -> None:
         for batch in batches:
             self._resolve(batch, [error] * len(batch.docs))
             if error is not None:
                 self._inc("failed", len(batch.docs))
 
     @staticmethod
-    def _resolve(batch: Batch, outcome: list[BaseException | None]) -> None:
+    def _resolve(batch: CommitBatch, outcome: list[BaseException | None]) -> None:
         for doc, waiter, hook, error in zip(batch.docs, batch.waiters, batch.hooks, outcome,
                                             strict=True):
             if waiter.done():  # (a cancelled submitter: its item is not through)
@@ -255,4 +255,4 @@ def _quiet(write: asyncio.Future[None]) -> None:
         write.exception()
 
 
-__all__ = ["STATS_PREFIX", "Batch", "GroupCommitter"]
+__all__ = ["STATS_PREFIX", "CommitBatch", "GroupCommitter"]

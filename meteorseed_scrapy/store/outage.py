@@ -32,7 +32,7 @@ from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
-    from meteorseed_scrapy.store.group_commit import Batch
+    from meteorseed_scrapy.store.group_commit import CommitBatch
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,9 @@ class OutageRetries:
     resolves batches with an error, ``count`` adds to a store stat, ``log`` is the
     committer's logger (the lines are the store stage's)."""
 
-    def __init__(self, sealed: deque[Batch], retry_max: float,
+    def __init__(self, sealed: deque[CommitBatch], retry_max: float,
                  on_outage: Callable[[StoreUnavailable], None] | None,
-                 settle: Callable[[list[Batch], BaseException | None], None],
+                 settle: Callable[[list[CommitBatch], BaseException | None], None],
                  count: Callable[[str], None], log: logging.Logger) -> None:
         self._sealed, self._retry_max, self._settle, self._count = sealed, retry_max, settle, count
         self._log = log
@@ -117,7 +117,7 @@ class OutageRetries:
         for batch in sealed:
             if batch.deadline is None:
                 batch.deadline = now + self._retry_max
-        expired: list[Batch] = []
+        expired: list[CommitBatch] = []
         lost = isinstance(exc, StoreLost)  # retrying cannot help: everything gives up now
         while sealed and (lost or (sealed[0].deadline or now) <= now):
             expired.append(sealed.popleft())  # deadlines grow along the queue

@@ -63,7 +63,7 @@ def page_key(site_id: str, url: str) -> str:
 
 
 @dataclass(frozen=True)
-class Entry:
+class CacheRow:
     """One row of the cache: what the back ends store and return."""
 
     key: str
@@ -72,12 +72,12 @@ class Entry:
     data: bytes
 
 
-def encode(page: CachedPage) -> Entry:
+def encode(page: CachedPage) -> CacheRow:
     envelope = {"v": FORMAT, "site_id": page.site_id, "url": page.url, "status": page.status,
                 "headers": page.headers, "fetched_at": page.fetched_at,
                 "callback": page.callback, "meta": page.meta, "task": page.task}
     head = json.dumps(envelope, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return Entry(page.key, page.site_id, page.fetched_at,
+    return CacheRow(page.key, page.site_id, page.fetched_at,
                  zlib.compress(head + b"\n" + page.body, LEVEL))
 
 
@@ -120,12 +120,12 @@ class PageCache(ABC):
     namespace: str = DEFAULT_NAMESPACE
 
     @abstractmethod
-    def put(self, entries: list[Entry]) -> None:
+    def put(self, entries: list[CacheRow]) -> None:
         """Write entries, each replacing the one of its key."""
 
     @abstractmethod
     def scan(self, site_id: str, since: str, after: tuple[str, str] | None,
-             limit: int) -> list[Entry]:
+             limit: int) -> list[CacheRow]:
         """Up to ``limit`` entries of ``site_id`` fetched at or after ``since``, in
         (fetched_at, key) order, after the position ``after`` (keyset paging)."""
 
@@ -141,7 +141,7 @@ class PageCache(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def pages(self, site_id: str, since: str, batch: int = 200) -> Iterator[Entry]:
+    def pages(self, site_id: str, since: str, batch: int = 200) -> Iterator[CacheRow]:
         """Every entry of ``site_id`` fetched since ``since``, oldest first, ``batch`` rows
         read at a time (a cache of gigabytes is never loaded whole)."""
         after: tuple[str, str] | None = None
@@ -194,5 +194,14 @@ def open_page_cache(uri: str, namespace: str = DEFAULT_NAMESPACE) -> PageCache:
     return cache
 
 
-__all__ = ["CachedPage", "CorruptPage", "Entry", "PageCache", "check_cache_uri", "decode",
-           "encode", "open_page_cache", "page_key"]
+__all__ = [
+    "CacheRow",
+    "CachedPage",
+    "CorruptPage",
+    "PageCache",
+    "check_cache_uri",
+    "decode",
+    "encode",
+    "open_page_cache",
+    "page_key",
+]

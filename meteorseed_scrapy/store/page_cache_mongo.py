@@ -16,7 +16,7 @@ from pymongo import ReplaceOne
 
 from meteorseed_scrapy.store.mongo import MongoStore
 from meteorseed_scrapy.store.mongo_layout import PAGES, adopt_previous_names, collection_name
-from meteorseed_scrapy.store.page_cache import Entry, PageCache
+from meteorseed_scrapy.store.page_cache import CacheRow, PageCache
 
 _CHUNK = 500
 
@@ -39,7 +39,7 @@ class MongoPageCache(PageCache):
             self._ready_for = self.namespace
         return pages
 
-    def put(self, entries: list[Entry]) -> None:
+    def put(self, entries: list[CacheRow]) -> None:
         last = {entry.key: entry for entry in entries}
         if last:
             self.collection.bulk_write([
@@ -49,13 +49,13 @@ class MongoPageCache(PageCache):
                 for e in last.values()], ordered=False)
 
     def scan(self, site_id: str, since: str, after: tuple[str, str] | None,
-             limit: int) -> list[Entry]:
+             limit: int) -> list[CacheRow]:
         query: dict[str, Any] = {"site_id": site_id, "fetched_at": {"$gte": since}}
         if after is not None:
             query["$or"] = [{"fetched_at": {"$gt": after[0]}},
                             {"fetched_at": after[0], "_id": {"$gt": after[1]}}]
         found = self.collection.find(query).sort([("fetched_at", 1), ("_id", 1)]).limit(limit)
-        return [Entry(str(d["_id"]), str(d["site_id"]), str(d["fetched_at"]), bytes(d["data"]))
+        return [CacheRow(str(d["_id"]), str(d["site_id"]), str(d["fetched_at"]), bytes(d["data"]))
                 for d in found]
 
     def usage(self) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from meteorseed_scrapy.store.page_cache import Entry, PageCache
+from meteorseed_scrapy.store.page_cache import CacheRow, PageCache
 from meteorseed_scrapy.store.sqlite import BUSY_TIMEOUT, sqlite_path
 
 _COLUMNS = "namespace, key, site_id, fetched_at, size, data"
@@ -76,7 +76,7 @@ class SQLPageCache(PageCache):
                     self._conn = None
                 raise
 
-    def put(self, entries: list[Entry]) -> None:
+    def put(self, entries: list[CacheRow]) -> None:
         if not entries:
             return
         last = {entry.key: entry for entry in entries}  # one row per key and statement
@@ -90,7 +90,7 @@ class SQLPageCache(PageCache):
         self._run(lambda conn: conn.execute(sql, [v for row in rows for v in row]))
 
     def scan(self, site_id: str, since: str, after: tuple[str, str] | None,
-             limit: int) -> list[Entry]:
+             limit: int) -> list[CacheRow]:
         params: list[Any] = [self.namespace, site_id, since]
         where = ""
         if after is not None:
@@ -100,7 +100,7 @@ class SQLPageCache(PageCache):
                         f" AND site_id = ? AND fetched_at >= ?{where}"
                         f" ORDER BY fetched_at, key LIMIT {int(limit)}")
         rows = self._run(lambda conn: conn.execute(sql, params).fetchall())
-        return [Entry(str(k), str(s), str(t), bytes(d)) for k, s, t, d in rows]
+        return [CacheRow(str(k), str(s), str(t), bytes(d)) for k, s, t, d in rows]
 
     def usage(self) -> tuple[int, int]:
         sql = self._sql("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM pages WHERE namespace = ?")

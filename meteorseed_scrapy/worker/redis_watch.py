@@ -40,14 +40,16 @@ CHECK_S = 5.0
 REASON = "meteorseed_redis_evicts"
 
 
-class Holder(Protocol):
+class HeldTasks(Protocol):
+    """The tasks this worker holds (the pump's), as the watch sees them."""
+
     def held_refs(self) -> list[Ref]: ...
 
     def lost(self, ref: Ref) -> None: ...
 
 
 class RedisWatch:
-    def __init__(self, crawler: Crawler, consumer: StreamConsumer, holder: Holder) -> None:
+    def __init__(self, crawler: Crawler, consumer: StreamConsumer, holder: HeldTasks) -> None:
         self.consumer = consumer
         self.holder = holder
         self.stats = crawler.stats
