@@ -21,6 +21,7 @@ from meteorseed_scrapy.worker.fate import (
     WhatHappened,
     fate,
     final_hop,
+    on_delivery,
     settled_now,
 )
 
@@ -167,3 +168,21 @@ def test_settled_now(happened: WhatHappened, children_pending: int) -> None:
     else:
         assert verdict is None
     assert settled_now(None, children_pending) is None
+
+
+@given(st.text(max_size=50), st.integers(min_value=1, max_value=100),
+       st.integers(min_value=1, max_value=100), st.booleans(), st.text(max_size=3000))
+def test_a_delivery_is_judged_before_it_starts(error: str, deliveries: int, most: int,
+                                              committed: bool, last: str) -> None:
+    verdict = on_delivery(error, deliveries, most, committed, last)
+    if error:  # not a task at all: dead, whatever else is known
+        assert verdict == Verdict(Outcome.DEAD, error)
+    elif committed:  # its items are in: acked without a refetch, however often delivered
+        assert verdict is not None and verdict.outcome is Outcome.DONE
+    elif deliveries > most:
+        assert verdict is not None and verdict.outcome is Outcome.DEAD
+        assert f"METEORSEED_MAX_DELIVERIES={most}" in verdict.reason
+        assert len(verdict.reason) <= REASON_MAX
+        assert (last or "no failure recorded")[:20] in verdict.reason
+    else:
+        assert verdict is None  # it starts

@@ -1,11 +1,13 @@
 """A task's fate, decided in one place: how a task can end (:class:`Outcome`, :class:`Verdict`);
-:func:`fate` takes what happened to it and returns its verdict; :func:`settled_now` says whether
-it is settled yet. Also which errors may pass (:func:`transient`) and how long a task of a site
-in trouble may wait (:func:`trouble_wait`).
+:func:`on_delivery` judges a task as it is delivered, before it starts; :func:`fate` takes what
+happened to it and returns its verdict; :func:`settled_now` says whether it is settled yet. Also
+which errors may pass (:func:`transient`) and how long a task of a site in trouble may wait
+(:func:`trouble_wait`).
 
-Both are pure (no Redis, no stats, no clock): the pump gathers the facts (:func:`what_happened`,
-the site's trouble from the breaker, the scrape's errors as they stand) and acts on the verdict;
-the ledger only counts children, the completions only write.
+All are functions of their arguments (no Redis, no stats, no clock; :func:`trouble_wait` reads
+the breaker's state of the site in memory): the pump gathers the facts (:func:`what_happened`,
+the scrape's errors as they stand), acts on the verdict and counts it; the ledger only counts
+children, the completions only write.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ from meteorseed_scrapy.worker.requests import status_allowed
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
-    from scrapy.statscollectors import StatsCollector
 
 class Outcome(Enum):
     DONE = "done"  # items committed, children durable: ack with a completion record
@@ -40,6 +41,7 @@ class Outcome(Enum):
     DEAD = "dead"  # download failed for good, or a bug in the spider: dead-lettered
     FAILED = "failed"  # an error that may pass (store down): left pending, redelivered later
     DEFERRED = "deferred"  # 429 pause, 5xx/timeout retry: durably put back for later
+    CANCELLED = "cancelled"  # its seed was cancelled: acked unfetched (worker/seed_holds.py)
 
 
 #: Why a task waits when its site is in trouble: such waits end by the site's give-up time.
@@ -81,8 +83,8 @@ def transient(error: BaseException | None) -> bool:
     return False
 
 
-def trouble_wait(breaker: Breaker, stats: StatsCollector, site: str, delay_s: float,
-                 why: DeferReason) -> tuple[str, float]:
+def trouble_wait(breaker: Breaker, site: str, delay_s: float, why: DeferReason
+                 ) -> tuple[str, float]:
     """For a task going back to wait: ``(reason, delay)``. A task whose site is in trouble
     (sick, paused, or parked for a sick site's priorities) is given up on, ``reason`` saying
     since when, once the trouble lasted ``METEORSEED_GIVE_UP_AFTER``; until then it comes back
@@ -91,8 +93,6 @@ def trouble_wait(breaker: Breaker, stats: StatsCollector, site: str, delay_s: fl
     if why not in TROUBLE:
         return "", delay_s
     reason = breaker.given_up(site)
-    if reason:
-        stats.inc_value(f"meteorseed/given_up/{site}")
     left = breaker.give_up_in(site)
     if reason or left is None:
         return reason, delay_s
@@ -100,6 +100,24 @@ def trouble_wait(breaker: Breaker, stats: StatsCollector, site: str, delay_s: fl
 
 
 REASON_MAX = 2000  # characters of a reason (a dead letter's, a failure note's)
+
+
+def on_delivery(error: str, deliveries: int, max_deliveries: int, committed: bool,
+                last_failure: str = "") -> Verdict | None:
+    """The verdict on a task as it is delivered, before it starts (None: it starts). A message
+    that is no task (``error``, why): dead. One whose completion record exists (``committed``
+    before its worker died, not acked): done, acked without a refetch. One delivered more than
+    ``max_deliveries`` times: dead, saying its ``last_failure``."""
+    if error:
+        return Verdict(Outcome.DEAD, error)
+    if committed:
+        return Verdict(Outcome.DONE, "committed before a redelivery")
+    if deliveries > max_deliveries:
+        return Verdict(Outcome.DEAD, (
+            f"delivered {deliveries} times, more than METEORSEED_MAX_DELIVERIES="
+            f"{max_deliveries}; last failure: "
+            f"{last_failure or 'no failure recorded (worker died?)'}")[:REASON_MAX])
+    return None
 
 
 @dataclass(frozen=True)
@@ -217,5 +235,6 @@ def what_happened(task: ExecTask, request: Request, result: Response | Failure, 
 
 
 __all__ = ["COMMITTED", "TRANSIENT", "TROUBLE", "Outcome", "Verdict", "WhatHappened",
-           "after_scrape", "fate", "final_hop", "settled_now", "transient", "trouble_wait",
+           "after_scrape", "fate", "final_hop", "on_delivery", "settled_now", "transient",
+           "trouble_wait",
            "what_happened"]

@@ -21,6 +21,7 @@ from meteorseed_scrapy.queue.fleet.liveness import Liveness
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
+from meteorseed_scrapy.worker.fate import Outcome, on_delivery
 from meteorseed_scrapy.worker.keepalive import KeepAlive
 
 if TYPE_CHECKING:
@@ -136,21 +137,18 @@ class Intake:
              and d.deliveries > self.config.max_deliveries]
         )
         for d in deliveries:
-            if d.task is None:
-                self.completions.dead_letter(d, d.error)
-            elif d.ref in done:
-                # Committed before its worker died, not yet acked: ack without a refetch.
-                self.completions.ack_committed(d)
-                self.stats.inc_value("meteorseed/acked_without_refetch")
-            elif d.deliveries > self.config.max_deliveries:
-                last = reasons.get(d.task.task_id) or "no failure recorded (worker died?)"
-                self.completions.dead_letter(
-                    d, f"delivered {d.deliveries} times, more than "
-                       f"METEORSEED_MAX_DELIVERIES={self.config.max_deliveries}; "
-                       f"last failure: {last}")
-            else:
+            verdict = on_delivery(
+                (d.error or "not a task") if d.task is None else "", d.deliveries,
+                self.config.max_deliveries, d.ref in done,
+                reasons.get(d.task.task_id, "") if d.task is not None else "")
+            if verdict is None:
                 # A realtime task goes ahead of its site's scheduled and retry tasks.
                 self.holder.book(d, urgent=self.consumer.lane_of(d) == "realtime")
+            elif verdict.outcome is Outcome.DONE:
+                self.completions.ack_committed(d)
+                self.stats.inc_value("meteorseed/acked_without_refetch")
+            else:
+                self.completions.dead_letter(d, verdict.reason)
         # Kept alive from now on, even if the reactor blocks before the next maintain tick.
         self.keepalive.hand(self.holder.held_refs())
         self.holder.changed()

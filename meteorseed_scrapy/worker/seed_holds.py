@@ -25,6 +25,7 @@ from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.worker.completions import Completions
+from meteorseed_scrapy.worker.fate import Outcome
 from meteorseed_scrapy.worker.ledger import Entry, TaskLedger
 from meteorseed_scrapy.worker.waiting import WaitingTasks
 
@@ -121,9 +122,11 @@ class SeedHolds:
             await finish_if_done(self._consumer.redis, keys, sorted(zeroed),
                                  self._consumer.progress_retention)
         self._stats.inc_value("meteorseed/seed_cancelled/settled", settled)
+        self._stats.inc_value(f"meteorseed/outcome/{Outcome.CANCELLED.value}", settled)
         logger.info("Settled %d task(s) of cancelled seed(s) without fetching them", settled)
         history = self._completions.history
-        ends = (history.entry(e.task, "cancelled", reason="seed cancelled") for e in entries)
+        ends = (history.entry(e.task, Outcome.CANCELLED.value, reason="seed cancelled")
+                for e in entries)
         await history.write([end for end in ends if end is not None])
 
 

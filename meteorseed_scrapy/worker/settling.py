@@ -113,7 +113,10 @@ class Settling:
         self._on_parked(entry.task.task_id)
 
     def trouble(self, site: str, delay_s: float, why: DeferReason) -> tuple[str, float]:
-        return trouble_wait(self._breaker, self._stats, site, delay_s, why)
+        reason, delay_s = trouble_wait(self._breaker, site, delay_s, why)
+        if reason:
+            self._stats.inc_value(f"meteorseed/given_up/{site}")
+        return reason, delay_s
 
     def _settle_if_due(self, entry: Entry) -> None:
         # (the scrape's errors as they stand now: a child refused by the writer fails it late;
