@@ -272,7 +272,8 @@ async def _run(state: ApiState, seed: SeedTask, rev: int, prefix: str,
         return
     # Recorded first: whoever sees the expansion finished sees its run in the registry.
     try:
-        await _record(state, seed.seed_id, started, rev, progress, outcome == "done", error)
+        await _record(state, seed.seed_id, started, rev, progress,
+                      outcome is ExpansionState.DONE, error)
     finally:
         progress.finish(outcome, error)
 

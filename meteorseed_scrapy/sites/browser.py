@@ -25,10 +25,38 @@ if TYPE_CHECKING:
 
 _OWNERS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 
+#: scrapy-playwright releases whose private parts below were read and tried (the floor in
+#: ``setup.cfg`` to the newest): its handler launches Playwright at the engine's start, and a
+#: worker whose tasks never render must not start a browser.
+PLAYWRIGHT_CHECKED_ON = ("0.0.46", "0.0.48")
+#: The module's flag that says which engine signal starts the browser.
+PRIVATE_FLAG = "_SCRAPY_ASYNC_API"
+#: The handler's methods used or overridden here.
+PRIVATE_METHODS = ("_maybe_launch_in_thread", "_engine_started", "_download_request", "_launch")
+
 try:
     from scrapy_playwright import handler as _pw
 except ImportError:  # the `playwright` extra is not installed
     _pw = None
+
+
+def missing(module: Any) -> list[str]:
+    """The private parts of scrapy-playwright's ``handler`` module used here that ``module``
+    lacks (none: this handler works with it)."""
+    lacking = [] if hasattr(module, PRIVATE_FLAG) else [PRIVATE_FLAG]
+    handler = getattr(module, "ScrapyPlaywrightDownloadHandler", None)
+    return lacking + [f"ScrapyPlaywrightDownloadHandler.{name}" for name in PRIVATE_METHODS
+                      if not callable(getattr(handler, name, None))]
+
+
+def check(module: Any) -> None:
+    """:class:`RenderUnavailable` naming what ``module`` lacks, with the releases tried."""
+    lacking = missing(module)
+    if lacking:
+        raise RenderUnavailable(
+            f"this scrapy-playwright lacks {', '.join(lacking)}, which the browser handler "
+            f"uses (tried on scrapy-playwright {PLAYWRIGHT_CHECKED_ON[0]} to "
+            f"{PLAYWRIGHT_CHECKED_ON[1]}): install one of those")
 
 if _pw is not None:
 
@@ -36,6 +64,7 @@ if _pw is not None:
         """scrapy-playwright's handler; Playwright starts at the first rendered request."""
 
         def __init__(self, crawler: Crawler) -> None:
+            check(_pw)
             super().__init__(crawler)
             started = (self._maybe_launch_in_thread if _pw._SCRAPY_ASYNC_API
                        else self._engine_started)
