@@ -44,7 +44,7 @@ class YieldedRequests:
         self._coming = coming  # this worker's new tasks on their way through the stream
         self._reads_started = reads_started
         self.dupes = Duplicates(crawler, spider)  # (refuses a DUPEFILTER_CLASS it cannot honour)
-        self._deduped: dict[int, Request] = {}  # id(task) -> request, until written
+        self._deduped: dict[str, Request] = {}  # task id -> request, until written
         self.written_mark = -1  # reads started when new children were last written
 
     def child(self, scrape: Scrape | None, request: Request) -> bool:
@@ -76,7 +76,7 @@ class YieldedRequests:
         else:
             self._pacing.enqueued(request, task)
         if dedup:  # (a duplicate is reported with its request once written)
-            self._deduped[id(task)] = request
+            self._deduped[task.task_id] = request
         return True
 
     def written(self, tasks: list[ExecTask], fresh: tuple[bool, ...]) -> None:
@@ -85,7 +85,7 @@ class YieldedRequests:
             self.written_mark = self._reads_started()
         self._coming.written(tasks, fresh)
         for task, new in zip(tasks, fresh, strict=True):
-            request = self._deduped.pop(id(task), None)
+            request = self._deduped.pop(task.task_id, None)
             if request is not None and not new:
                 self.dupes.dropped(request)
         self._pacing.written(tasks, fresh)
