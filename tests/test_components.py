@@ -75,3 +75,12 @@ def test_switch_off_leaves_a_component_the_project_lists() -> None:
 
 class Other:
     pass
+
+
+@pytest.mark.parametrize("name", sorted(OURS))
+def test_the_sites_spider_adds_its_components_to_a_dict_given_with_s(name: str) -> None:
+    path, order = OURS[name]
+    settings = Settings()
+    settings.set(name, {"tests.test_components.Other": 5}, priority="cmdline")
+    RuleSpider.update_settings(settings)
+    assert orders(settings, name)[load_object(path)] == order
