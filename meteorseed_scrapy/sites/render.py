@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 HANDLER = "meteorseed_scrapy.sites.browser.BrowserHandler"
-MIDDLEWARE = "meteorseed_scrapy.middlewares.RenderMiddleware"  # (defined below)
+MIDDLEWARE = "meteorseed_scrapy.middlewares.RenderMiddleware"  # (below; its documented path)
 #: after the proxy pool (740) and Scrapy's HttpProxyMiddleware (750): only meta is set here
 MIDDLEWARE_ORDER = 760
 CONTEXT = "meteorseed"  # one browser context for every site: the context cap cannot deadlock

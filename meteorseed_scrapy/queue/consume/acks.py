@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -36,7 +36,7 @@ from meteorseed_scrapy.settings import FeedConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncPipeline, AsyncRedis
 
 __all__ = ["Completion", "Settler", "TaskRecords"]
 
@@ -121,8 +121,7 @@ class Settler:
                 self.progress_retention, ttl, feed.maxlen, int(feed.max_age * 1000)]
         scripted = [(self._keys(call), call.args(head)) for call in calls]
         async with self.redis.pipeline(transaction=False) as pipe:
-            for task, record in records:
-                pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
+            self._set_records(pipe, records, ttl)
             batch = ScriptPipeline(pipe)
             if not self._cluster:
                 for keys, args in scripted:
@@ -136,12 +135,16 @@ class Settler:
             # refused script must not leave a record that acks a redelivery without a refetch
             # (a crash after the ack and before the record costs nothing: no redelivery).
             async with self.redis.pipeline(transaction=False) as pipe:
-                for completion in apart:
-                    pipe.set(self.keys.for_site(completion.task.site_id)
-                             .done(completion.task.task_id), completion.record, ex=ttl)
+                self._set_records(pipe, ((c.task, c.record) for c in apart), ttl)
                 await pipe.execute()
         return await settle_acks(self.redis, self.keys, replies[len(records):],
                                  self.progress_retention)
+
+    def _set_records(self, pipe: AsyncPipeline, records: Iterable[tuple[ExecTask, str]],
+                     ttl: int) -> None:
+        """Queue on ``pipe`` each task's completion record, in its site's shard."""
+        for task, record in records:
+            pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
 
     def _keys(self, call: _Call) -> list[str]:
         if not call.entries:
