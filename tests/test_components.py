@@ -44,14 +44,19 @@ def test_the_sites_spider_keeps_the_projects_own_entry(name: str, by_class: bool
 
 
 @pytest.mark.parametrize("name", sorted(OURS))
-def test_the_sites_spider_adds_its_components_once_at_their_order(name: str) -> None:
+@pytest.mark.parametrize(("given", "kept"), [
+    ("project", 30),  # raised to "spider": scrapy crawl's merge keeps them
+    ("cmdline", 40),  # -s: never lowered (a set at "spider" would be ignored under it)
+])
+def test_the_sites_spider_adds_its_components_once_at_their_order(name: str, given: str,
+                                                                  kept: int) -> None:
     path, order = OURS[name]
     settings = Settings()
-    settings.set(name, {"tests.test_components.Other": 5}, priority="project")
+    settings.set(name, {"tests.test_components.Other": 5}, priority=given)
     RuleSpider.update_settings(settings)
     RuleSpider.update_settings(settings)  # (twice: still one entry)
     assert orders(settings, name)[load_object(path)] == order
-    assert settings.getpriority(name) == 30  # "spider": scrapy crawl's merge keeps them
+    assert settings.getpriority(name) == kept
     assert listed(settings, name, path)
 
 
@@ -75,12 +80,3 @@ def test_switch_off_leaves_a_component_the_project_lists() -> None:
 
 class Other:
     pass
-
-
-@pytest.mark.parametrize("name", sorted(OURS))
-def test_the_sites_spider_adds_its_components_to_a_dict_given_with_s(name: str) -> None:
-    path, order = OURS[name]
-    settings = Settings()
-    settings.set(name, {"tests.test_components.Other": 5}, priority="cmdline")
-    RuleSpider.update_settings(settings)
-    assert orders(settings, name)[load_object(path)] == order
