@@ -16,13 +16,7 @@ from meteorseed_scrapy.task.exec_task import ExecTask
 async def ack(consumer: StreamConsumer, refs: Sequence[Ref]) -> int:
     """XACK then XDEL (so XLEN = waiting + pending) of those of ``refs`` still pending on
     ``consumer``, no completion record; returns how many."""
-    return await consumer.complete((), refs, 0)
-
-
-async def record_completions(consumer: StreamConsumer, records: Sequence[tuple[ExecTask, str]],
-                             ttl: int) -> None:
-    """Write ``(task, record JSON)`` completion records alone, as a worker does before it acks."""
-    await consumer.complete(records, (), ttl)
+    return await consumer.complete(refs, 0)
 
 
 async def paused_for(gate: SiteGate, site: str) -> float:

@@ -75,9 +75,9 @@ def test_tasks_settling_in_the_same_turn_go_in_one_pipeline(redis_url: str,
         sent: list[int] = []
         complete = consumer.complete
 
-        async def counted(records: Any, refs: Any, *args: Any) -> int:
+        async def counted(refs: Any, *args: Any) -> int:
             sent.append(len(refs))
-            return await complete(records, refs, *args)
+            return await complete(refs, *args)
 
         consumer.complete = counted  # type: ignore[method-assign]
         try:

@@ -266,11 +266,11 @@ def test_a_task_in_another_shards_stream_gets_its_record_only_after_its_ack_scri
         await client.set(other.items_feed, "not a stream")  # the script's XADD is refused
         out: dict[str, Any] = {}
         with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
-            await consumer.complete((), [delivery.ref], 60, done=done, feed=FeedConfig("ids"))
+            await consumer.complete([delivery.ref], 60, done=done, feed=FeedConfig("ids"))
         out["refused"] = (await client.get(record_key),
                           (await client.xpending(other.stream, keys.group))["pending"])
         await client.delete(other.items_feed)
-        out["acked"] = await consumer.complete((), [delivery.ref], 60, done=done,
+        out["acked"] = await consumer.complete([delivery.ref], 60, done=done,
                                                feed=FeedConfig("ids"))
         out["after"] = (await client.get(record_key),
                         (await client.xpending(other.stream, keys.group))["pending"],

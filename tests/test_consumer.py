@@ -16,7 +16,7 @@ import redis
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from meteorseed_scrapy.queue.consume.acks import TaskRecords
+from meteorseed_scrapy.queue.consume.acks import Completion, TaskRecords
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
@@ -25,7 +25,7 @@ from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
-from tests.queue_helpers import ack, is_seen, record_completions
+from tests.queue_helpers import ack, is_seen
 
 T = TypeVar("T")
 
@@ -221,22 +221,27 @@ def test_read_respects_count(redis_url: str, keys: KeyLayout, sync_redis: redis.
 # -- completion records and ack ---------------------------------------------------------------
 
 
-def test_record_completions_writes_records_with_ttl(
+def test_completion_records_are_written_with_the_acks_and_their_ttl(
     redis_url: str, keys: KeyLayout, sync_redis: redis.Redis
 ) -> None:
     record = json.dumps({"outcome": "done", "items": 3})
     t1, t2, t3 = (make_task(n) for n in range(3))
+    for task in (t1, t2, t3):
+        add(sync_redis, keys, task.to_message())
 
-    async def body(client: Redis) -> list[str | None]:
+    async def body(client: Redis) -> tuple[int, list[str | None]]:
         consumer = StreamConsumer(client, keys, "worker-a")
-        await record_completions(consumer, [(t1, record), (t2, "{}")], 60)
-        await record_completions(consumer, [], 60)
-        return await TaskRecords(client, keys).completion_records([t1, t2, t3])
+        await consumer.ensure_group()
+        first, second, _ = await consumer.read(3, 100)
+        # t2 has no record: a None in ``done`` acks it alone.
+        acked = await consumer.complete([first.ref, second.ref], 60,
+                                        done=[Completion(t1, record), None])
+        return acked, await TaskRecords(client, keys).completion_records([t1, t2, t3])
 
-    assert arun(redis_url, body) == [record, "{}", None]
+    assert arun(redis_url, body) == (2, [record, None, None])
     assert sync_redis.get(keys.done(t1.task_id)) == record
     assert 0 < sync_redis.ttl(keys.done(t1.task_id)) <= 60
-    assert 0 < sync_redis.ttl(keys.done(t2.task_id)) <= 60
+    assert sync_redis.xlen(keys.stream) == 1 and pending_count(sync_redis, keys) == 1
     assert arun(redis_url, lambda c: TaskRecords(c, keys).completion_records([])) == []
 
 

@@ -37,7 +37,7 @@ def events(sync_redis: redis.Redis, keys: KeyLayout) -> list[dict[str, str]]:
 async def settle_all(consumer: StreamConsumer, items: int = 1) -> int:
     deliveries = await consumer.read(100, 0)
     return await consumer.complete(
-        (), [d.ref for d in deliveries], 60,
+        [d.ref for d in deliveries], 60,
         [Settle(d.task.seed_id, d.task.site_id, items, 0, 100) for d in deliveries if d.task])
 
 
@@ -86,7 +86,7 @@ def test_children_keep_their_seed_running_until_they_settle(
         # The parent's children are durable before its ack (as a worker writes them).
         await writer.add([task(10), task(11)])
         states = []
-        await consumer.complete((), [parent.ref], 60, [Settle("s1", "news", 1)])
+        await consumer.complete([parent.ref], 60, [Settle("s1", "news", 1)])
         states.append((await read_progress(client, keys, ["s1"]))["s1"]["state"])  # type: ignore[index]
         await settle_all(consumer)
         progress = (await read_progress(client, keys, ["s1"]))["s1"]
@@ -106,7 +106,7 @@ def test_a_dead_lettered_task_counts_as_dead_and_ends_its_seed(
         await consumer.ensure_group()
         await TaskWriter(client, keys).add([task(0), task(1)])
         first, second = await consumer.read(10, 0)
-        await consumer.complete((), [first.ref], 60, [Settle("s1", "news", 1)])
+        await consumer.complete([first.ref], 60, [Settle("s1", "news", 1)])
         assert await consumer.dead_letter(second, "gone for good")
         return (await read_progress(client, keys, ["s1"]))["s1"]
 
@@ -254,9 +254,9 @@ def test_a_sharded_seed_finishes_when_every_shard_is_done(
         await TaskWriter(client, keys).add([task(0, site=a), task(1, site=b)])
         first, second = await consumer.read(10, 0)
         states = []
-        await consumer.complete((), [first.ref], 60, [Settle("s1", first.task.site_id, 1)])  # type: ignore[union-attr]
+        await consumer.complete([first.ref], 60, [Settle("s1", first.task.site_id, 1)])  # type: ignore[union-attr]
         states.append((await read_progress(client, keys, ["s1"]))["s1"]["state"])  # type: ignore[index]
-        await consumer.complete((), [second.ref], 60, [Settle("s1", second.task.site_id, 1)])  # type: ignore[union-attr]
+        await consumer.complete([second.ref], 60, [Settle("s1", second.task.site_id, 1)])  # type: ignore[union-attr]
         progress = (await read_progress(client, keys, ["s1"]))["s1"]
         assert progress is not None and (progress["done"], progress["items"]) == (2, 2)
         states.append(progress["state"])

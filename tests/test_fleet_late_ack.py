@@ -14,6 +14,7 @@ from typing import Any
 import redis
 from redis.asyncio import Redis
 
+from meteorseed_scrapy.queue.consume.acks import Completion
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
@@ -39,8 +40,8 @@ def _run(redis_url: str, namespace: str) -> dict[str, Any]:
             await asyncio.sleep(0.05)
             taken = await other.reclaim(0.01, 2)
             out: dict[str, Any] = {"held": len(held), "taken": {d.ref for d in taken}}
-            records = [(d.task, '{"done": 1}') for d in held if d.task is not None]
-            out["acked"] = await late.complete(records, [d.ref for d in held], 600)
+            records = [Completion(d.task, '{"done": 1}') for d in held if d.task is not None]
+            out["acked"] = await late.complete([d.ref for d in held], 600, done=records)
             out["others_ack"] = await ack(other, [d.ref for d in taken])
             return out
         finally:

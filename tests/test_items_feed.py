@@ -238,7 +238,7 @@ def test_the_feed_is_bounded_by_length_and_by_age(redis_url: str, namespace: str
             consumer = StreamConsumer(client, keys, "w1")
             await consumer.ensure_group()
             (delivery,) = await consumer.read(10, 100)
-            assert await consumer.complete((), [delivery.ref], 60, (),
+            assert await consumer.complete([delivery.ref], 60, (),
                                            [Completion(task, "{}", [entry] * count)],
                                            config) == 1
         run_with_client(redis_url, body)
@@ -302,7 +302,7 @@ def test_a_sharded_layout_on_one_redis_feeds_one_stream(
         done = [Completion(d.task, "{}", [feed_entry({**DOC, "_id": f"{d.task.site_id}:k"},
                                                      "ids", "now")])
                 for d in got if d.task is not None]
-        return await consumer.complete((), [d.ref for d in got], 60, (), done,
+        return await consumer.complete([d.ref for d in got], 60, (), done,
                                        FeedConfig("ids"))
 
     assert run_with_client(redis_url, body) == 2

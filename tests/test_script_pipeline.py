@@ -14,6 +14,7 @@ import pytest
 import redis
 from redis.exceptions import ResponseError
 
+from meteorseed_scrapy.queue.consume.acks import Completion
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -51,12 +52,13 @@ def complete_all(redis_url: str, keys: KeyLayout, sync_redis: redis.Redis, *,
         consumer = StreamConsumer(client, keys, "w1")
         await consumer.ensure_group()
         got = await consumer.read(10, 100)
-        await consumer.complete([], [got[0].ref], 60)  # every script loaded once
+        await consumer.complete([got[0].ref], 60)  # every script loaded once
         if flush_first:
             sync_redis.script_flush()
         sync_redis.config_resetstat()
         records = [(d.task, f'{{"n":{i}}}') for i, d in enumerate(got[1:]) if d.task]
-        acked = await consumer.complete(records, [d.ref for d in got[1:]], 60)
+        acked = await consumer.complete([d.ref for d in got[1:]], 60,
+                                        done=[Completion(t, r) for t, r in records])
         done = [sync_redis.get(keys.for_site(t.site_id).done(t.task_id)) for t, _ in records]
         return {"read": len(got), "acked": acked, "done": done,
                 "script_calls": script_calls(sync_redis)}

@@ -111,7 +111,7 @@ def test_cancel_removes_and_counts_waiting_and_delayed_tasks_in_flight_ones_fini
 
     async def finish(client: Any) -> int:  # the two in flight finish normally
         consumer = StreamConsumer(client, keys, "w1")
-        return await consumer.complete((), [d.ref for d in in_flight], 60, [
+        return await consumer.complete([d.ref for d in in_flight], 60, [
             Settle("s1", d.task.site_id, 1) for d in in_flight])
 
     assert run(redis_url, finish) == 2

@@ -45,7 +45,7 @@ async def work(client: Any, keys: KeyLayout, name: str) -> int:
     consumer = StreamConsumer(client, keys, name)
     settled = 0
     while deliveries := await consumer.read(7, 0):
-        settled += await consumer.complete((), [d.ref for d in deliveries], 60, [
+        settled += await consumer.complete([d.ref for d in deliveries], 60, [
             Settle(d.task.seed_id, d.task.site_id, 1) for d in deliveries if d.task])
     return settled
 

@@ -20,7 +20,7 @@ async def settle_all(client: Any, namespace: str) -> int:
     await consumer.ensure_group()
     deliveries = await consumer.read(100, 0)
     return await consumer.complete(
-        (), [d.ref for d in deliveries], 60,
+        [d.ref for d in deliveries], 60,
         [Settle(d.task.seed_id, d.task.site_id, 1) for d in deliveries if d.task])
 
 

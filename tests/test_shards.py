@@ -14,7 +14,7 @@ import redis
 from redis.asyncio import Redis
 
 from meteorseed_scrapy.cli import main as cli_main
-from meteorseed_scrapy.queue.consume.acks import TaskRecords
+from meteorseed_scrapy.queue.consume.acks import Completion, TaskRecords
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
@@ -117,7 +117,8 @@ def test_writer_and_consumer_across_shards(
         await consumer.dead_letter(dead, "gave up", writer.encode(dead.task).fingerprint.hex())
         out["released"] = not await is_seen(writer, dead.task)
         done = [(d.task, '{"outcome": "done"}') for d in rest[:50] if d.task]
-        out["acked"] = await consumer.complete(done, [d.ref for d in rest], 60)
+        out["acked"] = await consumer.complete([d.ref for d in rest], 60,
+                                                 done=[Completion(t, r) for t, r in done])
         records = TaskRecords(client, keys)
         out["records"] = await records.completion_records([t for t, _ in done])
         await records.note_failures([(t, "why") for t, _ in done[:3]], 60)

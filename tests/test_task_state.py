@@ -14,7 +14,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from meteorseed_scrapy.queue.consume.acks import TaskRecords
+from meteorseed_scrapy.queue.consume.acks import Completion, TaskRecords
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delayed_set import DelayedSet
 from meteorseed_scrapy.queue.enqueue.dedup import fingerprint_bytes
@@ -123,7 +123,7 @@ def test_done_record_and_dead_letter_reason(redis_url: str, namespace: str,
         deliveries = {d.task.task_id: d for d in await consumer.read(2, 0) if d.task}
         record = json.dumps({"outcome": "ok", "items": 3, "digest": "abc", "status": 200,
                              "at": 1.0})
-        await consumer.complete([(ok, record)], [deliveries[ok.task_id].ref], 3600)
+        await consumer.complete([deliveries[ok.task_id].ref], 3600, done=[Completion(ok, record)])
         await TaskRecords(client, keys).note_failures([(bad, "callback raised KeyError")], 3600)
         await consumer.dead_letter(deliveries[bad.task_id], "HTTP 500 after 2 retries",
                                    fingerprint_bytes(bad).hex())

@@ -279,7 +279,7 @@ class Completions:
         failure its acks go back to the front of the queue with their records and feed entries
         (nothing is lost) and the next flush backs off."""
         try:
-            await self.consumer.complete((), [a[0] for a in batch], self.config.done_ttl,
+            await self.consumer.complete([a[0] for a in batch], self.config.done_ttl,
                                          [a[2] for a in batch], [a[3] for a in batch],
                                          self.config.items_feed)
         except BaseException as exc:

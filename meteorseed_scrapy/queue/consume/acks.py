@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -36,7 +36,7 @@ from meteorseed_scrapy.settings import FeedConfig
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 if TYPE_CHECKING:
-    from meteorseed_scrapy.queue.plumbing.connection import AsyncPipeline, AsyncRedis
+    from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
 __all__ = ["Completion", "Settler", "TaskRecords"]
 
@@ -108,43 +108,36 @@ class Settler:
                 call.entries += 1
         return list(calls.values()), apart
 
-    async def complete(self, records: Sequence[tuple[ExecTask, str]], refs: Sequence[Ref],
-                       ttl: int, settles: Sequence[Settle | None] = (),
+    async def complete(self, refs: Sequence[Ref], ttl: int,
+                       settles: Sequence[Settle | None] = (),
                        done: Sequence[Completion | None] = (),
                        feed: FeedConfig | None = None) -> int:
         """See :meth:`StreamConsumer.complete`."""
         calls, apart = self._calls(refs, settles, done)
-        if not records and not calls:
+        if not calls:
             return 0
         feed = feed or FeedConfig()
         head = [self.keys.group, self.consumer, self._events, f"{time.time():.3f}",
                 self.progress_retention, ttl, feed.maxlen, int(feed.max_age * 1000)]
         scripted = [(self._keys(call), call.args(head)) for call in calls]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            self._set_records(pipe, records, ttl)
-            batch = ScriptPipeline(pipe)
-            if not self._cluster:
+        if self._cluster:  # its pipelines refuse scripts
+            replies = await call_scripts(self.redis, self._ack, scripted)
+        else:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                batch = ScriptPipeline(pipe)
                 for keys, args in scripted:
                     batch.call(self._ack, keys, args)
-            replies = await batch.execute() if len(pipe) else []
-        if self._cluster:
-            replies = [*replies, *(await call_scripts(self.redis, self._ack, scripted)
-                                   if scripted else [])]
+                replies = await batch.execute()
         if apart:
             # After the scripts, as ack.lua writes a record after its task's feed entries: a
             # refused script must not leave a record that acks a redelivery without a refetch
             # (a crash after the ack and before the record costs nothing: no redelivery).
             async with self.redis.pipeline(transaction=False) as pipe:
-                self._set_records(pipe, ((c.task, c.record) for c in apart), ttl)
+                for c in apart:
+                    pipe.set(self.keys.for_site(c.task.site_id).done(c.task.task_id), c.record,
+                             ex=ttl)
                 await pipe.execute()
-        return await settle_acks(self.redis, self.keys, replies[len(records):],
-                                 self.progress_retention)
-
-    def _set_records(self, pipe: AsyncPipeline, records: Iterable[tuple[ExecTask, str]],
-                     ttl: int) -> None:
-        """Queue on ``pipe`` each task's completion record, in its site's shard."""
-        for task, record in records:
-            pipe.set(self.keys.for_site(task.site_id).done(task.task_id), record, ex=ttl)
+        return await settle_acks(self.redis, self.keys, replies, self.progress_retention)
 
     def _keys(self, call: _Call) -> list[str]:
         if not call.entries:

@@ -29,7 +29,6 @@ from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.scripts import call_as_bytes
 from meteorseed_scrapy.queue.shards import call_scripts, is_cluster
 from meteorseed_scrapy.settings import DEFAULTS, FeedConfig
-from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import LANES
 
 if TYPE_CHECKING:
@@ -243,8 +242,8 @@ class StreamConsumer:
             return 0
         return sum(int(n) for n in await call_scripts(self.redis, self._handback, calls))
 
-    async def complete(self, records: Sequence[tuple[ExecTask, str]], refs: Sequence[Ref],
-                       ttl: int, settles: Sequence[Settle | None] = (),
+    async def complete(self, refs: Sequence[Ref], ttl: int,
+                       settles: Sequence[Settle | None] = (),
                        done: Sequence[Completion | None] = (),
                        feed: FeedConfig | None = None) -> int:
         """XACK and XDEL those of ``refs`` still pending on this consumer (``ack.lua``, one
@@ -260,11 +259,9 @@ class StreamConsumer:
         as ``feed`` says: written by the same script as the ref's ack, feed first, so a
         refused XADD leaves the task unacked and without a record (on a cluster, the record of
         a task in another shard's stream than its site's is in another slot: written after the
-        scripts). ``records`` (tasks with no ref here) are written ahead of the scripts, in the
-        same pipeline (on a cluster, whose pipelines refuse scripts: first, then the scripts,
-        one per stream).
+        scripts).
         """
-        return await self._settler.complete(records, refs, ttl, settles, done, feed)
+        return await self._settler.complete(refs, ttl, settles, done, feed)
 
     async def dead_letter(self, delivery: Delivery, reason: str, fingerprint: str = "") -> str:
         """Move ``delivery`` to its shard's dead letters and release its URL (one script when
