@@ -10,6 +10,7 @@ from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.queue.shards import call_scripts
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 
@@ -17,6 +18,16 @@ async def ack(consumer: StreamConsumer, refs: Sequence[Ref]) -> int:
     """XACK then XDEL (so XLEN = waiting + pending) of those of ``refs`` still pending on
     ``consumer``, no completion record; returns how many."""
     return await consumer.complete(refs, 0)
+
+
+async def touch(consumer: StreamConsumer, refs: Sequence[Ref]) -> list[Ref]:
+    """What the keep-alive thread does, on ``consumer``'s own client: reset the idle time of
+    its pending entries among ``refs``; returns those that are no longer its own."""
+    calls = consumer.touch_calls(refs)
+    if not calls:
+        return []
+    script = scripts.register(consumer.redis, "touch")
+    return consumer.touch_lost(calls, await call_scripts(consumer.redis, script, calls))
 
 
 async def paused_for(gate: SiteGate, site: str) -> float:

@@ -25,7 +25,7 @@ from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.testing.polling import wait_for
-from tests.queue_helpers import ack, is_seen
+from tests.queue_helpers import ack, is_seen, touch
 
 T = TypeVar("T")
 
@@ -438,7 +438,7 @@ def test_touch_resets_idle_time_without_counting_a_delivery(
         for msg_id in (id1, id2):
             set_idle(sync_redis, keys, "worker-a", msg_id, 120_000)
         idle_before = set(pending(sync_redis, keys, idle_ms=60_000))
-        return idle_before, await a.touch([(keys.stream, id1)])
+        return idle_before, await touch(a, [(keys.stream, id1)])
 
     idle_before, lost = arun(redis_url, body)
     assert idle_before == {id1, id2}
@@ -468,7 +468,7 @@ def test_touch_reports_entries_no_longer_ours(
         assert [d.msg_id for d in taken] == [id2]
         await ack(a, [(keys.stream, id3)])
         set_idle(sync_redis, keys, "worker-b", id2, 120_000)
-        return await a.touch([(keys.stream, i) for i in (id1, id2, id3)]), await a.touch([])
+        return await touch(a, [(keys.stream, i) for i in (id1, id2, id3)]), await touch(a, [])
 
     lost, none = arun(redis_url, body)
     assert sorted(lost) == sorted([(keys.stream, id2), (keys.stream, id3)])

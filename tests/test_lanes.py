@@ -32,7 +32,7 @@ from meteorseed_scrapy.task.validation import TaskError
 from meteorseed_scrapy.testing.polling import wait_until
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.requests import request_to_task
-from tests.queue_helpers import ack
+from tests.queue_helpers import ack, touch
 from tests.test_consumer import arun
 
 
@@ -297,11 +297,11 @@ def test_reclaim_touch_hand_back_ack_and_dead_letters_work_in_every_lane(
         await a.ensure_group()
         got = await a.read(10, 0)
         out: dict[str, Any] = {"read": [d.task.url for d in got if d.task]}
-        out["touched"] = await a.touch([d.ref for d in got])
+        out["touched"] = await touch(a, [d.ref for d in got])
         out["handed"] = await a.hand_back(got[:2], 3600)
         reclaimed = await b.reclaim(60, 10)
         out["reclaimed"] = [(d.stream, d.msg_id, d.deliveries) for d in reclaimed]
-        out["lost"] = await a.touch([d.ref for d in got])
+        out["lost"] = await touch(a, [d.ref for d in got])
         out["acked"] = await ack(b, [d.ref for d in reclaimed])
         out["dead"] = await a.dead_letter(got[2], "gave up")
         group = ConsumerGroup(client, keys, "a")

@@ -25,7 +25,7 @@ from meteorseed_scrapy.queue.shards import ShardMismatch
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.sites import DemoSite
 from tests.e2e_helpers import start_worker, stored_docs
-from tests.queue_helpers import is_seen
+from tests.queue_helpers import is_seen, touch
 from tests.test_consumer import arun
 
 T = TypeVar("T")
@@ -111,7 +111,7 @@ def test_writer_and_consumer_across_shards(
         # Every delivery's stream is its site's shard.
         out["in_own_shard"] = all(keys.shard_of_stream(d.stream) == keys.for_site(
             d.task.site_id) for d in got if d.task)
-        out["lost"] = await consumer.touch([d.ref for d in got])
+        out["lost"] = await touch(consumer, [d.ref for d in got])
         dead, rest = got[0], got[1:]
         assert dead.task is not None
         await consumer.dead_letter(dead, "gave up", writer.encode(dead.task).fingerprint.hex())
@@ -186,7 +186,7 @@ def test_reclaim_touch_hand_back_and_defer_per_shard(redis_url: str, namespace: 
         out: dict[str, Any] = {"read": len(mine)}
         taken = await b.reclaim(0, 5)  # from several shards, at most 5
         out["taken"] = len(taken)
-        out["lost"] = {ref for ref in await a.touch([d.ref for d in mine])}
+        out["lost"] = {ref for ref in await touch(a, [d.ref for d in mine])}
         out["taken_refs"] = {d.ref for d in taken}
         out["handed"] = await b.hand_back(taken, 3600)
         gate = DelayedSet(client, keys)

@@ -29,8 +29,6 @@ PROXY_META_KEY = "meteorseed_proxy"
 class ProxyState:
     failures: int = 0  # in a row
     cooling_until: float = 0.0
-    uses: int = 0
-    total_failures: int = 0
 
 
 class ProxyPool:
@@ -70,14 +68,12 @@ class ProxyPool:
             candidates = [p for p, s in healthy if s.failures == best]
             proxy = candidates[self._turn % len(candidates)]
             self._turn += 1
-        self.state(proxy).uses += 1
         return proxy
 
     def failure(self, proxy: str) -> bool:
         """Count a failure; ``True`` when the proxy now cools down."""
         state = self.state(proxy)
         state.failures += 1
-        state.total_failures += 1
         if state.failures >= self.max_failures:
             state.cooling_until = self.clock() + self.cooldown
             state.failures = self.max_failures - 1  # after the cool-down: one more chance

@@ -69,7 +69,6 @@ class StreamConsumer:
         self._cluster = is_cluster(redis)
         self._turn = 0  # the shard a read starts at, rotating
         self._read = scripts.register(redis, "read")
-        self._touch = scripts.register(redis, "touch")
         self._handback = scripts.register(redis, "handback")
         self._reclaim = scripts.register(redis, "reclaim")
         self._takeover = scripts.register(redis, "takeover")
@@ -205,15 +204,11 @@ class StreamConsumer:
         holding.update(await foreign_workers(self.redis, self.keys, dead, self.spider))
         return out, holding
 
-    async def touch(self, refs: Sequence[Ref]) -> list[Ref]:
-        """Reset the idle time of our pending entries; returns those that are no longer ours."""
-        calls = self.touch_calls(refs)
-        return self.touch_lost(calls, await call_scripts(self.redis, self._touch, calls)
-                               ) if calls else []
-
     def touch_calls(self, refs: Sequence[Ref]) -> list[tuple[Sequence[str], list[Any]]]:
-        """The ``(keys, args)`` of the touch script per shard, for ``refs``: also run from a
-        keep-alive thread, on a blocking client of its own (reads only the key layout)."""
+        """The ``(keys, args)`` of the touch script (``touch.lua``: reset the idle time of our
+        pending entries) per shard, for ``refs``: run from the keep-alive thread
+        (:mod:`~meteorseed_scrapy.worker.keepalive`), on a blocking client of its own, so it
+        reads only the key layout."""
         calls: list[tuple[Sequence[str], list[Any]]] = []
         for k, pairs in self._by_shard(refs).items():
             args: list[Any] = [self.keys.group, self.consumer]
