@@ -16,8 +16,10 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import PermitDesk
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
+from meteorseed_scrapy.politeness.site_errors import FULL_WAIT_S
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.testing.clients import run_with_client as run
+from tests.test_redis_full import full
 
 T = TypeVar("T")
 OPEN = SiteLimits(rate=1000.0, burst=1000, concurrency=100)
@@ -147,3 +149,43 @@ def test_a_corrupt_breaker_state_spares_the_other_sites_breakers(
     assert bad_pending[0] == 3  # the bad site's counts wait for its next try, none lost
     (logged,) = error_records(caplog, "bad")
     assert "breaker" in logged.getMessage()
+
+
+def test_a_full_redis_is_no_site_error_and_its_sites_are_tried_again_soon(
+    redis_url: str, namespace: str, sync_redis: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Redis above its maxmemory refuses every site's breaker call alike: not a site's corrupt
+    # state (an ERROR per site, backoff up to a minute) but one warning for the spell, and a
+    # short wait, as room can come back at any time.
+    keys = KeyLayout(namespace)
+    sites = ("a", "b", "c")
+
+    async def scenario(client: Any) -> tuple[list[float], dict[str, int], dict[str, Any]]:
+        breaker = Breaker(client, keys, BreakerConfig(), new_stats())
+        waits = []
+        with full(sync_redis):
+            for _ in range(3):
+                for site in sites:
+                    breaker.record(site, False, 0.01, False)
+                breaker._next_flush = 0.0  # flush now (it paces itself four times a second)
+                breaker.faults._retry_at.clear()
+                await breaker.flush()
+                waits += [breaker.faults.blocked(site) for site in sites]
+        breaker._next_flush = 0.0
+        breaker.faults._retry_at.clear()
+        await breaker.flush()
+        counted = {}
+        for site in sites:
+            health = await client.hgetall(keys.site(site, "health"))
+            counted[site] = sum(int(v) for k, v in health.items() if k.endswith(":n"))
+        return waits, counted, breaker.stats.get_stats()
+
+    with caplog.at_level(logging.DEBUG, LOGGER):
+        waits, counted, stats = run(redis_url, scenario)
+    assert all(0 < wait <= FULL_WAIT_S for wait in waits), waits
+    assert counted == dict.fromkeys(sites, 3)  # room again: every count kept gets through
+    assert stats["meteorseed/redis/full"] == 9
+    assert not [name for name in stats if name.startswith("meteorseed/breaker/")], stats
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+    assert [level for level, _ in logged] == [logging.WARNING, logging.WARNING], logged
+    assert "above its maxmemory" in logged[0][1] and "9 refused" in logged[1][1]
