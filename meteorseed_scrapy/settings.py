@@ -346,10 +346,6 @@ class FeedConfig:
     maxlen: int = DEFAULTS["METEORSEED_ITEMS_FEED_MAXLEN"]
     max_age: float = 0.0
 
-    @property
-    def on(self) -> bool:
-        return self.mode != "off"
-
     @classmethod
     def from_settings(cls, settings: SettingsSource) -> FeedConfig:
         mode = text_setting(settings, "METEORSEED_ITEMS_FEED").strip().lower()

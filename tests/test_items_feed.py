@@ -63,7 +63,7 @@ def test_off_by_default_and_modes_read() -> None:
     assert FeedConfig.from_settings(Settings()).mode == "off"
     config = FeedConfig.from_settings(Settings({"METEORSEED_ITEMS_FEED": "Documents",
                                                 "METEORSEED_ITEMS_FEED_MAX_AGE": "2h"}))
-    assert (config.mode, config.max_age, config.on) == ("documents", 7200.0, True)
+    assert (config.mode, config.max_age) == ("documents", 7200.0)
 
 
 
