@@ -241,11 +241,6 @@ class QueueStatus:
         return None if self.added is None else max(0, self.added - self.length
                                                    - self.delayed.total)
 
-    @property
-    def quiet(self) -> bool:
-        """Nothing waiting, pending or delayed."""
-        return self.length == 0 and self.delayed.total == 0
-
     def to_json(self) -> dict[str, Any]:
         delayed = self.delayed
         return {
