@@ -18,6 +18,8 @@ from scrapy.utils.request import RequestFingerprinter
 from w3lib.url import url_query_cleaner
 
 from meteorseed_scrapy.cli import main
+from meteorseed_scrapy.cli.task import ENDED
+from meteorseed_scrapy.queue.consume.task_history import CODES
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.delayed import REASON_CODES, SCALE
 from meteorseed_scrapy.queue.keys import KeyLayout
@@ -129,3 +131,8 @@ def test_inside_a_project_urls_use_its_fingerprinter(
     assert code == 0, err
     assert body["state"] == "deduplicated"
     assert body["query"]["dedup_keys"] == "REQUEST_FINGERPRINTER_CLASS"
+
+
+def test_every_task_history_outcome_has_its_line() -> None:
+    # A history outcome without one would print as its bare code name.
+    assert set(ENDED) == set(CODES)

@@ -17,9 +17,10 @@ from typing import Any
 
 from meteorseed_scrapy import __version__
 from meteorseed_scrapy.api.dispatch import LANE
+from meteorseed_scrapy.api.expansion import ExpansionState
 from meteorseed_scrapy.politeness.breaker import BreakerState
 from meteorseed_scrapy.queue.consume import deadletters
-from meteorseed_scrapy.queue.inspect.task_query import ENDS, ORDER
+from meteorseed_scrapy.queue.inspect.task_query import ENDS, Place
 from meteorseed_scrapy.task.lanes import LANES
 from meteorseed_scrapy.task.seed_task import NOTIFY_URL_MAX, TASK_TYPES, SeedTask
 from meteorseed_scrapy.task.validation import ID_MAX, SPIDER_MAX
@@ -49,6 +50,8 @@ def _obj(**props: Any) -> dict[str, Any]:
 
 _INT = {"type": "integer"}
 _STR = {"type": "string"}
+#: A task place's states (queue/inspect/task_query.Place), in their order.
+PLACES = [place.value for place in Place]
 _NUM = {"type": "number"}
 _ANY_OBJ = {"type": "object", "additionalProperties": True}
 _NUM_OR_NULL = {"type": ["number", "null"]}
@@ -130,9 +133,9 @@ _LETTER_PARAM = {"name": "letter_id", "in": "path", "required": True,
 _TASK_STATE = _obj(
     query=_ANY_OBJ, at=_NUM, last_failure={"type": ["string", "null"]},
     exhaustive={"type": "boolean", "description": "every structure was read in full"},
-    state={"enum": list(dict.fromkeys([*ORDER, *ENDS, "deduplicated", "not found"]))},
+    state={"enum": list(dict.fromkeys([*PLACES, *ENDS, "deduplicated", "not found"]))},
     places={"type": "array", "items": {**_obj(
-        state={"enum": ["pending", "waiting", "delayed", "dead", "done"]}, stream=_STR,
+        state={"enum": PLACES}, stream=_STR,
         lane=_STR, band=_STR, entry_id=_STR, enqueued_at=_NUM, ahead=_INT,
         consumer={"type": ["string", "null"]}, idle_s=_NUM, deliveries=_INT_OR_NULL,
         why=_STR, due_at=_NUM_OR_NULL, reason=_STR,
@@ -194,7 +197,7 @@ def build_spec() -> dict[str, Any]:
                     errors_truncated={"type": "boolean"},
                     seeds={"type": "array", "items": _obj(
                         index=_INT, seed_id=_STR,
-                        state={"enum": ["done", "expanding", "failed", "cancelled"]},
+                        state={"enum": [state.value for state in ExpansionState]},
                         enqueued=_INT, duplicates=_INT, rejected=_INT, href=_STR)}), 202),
                  **_problems(401, 413, 422, 503)},
                 requestBody={"required": True, "content": {"application/json": {"schema": {

@@ -18,7 +18,7 @@ from meteorseed_scrapy.cli.common import (
     project_fingerprinter,
 )
 from meteorseed_scrapy.exit_codes import EXIT_INCOMPLETE, EXIT_OK
-from meteorseed_scrapy.queue.inspect.task_query import TaskState, parse_query
+from meteorseed_scrapy.queue.inspect.task_query import Place, TaskState, parse_query
 from meteorseed_scrapy.queue.inspect.task_state import task_state_plan
 from meteorseed_scrapy.queue.plumbing.reads import run_sync
 from meteorseed_scrapy.task.validation import TaskError
@@ -69,25 +69,25 @@ def _ago(stamp: float, now: float) -> str:
 
 def _place(place: dict[str, Any], now: float) -> str:
     kind = place["state"]
-    if kind in ("waiting", "pending"):
+    if kind in (Place.WAITING, Place.PENDING):
         where = f"{place['lane']}/{place['band']} ({place['stream']}, entry {place['entry_id']})"
         head = f"{kind} in {where}, enqueued {_ago(place['enqueued_at'], now)}"
-        if kind == "waiting":
+        if kind == Place.WAITING:
             return f"{head}; {place['ahead']} ahead of it"
         if "consumer" in place:
             return (f"{head}; on consumer {place['consumer']} for "
                     f"{format_duration(round(place['idle_s']))}, "
                     f"delivered {place['deliveries']} time(s)")
         return head
-    if kind == "delayed":
+    if kind == Place.DELAYED:
         due = place["due_at"]
         when = "never due" if due is None else f"due {_when(due)} ({_ago(due, now)})"
         return (f"delayed ({place['why']}) in {place['key']}, {when}, then to "
                 f"{place['to_lane']}/{place['to_band']}")
-    if kind == "dead":
+    if kind == Place.DEAD:
         return (f"dead letter {place['id']} at {place['at']}: {place['reason']} "
                 f"(consumer {place['consumer']}, {place['deliveries']} deliveries)")
-    if kind == "done":
+    if kind == Place.DONE:
         record = place.get("record") or {}
         parts = [f"{k} {record[k]}" for k in ("outcome", "reason", "items", "status", "digest")
                  if k in record]

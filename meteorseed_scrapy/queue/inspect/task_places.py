@@ -13,7 +13,7 @@ from typing import Any
 from meteorseed_scrapy.queue.consume.deadletters import DeadLetter
 from meteorseed_scrapy.queue.consume.task_history import decode_record
 from meteorseed_scrapy.queue.fleet.delayed import DelayedEntry
-from meteorseed_scrapy.queue.inspect.task_query import TaskState
+from meteorseed_scrapy.queue.inspect.task_query import Place, TaskState
 from meteorseed_scrapy.queue.keys import KeyLayout, ShardKeys
 from meteorseed_scrapy.queue.plumbing.replies import record_of, text_of
 from meteorseed_scrapy.task.exec_task import ExecTask
@@ -35,7 +35,7 @@ def record_waiting(state: TaskState, stream: str, route: tuple[str, str], entry_
                    ahead: int, task: ExecTask) -> None:
     """A task waiting in ``stream`` (of lane and band ``route``) behind ``ahead`` others."""
     lane, band = route
-    state.add_place({"state": "waiting", "stream": stream, "lane": lane, "band": band,
+    state.add_place({"state": Place.WAITING.value, "stream": stream, "lane": lane, "band": band,
                      "entry_id": entry_id, "ahead": ahead,
                      "enqueued_at": _id_time(entry_id), "task": task.to_dict()})
 
@@ -43,7 +43,7 @@ def record_waiting(state: TaskState, stream: str, route: tuple[str, str], entry_
 def record_done(state: TaskState, shard: ShardKeys, reply: Any) -> None:
     if reply is None:
         return
-    state.add_place({"state": "done", "key": shard.done(state.query.task_id or ""),
+    state.add_place({"state": Place.DONE.value, "key": shard.done(state.query.task_id or ""),
                      "record": record_of(reply)})
 
 
@@ -53,7 +53,7 @@ def record_dead(state: TaskState, keys: KeyLayout, dead: str, page: list[Any]) -
         letter = DeadLetter.decode(text_of(entry_id), {text_of(a): text_of(b) for a, b in
                                                      fields.items()}, keys, k)
         if letter.task is not None and state.query.matches(letter.task):
-            place = {"state": "dead", "stream": dead, **letter.summary()}
+            place = {"state": Place.DEAD.value, "stream": dead, **letter.summary()}
             place["task"] = letter.task.to_dict()
             state.add_place(place)
 
@@ -62,8 +62,8 @@ def record_pending(state: TaskState, keys: KeyLayout, stream: str, entry_id: str
                    ) -> int:
     """A task delivered from ``stream``: its place's number, for :func:`record_delivery`."""
     lane, band = keys.stream_lanes[stream]
-    return state.add_place({"state": "pending", "stream": stream, "lane": lane, "band": band,
-                            "entry_id": entry_id, "enqueued_at": _id_time(entry_id),
+    return state.add_place({"state": Place.PENDING.value, "stream": stream, "lane": lane,
+                            "band": band, "entry_id": entry_id, "enqueued_at": _id_time(entry_id),
                             "task": task.to_dict()})
 
 
@@ -105,6 +105,6 @@ def record_delayed(state: TaskState, key: str, member: str, score: float) -> Non
         return
     entry = DelayedEntry.parse(member, score)
     lane, _, band = route.partition(":")
-    state.add_place({"state": "delayed", "key": key, "why": entry.why,
+    state.add_place({"state": Place.DELAYED.value, "key": key, "why": entry.why,
                      "due_at": entry.due_at, "to_lane": lane, "to_band": band,
                      "task": task.to_dict()})

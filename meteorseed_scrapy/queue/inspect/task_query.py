@@ -9,18 +9,30 @@ with a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
+from meteorseed_scrapy.queue.consume.task_history import CODES
 from meteorseed_scrapy.queue.enqueue.dedup import Fingerprinter, fingerprint_bytes
 from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.validation import TaskError, check_id, check_url
 
-#: The order in which one state sums up a task found in several places (a URL enqueued
-#: again after its window, a done record beside a redelivery).
-ORDER = ("pending", "waiting", "delayed", "dead", "done")
+
+class Place(str, Enum):
+    """Where a task is found: a place's ``state`` (``meteorseed task``, ``GET /tasks``); in
+    the order in which one state sums up a task found in several places (a URL enqueued again
+    after its window, a done record beside a redelivery)."""
+
+    PENDING = "pending"
+    WAITING = "waiting"
+    DELAYED = "delayed"
+    DEAD = "dead"
+    DONE = "done"
+
+
 #: What a URL's task history record may say (queue/consume/task_history.py), when no place has it.
-ENDS = ("done", "gone", "robots", "blacklisted", "ignored", "dead", "cancelled")
+ENDS = tuple(CODES)
 
 
 @dataclass(frozen=True)
@@ -146,7 +158,7 @@ class TaskState:
 
     def record_acked(self, number: int) -> None:
         """Pending place ``number`` was acked between the two reads: it is done."""
-        self.places[number].update(state="done", note="acked while being looked up")
+        self.places[number].update(state=Place.DONE.value, note="acked while being looked up")
 
     def add_dedup(self, row: dict[str, Any]) -> None:
         """The dedup record of the URL under one site."""
@@ -171,9 +183,9 @@ class TaskState:
     @property
     def state(self) -> str:
         found = {place["state"] for place in self.places}
-        for name in ORDER:
-            if name in found:
-                return name
+        for place in Place:
+            if place.value in found:
+                return place.value
         if self.history:
             return str(self.history[0]["outcome"])
         if any(d["seen"] for d in self.dedup):
@@ -192,5 +204,5 @@ class TaskState:
                 "exhaustive": self.exhaustive, "notes": self.notes}
 
 
-__all__ = ["ENDS", "ORDER", "Search", "TaskQuery", "TaskState", "parse_query", "query_for_id",
+__all__ = ["ENDS", "Place", "Search", "TaskQuery", "TaskState", "parse_query", "query_for_id",
            "query_for_url"]
