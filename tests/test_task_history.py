@@ -200,7 +200,12 @@ def test_the_newest_outcome_of_a_url_replaces_the_last(redis_url: str, namespace
     ("done", "", "done"), ("gone", "HTTP 404", "gone"),
     ("ignored", "ignored: Forbidden by robots.txt", "robots"),
     ("ignored", "ignored: blacklisted by site hist: pattern '/banned'", "blacklisted"),
-    ("ignored", "ignored: offsite", "ignored"), ("dead", "HTTP 500", "dead")])
+    ("ignored", "ignored: offsite", "ignored"), ("dead", "HTTP 500", "dead"),
+    # Another reason quoting a URL that holds either word is no robots or blacklist verdict.
+    ("ignored", "ignored: private address of https://x.test/robots.txt", "ignored"),
+    ("ignored", "ignored: Forbidden by robots.txt, says my spider", "ignored"),
+    ("ignored", "ignored: max redirections reached at https://x.test/blacklisted", "ignored"),
+    ("dead", "ignored: Forbidden by robots.txt", "dead")])
 def test_outcome_names(outcome: str, reason: str, name: str) -> None:
     assert outcome_name(outcome, reason) == name
 
@@ -262,7 +267,7 @@ def test_a_workers_queue_writes_full_batches_and_skips_what_it_cannot_record(
             queue = HistoryQueue(TaskHistory(client, KeyLayout(namespace), 86400, 10_000),
                                  fingerprint, "w1")
             queue.add(keyless, "done")
-            queue.add(tasks[0], "ignored", reason="Forbidden by robots.txt")
+            queue.add(tasks[0], "ignored", reason="ignored: Forbidden by robots.txt")
             one_due_closing = queue.due(closing=True)  # (a batch to fill: not otherwise)
             for task in tasks[1:]:
                 queue.add(task, "done", items=1, status=200)

@@ -48,15 +48,22 @@ BATCH = 500
 EVERY_S = 1.0
 
 
+#: An ignored task's reason (as worker/fate.py words it) when Scrapy's RobotsTxtMiddleware
+#: refused its request, and the start of one when a site's blacklist did
+#: (politeness/blacklist.py): matched whole, as another reason may quote a URL holding either.
+ROBOTS_REASON = "ignored: Forbidden by robots.txt"
+BLACKLISTED_REASON = "ignored: blacklisted by site "
+
+
 def outcome_name(outcome: str, reason: str = "") -> str:
     """The history's name for how a task ended: a worker's outcome (``done``, ``gone``,
     ``ignored``, ``dead``) with an ignored task told apart by its reason (robots.txt, a site's
     blacklist)."""
     if outcome != "ignored":
         return outcome
-    if "robots.txt" in reason:
+    if reason == ROBOTS_REASON:
         return "robots"
-    if "blacklisted" in reason:
+    if reason.startswith(BLACKLISTED_REASON):
         return "blacklisted"
     return "ignored"
 

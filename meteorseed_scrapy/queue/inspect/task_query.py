@@ -22,7 +22,10 @@ from meteorseed_scrapy.task.validation import TaskError, check_id, check_url
 class Place(str, Enum):
     """Where a task is found: a place's ``state`` (``meteorseed task``, ``GET /tasks``); in
     the order in which one state sums up a task found in several places (a URL enqueued again
-    after its window, a done record beside a redelivery)."""
+    after its window, a done record beside a redelivery). Its str() is its value, as
+    :class:`~meteorseed_scrapy.task.exceptions.DeferReason`'s."""
+
+    __str__ = str.__str__
 
     PENDING = "pending"
     WAITING = "waiting"
