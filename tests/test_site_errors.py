@@ -47,6 +47,14 @@ def corrupt(sync_redis: redis.Redis, ns: str, site: str, what: str) -> None:
         sync_redis.hset(key, "corrupt", "1")
 
 
+async def flush_now(breaker: Breaker) -> None:
+    """Flush ``breaker`` at once (it paces itself four times a second), asking Redis for every
+    site, as after each one's backoff."""
+    breaker._next_flush = 0.0
+    breaker.faults._retry_at.clear()
+    await breaker.flush()
+
+
 def error_records(caplog: pytest.LogCaptureFixture, site: str) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == LOGGER and r.levelno >= logging.ERROR
             and f"site {site} " in r.getMessage()]
@@ -137,9 +145,7 @@ def test_a_corrupt_breaker_state_spares_the_other_sites_breakers(
         for _ in range(3):
             for site in ("bad", "good"):
                 breaker.record(site, False, 0.01, False)
-            breaker._next_flush = 0.0  # flush now (it paces itself four times a second)
-            breaker.faults._retry_at.clear()  # ask Redis every time, as after each backoff
-            await breaker.flush()
+            await flush_now(breaker)
         health = await client.hgetall(keys.site("good", "health"))
         return sum(int(v) for k, v in health.items() if k.endswith(":n")), breaker._pending["bad"]
 
@@ -167,13 +173,9 @@ def test_a_full_redis_is_no_site_error_and_its_sites_are_tried_again_soon(
             for _ in range(3):
                 for site in sites:
                     breaker.record(site, False, 0.01, False)
-                breaker._next_flush = 0.0  # flush now (it paces itself four times a second)
-                breaker.faults._retry_at.clear()
-                await breaker.flush()
+                await flush_now(breaker)
                 waits += [breaker.faults.blocked(site) for site in sites]
-        breaker._next_flush = 0.0
-        breaker.faults._retry_at.clear()
-        await breaker.flush()
+        await flush_now(breaker)
         counted = {}
         for site in sites:
             health = await client.hgetall(keys.site(site, "health"))
