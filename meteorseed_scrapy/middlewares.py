@@ -146,7 +146,7 @@ class BackoffMiddleware:
         self.settings = settings
         # RETRY_ENABLED = False: no task is retried, as if each had meta["dont_retry"].
         self.enabled = settings.getbool("RETRY_ENABLED", True)
-        self.faults = SiteFaults("pause", stats)
+        self.faults = SiteFaults("pause", stats, runtime.full)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BackoffMiddleware:

@@ -16,6 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from meteorseed_scrapy.queue.consume.group import ConsumerGroup
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.worker.loops import Loops
 
 
@@ -59,7 +60,7 @@ def test_a_step_needing_no_redis_does_not_end_an_outage(caplog: Any,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     consumer = _Consumer()
     consumer.redis.up = True
-    loops = Loops(consumer, _Stats())  # type: ignore[arg-type]
+    loops = Loops(consumer, _Stats(), RedisFull(None))  # type: ignore[arg-type]
     # Backoff of at most 0.3 s (a hundredth of the real one), so the test is short.
     monkeypatch.setattr("meteorseed_scrapy.backoff.random.uniform", lambda a, b: 0.01)
     calls = {"redis": 0, "local": 0}
@@ -95,7 +96,7 @@ def test_a_step_needing_no_redis_does_not_end_an_outage(caplog: Any,
 def test_a_failure_right_after_redis_is_back_is_the_same_outage(caplog: Any) -> None:
     """A command sent during the outage may fail just after another loop saw Redis answer
     (seen on the fleet when Redis was cut off from every worker): no second outage is logged."""
-    outage = Loops(_Consumer(), _Stats()).outage  # type: ignore[arg-type]
+    outage = Loops(_Consumer(), _Stats(), RedisFull(None)).outage  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="meteorseed_scrapy.worker.loops"):
         outage.failed(RedisConnectionError("Timeout connecting to server"), "read")
         outage.ok()
@@ -108,7 +109,7 @@ def test_a_failure_right_after_redis_is_back_is_the_same_outage(caplog: Any) -> 
 
 def test_a_failure_long_after_redis_came_back_is_a_new_outage(
         caplog: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    outage = Loops(_Consumer(), _Stats()).outage  # type: ignore[arg-type]
+    outage = Loops(_Consumer(), _Stats(), RedisFull(None)).outage  # type: ignore[arg-type]
     clock = [1000.0]
     monkeypatch.setattr("meteorseed_scrapy.worker.loops.time.monotonic", lambda: clock[0])
     with caplog.at_level(logging.WARNING, logger="meteorseed_scrapy.worker.loops"):
@@ -131,7 +132,7 @@ def test_a_loop_in_back_off_wakes_when_another_loop_finds_redis_back(
     waited out their own back-off (up to 30 s) before going out."""
     consumer = _Consumer()
     consumer.redis.up = True
-    loops = Loops(consumer, _Stats())  # type: ignore[arg-type]
+    loops = Loops(consumer, _Stats(), RedisFull(None))  # type: ignore[arg-type]
     # A back-off far longer than the test may take: only being woken lets the ack loop retry.
     monkeypatch.setattr("meteorseed_scrapy.backoff.random.uniform", lambda a, b: 3600.0)
     calls = {"read": 0, "ack": 0}
@@ -169,7 +170,7 @@ def test_a_step_that_never_suspends_does_not_starve_the_reactor() -> None:
     when its fake ping answered at once."""
     consumer = _Consumer()
     consumer.redis.up = True
-    loops = Loops(consumer, _Stats())  # type: ignore[arg-type]
+    loops = Loops(consumer, _Stats(), RedisFull(None))  # type: ignore[arg-type]
     calls = {"step": 0}
     valve = 100_000  # a starved reactor ends the test here instead of hanging it
 

@@ -38,6 +38,7 @@ from meteorseed_scrapy.queue.enqueue.enqueue_calls import AddResult, Encoded
 from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.spiders import worker_spider
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.task.context import LEASE_META_KEY, TASK_META_KEY, task_of
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
@@ -153,7 +154,8 @@ async def pump_on(redis_url: str, namespace: str, writer: type[TaskWriter] = Tas
                           sizes=WorkSizes.from_settings(crawler.settings),
                           politeness=crawler.settings.getbool("METEORSEED_POLITENESS"),
                           on_change=lambda: rig.woken.append(True),
-                          on_new_urls=rig.new_urls.update, clock=clock)
+                          on_new_urls=rig.new_urls.update,
+                          full=RedisFull(crawler.stats), clock=clock)
     crawler.signals.connect(rig.on_settled, task_settled)
     rig.pump.start()
     try:

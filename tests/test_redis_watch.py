@@ -20,6 +20,7 @@ from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Ref
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import async_client
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.testing.polling import wait_for, wait_until
 from meteorseed_scrapy.testing.sites import DemoSite
 from meteorseed_scrapy.worker.loops import Loops
@@ -267,7 +268,7 @@ def test_the_loops_set_the_group_up_once_not_once_each(redis_url: str, namespace
     async def main() -> int:
         client = async_client(redis_url, decode_responses=True)
         consumer = SlowSetUp(client, keys, "w1")
-        loops = Loops(consumer, crawler.stats)
+        loops = Loops(consumer, crawler.stats, RedisFull(crawler.stats))
         try:
             for where in ("read", "reclaim", "ack", "idle check"):
                 async def step(where: str = where) -> None:

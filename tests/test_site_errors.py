@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
+from redis.exceptions import ResponseError
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
@@ -16,14 +17,16 @@ from meteorseed_scrapy.politeness.breaker import Breaker, BreakerConfig
 from meteorseed_scrapy.politeness.gate import SiteGate
 from meteorseed_scrapy.politeness.permits import PermitDesk
 from meteorseed_scrapy.politeness.policy import Backoff, SiteLimits
-from meteorseed_scrapy.politeness.site_errors import FULL_WAIT_S
+from meteorseed_scrapy.politeness.site_errors import SiteFaults
 from meteorseed_scrapy.queue.keys import KeyLayout
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.testing.clients import run_with_client as run
 from tests.test_redis_full import full
 
 T = TypeVar("T")
 OPEN = SiteLimits(rate=1000.0, burst=1000, concurrency=100)
 LOGGER = "meteorseed_scrapy.politeness.site_errors"
+FULL_LOGGER = "meteorseed_scrapy.queue.plumbing.redis_full"
 
 
 
@@ -161,13 +164,17 @@ def test_a_full_redis_is_no_site_error_and_its_sites_are_tried_again_soon(
     redis_url: str, namespace: str, sync_redis: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Redis above its maxmemory refuses every site's breaker call alike: not a site's corrupt
-    # state (an ERROR per site, backoff up to a minute) but one warning for the spell, and a
-    # short wait, as room can come back at any time.
+    # state (an ERROR per site, backoff up to a minute) but a short wait, as room can come back
+    # at any time, and one warning for the spell from the worker's one RedisFull, whichever
+    # kinds of call it refused (here the breaker's and a pause call).
     keys = KeyLayout(namespace)
     sites = ("a", "b", "c")
 
     async def scenario(client: Any) -> tuple[list[float], dict[str, int], dict[str, Any]]:
-        breaker = Breaker(client, keys, BreakerConfig(), new_stats())
+        stats = new_stats()
+        shared = RedisFull(stats)
+        breaker = Breaker(client, keys, BreakerConfig(), stats, full=shared)
+        pauses = SiteFaults("pause", stats, shared)
         waits = []
         with full(sync_redis):
             for _ in range(3):
@@ -175,19 +182,27 @@ def test_a_full_redis_is_no_site_error_and_its_sites_are_tried_again_soon(
                     breaker.record(site, False, 0.01, False)
                 await flush_now(breaker)
                 waits += [breaker.faults.blocked(site) for site in sites]
+            try:
+                await client.set(keys.site("a", "pause"), "1")
+            except ResponseError as exc:
+                waits.append(pauses.failed("a", exc))
         await flush_now(breaker)
+        pauses.ok("a")  # (said already: Redis had room for the breaker's calls)
         counted = {}
         for site in sites:
             health = await client.hgetall(keys.site(site, "health"))
             counted[site] = sum(int(v) for k, v in health.items() if k.endswith(":n"))
-        return waits, counted, breaker.stats.get_stats()
+        return waits, counted, stats.get_stats()
 
-    with caplog.at_level(logging.DEBUG, LOGGER):
+    with caplog.at_level(logging.DEBUG):
         waits, counted, stats = run(redis_url, scenario)
-    assert all(0 < wait <= FULL_WAIT_S for wait in waits), waits
+    assert len(waits) == 10 and all(0 < wait <= RedisFull.MAX_DELAY_S for wait in waits), waits
     assert counted == dict.fromkeys(sites, 3)  # room again: every count kept gets through
-    assert stats["meteorseed/redis/full"] == 9
-    assert not [name for name in stats if name.startswith("meteorseed/breaker/")], stats
-    logged = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
-    assert [level for level, _ in logged] == [logging.WARNING, logging.WARNING], logged
-    assert "above its maxmemory" in logged[0][1] and "9 refused" in logged[1][1]
+    assert stats["meteorseed/redis/full"] == 10
+    assert not [name for name in stats if name.startswith(("meteorseed/breaker/",
+                                                           "meteorseed/pause/"))], stats
+    said = [(r.levelno, r.getMessage()) for r in caplog.records
+            if r.name in (LOGGER, FULL_LOGGER) and r.levelno >= logging.WARNING]
+    assert [level for level, _ in said] == [logging.WARNING, logging.WARNING], said
+    assert "full (above its maxmemory) during breaker calls" in said[0][1], said
+    assert "room again after 10 refused" in said[1][1], said

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting, number_setting
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ class BreakerConfig:
 
 class Breaker:
     def __init__(self, redis: AsyncRedis, keys: KeyLayout, config: BreakerConfig,
-                 stats: StatsCollector, quota_of: Callable[[str], str] | None = None) -> None:
+                 stats: StatsCollector, quota_of: Callable[[str], str] | None = None, *,
+                 full: RedisFull | None = None) -> None:
         self.keys = keys
         # A site's quota key: on a cluster its breaker keys live in the quota's slot, where
         # gate.lua reads them with the quota's keys (KeyLayout.site_own).
@@ -136,7 +138,9 @@ class Breaker:
         self.state: dict[str, BreakerState] = {}
         self._opened_at: dict[str, float] = {}  # site -> monotonic time it was last seen opening
         self._next_flush = 0.0
-        self.faults = SiteFaults("breaker", stats)  # a site whose breaker state Redis refuses
+        # A site whose breaker state Redis refuses; a full Redis is told to the worker's one
+        # view of it (a breaker alone has its own).
+        self.faults = SiteFaults("breaker", stats, full or RedisFull(stats))
 
     def record(self, site: str, error: bool, latency_s: float, probe: bool,
                task_id: str = "", good: bool = False) -> None:

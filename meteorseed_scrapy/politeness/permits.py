@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from meteorseed_scrapy.politeness.gate import SiteGate, group_by_site
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.queue.consume.delayed_set import STALE_PARK_S, STALE_VIEW_S
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -84,7 +85,8 @@ class SiteQueues:
 
 
 class PermitDesk:
-    def __init__(self, gate: SiteGate, stats: StatsCollector) -> None:
+    def __init__(self, gate: SiteGate, stats: StatsCollector,
+                 full: RedisFull | None = None) -> None:
         self.gate = gate
         self.stats = stats
         self.available: dict[str, list[str]] = {}
@@ -96,7 +98,8 @@ class PermitDesk:
         self.to_release: list[tuple[str, str]] = []
         self._next_renew = 0.0
         self._order: deque[str] = deque()
-        self.faults = SiteFaults("gate", stats)  # a site whose gate state Redis refuses
+        # A site whose gate state Redis refuses (a full Redis: the worker's one view of it).
+        self.faults = SiteFaults("gate", stats, full or RedisFull(stats))
 
     def ready_sites(self) -> Iterator[str]:
         """Sites holding permits, round-robin so that one busy site does not starve others.

@@ -25,6 +25,7 @@ from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.fleet.spiders import worker_spider
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing.connection import async_client
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.sites.lookup import site_configs
 
@@ -63,8 +64,10 @@ class CrawlRuntime:
                              self.backoff, self.breaker_config.probe_interval,
                              lease_ttl_s=lease_ttl(self.config.claim_idle))
         self.delayed = DelayedSet(self.redis, self.keys)
+        #: Redis refusing writes for want of memory, as every part of this worker reports it.
+        self.full = RedisFull(crawler.stats)
         self.breaker = Breaker(self.redis, self.keys, self.breaker_config, crawler.stats,
-                               lambda site: self.limits_for(site).quota(site))
+                               lambda site: self.limits_for(site).quota(site), full=self.full)
         self.worker = False  # set when the scheduler opens a worker crawl
 
     @classmethod

@@ -5,8 +5,9 @@ Redis refuse that site's gate, pause or breaker calls. The site's tasks then wai
 a growing backoff, and the error is logged once (and once more when the site works again),
 while every other site keeps its permits. Redis being away altogether is not a site's error:
 those exceptions are left to the worker's outage handling. Nor is a Redis above its
-``maxmemory`` refusing the call (it refuses every site's alike): that is one warning for the
-spell, and a short wait, as room can come back at any time.
+``maxmemory`` refusing the call (it refuses every site's alike): that is reported to the
+worker's one :class:`~meteorseed_scrapy.queue.plumbing.redis_full.RedisFull`, and the site
+waits only the short while it says.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from redis.exceptions import ResponseError
 
 from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.queue.plumbing.connection import out_of_memory
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -31,24 +33,27 @@ SITE_ERRORS: tuple[type[Exception], ...] = (ResponseError, ValueError, TypeError
 
 FIRST_WAIT_S = 1.0
 MAX_WAIT_S = 60.0
-#: The wait of a site whose call a full Redis refused (as the worker's loops retry it).
-FULL_WAIT_S = 1.0
 
 
 class SiteFaults:
-    """Per-site failure bookkeeping of one kind of call (``what``: "gate", "pause", ...)."""
+    """Per-site failure bookkeeping of one kind of call (``what``: "gate", "pause", ...);
+    ``full``: the worker's view of a Redis refusing writes for want of memory (shared by
+    every kind of call and the worker's loops)."""
 
-    def __init__(self, what: str, stats: StatsCollector) -> None:
+    def __init__(self, what: str, stats: StatsCollector, full: RedisFull) -> None:
         self.what = what
         self.stats = stats
+        self.full = full
+        self._where = f"{what} calls"  # (as RedisFull names it)
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}  # site -> monotonic time to try it again
-        self._full = 0  # calls refused by a full Redis since a call last worked
 
     def failed(self, site: str, exc: BaseException) -> float:
         """Record a failed call for ``site``; returns how long its tasks should wait."""
         if out_of_memory(exc):
-            return self._refused_full(site, exc)
+            wait = self.full.failed(exc, self._where)
+            self._retry_at[site] = time.monotonic() + wait
+            return wait
         n = self._failures.get(site, 0) + 1
         self._failures[site] = n
         self.stats.inc_value(f"meteorseed/{self.what}/{site}/errors")
@@ -66,21 +71,10 @@ class SiteFaults:
         self._retry_at[site] = time.monotonic() + wait
         return wait
 
-    def _refused_full(self, site: str, exc: BaseException) -> float:
-        self.stats.inc_value("meteorseed/redis/full")
-        if not self._full:
-            logger.warning("Redis refuses the %s calls, above its maxmemory: the sites' tasks "
-                           "wait, nothing is lost; retrying (%s)", self.what, exc)
-        self._full += 1
-        self._retry_at[site] = time.monotonic() + FULL_WAIT_S
-        return FULL_WAIT_S
-
     def ok(self, site: str) -> None:
-        """A call for ``site`` worked."""
-        if self._full:
-            logger.warning("The %s calls work again, after %d refused for want of memory",
-                           self.what, self._full)
-            self._full = 0
+        """A call for ``site`` worked (one this kind of call had refused proves room)."""
+        if self._where in self.full.refused:
+            self.full.room()
         n = self._failures.pop(site, None)
         self._retry_at.pop(site, None)
         if n:

@@ -72,7 +72,7 @@ class WorkerCrawl:
             gate=runtime.gate, delayed=runtime.delayed, breaker=runtime.breaker,
             limits_for=runtime.limits_for,
             sizes=config.sizes, politeness=config.politeness, on_change=on_change,
-            on_new_urls=self._new_urls.update,
+            on_new_urls=self._new_urls.update, full=runtime.full,
         )
         self._scrapes = ScrapeTracker(crawler, self.pump, patch)
         self._yields = YieldReporter(SeedRegistry(runtime.redis, runtime.keys), self._new_urls)

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.statscollectors import StatsCollector
 
+    from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
+
 PARK_AFTER_S = 2.0  # a site that must wait longer than this gives its waiting tasks back
 QUEUE_SECONDS = 2.0  # a site keeps at most this many seconds of its quota waiting in memory
 MIN_QUEUE = 4
@@ -117,10 +119,10 @@ class Handout:
                  start: Callable[[str], Request | None], stats: StatsCollector, *,
                  gate: SiteGate | None, limits_for: Callable[[str], SiteLimits],
                  breaker: Breaker, on_change: Callable[[], None],
-                 park: Callable[[Entry, float, DeferReason], None]) -> None:
+                 park: Callable[[Entry, float, DeferReason], None], full: RedisFull) -> None:
         self.buffer, self.hops = buffer, SiteQueues()  # hops: retries/redirects, per site
         self._budget, self._start = budget, start
-        self.desk = PermitDesk(gate, stats) if gate is not None else None
+        self.desk = PermitDesk(gate, stats, full) if gate is not None else None
         self.dispatcher = None if self.desk is None else Dispatcher(
             self.desk, buffer, self.hops, limits_for, breaker, budget=self._permits,
             on_change=on_change, park=park, stats=stats)

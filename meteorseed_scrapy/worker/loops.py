@@ -22,6 +22,7 @@ from meteorseed_scrapy.backoff import exponential
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.fleet.snapshot import RedisMemory
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN, out_of_memory
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.worker.stall import StallWatch
 
 if TYPE_CHECKING:
@@ -82,43 +83,14 @@ class Outage:
         self.failures = 0
 
 
-class RedisFull:
-    """Redis refusing writes for want of memory: one warning from the first refusal until a
-    loop it refused runs again with Redis below its ``maxmemory`` (a step that wrote nothing
-    proves no room), short backoffs meanwhile."""
-
-    #: The longest wait (s) between two tries of a refused loop: room comes back at any time.
-    MAX_DELAY_S = 1.0
-
-    def __init__(self) -> None:
-        self.refused: set[str] = set()  # the loops whose last step an OOM ended
-        self.failures = 0
-
-    def failed(self, exc: ResponseError, where: str) -> float:
-        if not self.refused:
-            logger.warning("Redis is full (above its maxmemory) during %s: what it refuses"
-                           " waits, nothing is lost; retrying (%s)", where, exc)
-        else:
-            logger.debug("Redis still full during %s: %s", where, exc)
-        self.refused.add(where)
-        self.failures += 1
-        return exponential(self.failures, 0.25, self.MAX_DELAY_S, jitter=(0.8, 1.2))
-
-    def room(self) -> None:
-        logger.warning("Redis has room again after %d refused writes: worker resumed",
-                       self.failures)
-        self.refused.clear()
-        self.failures = 0
-
-
 class Loops:
     """Runs the worker's steps as asyncio tasks, each after the consumer group is set up."""
 
-    def __init__(self, consumer: StreamConsumer, stats: StatsCollector) -> None:
+    def __init__(self, consumer: StreamConsumer, stats: StatsCollector, full: RedisFull) -> None:
         self.consumer = consumer
         self.stats = stats
         self.outage = Outage()
-        self.full = RedisFull()
+        self.full = full
         self.stopping = False
         self._ready = False
         # One set-up at a time: a loop that set the group up late (under load, after a FLUSHALL
@@ -174,7 +146,6 @@ class Loops:
                 if self.on_refused is not None:
                     await self.on_refused(exc)  # (an evicting policy stops the worker)
                 if out_of_memory(exc):
-                    self.stats.inc_value("meteorseed/redis/full")
                     await asyncio.sleep(self.full.failed(exc, where))
                     continue
                 if "NOGROUP" not in str(exc):

@@ -56,6 +56,8 @@ from meteorseed_scrapy.worker.yielded import YieldedRequests
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
+
 logger = logging.getLogger(__name__)
 
 
@@ -65,7 +67,7 @@ class StreamPump:
                  delayed: DelayedSet, breaker: Breaker,
                  limits_for: Callable[[str], SiteLimits], sizes: WorkSizes, politeness: bool,
                  on_change: Callable[[], None],
-                 on_new_urls: Callable[[Iterable[str]], None],
+                 on_new_urls: Callable[[Iterable[str]], None], full: RedisFull,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._stats = crawler.stats
         self._signals = crawler.signals
@@ -92,8 +94,8 @@ class StreamPump:
         self._handout = Handout(  # (without politeness every task may go at once)
             self._buffer, self._budget, self._start_next, self._stats,
             gate=gate if politeness else None, limits_for=limits_for, breaker=breaker,
-            on_change=on_change, park=self._settling.park)
-        self._loops = Loops(consumer, self._stats)
+            on_change=on_change, park=self._settling.park, full=full)
+        self._loops = Loops(consumer, self._stats, full)
         self._watch = RedisWatch(crawler, consumer, self)
         self._loops.on_refused = self._watch.refused
         self._keepalive = KeepAlive(consumer, config.redis_url, config.claim_idle)

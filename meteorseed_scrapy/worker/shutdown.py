@@ -14,9 +14,10 @@ from redis.exceptions import ResponseError
 from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.consume.delivery import Delivery
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN, out_of_memory
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.settings import WorkerConfig
 from meteorseed_scrapy.worker.completions import Completions
-from meteorseed_scrapy.worker.loops import Outage, RedisFull
+from meteorseed_scrapy.worker.loops import Outage
 
 logger = logging.getLogger(__name__)
 
