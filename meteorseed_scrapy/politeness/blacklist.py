@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from scrapy import Request, Spider
-from scrapy.exceptions import IgnoreRequest
 
 from meteorseed_scrapy.sites.lookup import SiteMiddleware
 from meteorseed_scrapy.sites.patterns import PatternTimeout
+from meteorseed_scrapy.task.exceptions import Blacklisted
 
 
 class BlacklistMiddleware(SiteMiddleware):
@@ -25,5 +25,5 @@ class BlacklistMiddleware(SiteMiddleware):
             if found_in:
                 if self.stats is not None:
                     self.stats.inc_value(f"meteorseed/blacklisted/{site}")
-                raise IgnoreRequest(f"blacklisted by site {site}: pattern {pattern.pattern!r}"
-                                    + (f" ({found_in})" if isinstance(found_in, Exception) else ""))
+                raise Blacklisted(site, f"pattern {pattern.pattern!r}"
+                                  + (f" ({found_in})" if isinstance(found_in, Exception) else ""))

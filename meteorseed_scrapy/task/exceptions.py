@@ -40,6 +40,22 @@ class TaskDeferred(IgnoreRequest):
         self.why = why or (DeferReason.RETRY if count_retry else DeferReason.OTHER)
 
 
+#: How an ignored task's reason starts: its IgnoreRequest's message follows.
+IGNORED_PREFIX = "ignored: "
+#: The message of Scrapy's RobotsTxtMiddleware refusing a request.
+ROBOTS_MESSAGE = "Forbidden by robots.txt"
+
+
+class Blacklisted(IgnoreRequest):
+    """A site's blacklist refused the request (``detail``: the pattern, and why if it ran out
+    of time); its message starts with :attr:`PREFIX` and the site."""
+
+    PREFIX = "blacklisted by site "
+
+    def __init__(self, site: str, detail: str) -> None:
+        super().__init__(f"{self.PREFIX}{site}: {detail}")
+
+
 class TaskGivenUp(Exception):
     """The task's final failure when its site stayed in trouble for ``METEORSEED_GIVE_UP_AFTER``:
     what its errback sees (once, as for any final failure); it is then dead-lettered with

@@ -26,7 +26,7 @@ from twisted.python.failure import Failure
 from meteorseed_scrapy.politeness.breaker import Breaker
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.store.base import StoreUnavailable
-from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred, TaskGivenUp
+from meteorseed_scrapy.task.exceptions import IGNORED_PREFIX, DeferReason, TaskDeferred, TaskGivenUp
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import RETRY_LANE
 from meteorseed_scrapy.worker.requests import status_allowed
@@ -176,7 +176,7 @@ def final_hop(happened: WhatHappened) -> Verdict:
         if isinstance(result.value, TaskGivenUp):
             return Verdict(Outcome.DEAD, result.value.reason)
         if isinstance(result.value, IgnoreRequest):
-            return Verdict(Outcome.IGNORED, f"ignored: {result.getErrorMessage()}")
+            return Verdict(Outcome.IGNORED, f"{IGNORED_PREFIX}{result.getErrorMessage()}")
         error = f"{type(result.value).__name__}: {result.getErrorMessage()}"
         return Verdict(Outcome.DEAD,
                        f"download failed after {retries} retries: {error}"[:REASON_MAX])

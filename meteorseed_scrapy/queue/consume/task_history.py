@@ -23,6 +23,7 @@ from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.queue.plumbing.scripts import register
 from meteorseed_scrapy.queue.shards import call_scripts
 from meteorseed_scrapy.settings import duration_setting, integer_setting
+from meteorseed_scrapy.task.exceptions import IGNORED_PREFIX, ROBOTS_MESSAGE, Blacklisted
 from meteorseed_scrapy.task.exec_task import ExecTask
 
 if TYPE_CHECKING:
@@ -48,11 +49,11 @@ BATCH = 500
 EVERY_S = 1.0
 
 
-#: An ignored task's reason (as worker/fate.py words it) when Scrapy's RobotsTxtMiddleware
-#: refused its request, and the start of one when a site's blacklist did
-#: (politeness/blacklist.py): matched whole, as another reason may quote a URL holding either.
-ROBOTS_REASON = "ignored: Forbidden by robots.txt"
-BLACKLISTED_REASON = "ignored: blacklisted by site "
+#: An ignored task's reason when Scrapy's RobotsTxtMiddleware refused its request, and the
+#: start of one when a site's blacklist did: matched whole, as another reason may quote a URL
+#: holding either.
+ROBOTS_REASON = IGNORED_PREFIX + ROBOTS_MESSAGE
+BLACKLISTED_REASON = IGNORED_PREFIX + Blacklisted.PREFIX
 
 
 def outcome_name(outcome: str, reason: str = "") -> str:
