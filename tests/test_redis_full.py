@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import redis
+from redis.exceptions import OutOfMemoryError
+from scrapy.settings import Settings
+from scrapy.statscollectors import MemoryStatsCollector
 
 from meteorseed_scrapy.queue.enqueue.backlog import stream_counts
 from meteorseed_scrapy.queue.inspect.status import QueueSampler, read_status
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
 from meteorseed_scrapy.queue.plumbing.reads import Batch, call, run_sync
+from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.sites.remote import Pushed, RemoteRules
 from meteorseed_scrapy.sites.rulefile import parse_text
 from meteorseed_scrapy.task.exec_task import ExecTask
@@ -162,3 +168,25 @@ def test_a_worker_stopped_while_redis_is_full_stops_cleanly_and_loses_nothing(
     assert survivor.wait(120) == 0, survivor.log()[-3000:]
     assert len(stored_docs(tmp_path / "items.db")) == len(urls)
     assert sync_redis.xlen(keys.stream) == 0 and sync_redis.xlen(keys.dead) == 0
+
+
+def test_one_spell_whoever_meets_it_one_warning_each_way_short_waits(
+        caplog: pytest.LogCaptureFixture) -> None:
+    stats = MemoryStatsCollector(SimpleNamespace(settings=Settings()))
+    full = RedisFull(stats)
+    oom = OutOfMemoryError("command not allowed when used memory > 'maxmemory'")
+    full.room()  # (nothing refused yet: nothing to say)
+    with caplog.at_level(logging.DEBUG, "meteorseed_scrapy.queue.plumbing.redis_full"):
+        waits = [full.failed(oom, where) for where in ("read", "ack", "breaker calls") * 20]
+        assert full.refused == {"read", "ack", "breaker calls"}
+        full.room()
+        full.room()  # (said once: the next caller to go through finds the spell over)
+        waits.append(full.failed(oom, "gate calls"))  # a new spell
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [m.split(" (")[0] for m in said] == [
+        "Redis is full", "Redis has room again after 60 refused writes: worker resumed",
+        "Redis is full"], said
+    assert "during read" in said[0] and "during gate calls" in said[2]
+    assert all(0 < wait <= RedisFull.MAX_DELAY_S for wait in waits), waits
+    assert stats.get_value("meteorseed/redis/full") == 61
+    assert full.failures == 1 and full.refused == {"gate calls"}
