@@ -6,6 +6,7 @@ worker pauses (one line), loses nothing and goes on once Redis has room again.""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -16,21 +17,25 @@ from types import SimpleNamespace
 
 import pytest
 import redis
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import OutOfMemoryError, ResponseError
 from scrapy.settings import Settings
 from scrapy.statscollectors import MemoryStatsCollector
 
+from meteorseed_scrapy.politeness.site_errors import SiteFaults
+from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.enqueue.backlog import stream_counts
 from meteorseed_scrapy.queue.inspect.status import QueueSampler, read_status
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
+from meteorseed_scrapy.queue.plumbing.connection import async_client
 from meteorseed_scrapy.queue.plumbing.reads import Batch, call, run_sync
 from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.sites.remote import Pushed, RemoteRules
 from meteorseed_scrapy.sites.rulefile import parse_text
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.testing.clients import run_with_client
-from meteorseed_scrapy.testing.polling import wait_for
+from meteorseed_scrapy.testing.polling import wait_for, wait_until
 from meteorseed_scrapy.testing.sites import DemoSite
+from meteorseed_scrapy.worker.loops import Loops
 from tests.e2e_helpers import enqueue, start_worker, stored_docs
 from tests.test_cli import run
 
@@ -190,3 +195,46 @@ def test_one_spell_whoever_meets_it_one_warning_each_way_short_waits(
     assert all(0 < wait <= RedisFull.MAX_DELAY_S for wait in waits), waits
     assert stats.get_value("meteorseed/redis/full") == 61
     assert full.failures == 1 and full.refused == {"gate calls"}
+
+
+def test_a_spell_site_calls_met_ends_when_a_loop_finds_room_not_before(
+        redis_url: str, namespace: str, sync_redis: redis.Redis,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Only a site call refused: the loops' steps that go through while Redis is still full
+    (a ping, a read) end nothing; the first one after room came back does (seen as a second
+    "Redis is full" on a loaded CI run when a breaker call that only deleted ended the spell)."""
+    stats = MemoryStatsCollector(SimpleNamespace(settings=Settings()))
+    shared = RedisFull(stats)
+    keys = KeyLayout(namespace)
+    steps = [0]
+
+    async def step() -> None:
+        steps[0] += 1
+        await asyncio.sleep(0.01)
+
+    async def main() -> set[str]:
+        client = async_client(redis_url, decode_responses=True)
+        loops = Loops(StreamConsumer(client, keys, "w1"), stats, shared)
+        try:
+            loops.start(step, "read")
+            await wait_until(lambda: steps[0] >= 1)  # (its group set up before Redis fills)
+            with full(sync_redis):
+                with pytest.raises(ResponseError) as refused:
+                    await client.set(keys.site("a", "pause"), "1")
+                SiteFaults("pause", stats, shared).failed("a", refused.value)
+                done = steps[0]
+                await wait_until(lambda: steps[0] >= done + 5)
+                still = set(shared.refused)
+            await wait_until(lambda: not shared.refused)
+            return still
+        finally:
+            loops.stopping = True
+            await loops.cancel()
+            await client.aclose()
+
+    with caplog.at_level(logging.DEBUG, "meteorseed_scrapy.queue.plumbing.redis_full"):
+        assert asyncio.run(asyncio.wait_for(main(), 60)) == {"pause calls"}
+    said = [r.getMessage() for r in caplog.records if r.name == RedisFull.__module__
+            and r.levelno >= logging.WARNING]
+    assert [m.split(" (")[0] for m in said] == [
+        "Redis is full", "Redis has room again after 1 refused writes: worker resumed"], said

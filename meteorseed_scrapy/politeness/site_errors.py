@@ -44,7 +44,7 @@ class SiteFaults:
         self.what = what
         self.stats = stats
         self.full = full
-        self._where = f"{what} calls"  # (as RedisFull names it)
+        self._where = f"{what} calls"  # (as RedisFull names the caller)
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}  # site -> monotonic time to try it again
 
@@ -72,9 +72,8 @@ class SiteFaults:
         return wait
 
     def ok(self, site: str) -> None:
-        """A call for ``site`` worked (one this kind of call had refused proves room)."""
-        if self._where in self.full.refused:
-            self.full.room()
+        """A call for ``site`` worked. (That proves no room in a full Redis: a call whose only
+        write was a deletion goes through it. The worker's loops tell when there is.)"""
         n = self._failures.pop(site, None)
         self._retry_at.pop(site, None)
         if n:

@@ -2,9 +2,10 @@
 
 Redis going away pauses a loop (one log line per outage, exponential backoff) and never drops
 what is queued. So does a Redis above its ``maxmemory`` (policy ``noeviction``) that refuses a
-loop's writes with an OOM, while it still answers reads: it is full until the loops it refused
-get their writes through again (room made by acks elsewhere, or by its operator). A consumer
-group that vanished is created again.
+loop's writes with an OOM, while it still answers reads: it is full (the worker's one
+:class:`~meteorseed_scrapy.queue.plumbing.redis_full.RedisFull`, which its site calls tell
+too) until a loop's step goes through with Redis below its ``maxmemory`` (room made by acks
+elsewhere, or by its operator). A consumer group that vanished is created again.
 """
 
 from __future__ import annotations
@@ -115,9 +116,9 @@ class Loops:
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        if self.full.refused:  # (stopped before a refused loop ran again: said here)
+        if self.full.refused:  # (stopped before a loop found room: said here)
             with contextlib.suppress(*REDIS_DOWN, ResponseError):
-                if await self._has_room():
+                if await self._has_room(""):
                     self.full.room()
 
     async def _run(self, step: Callable[[], Awaitable[object]], where: str,
@@ -132,7 +133,7 @@ class Loops:
                     # ends an outage, else a partition logs "back"/"unavailable" over and over.
                     await self.consumer.redis.ping()
                 self.outage.ok()
-                if where in self.full.refused and await self._has_room():
+                if self.full.refused and await self._has_room(where):
                     self.full.room()
             except REDIS_DOWN as exc:
                 self.stats.inc_value("meteorseed/redis/errors")
@@ -175,12 +176,18 @@ class Loops:
                     await asyncio.wait_for(event.wait(), timeout)
                 event.clear()
 
-    async def _has_room(self) -> bool:
+    async def _has_room(self, where: str) -> bool:
+        """Whether Redis is below its ``maxmemory`` again, after ``where``'s step went through
+        ("": none). A step proves nothing by itself (one that wrote nothing, a site call that
+        only deleted, goes through a full Redis), so ``INFO memory`` says; where Redis will not
+        say (INFO renamed away), a step that Redis had refused going through does."""
         try:
             memory = RedisMemory.parse(await self.consumer.redis.info("memory"))
-        except ResponseError:  # (INFO renamed away: the step that went through says enough)
-            return True
-        return memory is None or not memory.full
+        except ResponseError:
+            memory = None
+        if memory is None:
+            return not where or where in self.full.refused
+        return not memory.full
 
     async def _setup(self) -> None:
         async with self._setting_up:

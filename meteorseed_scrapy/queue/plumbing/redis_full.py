@@ -3,9 +3,11 @@
 Redis above its ``maxmemory`` (with ``noeviction``) refuses every write alike: the worker's
 loops, its gate, breaker and pause calls, its last writes on the way out. That is one condition
 of the server, not of a loop or a site, so a worker holds one :class:`RedisFull` (built with its
-crawl's runtime) that every caller reports to: one warning from the first refusal, one when a
-refused call goes through again, a short wait meanwhile (room can come back at any time), and
-the stat ``meteorseed/redis/full`` counting the refusals.
+crawl's runtime) that every caller reports to: one warning from the first refusal, one when
+the worker finds room again (its loops ask Redis, ``worker/loops.py``: a call that went
+through proves nothing, as one whose only write is a deletion goes through a full Redis), a
+short wait meanwhile (room can come back at any time), and the stat ``meteorseed/redis/full``
+counting the refusals.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class RedisFull:
         return exponential(self.failures, 0.25, self.MAX_DELAY_S, jitter=(0.8, 1.0))
 
     def room(self) -> None:
-        """A refused caller's call went through with Redis below its ``maxmemory``."""
+        """Redis is below its ``maxmemory`` again (said once per spell)."""
         if not self.refused:
             return
         logger.warning("Redis has room again after %d refused writes: worker resumed",
