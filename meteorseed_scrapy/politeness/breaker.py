@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
-from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.settings import DEFAULTS, duration_setting, integer_setting, number_setting
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
+    from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
     from meteorseed_scrapy.settings import SettingsSource
 
 logger = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class Breaker:
         self._next_flush = 0.0
         # A site whose breaker state Redis refuses; a full Redis is told to the worker's one
         # view of it (a breaker alone has its own).
-        self.faults = SiteFaults("breaker", stats, full or RedisFull(stats))
+        self.faults = SiteFaults("breaker", stats, full)
 
     def record(self, site: str, error: bool, latency_s: float, probe: bool,
                task_id: str = "", good: bool = False) -> None:

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 from meteorseed_scrapy.politeness.gate import SiteGate, group_by_site
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.queue.consume.delayed_set import STALE_PARK_S, STALE_VIEW_S
-from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
+
+    from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 
 #: The longest a site with tasks waiting here goes without asking the gate again, whatever
 #: wait the gate said (its tasks are parked for that wait): an operator may resume a held site,
@@ -99,7 +100,7 @@ class PermitDesk:
         self._next_renew = 0.0
         self._order: deque[str] = deque()
         # A site whose gate state Redis refuses (a full Redis: the worker's one view of it).
-        self.faults = SiteFaults("gate", stats, full or RedisFull(stats))
+        self.faults = SiteFaults("gate", stats, full)
 
     def ready_sites(self) -> Iterator[str]:
         """Sites holding permits, round-robin so that one busy site does not starve others.

@@ -38,12 +38,12 @@ MAX_WAIT_S = 60.0
 class SiteFaults:
     """Per-site failure bookkeeping of one kind of call (``what``: "gate", "pause", ...);
     ``full``: the worker's view of a Redis refusing writes for want of memory (shared by
-    every kind of call and the worker's loops)."""
+    every kind of call and the worker's loops; without one, a view of its own)."""
 
-    def __init__(self, what: str, stats: StatsCollector, full: RedisFull) -> None:
+    def __init__(self, what: str, stats: StatsCollector, full: RedisFull | None = None) -> None:
         self.what = what
         self.stats = stats
-        self.full = full
+        self.full = full or RedisFull(stats)
         self._where = f"{what} calls"  # (as RedisFull names the caller)
         self._failures: dict[str, int] = {}
         self._retry_at: dict[str, float] = {}  # site -> monotonic time to try it again
