@@ -178,15 +178,15 @@ def test_a_worker_stopped_while_redis_is_full_stops_cleanly_and_loses_nothing(
 def test_one_spell_whoever_meets_it_one_warning_each_way_short_waits(
         caplog: pytest.LogCaptureFixture) -> None:
     stats = MemoryStatsCollector(SimpleNamespace(settings=Settings()))
-    full = RedisFull(stats)
+    state = RedisFull(stats)  # (not `full`: that is this file's helper filling Redis)
     oom = OutOfMemoryError("command not allowed when used memory > 'maxmemory'")
-    full.room()  # (nothing refused yet: nothing to say)
+    state.room()  # (nothing refused yet: nothing to say)
     with caplog.at_level(logging.DEBUG, "meteorseed_scrapy.queue.plumbing.redis_full"):
-        waits = [full.failed(oom, where) for where in ("read", "ack", "breaker calls") * 20]
-        assert full.refused == {"read", "ack", "breaker calls"}
-        full.room()
-        full.room()  # (said once: the next caller to go through finds the spell over)
-        waits.append(full.failed(oom, "gate calls"))  # a new spell
+        waits = [state.failed(oom, where) for where in ("read", "ack", "breaker calls") * 20]
+        assert state.refused == {"read", "ack", "breaker calls"}
+        state.room()
+        state.room()  # (said once per spell: a second loop finding room says nothing)
+        waits.append(state.failed(oom, "gate calls"))  # a new spell
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert [m.split(" (")[0] for m in said] == [
         "Redis is full", "Redis has room again after 60 refused writes: worker resumed",
@@ -194,7 +194,7 @@ def test_one_spell_whoever_meets_it_one_warning_each_way_short_waits(
     assert "during read" in said[0] and "during gate calls" in said[2]
     assert all(0 < wait <= RedisFull.MAX_DELAY_S for wait in waits), waits
     assert stats.get_value("meteorseed/redis/full") == 61
-    assert full.failures == 1 and full.refused == {"gate calls"}
+    assert state.failures == 1 and state.refused == {"gate calls"}
 
 
 def test_a_spell_site_calls_met_ends_when_a_loop_finds_room_not_before(
@@ -202,7 +202,8 @@ def test_a_spell_site_calls_met_ends_when_a_loop_finds_room_not_before(
         caplog: pytest.LogCaptureFixture) -> None:
     """Only a site call refused: the loops' steps that go through while Redis is still full
     (a ping, a read) end nothing; the first one after room came back does (seen as a second
-    "Redis is full" on a loaded CI run when a breaker call that only deleted ended the spell)."""
+    "Redis is full" on a loaded CI run when a breaker call that went through a still-full
+    Redis ended the spell)."""
     stats = MemoryStatsCollector(SimpleNamespace(settings=Settings()))
     shared = RedisFull(stats)
     keys = KeyLayout(namespace)
