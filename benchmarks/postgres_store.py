@@ -44,7 +44,7 @@ from _crawl_rig import (
 )
 
 from meteorseed_scrapy.store.backends import open_store
-from meteorseed_scrapy.store.base import build_document
+from meteorseed_scrapy.store.documents import build_document
 from meteorseed_scrapy.store.postgres import INDEXES
 from meteorseed_scrapy.testing.postgres import PostgresServer
 

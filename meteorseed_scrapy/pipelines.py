@@ -48,8 +48,8 @@ from scrapy.utils.misc import load_object
 from meteorseed_scrapy.queue.consume.items_feed import feed_entry
 from meteorseed_scrapy.settings import FeedConfig, StoreConfig
 from meteorseed_scrapy.store.backends import check_store_uri, open_store
-from meteorseed_scrapy.store.base import Store, StoreUnavailable, utc_timestamp
-from meteorseed_scrapy.store.documents import item_document
+from meteorseed_scrapy.store.base import Store, StoreUnavailable
+from meteorseed_scrapy.store.documents import item_document, utc_timestamp
 from meteorseed_scrapy.store.group_commit import (
     GroupCommitter,
 )

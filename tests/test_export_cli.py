@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from meteorseed_scrapy.cli import export as export_cli
 from meteorseed_scrapy.cli import main
 from meteorseed_scrapy.store.backends import open_store
-from meteorseed_scrapy.store.base import Store, StoreUnavailable, build_document
+from meteorseed_scrapy.store.base import Store, StoreUnavailable
+from meteorseed_scrapy.store.documents import build_document
 from meteorseed_scrapy.store.export_cursor import decode_cursor, encode_cursor
 
 

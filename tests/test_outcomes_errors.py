@@ -9,7 +9,8 @@ import sqlite3
 import pytest
 import redis
 
-from meteorseed_scrapy.store.base import DocumentError, StoreUnavailable
+from meteorseed_scrapy.store.base import StoreUnavailable
+from meteorseed_scrapy.store.documents import DocumentError
 from meteorseed_scrapy.worker.fate import transient
 
 

@@ -21,7 +21,8 @@ from scrapy.utils.test import get_crawler
 
 from meteorseed_scrapy.pipelines import StoreWriteError, UpsertPipeline
 from meteorseed_scrapy.settings import StoreConfig
-from meteorseed_scrapy.store.base import DocumentError, Store, StoreUnavailable
+from meteorseed_scrapy.store.base import Store, StoreUnavailable
+from meteorseed_scrapy.store.documents import DocumentError
 from meteorseed_scrapy.store.sqlite import SQLiteStore
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import CURRENT_OUTPUT, CURRENT_SCRAPE, Output, Scrape

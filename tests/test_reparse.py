@@ -16,7 +16,7 @@ from meteorseed_scrapy.sites.rulefile import FileResult
 from meteorseed_scrapy.sites.schema import parse_site
 from meteorseed_scrapy.sites.spider import RuleSpider
 from meteorseed_scrapy.store.backends import open_store
-from meteorseed_scrapy.store.base import utc_timestamp
+from meteorseed_scrapy.store.documents import utc_timestamp
 from meteorseed_scrapy.store.page_cache import CachedPage, encode, open_page_cache
 from meteorseed_scrapy.testing.demo_pages import article
 

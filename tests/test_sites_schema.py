@@ -118,7 +118,7 @@ def test_an_unquoted_off_in_yaml_says_to_quote_it(tmp_path: Path) -> None:
 
 
 def test_utc_timestamps_keep_one_width_for_early_years() -> None:
-    from meteorseed_scrapy.store.base import utc_timestamp
+    from meteorseed_scrapy.store.documents import utc_timestamp
     early = utc_timestamp(datetime(5, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc))
     assert early == "0005-01-02T03:04:05.000006Z"
     assert len(early) == len(utc_timestamp()) and early < utc_timestamp()

@@ -20,7 +20,8 @@ import pytest
 from pymongo.errors import AutoReconnect, OperationFailure
 
 from meteorseed_scrapy.settings import StoreConfig
-from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable, build_document
+from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable
+from meteorseed_scrapy.store.documents import build_document
 from meteorseed_scrapy.store.group_commit import GroupCommitter
 from meteorseed_scrapy.store.mongo import MongoStore
 from meteorseed_scrapy.store.sqlite import SQLiteStore

@@ -14,7 +14,8 @@ import pytest
 psycopg = pytest.importorskip("psycopg")
 
 from meteorseed_scrapy.store.backends import open_store  # noqa: E402
-from meteorseed_scrapy.store.base import StoreUnavailable, build_document  # noqa: E402
+from meteorseed_scrapy.store.base import StoreUnavailable  # noqa: E402
+from meteorseed_scrapy.store.documents import build_document  # noqa: E402
 from meteorseed_scrapy.store.identity import store_identity  # noqa: E402
 from meteorseed_scrapy.store.postgres import PostgresStore, document_error  # noqa: E402
 from meteorseed_scrapy.testing.postgres import PostgresServer, running_postgres  # noqa: E402

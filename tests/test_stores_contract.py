@@ -19,11 +19,9 @@ import pytest
 
 from meteorseed_scrapy.store import sqlite as sqlite_module
 from meteorseed_scrapy.store.backends import open_store
-from meteorseed_scrapy.store.base import (
-    DEFAULT_NAMESPACE,
+from meteorseed_scrapy.store.base import DEFAULT_NAMESPACE, Store, StoreUnavailable
+from meteorseed_scrapy.store.documents import (
     DocumentError,
-    Store,
-    StoreUnavailable,
     build_document,
     check_fields,
     last_wins,

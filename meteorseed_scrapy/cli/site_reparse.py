@@ -49,9 +49,9 @@ def register(actions: Any) -> None:
 
 def parse_since(text: str | None, now: datetime | None = None) -> str:
     """The earliest ``fetched_at`` to re-parse (a
-    :func:`~meteorseed_scrapy.store.base.utc_timestamp`), or :class:`CliError` naming
+    :func:`~meteorseed_scrapy.store.documents.utc_timestamp`), or :class:`CliError` naming
     ``--since``."""
-    from meteorseed_scrapy.store.base import utc_timestamp
+    from meteorseed_scrapy.store.documents import utc_timestamp
 
     if text is None:
         return ""

@@ -39,7 +39,7 @@ from meteorseed_scrapy.settings import (
     store_uri_from,
     text_setting,
 )
-from meteorseed_scrapy.store.base import utc_timestamp
+from meteorseed_scrapy.store.documents import utc_timestamp
 from meteorseed_scrapy.store.page_cache import (
     CachedPage,
     PageCache,

@@ -27,7 +27,8 @@ from meteorseed_scrapy.settings import flag_setting, redis_url_from, store_uri_f
 from meteorseed_scrapy.sites.model import Dedup
 from meteorseed_scrapy.sites.reposts import RepostIndex, content_fingerprint
 from meteorseed_scrapy.store.backends import check_store_uri, open_store
-from meteorseed_scrapy.store.base import Store, check_fields, utc_timestamp
+from meteorseed_scrapy.store.base import Store
+from meteorseed_scrapy.store.documents import check_fields, utc_timestamp
 from meteorseed_scrapy.store.retention import bind
 from meteorseed_scrapy.task.canonical import url_hash
 from meteorseed_scrapy.task.context import current_scrape

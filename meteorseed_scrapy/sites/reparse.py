@@ -32,8 +32,8 @@ from meteorseed_scrapy.sites.model import SiteConfig
 from meteorseed_scrapy.sites.page_cache import CALLBACKS, META_KEYS
 from meteorseed_scrapy.sites.pipeline import SiteItem, SitesPipeline
 from meteorseed_scrapy.sites.spider import RuleSpider
-from meteorseed_scrapy.store.base import DocumentError, Store
-from meteorseed_scrapy.store.documents import item_document
+from meteorseed_scrapy.store.base import Store
+from meteorseed_scrapy.store.documents import DocumentError, item_document
 from meteorseed_scrapy.store.page_cache import CachedPage, CorruptPage, PageCache, decode
 from meteorseed_scrapy.task.context import (
     CURRENT_OUTPUT,

@@ -37,7 +37,8 @@ from pymongo import MongoClient, UpdateOne
 from pymongo.errors import BulkWriteError, ConnectionFailure, InvalidOperation, OperationFailure
 
 from meteorseed_scrapy.store import mongo_export as changes
-from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
+from meteorseed_scrapy.store.base import Store, StoreUnavailable
+from meteorseed_scrapy.store.documents import last_wins
 from meteorseed_scrapy.store.mongo_export import SEQUENCE_FIELD
 from meteorseed_scrapy.store.mongo_layout import (
     ANOMALIES,

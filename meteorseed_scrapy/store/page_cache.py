@@ -48,7 +48,7 @@ class CachedPage:
     status: int
     headers: dict[str, list[str]]
     body: bytes
-    fetched_at: str  # store.base.utc_timestamp
+    fetched_at: str  # store.documents.utc_timestamp
     callback: str  # the rule spider's callback that parsed it
     meta: dict[str, Any] = field(default_factory=dict)  # sites_page / sites_depth
     task: dict[str, Any] = field(default_factory=dict)  # task_id, seed_id, url (the task's)

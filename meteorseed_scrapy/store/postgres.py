@@ -37,7 +37,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import psycopg
 
-from meteorseed_scrapy.store.base import Store, StoreUnavailable, last_wins
+from meteorseed_scrapy.store.base import Store, StoreUnavailable
+from meteorseed_scrapy.store.documents import last_wins
 from meteorseed_scrapy.store.postgres_export import (
     ADD_CHANGE_COLUMN,
     CHANGE_ON_UPDATE,

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from meteorseed_scrapy.store.base import Store, utc_timestamp
+from meteorseed_scrapy.store.base import Store
+from meteorseed_scrapy.store.documents import utc_timestamp
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from meteorseed_scrapy.backoff import exponential
-from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable, last_wins
+from meteorseed_scrapy.store.base import Store, StoreLost, StoreUnavailable
+from meteorseed_scrapy.store.documents import last_wins
 from meteorseed_scrapy.store.sqlite_schema import (
     ANOMALIES,
     FIELD,
