@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,7 +26,7 @@ from meteorseed_scrapy.queue.consume.consumer import StreamConsumer
 from meteorseed_scrapy.queue.enqueue.backlog import stream_counts
 from meteorseed_scrapy.queue.inspect.status import QueueSampler, read_status
 from meteorseed_scrapy.queue.keys import GROUP, KeyLayout
-from meteorseed_scrapy.queue.plumbing.connection import async_client
+from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis, async_client
 from meteorseed_scrapy.queue.plumbing.reads import Batch, call, run_sync
 from meteorseed_scrapy.queue.plumbing.redis_full import RedisFull
 from meteorseed_scrapy.sites.remote import Pushed, RemoteRules
@@ -197,6 +197,36 @@ def test_one_spell_whoever_meets_it_one_warning_each_way_short_waits(
     assert state.failures == 1 and state.refused == {"gate calls"}
 
 
+@contextlib.asynccontextmanager
+async def counted_loop(redis_url: str, namespace: str, shared: RedisFull
+                       ) -> AsyncIterator[tuple[list[int], AsyncRedis]]:
+    """A worker's loops running one step ("read") that counts its runs (``[n]``), with their
+    client, the step run once (the group set up) before the block."""
+    steps = [0]
+
+    async def step() -> None:
+        steps[0] += 1
+        await asyncio.sleep(0.005)
+
+    client = async_client(redis_url, decode_responses=True)
+    loops = Loops(StreamConsumer(client, KeyLayout(namespace), "w1"), shared.stats, shared)
+    try:
+        loops.start(step, "read")
+        await wait_until(lambda: steps[0] >= 1)
+        yield steps, client
+    finally:
+        loops.stopping = True
+        await loops.cancel()
+        await client.aclose()
+
+
+async def refused_write(client: AsyncRedis, namespace: str) -> ResponseError:
+    """What a full Redis answers a site's pause call."""
+    with pytest.raises(ResponseError) as refused:
+        await client.set(KeyLayout(namespace).site("a", "pause"), "1")
+    return refused.value
+
+
 def test_a_spell_site_calls_met_ends_when_a_loop_finds_room_not_before(
         redis_url: str, namespace: str, sync_redis: redis.Redis,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -206,32 +236,17 @@ def test_a_spell_site_calls_met_ends_when_a_loop_finds_room_not_before(
     Redis ended the spell)."""
     stats = MemoryStatsCollector(SimpleNamespace(settings=Settings()))
     shared = RedisFull(stats)
-    keys = KeyLayout(namespace)
-    steps = [0]
-
-    async def step() -> None:
-        steps[0] += 1
-        await asyncio.sleep(0.01)
 
     async def main() -> set[str]:
-        client = async_client(redis_url, decode_responses=True)
-        loops = Loops(StreamConsumer(client, keys, "w1"), stats, shared)
-        try:
-            loops.start(step, "read")
-            await wait_until(lambda: steps[0] >= 1)  # (its group set up before Redis fills)
+        async with counted_loop(redis_url, namespace, shared) as (steps, client):
             with full(sync_redis):
-                with pytest.raises(ResponseError) as refused:
-                    await client.set(keys.site("a", "pause"), "1")
-                SiteFaults("pause", stats, shared).failed("a", refused.value)
+                SiteFaults("pause", stats, shared).failed("a", await refused_write(client,
+                                                                                   namespace))
                 done = steps[0]
                 await wait_until(lambda: steps[0] >= done + 5)
                 still = set(shared.refused)
             await wait_until(lambda: not shared.refused)
             return still
-        finally:
-            loops.stopping = True
-            await loops.cancel()
-            await client.aclose()
 
     with caplog.at_level(logging.DEBUG, "meteorseed_scrapy.queue.plumbing.redis_full"):
         assert asyncio.run(asyncio.wait_for(main(), 60)) == {"pause calls"}
@@ -239,3 +254,33 @@ def test_a_spell_site_calls_met_ends_when_a_loop_finds_room_not_before(
             and r.levelno >= logging.WARNING]
     assert [m.split(" (")[0] for m in said] == [
         "Redis is full", "Redis has room again after 1 refused writes: worker resumed"], said
+
+
+def info_calls(r: redis.Redis) -> int:
+    """The INFO commands Redis had answered before this one (INFO commandstats)."""
+    return int(r.info("commandstats").get("cmdstat_info", {}).get("calls", 0))
+
+
+def test_a_full_redis_is_asked_for_room_once_per_check_interval_and_at_the_stop(
+        redis_url: str, namespace: str, sync_redis: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While Redis is full, the loops' steps that go through ask it ``INFO memory`` at most
+    once per :attr:`Loops.ROOM_CHECK_S` (here an hour, so that no clock decides the count):
+    twenty steps, one question. The stop asks once more, and finds the room made meanwhile."""
+    monkeypatch.setattr(Loops, "ROOM_CHECK_S", 3600.0)
+    shared = RedisFull(MemoryStatsCollector(SimpleNamespace(settings=Settings())))
+
+    async def main() -> tuple[int, int, set[str]]:
+        async with counted_loop(redis_url, namespace, shared) as (steps, client):
+            with full(sync_redis):
+                shared.failed(await refused_write(client, namespace), "pause calls")
+                asked, done = info_calls(sync_redis), steps[0]
+                await wait_until(lambda: steps[0] >= done + 20)
+                during = info_calls(sync_redis) - asked - 1  # (less the count's own INFO)
+            asked = info_calls(sync_redis)
+            await wait_until(lambda: steps[0] >= done + 40)
+            return during, info_calls(sync_redis) - asked - 1, set(shared.refused)
+
+    # (without the interval: one INFO per step, 20 and 20)
+    assert asyncio.run(asyncio.wait_for(main(), 60)) == (1, 0, {"pause calls"})
+    assert not shared.refused  # the stop asked, and Redis had room

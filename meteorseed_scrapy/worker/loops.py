@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-
 class Outage:
     """Shared view of Redis availability: one warning per outage, exponential backoff."""
 
@@ -87,6 +86,10 @@ class Outage:
 class Loops:
     """Runs the worker's steps as asyncio tasks, each after the consumer group is set up."""
 
+    #: While Redis is full, ask it whether it has room at most this often (s): the ack loop
+    #: steps up to twenty times a second, and a fleet's every worker asks.
+    ROOM_CHECK_S = 0.25
+
     def __init__(self, consumer: StreamConsumer, stats: StatsCollector, full: RedisFull) -> None:
         self.consumer = consumer
         self.stats = stats
@@ -99,6 +102,7 @@ class Loops:
         # look taken over instead of lost (RedisWatch).
         self._setting_up = asyncio.Lock()
         self._checked = False
+        self._full_until = 0.0  # (monotonic) Redis was full when last asked: not before then
         self.tasks: list[asyncio.Task[None]] = []
         #: Told of every command Redis refuses (an OOM, a vanished group) before it is handled.
         self.on_refused: Callable[[ResponseError], Awaitable[object]] | None = None
@@ -178,15 +182,22 @@ class Loops:
 
     async def _has_room(self, where: str) -> bool:
         """Whether Redis is below its ``maxmemory`` again, after ``where``'s step went through
-        ("": none). A step proves nothing by itself (one that wrote nothing, a site call that
-        only deleted, goes through a full Redis), so ``INFO memory`` says; where Redis will not
-        say (INFO renamed away), a step that Redis had refused going through does."""
+        ("": none, the worker is stopping, and Redis is asked whenever it last answered). A
+        step proves nothing by itself (one that wrote nothing, a site call that only deleted,
+        goes through a full Redis), so ``INFO memory`` says, at most every
+        :attr:`ROOM_CHECK_S`; where Redis will not say (INFO renamed away), a step that Redis
+        had refused going through does."""
+        now = time.monotonic()
+        if where and now < self._full_until:
+            return False
         try:
             memory = RedisMemory.parse(await self.consumer.redis.info("memory"))
         except ResponseError:
             memory = None
         if memory is None:
             return not where or where in self.full.refused
+        if memory.full:
+            self._full_until = now + self.ROOM_CHECK_S
         return not memory.full
 
     async def _setup(self) -> None:
