@@ -1,9 +1,9 @@
 """The upsert contract shared by every store back end.
 
-An upsert replaces the whole document (fields the latest item lacks disappear) except
-``first_seen_at``, which keeps the value of the first write; the document's shape is
-:mod:`.documents`'. Store methods are synchronous and blocking: the pipeline calls them from
-one worker thread, never from the reactor thread.
+An upsert replaces the whole document (its shape: :mod:`.documents`; fields the latest item
+lacks disappear) except ``first_seen_at``, which keeps the value of the first write. Store
+methods are synchronous and blocking: the pipeline calls them from one worker thread, never
+from the reactor thread.
 """
 
 from __future__ import annotations
