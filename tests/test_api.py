@@ -197,6 +197,17 @@ def test_single_seed_errors_have_no_list_prefix(client: Client) -> None:
     assert body["errors"] == [{"field": "payload.params", "problem": "must be a non-empty object"}]
 
 
+def test_a_payload_field_its_type_lacks_is_422_naming_it(client: Client) -> None:
+    status, _, body = client.call("POST", "/dispatch", {"seeds": [{
+        "seed_id": "t", "site_id": "news", "task_type": "url_template",
+        "payload": {"template": "https://news.example/{d}", "params": {
+            "d": {"start": "2024-01-01", "stop": "2024-12-31", "step": 7}}}}]})
+    assert status == 422
+    assert body["errors"] == [{"field": "seeds[0].payload.params.d.step", "problem":
+                               "is not a field of a date range (expected format, start, "
+                               "step_days, stop)"}]
+
+
 @pytest.mark.parametrize("raw, problem", [
     (b'{"seed_id": "x", ', "not valid JSON"),
     (b"\xff\xfe", "UTF-8"),

@@ -181,6 +181,31 @@ def test_failing_seed_is_visible_and_backs_off(redis_url: str, namespace: str,
     assert waits[0] < waits[1] < waits[2] <= 4 * 600 + 5
 
 
+def test_a_stored_seed_with_a_field_its_type_lacks_fails_its_run_by_name(
+        redis_url: str, namespace: str, sync_redis: redis.Redis, site: SitemapSite,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seed registered before payload fields were checked (put here with the check off)
+    runs no more: its run fails naming the field, and nothing is enqueued; the whole sitemap
+    is not crawled in place of the part its misspelt ``lastmod_after`` asked for."""
+    site.set_urls("/sitemap.xml", 3)
+    seed = SeedTask(seed_id="map", site_id="news", task_type="sitemap", schedule="every 1m",
+                    payload={"url": f"{site.url}/sitemap.xml", "lastmod_since": "2024-01-01"})
+
+    async def body(client: aioredis.Redis) -> RunResult:
+        seeder = Seeder(client, KeyLayout(namespace),
+                        bounds_for=lambda site_id: Bounds(60, 600), sitemaps=loopback)
+        with monkeypatch.context() as older:
+            older.setattr("meteorseed_scrapy.seeding.registry.check_payload", lambda seed: None)
+            await seeder.registry.put(seed)
+        return await run_now(seeder, "map")
+
+    result = run(redis_url, body)
+    assert not result.ok and result.record is not None
+    assert "payload.lastmod_since: is not a field of a sitemap payload" in (
+        result.record.last_error or ""), result.record.last_error
+    assert stream_urls(sync_redis, namespace) == []
+
+
 def test_a_keyword_added_takes_effect_at_once(redis_url: str, namespace: str,
                                               sync_redis: redis.Redis) -> None:
     def keywords(*words: str) -> SeedTask:

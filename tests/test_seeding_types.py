@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
-from meteorseed_scrapy.seeding.seed_urls import UrlError, expand
+from meteorseed_scrapy.seeding.seed_urls import PAYLOAD_FIELDS, UrlError, expand
 from meteorseed_scrapy.seeding.templates import MAX_EXPANSION
 from meteorseed_scrapy.task.exec_task import ExecTask
 
@@ -60,6 +62,51 @@ def test_url_template_errors_name_the_field(payload: dict[str, Any], reason: str
     with pytest.raises(SeedLineError, match="payload") as info:
         parse_seed_line(seed("url_template", payload), 1)
     assert reason in info.value.reason
+
+
+# A misspelt field is refused, naming it: ignored, each of these would quietly crawl more
+# (a step of 1, a daily range, a whole sitemap) or other pages than the line says.
+@pytest.mark.parametrize(("task_type", "payload", "field"), [
+    ("url_list", {"urls": ["https://s.example/"], "url": "https://s.example/2"}, "payload.url"),
+    ("url_template", {"template": "https://s.example/{p}", "params": {
+        "p": {"start": 1, "stop": 90, "stpe": 10}}}, "payload.params.p.stpe"),
+    ("url_template", {"template": "https://s.example/{d}", "params": {
+        "d": {"start": "2024-01-01", "stop": "2024-12-31", "step": 7}}}, "payload.params.d.step"),
+    ("url_template", {"template": "https://s.example/{p}", "params": {
+        "p": {"values": [1, 2], "stop": 9}}}, "payload.params.p.stop"),
+    ("url_template", {"template": "https://s.example/{p}", "params": {
+        "p": {"start": 1, "stop": 2}}, "param": {}}, "payload.param"),
+    ("keywords", {"search_template": "https://s.example/?q={keyword}", "keywords": ["a"],
+                  "keyword": "b"}, "payload.keyword"),
+    ("sitemap", {"url": "https://s.example/sitemap.xml", "lastmod_since": "2024-01-01"},
+     "payload.lastmod_since"),
+])
+def test_a_payload_field_its_type_does_not_have_is_refused_by_name(
+        task_type: str, payload: dict[str, Any], field: str) -> None:
+    with pytest.raises(SeedLineError) as info:
+        parse_seed_line(seed(task_type, payload), 3)
+    assert info.value.reason.startswith(f"{field}: is not a field of "), info.value.reason
+
+
+@settings(max_examples=200, deadline=None)
+@given(task_type=st.sampled_from(sorted(PAYLOAD_FIELDS)), extra=st.text(min_size=1, max_size=40),
+       value=st.none() | st.integers() | st.text(max_size=10))
+def test_any_unknown_payload_field_is_refused_and_named(task_type: str, extra: str,
+                                                         value: Any) -> None:
+    """Whatever the name (empty-looking, a control character, a near miss of a real one),
+    a field outside its type's is the one the refusal names; the line is never taken."""
+    assume(extra not in PAYLOAD_FIELDS[task_type])
+    good = {"url_list": {"urls": ["https://s.example/"]},
+            "url_template": {"template": "https://s.example/{p}",
+                             "params": {"p": {"start": 1, "stop": 2}}},
+            "keywords": {"search_template": "https://s.example/?q={keyword}",
+                         "keywords": ["a"]},
+            "sitemap": {"url": "https://s.example/sitemap.xml"}}[task_type]
+    parse_seed_line(seed(task_type, good), 1)  # (the payload without it is taken)
+    with pytest.raises(SeedLineError) as info:
+        parse_seed_line(seed(task_type, {**good, extra: value}), 1)
+    assert info.value.reason.startswith(f"payload.{extra}"[:200] + ": is not a field of a "
+                                        f"{task_type} payload"), info.value.reason
 
 
 def test_url_template_streams_a_large_range() -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from meteorseed_scrapy.seeding.cron import CronExpr
-from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.task.validation import TaskError, check_known_keys
 from meteorseed_scrapy.validators import ConfigError, format_duration, parse_duration
 
 FIELD = "schedule"
@@ -86,15 +86,8 @@ class Cron:
 Schedule = Every | Cron
 
 
-def _check_keys(value: dict[str, Any], allowed: frozenset[str]) -> None:
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise TaskError(f"{FIELD}.{unknown[0]}", "is not a schedule field (expected "
-                        + ", ".join(sorted(allowed)) + ")")
-
-
 def _every(value: dict[str, Any]) -> Every:
-    _check_keys(value, _EVERY_KEYS)
+    check_known_keys(value, _EVERY_KEYS, FIELD, "a schedule field")
     seconds = parse_interval(value["every"], f"{FIELD}.every")
     low = parse_interval(value["min"], f"{FIELD}.min") if "min" in value else None
     high = parse_interval(value["max"], f"{FIELD}.max") if "max" in value else None
@@ -111,7 +104,7 @@ def _every(value: dict[str, Any]) -> Every:
 
 
 def _cron(value: dict[str, Any]) -> Cron:
-    _check_keys(value, _CRON_KEYS)
+    check_known_keys(value, _CRON_KEYS, FIELD, "a schedule field")
     expr = CronExpr.parse(value["cron"], f"{FIELD}.cron")
     tz = value.get("tz")
     if tz is not None:

@@ -23,12 +23,20 @@ from meteorseed_scrapy.task.canonical import AS_IS_MAX_LEN, AS_IS_URL, canonical
 from meteorseed_scrapy.task.exec_task import MAX_MESSAGE_BYTES, ExecTask
 from meteorseed_scrapy.task.ids import task_ids
 from meteorseed_scrapy.task.seed_task import JSON_OPEN, ExecJson, SeedTask
-from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.task.validation import TaskError, check_known_keys
 
 #: canonical_url of the URLs just expanded: the check here and the fingerprint in
 #: TaskWriter.encoder then canonicalise each URL once (w3lib is the costliest step per URL).
 cached_canonical_url = functools.lru_cache(maxsize=4096)(canonical_url)
 
+#: The fields of a seed's payload, by its type (``recrawl_after`` in every one; a compact
+#: ``url_list`` in the registry holds ``urls_count`` and ``urls_sha256`` for its list).
+PAYLOAD_FIELDS = {
+    "url_list": frozenset({"urls", "urls_count", "urls_sha256", RECRAWL_META_KEY}),
+    "url_template": frozenset({"template", "params", RECRAWL_META_KEY}),
+    "keywords": frozenset({"search_template", "keywords", RECRAWL_META_KEY}),
+    "sitemap": frozenset({"url", "lastmod_after", RECRAWL_META_KEY}),
+}
 #: Most URLs accepted in one ``url_list`` seed line.
 MAX_URLS_PER_LINE = 10_000
 #: Longest accepted URL, in UTF-8 bytes.
@@ -55,6 +63,8 @@ def check_payload(seed: SeedTask) -> None:
     """Check the type-specific payload and the ``schedule`` of ``seed``; raises
     :class:`TaskError`."""
     parse_schedule(seed.schedule)
+    check_known_keys(seed.payload, PAYLOAD_FIELDS[seed.task_type], "payload",
+                     f"a field of a {seed.task_type} payload")
     for where, holder in (("payload", seed.payload), ("meta", seed.meta)):
         if RECRAWL_META_KEY in holder:
             check_recrawl_after(holder[RECRAWL_META_KEY], f"{where}.{RECRAWL_META_KEY}")
@@ -208,5 +218,5 @@ def _expand_as_is(seed: SeedTask, urls: Iterable[Any], parts: ExecJson
         yield template, canonical, f"{JSON_OPEN}{task_id}{head}{url}{closing}", url
 
 
-__all__ = ["MAX_URLS_PER_LINE", "MAX_URL_BYTES", "UrlError", "cached_canonical_url",
-           "check_payload", "expand", "expand_checked"]
+__all__ = ["MAX_URLS_PER_LINE", "MAX_URL_BYTES", "PAYLOAD_FIELDS", "UrlError",
+           "cached_canonical_url", "check_payload", "expand", "expand_checked"]

@@ -17,12 +17,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.task.validation import TaskError, check_known_keys
 
 #: Most URLs one template or keyword seed may expand to.
 MAX_EXPANSION = 1_000_000
 MAX_TEMPLATE_BYTES = 2048
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+#: The fields of a parameter, by its kind (a misspelt ``step`` must not mean a step of 1).
+LIST_FIELDS = frozenset({"values"})
+DATE_RANGE_FIELDS = frozenset({"start", "stop", "format", "step_days"})
+INT_RANGE_FIELDS = frozenset({"start", "stop", "step"})
 
 
 def _int(spec: Mapping[str, Any], key: str, path: str, default: int | None = None) -> int:
@@ -38,13 +42,16 @@ def _param_values(name: str, spec: Any) -> Sequence[str]:
     if not isinstance(spec, Mapping):
         raise TaskError(path, "must be an object")
     if "values" in spec:
+        check_known_keys(spec, LIST_FIELDS, path, "a field of a list parameter")
         values = spec["values"]
         if not isinstance(values, list) or not all(isinstance(v, (str, int)) for v in values):
             raise TaskError(f"{path}.values", "must be a list of strings or integers")
         return [quote(str(v), safe="") for v in values]
     start = spec.get("start")
     if isinstance(start, str):
+        check_known_keys(spec, DATE_RANGE_FIELDS, path, "a field of a date range")
         return _date_values(spec, path)
+    check_known_keys(spec, INT_RANGE_FIELDS, path, "a field of an integer range")
     step = _int(spec, "step", path, 1)
     if step == 0:
         raise TaskError(f"{path}.step", "must not be 0")

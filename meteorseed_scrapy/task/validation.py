@@ -11,7 +11,7 @@ import binascii
 import codecs
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Protocol
 
 import scrapy
@@ -29,6 +29,16 @@ class TaskError(ValueError):
         super().__init__(f"{field}: {problem}")
         self.field = field
         self.problem = problem
+
+
+def check_known_keys(value: Mapping[Any, Any], known: Collection[str], path: str,
+                     what: str) -> None:
+    """Refuse a key of ``value`` outside ``known`` (a misspelt field would be ignored
+    silently): ``<path>.<key>: is not <what> (expected …)``."""
+    unknown = sorted(str(key) for key in value if key not in known)
+    if unknown:
+        raise TaskError(f"{path}.{unknown[0]}"[:200],
+                        f"is not {what} (expected {', '.join(sorted(known))})")
 
 
 def check_id(name: str, value: Any) -> str:
@@ -284,5 +294,5 @@ def _scalar(value: Any) -> bool:
 __all__ = ["CLASS_PATH_MAX", "COOKIE_KEYS", "ID_MAX", "REQUEST_ATTRIBUTES", "RESERVED_META_KEYS",
            "RESERVED_META_PREFIXES", "SPIDER_MAX", "SPIDER_OWN_NAMES", "TASK_SCHEMES",
            "WEB_SCHEMES", "TaskError", "check_callback", "check_cookies", "check_id",
-           "check_json_safe", "check_lane", "check_meta_keys", "check_request_fields",
-           "check_spider", "check_url"]
+           "check_json_safe", "check_known_keys", "check_lane", "check_meta_keys",
+           "check_request_fields", "check_spider", "check_url"]
