@@ -25,6 +25,7 @@ from meteorseed_scrapy.api.config import CONFIG, ApiConfig
 from meteorseed_scrapy.api.guard import body_timeout_middleware, local_only_middleware
 from meteorseed_scrapy.api.openapi import build_spec
 from meteorseed_scrapy.api.problems import problem_middleware
+from meteorseed_scrapy.api.query_params import query_params_middleware
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.queue.inspect.status import Throughput
 
@@ -40,7 +41,8 @@ def create_app(config: ApiConfig) -> web.Application:
     # client_max_size: aiohttp answers a larger body with 413 before it is read into memory.
     app = web.Application(client_max_size=config.max_body,
                           middlewares=[local_only_middleware, problem_middleware,
-                                       auth_middleware, body_timeout_middleware])
+                                       auth_middleware, query_params_middleware,
+                                       body_timeout_middleware])
     app[CONFIG] = config
     app[monitor.THROUGHPUT] = Throughput()
     app[monitor.ANOMALIES] = monitor.AnomalyCounts(config.store_uri, config.namespace)
