@@ -4,8 +4,9 @@ a seed's payload must be, by its type, is checked first (:func:`check_payload`).
 from __future__ import annotations
 
 import functools
+import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ PAYLOAD_FIELDS = {
     "keywords": frozenset({"search_template", "keywords", RECRAWL_META_KEY}),
     "sitemap": frozenset({"url", "lastmod_after", RECRAWL_META_KEY}),
 }
+_HEX_DIGEST = re.compile(r"[0-9a-f]{0,64}")
 #: Most URLs accepted in one ``url_list`` seed line.
 MAX_URLS_PER_LINE = 10_000
 #: Longest accepted URL, in UTF-8 bytes.
@@ -85,6 +87,19 @@ def check_payload(seed: SeedTask) -> None:
             "payload.urls",
             f"has {len(urls)} URLs, more than the limit of {MAX_URLS_PER_LINE} per line",
         )
+    _check_let_go(seed.payload)
+
+
+def _check_let_go(payload: Mapping[str, Any]) -> None:
+    """The registry's note of a URL list it let go of (``compact_definition``), typed: stored
+    and shown as it is, a NaN there would be JSON no strict reader takes."""
+    count = payload.get("urls_count", 0)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise TaskError("payload.urls_count", f"must be a whole number >= 0, got {count!r}"
+                        [:200])
+    digest = payload.get("urls_sha256", "")
+    if not isinstance(digest, str) or not _HEX_DIGEST.fullmatch(digest):
+        raise TaskError("payload.urls_sha256", "must be a hex digest (at most 64 digits 0-9a-f)")
 
 
 def expand(seed: SeedTask, sitemaps: Callable[[str], FetchPolicy] | None = None
