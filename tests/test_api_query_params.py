@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from urllib.parse import quote, urlencode
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from meteorseed_scrapy.api.auth import is_public
@@ -66,8 +66,7 @@ def test_the_token_is_asked_before_the_query_is_judged(client: Client) -> None:
     assert status == 401
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None)
 @given(name=st.text(min_size=0, max_size=30).filter(
     lambda n: n not in ("site_id", "offset", "limit")))
 def test_any_other_name_is_refused_by_that_name(client: Client, name: str) -> None:
