@@ -56,7 +56,7 @@ def json_body(body: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise InvalidInput([FieldError("body", f"is not valid UTF-8 (byte {exc.start})")],
                            "the body is not JSON") from None
-    except TaskError as exc:  # nested too deeply (the same on every Python)
+    except TaskError as exc:  # nested too deeply (the same on every Python), or a key twice
         raise InvalidInput([FieldError(exc.field, exc.problem)]) from None
     except ValueError as exc:
         where = f" at line {exc.lineno} column {exc.colno}" \

@@ -239,8 +239,8 @@ def _skipped(config: SiteConfig, response: TextResponse, callback: str) -> list[
     as_list = callback == "parse_list" or (callback == "parse" and config.start == "list")
     rules = ([("list.links", config.list_links), ("list.pagination", config.pagination)]
              if as_list else [("detail.links", config.detail_links)])
-    scope = (loads_bounded("response", response.text, MAX_RESPONSE_DEPTH) if config.format == "json"
-             else response.selector)
+    scope = (loads_bounded("response", response.text, MAX_RESPONSE_DEPTH, unique=False)
+             if config.format == "json" else response.selector)
     return [{"rule": name, "url": link.url, "reason": link.skipped}
             for name, rule in rules if rule is not None
             for link in links(config, scope, rule, response) if link.skipped is not None]

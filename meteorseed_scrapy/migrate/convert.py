@@ -17,9 +17,9 @@ from scrapy import FormRequest
 
 from meteorseed_scrapy.migrate.unpickle import (
     MAX_PAYLOAD_BYTES,
-    TOO_DEEP,
     RejectedPayload,
     check_shape,
+    json_rejection,
 )
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.json_depth import loads_bounded
@@ -148,8 +148,8 @@ def start_url_to_task(payload: bytes | str, origin: Origin, priority: int = 0,
         if text.startswith("{") and text.endswith("}"):
             try:
                 params = loads_bounded("", text)
-            except TaskError:  # the same on every Python
-                raise RejectedPayload(TOO_DEEP) from None
+            except TaskError as exc:  # the same on every Python
+                raise RejectedPayload(json_rejection(exc)) from None
             check_shape(params)
             if not isinstance(params.get("url"), str):
                 raise RejectedPayload("start URL JSON has no url")

@@ -24,7 +24,7 @@ import pickle
 import pickletools
 from typing import Any
 
-from meteorseed_scrapy.task.json_depth import loads_bounded
+from meteorseed_scrapy.task.json_depth import REPEATED, loads_bounded
 from meteorseed_scrapy.task.validation import TaskError
 
 #: The only globals accepted: older pickle protocols build sets through these constructors
@@ -39,6 +39,12 @@ MAX_OPCODES = 100_000
 #: Deepest nesting of a decoded entry (a request dict with its meta needs a handful).
 MAX_DEPTH = 50
 TOO_DEEP = f"entry is nested deeper than {MAX_DEPTH} levels"
+
+
+def json_rejection(error: TaskError) -> str:
+    """Why an entry whose JSON :func:`loads_bounded` refused is rejected: a key twice in one
+    object (named), or nesting deeper than its limit, so than ours (the same on any Python)."""
+    return f"entry: {error}" if error.problem == REPEATED else TOO_DEEP
 #: Values reached walking a decoded entry, a shared one once per reference.
 MAX_VALUES = 100_000
 #: Bytes of text, bytes and integers reached walking a decoded entry, counted as for MAX_VALUES.
@@ -116,8 +122,8 @@ def loads_request(payload: bytes) -> dict[str, Any]:
     if payload[:1] == b"{":
         try:
             data = loads_bounded("", payload)
-        except TaskError:  # deeper than json_depth's limit, so than ours: the same on any Python
-            raise RejectedPayload(TOO_DEEP) from None
+        except TaskError as exc:  # a key twice, or deeper than json_depth's limit (so than ours)
+            raise RejectedPayload(json_rejection(exc)) from None
         except ValueError as exc:
             raise RejectedPayload(f"entry is neither pickle nor valid JSON ({exc})"[:300]) from None
     else:

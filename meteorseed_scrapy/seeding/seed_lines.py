@@ -49,7 +49,7 @@ def parse_seed_line(line: str | bytes, lineno: int) -> SeedTask:
         raise SeedLineError(lineno, _too_long())
     try:
         data = loads_bounded("", line)
-    except TaskError as exc:  # nested too deeply (the same on every Python)
+    except TaskError as exc:  # nested too deeply (the same on every Python), or a key twice
         raise SeedLineError(lineno, str(exc)) from None
     except ValueError as exc:
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -83,13 +83,59 @@ class ExpansionError(ValueError):
 class _BoundedLoader(yaml.SafeLoader):
     """``yaml.safe_load``'s loader, refusing a document whose aliases expand it beyond
     :data:`MAX_NODES` nodes (an "anchor bomb": nine nested levels of ten aliases make a
-    billion nodes out of a few hundred bytes, which every later walk over the value pays)."""
+    billion nodes out of a few hundred bytes, which every later walk over the value pays),
+    and a key twice in one mapping (PyYAML keeps the last value and drops the first without
+    a word; YAML itself forbids it). A merge (``<<: *base``) may still be overridden."""
+
+    _root: yaml.Node | None = None
 
     def compose_document(self) -> yaml.Node | None:
         node = super().compose_document()
         if node is not None:
             _expanded_size(node, {})
+        self._root = node
         return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, yaml.Node] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                    key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node)
+            first = seen.setdefault(key, key_node)
+            if first is not key_node:
+                where = _where(first, key_node)
+                raise TaskError(_path_of(self._root, node, key_node.value),
+                                f"appears more than once in its mapping ({where})")
+        return super().construct_mapping(node, deep)
+
+
+def _where(first: yaml.Node, again: yaml.Node) -> str:
+    one, two = first.start_mark, again.start_mark
+    if one.line == two.line:
+        return f"line {one.line + 1}, columns {one.column + 1} and {two.column + 1}"
+    return f"lines {one.line + 1} and {two.line + 1}"
+
+
+def _path_of(root: yaml.Node | None, mapping: yaml.MappingNode, key: str) -> str:
+    """The path of ``key`` in ``mapping``, found from the document's ``root`` in document
+    order (for an error only: one walk, each node once)."""
+    stack: list[tuple[str, yaml.Node]] = [("", root)] if root is not None else []
+    seen: set[int] = set()
+    while stack:
+        path, node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node is mapping:
+            return f"{path}.{key}" if path else key
+        if isinstance(node, yaml.MappingNode):
+            stack.extend(reversed([(f"{path}.{k.value}" if path else str(k.value), v)
+                                   for k, v in node.value]))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(reversed([(f"{path}[{i}]", v) for i, v in enumerate(node.value)]))
+    return key
 
 
 def _expanded_size(node: yaml.Node, sizes: dict[int, int | None]) -> int:

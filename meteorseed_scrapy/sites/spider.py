@@ -247,7 +247,7 @@ class RuleSpider(scrapy.Spider):
     @staticmethod
     def _scope(config: SiteConfig, response: Response) -> Any:
         if config.format == "json":
-            return loads_bounded("response", response.text, MAX_RESPONSE_DEPTH)
+            return loads_bounded("response", response.text, MAX_RESPONSE_DEPTH, unique=False)
         return response.selector  # type: ignore[attr-defined]  # TextResponse
 
     @staticmethod

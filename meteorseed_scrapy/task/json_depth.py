@@ -1,4 +1,5 @@
-"""JSON from outside, nested no deeper than :data:`MAX_DEPTH` on every Python.
+"""JSON from outside: nested no deeper than :data:`MAX_DEPTH` on every Python, and each key
+once in its object.
 
 How deep ``json.loads`` goes before a ``RecursionError`` depends on the Python (about 1,000
 levels before 3.13, about 10,000 from 3.13 on), and a value that parses may still exhaust the
@@ -7,6 +8,11 @@ parses with :func:`loads_bounded`: deeper than :data:`MAX_DEPTH` is refused, wit
 the first too-deep array or object in document order, whichever Python parses it. What a
 refused text still names at its top level (the site of a dead letter) is read by
 :func:`top_level_strings`, however deep the text nests.
+
+A key twice in one object is refused too (:data:`REPEATED`, naming its path): ``json.loads``
+keeps the last value and drops the first without a word, and which of the two a reader keeps
+depends on the reader. A site's response is the exception (``unique=False``): a browser keeps
+the last value, and so does a spider.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ TOO_DEEP = f"nests deeper than {MAX_DEPTH} levels"
 #: a task never holds more than the values its fields select): within what ``json.loads``
 #: parses on every Python, even called from deep in Scrapy's stack.
 MAX_RESPONSE_DEPTH = 512
+REPEATED = "appears more than once in its object"
 _KEY_SHOWN = 100
 _PATH_SHOWN = 300
 # A string (escapes included; an unterminated one runs to the end) or a structural character.
@@ -40,26 +47,50 @@ _VALUE, _FIRST_VALUE, _KEY, _FIRST_KEY, _COLON, _NEXT = range(6)
 _CLOSE = {"[": "]", "{": "}"}
 
 
-def loads_bounded(name: str, text: str | bytes, limit: int = MAX_DEPTH) -> Any:
+def loads_bounded(name: str, text: str | bytes, limit: int = MAX_DEPTH, *,
+                  unique: bool = True) -> Any:
     """``json.loads(text)``; a :class:`TaskError` naming the path (``name`` for the whole
     value; ``""``: a top-level key alone) when it nests deeper than ``limit``, even
-    where ``json.loads`` gives up earlier (``RecursionError``) or the text breaks further on.
-    Any other ``ValueError`` of ``json.loads`` is raised as is."""
+    where ``json.loads`` gives up earlier (``RecursionError``) or the text breaks further on,
+    or (``unique``) when an object holds a key twice. Nesting is checked first, as where
+    ``json.loads`` gives up. Any other ``ValueError`` of ``json.loads`` is raised as is."""
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        path = deep_text_path(name, text if isinstance(text, str)
-                              else text.decode("utf-8", "replace"), limit, exc)
+        data = json.loads(text, object_pairs_hook=unique_object if unique else None)
+    except (ValueError, RecursionError, RepeatedKey) as exc:
+        shown = text if isinstance(text, str) else text.decode("utf-8", "replace")
+        path = deep_text_path(name, shown, limit, exc)
         if path is not None:
             raise TaskError(_shown(path), f"nests deeper than {limit} levels") from None
         if isinstance(exc, RecursionError):  # (the scan finds what the parser met)
             raise TaskError(name or "value", f"nests deeper than {limit} levels") from None
+        if isinstance(exc, RepeatedKey):
+            raise TaskError(repeated_key_path(name, shown), REPEATED) from None
         raise
     opened = (text.count("[") + text.count("{") if isinstance(text, str)
               else text.count(b"[") + text.count(b"{"))
     if opened > limit:  # (else it cannot nest deeper: most texts are not walked)
         check_depth(name, data, limit)
     return data
+
+
+class RepeatedKey(Exception):
+    """Raised inside ``json.loads`` by :func:`unique_object` (not a ``ValueError``: a handler
+    of malformed JSON must not take it for one); :func:`repeated_key_path` names the key."""
+
+
+def unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: the object, or :class:`RepeatedKey` when one of
+    its keys comes twice."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise RepeatedKey
+    return value
+
+
+def repeated_key_path(name: str, text: str) -> str:
+    """The path of the first key that comes twice in one object of ``text``, in document
+    order (``name`` when none does)."""
+    return _shown(_first_path(name, text, len(text), repeats=True) or name or "value")
 
 
 def check_depth(name: str, value: Any, limit: int = MAX_DEPTH) -> None:
@@ -108,15 +139,23 @@ def deep_text_path(name: str, text: str, limit: int = MAX_DEPTH,
     """The path of the first array or object opened at depth ``limit`` in ``text`` (JSON,
     possibly broken after that point), or None when none is. A scan of the text, for when
     ``json.loads`` failed (``error``: up to where it broke, as every Python's json would)."""
-    frames: list[list[Any]] = []  # [path, is_object, key or index, expecting a key]
     end = error.pos + 1 if isinstance(error, json.JSONDecodeError) else len(text)
+    return _first_path(name, text, end, limit=limit)
+
+
+def _first_path(name: str, text: str, end: int, *, limit: int | None = None,
+                repeats: bool = False) -> str | None:
+    """A scan of ``text[:end]``: the path of the first array or object opened at depth
+    ``limit``, or (``repeats``) of the first key met twice in one object; None when none is."""
+    # [path, is_object, key or index, expecting a key, the object's keys so far]
+    frames: list[list[Any]] = []
     for match in _TOKEN.finditer(text, 0, end):
         token = match.group()
         top = frames[-1] if frames else None
         if token in "[{":
-            if len(frames) >= limit:
+            if limit is not None and len(frames) >= limit:
                 return _child(name, top)
-            frames.append([_child(name, top), token == "{", 0, token == "{"])
+            frames.append([_child(name, top), token == "{", 0, token == "{", set()])
         elif token in "]}":
             if frames:
                 frames.pop()
@@ -128,7 +167,11 @@ def deep_text_path(name: str, text: str, limit: int = MAX_DEPTH,
             else:
                 top[2] += 1
         elif token != ":" and top[1] and top[3]:
-            top[2], top[3] = _key(token), False
+            key = _key(token)
+            if repeats and key in top[4]:
+                return _joined(top[0], key)
+            top[4].add(key)
+            top[2], top[3] = key, False
     return None
 
 
@@ -204,5 +247,6 @@ def _string(token: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-__all__ = ["MAX_DEPTH", "MAX_RESPONSE_DEPTH", "TOO_DEEP", "check_depth", "deep_text_path",
-           "loads_bounded", "top_level_strings"]
+__all__ = ["MAX_DEPTH", "MAX_RESPONSE_DEPTH", "REPEATED", "TOO_DEEP", "RepeatedKey",
+           "check_depth", "deep_text_path", "loads_bounded", "repeated_key_path",
+           "top_level_strings", "unique_object"]
