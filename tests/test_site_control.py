@@ -224,6 +224,8 @@ def test_the_api_pauses_resumes_and_limits_naming_bad_fields(
         status, _, body = client.call("POST", "/sites/news/pause", {"reason": 5, "color": 1})
         assert status == 422
         assert {e["field"] for e in body["errors"]} == {"reason", "color"}
+        assert {"field": "color", "problem": "is not a field of a pause (expected reason)"
+                } in body["errors"]
         assert not sync_redis.exists(keys.site("news", "hold"))
         status, _, body = client.call("POST", "/sites/news/pause", {"reason": "asked"})
         assert status == 200 and body == {"site_id": "news", "held": True, "already": False}
@@ -234,6 +236,8 @@ def test_the_api_pauses_resumes_and_limits_naming_bad_fields(
                                       {"rate": 2, "concurrency": 0, "color": "red"})
         assert status == 422
         assert {e["field"] for e in body["errors"]} == {"concurrency", "color"}
+        assert {"field": "color", "problem": "is not a field of a limit (expected concurrency, "
+                                             "rate, reset)"} in body["errors"]
         status, _, body = client.call("POST", "/sites/news/limit", {"rate": 2})
         assert status == 200 and body["rate"] == 2
         status, _, body = client.call("GET", "/controls")

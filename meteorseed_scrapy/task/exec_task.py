@@ -29,6 +29,7 @@ from meteorseed_scrapy.task.validation import (
     check_callback,
     check_id,
     check_json_safe,
+    check_known_keys,
     check_lane,
     check_request_fields,
     check_spider,
@@ -165,10 +166,7 @@ class ExecTask:
         missing = [name for name in ("task_id", "seed_id", "site_id", "url") if name not in data]
         if missing:
             raise TaskError(missing[0], "is missing")
-        known = cls.__dataclass_fields__
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise TaskError(unknown[0], "is not an exec task field")
+        check_known_keys(data, cls.__dataclass_fields__, "", "an exec task field")
         return cls(**data)
 
     def to_message(self) -> dict[str, str]:
@@ -195,9 +193,7 @@ class ExecTask:
         text = None if version is None else _strict_text("v", version)
         if text != MESSAGE_VERSION:
             raise TaskError("v", f"unsupported message version {_shown(text)}")
-        unknown = sorted(set(message) - set(MESSAGE_FIELDS))
-        if unknown:
-            raise TaskError(unknown[0], "is not a field of a task message (v and t only)")
+        check_known_keys(message, MESSAGE_FIELDS, "", "a field of a task message")
         raw = message.get("t")
         if raw is None:
             raise TaskError("t", "is missing")

@@ -27,6 +27,7 @@ from meteorseed_scrapy.task.validation import (
     check_callback,
     check_id,
     check_json_safe,
+    check_known_keys,
     check_lane,
     check_meta_keys,
     check_spider,
@@ -104,9 +105,7 @@ class SeedTask:
         for name in ("seed_id", "site_id", "task_type", "payload"):
             if name not in data:
                 raise TaskError(name, "is missing")
-        unknown = sorted(set(data) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise TaskError(unknown[0], "is not a seed field")
+        check_known_keys(data, cls.__dataclass_fields__, "", "a seed field")
         return cls(**data)
 
     def exec_json(self) -> ExecJson | None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from meteorseed_scrapy.task.json_depth import MAX_DEPTH, TOO_DEEP
-from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.task.validation import TaskError, check_known_keys
 
 TAG = "$meteorseed"
 PAGE_METHOD = "PageMethod"
@@ -55,9 +55,7 @@ def decode_tagged(path: str, value: Any) -> Any:
 def _page_method(path: str, value: Mapping[str, Any]) -> Any:
     if value[TAG] != PAGE_METHOD:
         raise TaskError(f"{path}.{TAG}", f"unknown tagged type {str(value[TAG])[:60]!r}")
-    unknown = sorted(set(value) - _PAGE_METHOD_KEYS)
-    if unknown:
-        raise TaskError(f"{path}.{unknown[0]}"[:200], "is not a PageMethod field")
+    check_known_keys(value, _PAGE_METHOD_KEYS, path, "a PageMethod field")
     method, args, kwargs = value.get("method"), value.get("args", []), value.get("kwargs", {})
     if not isinstance(method, str) or not method.isidentifier() or method.startswith("_"):
         raise TaskError(f"{path}.method", f"must name a page method, got {method!r}"[:300])

@@ -34,11 +34,22 @@ class TaskError(ValueError):
 def check_known_keys(value: Mapping[Any, Any], known: Collection[str], path: str,
                      what: str) -> None:
     """Refuse a key of ``value`` outside ``known`` (a misspelt field would be ignored
-    silently): ``<path>.<key>: is not <what> (expected …)``."""
-    unknown = sorted(str(key) for key in value if key not in known)
+    silently): ``<path>.<key>: is not <what> (expected …)``; the first in sorted order."""
+    unknown = unknown_keys(value, known, path, what)
     if unknown:
-        raise TaskError(f"{path}.{unknown[0]}"[:200],
-                        f"is not {what} (expected {', '.join(sorted(known))})")
+        raise unknown[0]
+
+
+def unknown_keys(value: Mapping[Any, Any], known: Collection[str], path: str, what: str
+                 ) -> list[TaskError]:
+    """Each key of ``value`` outside ``known``, sorted, as :func:`check_known_keys` refuses
+    it (``path`` ``""``: the keys alone), for a caller that lists every error."""
+    extra = value.keys() - known
+    if not extra:
+        return []
+    problem = f"is not {what} (expected {', '.join(sorted(known))})"
+    return [TaskError((f"{path}.{key}" if path else key)[:200], problem)
+            for key in sorted(str(key) for key in extra)]
 
 
 def check_id(name: str, value: Any) -> str:
@@ -295,4 +306,4 @@ __all__ = ["CLASS_PATH_MAX", "COOKIE_KEYS", "ID_MAX", "REQUEST_ATTRIBUTES", "RES
            "RESERVED_META_PREFIXES", "SPIDER_MAX", "SPIDER_OWN_NAMES", "TASK_SCHEMES",
            "WEB_SCHEMES", "TaskError", "check_callback", "check_cookies", "check_id",
            "check_json_safe", "check_known_keys", "check_lane", "check_meta_keys",
-           "check_request_fields", "check_spider", "check_url"]
+           "check_request_fields", "check_spider", "check_url", "unknown_keys"]
