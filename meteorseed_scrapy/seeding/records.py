@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -30,10 +29,6 @@ def seed_to_dict(seed: SeedTask) -> dict[str, Any]:
     if seed.lane != DEFAULT_LANE:
         out["lane"] = seed.lane
     return out
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -113,4 +108,4 @@ def record_from_hash(seed_id: str, hash_: Mapping[Any, Any], due: Any,
     )
 
 
-__all__ = ["SeedRecord", "canonical_json", "record_from_hash", "seed_to_dict"]
+__all__ = ["SeedRecord", "record_from_hash", "seed_to_dict"]

@@ -25,14 +25,11 @@ from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.queue.plumbing import scripts
 from meteorseed_scrapy.queue.plumbing.replies import text_of
 from meteorseed_scrapy.seeding.adapt import Bounds, BoundsFor, RunState, plan_next
-from meteorseed_scrapy.seeding.records import (
-    SeedRecord,
-    canonical_json,
-    record_from_hash,
-    seed_to_dict,
-)
+from meteorseed_scrapy.seeding.records import SeedRecord, record_from_hash, seed_to_dict
 from meteorseed_scrapy.seeding.schedule import schedule_of
 from meteorseed_scrapy.seeding.seed_urls import check_payload
+from meteorseed_scrapy.task.canonical import canonical_json
+from meteorseed_scrapy.task.exec_task import check_json_value
 from meteorseed_scrapy.task.seed_task import SeedTask
 from meteorseed_scrapy.task.validation import TaskError
 
@@ -54,9 +51,13 @@ def compact_definition(seed: SeedTask) -> str | None:
     urls = seed.payload.get("urls")
     if seed.task_type != "url_list" or not isinstance(urls, list) or not urls:
         return None
+    try:
+        digest = _digest(canonical_json(urls))
+    except ValueError:  # a NaN registered before put() refused it: the seed is kept whole
+        return None
     definition = seed_to_dict(seed)
     definition["payload"] = {**definition["payload"], "urls": [], "urls_count": len(urls),
-                             "urls_sha256": _digest(canonical_json(urls))}
+                             "urls_sha256": digest}
     return canonical_json(definition)
 
 
@@ -92,7 +93,11 @@ class SeedRegistry:
         a seeder holds (not due) is not leased: compare ``next_due`` to tell.
         """
         check_payload(seed)  # the schedule too
-        definition = canonical_json(seed_to_dict(seed))
+        try:
+            definition = canonical_json(seed_to_dict(seed))
+        except ValueError:  # NaN or Infinity, in the payload (the other fields are typed)
+            check_json_value("payload", seed.payload)
+            raise TaskError("payload", "is not strict JSON (NaN or Infinity)") from None
         sched = "" if seed.schedule is None else canonical_json(seed.schedule)
         keys = self._keys
         await self._scripts["seed_put"](

@@ -11,7 +11,6 @@ own fields. Every back end writes the documents built here (:mod:`.base`).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -19,7 +18,7 @@ from typing import Any
 
 from itemadapter import ItemAdapter
 
-from meteorseed_scrapy.task.canonical import url_hash
+from meteorseed_scrapy.task.canonical import canonical_json, url_hash
 from meteorseed_scrapy.task.context import Output, Scrape
 
 #: Bookkeeping fields the store stage sets; an item may carry them only with the same value.
@@ -129,13 +128,6 @@ def check_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {_check_key("", key): _plain(key, value) for key, value in fields.items()}
 
 
-def canonical_json(fields: Mapping[str, Any]) -> str:
-    """Stable text of an item's fields (sorted keys, no spaces): equal items, equal text."""
-    return json.dumps(
-        fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-
-
 def build_document(
     item: Mapping[str, Any],
     *,
@@ -190,5 +182,5 @@ def last_wins(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(folded.values())
 
 
-__all__ = ["RESERVED_FIELDS", "DocumentError", "build_document", "canonical_json", "check_fields",
+__all__ = ["RESERVED_FIELDS", "DocumentError", "build_document", "check_fields",
            "check_unique_key", "item_document", "keyless_key", "last_wins", "utc_timestamp"]

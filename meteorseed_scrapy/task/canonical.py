@@ -1,9 +1,12 @@
-"""The canonical form of a URL (dedup, default document keys) and its fingerprint."""
+"""Canonical forms: of a URL (dedup, default document keys) and its fingerprint, and of a JSON
+value (stable text: equal values, equal text)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from typing import Any
 
 from w3lib.url import canonicalize_url
 
@@ -58,4 +61,12 @@ def url_hash(url: str) -> str:
     return hashlib.sha256(canonical_url(url).encode("utf-8")).hexdigest()
 
 
-__all__ = ["AS_IS_MAX_LEN", "AS_IS_URL", "canonical_url", "url_hash"]
+def canonical_json(value: Any) -> str:
+    """Stable text of a JSON value (sorted keys, no spaces): equal values, equal text. Strict
+    JSON: NaN and Infinity raise ``ValueError`` (stored, they would be text that no strict
+    reader takes)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+__all__ = ["AS_IS_MAX_LEN", "AS_IS_URL", "canonical_json", "canonical_url", "url_hash"]

@@ -91,7 +91,7 @@ class ExecTask:
             # Most fields are ASCII text, None, a bool or empty: nothing in them to refuse.
             if not ((kind is str and value.isascii()) or value is None or kind is bool
                     or (kind in _EMPTY_OK and not value)):
-                _check_value(name, value)
+                check_json_value(name, value)
         check_id("task_id", self.task_id)
         check_id("seed_id", self.seed_id)
         check_id("site_id", self.site_id)
@@ -187,7 +187,7 @@ class ExecTask:
         str). Whatever the content, the only exception is a :class:`TaskError` naming the
         problem: the message is exactly ``v`` and ``t``, strict UTF-8 (a byte that is not
         UTF-8 is refused, never replaced), ``t`` at most :data:`MAX_MESSAGE_BYTES` of JSON
-        that makes a valid task (see :func:`_check_value`) whose URL canonicalises."""
+        that makes a valid task (see :func:`check_json_value`) whose URL canonicalises."""
         message = _message(fields)
         version = message.get("v")
         text = None if version is None else _strict_text("v", version)
@@ -205,7 +205,7 @@ class ExecTask:
             # NaN and Infinity parse, and are then refused naming their field (_check_value).
             data = json.loads(body, object_pairs_hook=unique_object)
         except (RecursionError, ValueError, RepeatedKey) as exc:
-            # Refused as a Python whose json parses it refuses it (:func:`_check_value` counts
+            # Refused as a Python whose json parses it refuses it (:func:`check_json_value` counts
             # from the task's fields): how deep json.loads goes depends on the Python. Nesting
             # first, then a key twice in one object.
             path = deep_text_path("", body, MAX_DEPTH + 1, exc)
@@ -221,7 +221,7 @@ class ExecTask:
             # Nesting first, as where json.loads gives up: else a deep message that also
             # lacks a field names the field on one Python and the nesting on another.
             for name, value in data.items():
-                _check_value(name, value)
+                check_json_value(name, value)
         task = cls.from_dict(data)
         try:
             task.canonical_url  # noqa: B018 (kept for the fingerprint)
@@ -269,7 +269,7 @@ def _strict_text(name: str, value: Any) -> str:
     return text
 
 
-#: Containers :func:`_check_value` finds nothing to refuse in when they are empty.
+#: Containers :func:`check_json_value` finds nothing to refuse in when they are empty.
 _EMPTY_OK = (dict, list, tuple)
 
 
@@ -277,7 +277,7 @@ def _shown(value: Any) -> str:
     return repr(value)[:60]
 
 
-def _check_value(name: str, value: Any) -> None:
+def check_json_value(name: str, value: Any) -> None:
     """Refuse, naming the path, nesting deeper than :data:`MAX_DEPTH`, a non-string object key,
     a number that is not finite or an integer out of :data:`INT_RANGE`, and a string that is
     not UTF-8 (a lone surrogate). Iterative, so that no input can exhaust the stack here."""
@@ -310,4 +310,4 @@ def _check_value(name: str, value: Any) -> None:
 
 
 __all__ = ["INT_RANGE", "MAX_DEPTH", "MAX_MESSAGE_BYTES", "MESSAGE_FIELDS", "MESSAGE_VERSION",
-           "ExecTask"]
+           "ExecTask", "check_json_value"]
