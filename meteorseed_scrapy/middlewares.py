@@ -51,6 +51,7 @@ from meteorseed_scrapy.sites.lookup import SiteConfigs, site_configs
 from meteorseed_scrapy.sites.render import RenderMiddleware
 from meteorseed_scrapy.task.context import LEASE_META_KEY, task_of
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
+from meteorseed_scrapy.validators import to_integer
 from meteorseed_scrapy.worker.requests import status_allowed
 
 if TYPE_CHECKING:
@@ -137,7 +138,8 @@ class BackoffMiddleware:
         self.max_retries = max_retries
         self.configs = configs  # a site's rule config may set its own limits.retries
         # Scrapy's own lists of what is worth retrying (the RetryMiddleware this replaces).
-        self.retry_codes = {int(c) for c in settings.getlist("RETRY_HTTP_CODES")} - PAUSE_CODES
+        self.retry_codes = {to_integer(c, "RETRY_HTTP_CODES")
+                            for c in settings.getlist("RETRY_HTTP_CODES")} - PAUSE_CODES
         self.retry_exceptions = tuple(
             load_object(x) if isinstance(x, str) else x
             for x in settings.getlist("RETRY_EXCEPTIONS")
@@ -151,7 +153,8 @@ class BackoffMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BackoffMiddleware:
         settings = crawler.settings
-        return cls(CrawlRuntime.of(crawler), settings.getint("RETRY_TIMES", 2),
+        return cls(CrawlRuntime.of(crawler),
+                   to_integer(settings.get("RETRY_TIMES", 2), "RETRY_TIMES"),
                    crawler.stats, settings, site_configs(crawler), crawler)
 
     def retries_for(self, site: str, request: Request | None = None) -> int:

@@ -33,7 +33,7 @@ from meteorseed_scrapy.settings import (
     setting,
 )
 from meteorseed_scrapy.sites.page_cache import PageCacheConfig
-from meteorseed_scrapy.validators import ConfigError
+from meteorseed_scrapy.validators import ConfigError, to_integer
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
 from meteorseed_scrapy.worker.work_budget import WorkSizes
 
@@ -47,6 +47,10 @@ TEXT = frozenset({
     "METEORSEED_PAGE_CACHE_URI",
     "METEORSEED_NOTIFY_SECRET",
 })
+#: Scrapy's own settings that the add-on's components read as whole numbers >= 0 (the
+#: retries, the redirects): refused here up front, naming the setting, where they would fail
+#: later, inside a half-built engine (CONCURRENT_REQUESTS: :class:`WorkSizes`).
+SCRAPY_COUNTS = ("RETRY_TIMES", "REDIRECT_MAX_TIMES")
 FLAGS = ("METEORSEED_POLITENESS", "METEORSEED_SITES_REDIS", "METEORSEED_LOG_JSON",
          "METEORSEED_FETCH_PRIVATE_ADDRESSES", "METEORSEED_PAGE_CACHE",
          "METEORSEED_REPOSTS_ACROSS_SITES")
@@ -64,7 +68,9 @@ class InvalidSettings(ConfigError, SystemExit):
 
 def check_settings(settings: BaseSettings) -> None:
     """Raise :class:`ConfigError` naming the first invalid ``METEORSEED_*`` value of Scrapy
-    ``settings`` (the environment included, as every reader sees it)."""
+    ``settings`` (the environment included, as every reader sees it), or the first invalid
+    value of a Scrapy setting the add-on reads (:data:`SCRAPY_COUNTS`, ``RETRY_HTTP_CODES``,
+    ``CONCURRENT_REQUESTS``)."""
     WorkerConfig.from_settings(settings)
     StoreConfig.from_settings(settings)
     redis_url_from(settings)
@@ -87,6 +93,11 @@ def check_settings(settings: BaseSettings) -> None:
         raise ConfigError("METEORSEED_SCHEDULE_MIN_INTERVAL", str(exc)) from None
     for name in FLAGS:
         flag_setting(settings, name)
+    for name in SCRAPY_COUNTS:
+        if settings.get(name) is not None:  # (None: settings without Scrapy's defaults)
+            to_integer(settings.get(name), name)
+    for code in settings.getlist("RETRY_HTTP_CODES"):
+        to_integer(code, "RETRY_HTTP_CODES")
     port_range(setting(settings, METRICS_PORT))
     for name in ("METEORSEED_METRICS_INTERVAL", "METEORSEED_PROXY_COOLDOWN",
                  "METEORSEED_SITES_RELOAD_INTERVAL", "METEORSEED_CONSUMER_PRUNE_IDLE"):

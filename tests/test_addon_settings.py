@@ -177,6 +177,20 @@ def test_seed_expand_and_the_cli_name_a_misspelt_variable_too(tmp_path: Path) ->
     assert f"meteorseed: warning: {hint}" in cli.stderr.splitlines()
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("CONCURRENT_REQUESTS", "many"), ("CONCURRENT_REQUESTS", 0), ("RETRY_TIMES", "x"),
+    ("RETRY_TIMES", -1), ("REDIRECT_MAX_TIMES", 2.5), ("RETRY_HTTP_CODES", "500,5xx"),
+])
+def test_a_scrapy_count_the_addon_reads_is_checked_up_front_naming_it(name: str,
+                                                                      value: object) -> None:
+    # (on stock Scrapy the first, third and last fail later, as a bare ValueError: "invalid
+    # literal for int() with base 10")
+    with pytest.raises(ConfigError) as info:
+        check_settings(Settings({name: value}))
+    assert info.value.name == name
+    check_settings(Settings({"RETRY_HTTP_CODES": "500,502", "RETRY_TIMES": "3"}))
+
+
 def test_an_invalid_scrapy_setting_the_addon_reads_is_refused_the_same_way() -> None:
     done = _crawl("crawl", "probe", "-s", "AUTOTHROTTLE_ENABLED=maybe")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]

@@ -35,7 +35,8 @@ class WorkSizes:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> WorkSizes:
-        capacity = settings.getint("CONCURRENT_REQUESTS")
+        capacity = to_integer(settings.get("CONCURRENT_REQUESTS"), "CONCURRENT_REQUESTS",
+                              minimum=1)
         settling = setting(settings, "METEORSEED_MAX_SETTLING")  # None: the capacity
         if settling is not None:
             settling = to_integer(settling, "METEORSEED_MAX_SETTLING", minimum=1)
