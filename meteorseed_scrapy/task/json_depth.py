@@ -168,9 +168,10 @@ def _first_path(name: str, text: str, end: int, *, limit: int | None = None,
                 top[2] += 1
         elif token != ":" and top[1] and top[3]:
             key = _key(token)
-            if repeats and key in top[4]:
-                return _joined(top[0], key)
-            top[4].add(key)
+            if repeats:
+                if key in top[4]:
+                    return _joined(top[0], key)
+                top[4].add(key)
             top[2], top[3] = key, False
     return None
 
