@@ -14,6 +14,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 from scrapy import FormRequest, Request, Spider
+from scrapy.http import JsonRequest, XmlRpcRequest
 from scrapy_redis.queue import FifoQueue, LifoQueue, PriorityQueue
 
 from meteorseed_scrapy.migrate.convert import Origin
@@ -27,6 +28,7 @@ from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
 from meteorseed_scrapy.queue.keys import KeyLayout
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.lanes import BANDS, band_of
+from meteorseed_scrapy.worker.requests import task_to_request
 
 
 class ShopSpider(Spider):
@@ -123,6 +125,45 @@ def test_queue_of_each_kind(queue_cls: Any, raw_redis: redis.Redis, sync_redis: 
     assert len(queue) == 0  # popping above, not the migration, emptied the source
 
 
+def _rich_requests(spider: ShopSpider) -> list[Request]:
+    """Requests using every field of ``Request.to_dict()`` that a task can carry."""
+    return [
+        Request("https://shop.example/c", cookies={"session": "s1", "n": 3},
+                flags=["from-hub"], dont_filter=True, encoding="cp1251",
+                callback=spider.parse_product, cb_kwargs={"page": 2}, priority=4),
+        Request("https://shop.example/l", cookies=[{"name": "a", "value": "b",
+                                                   "domain": "shop.example"}]),
+        Request("https://shop.example/bin", method="PUT", body=b"\xff\x00\x81 raw bytes"),
+        FormRequest("https://shop.example/f", formdata={"q": "лампа"}, encoding="cp1251"),
+        JsonRequest("https://shop.example/j", data={"q": "lamp"},
+                    dumps_kwargs={"sort_keys": True}),
+        XmlRpcRequest("https://shop.example/rpc", params=("a",), methodname="find"),
+    ]
+
+
+def test_every_field_a_task_can_carry_survives_the_migration(
+        raw_redis: redis.Redis, sync_redis: redis.Redis, redis_url: str,
+        namespace: str) -> None:
+    # The oracle is Scrapy's own Request.to_dict(): of the request pushed, and of the one a
+    # worker rebuilds from the migrated task (meta aside: the task rides in it).
+    spider = ShopSpider(name=namespace)
+    queue = FifoQueue(raw_redis, spider, "%(spider)s:requests")
+    pushed = _rich_requests(spider)
+    for request in pushed:
+        queue.push(request)
+    summary, rejections = run(redis_url, namespace, source_for(namespace))
+
+    assert rejections == [] and summary.enqueued == len(pushed)
+    rebuilt = {r.url: r for r in (task_to_request(t, spider)
+                                  for t in stream_tasks(sync_redis, namespace))}
+    for request in pushed:
+        again = rebuilt[request.url]
+        assert type(again) is type(request)
+        want, got = request.to_dict(spider=spider), again.to_dict(spider=spider)
+        want.pop("meta"), got.pop("meta")
+        assert got == want, request.url
+
+
 @pytest.mark.parametrize("kind", ["list", "set", "zset"])
 def test_start_urls_of_each_type(kind: str, raw_redis: redis.Redis, sync_redis: redis.Redis,
                                  redis_url: str, namespace: str) -> None:
@@ -162,18 +203,25 @@ def test_move_empties_the_source_and_keeps_rejected(
     queue = FifoQueue(raw_redis, spider, "%(spider)s:requests")
     for i in range(25):
         queue.push(Request(f"https://shop.example/p/{i}", callback=spider.parse_product))
-    bad = pickle.dumps({"url": "https://shop.example/x", "cookies": {"s": "1"}}, protocol=-1)
+    queue.push(Request("https://shop.example/p/3"))  # a duplicate
+    queue.push(Request("https://shop.example/p/4", dont_filter=True))  # scheduled again
+    bad = pickle.dumps({"url": "https://shop.example/x", "_class": "myproject.SplashRequest"},
+                       protocol=-1)
     raw_redis.lpush(f"{namespace}:requests", bad)
+    # A start URL is dont_filter in scrapy-redis (RedisSpider.make_request_from_data): kept
     raw_redis.lpush(f"{namespace}:start_urls", "https://shop.example/p/3", "not a url")
     summary, rejections = run(redis_url, namespace, source_for(namespace), move=True,
                               batch_size=4)
 
-    assert (summary.enqueued, summary.duplicates, summary.rejected) == (25, 1, 2)
-    assert summary.removed == 26  # the duplicate start URL too: its task is on the stream
-    assert sorted(r.reason for r in rejections)[0].startswith("cookies")
+    assert (summary.enqueued, summary.duplicates, summary.rejected) == (27, 1, 2)
+    assert summary.removed == 28  # the duplicate too: its task is on the stream
+    assert sorted(r.reason for r in rejections)[0].startswith("_class: 'myproject.SplashRequest'")
     assert raw_redis.lrange(f"{namespace}:requests", 0, -1) == [bad]
     assert raw_redis.lrange(f"{namespace}:start_urls", 0, -1) == [b"not a url"]
-    assert len(stream_tasks(sync_redis, namespace)) == 25
+    tasks = stream_tasks(sync_redis, namespace)
+    assert len(tasks) == 27
+    assert sorted(t.url for t in tasks if t.dont_filter) == [
+        "https://shop.example/p/3", "https://shop.example/p/4"]
 
 
 @pytest.mark.parametrize("queue_cls", [PriorityQueue, LifoQueue])

@@ -181,9 +181,12 @@ _plain = st.recursive(
 _request = st.fixed_dictionaries(
     {"url": st.sampled_from([f"{URL}/a", f"{URL}/b", "ftp://x", "", "https://\x1b[2J.example/"])
      | st.text(max_size=30)},
-    optional={name: _plain | st.sampled_from(["GET", "POST", "parse", b"x"]) for name in (
-        "method", "headers", "body", "meta", "cb_kwargs", "priority", "callback", "errback",
-        "_class", "cookies", "flags")},
+    optional={name: _plain | st.sampled_from([
+        "GET", "POST", "parse", b"x", "cp1251", "scrapy.http.request.json_request.JsonRequest",
+        "scrapy.http.request.form.FormRequest", [{"name": "a", "value": 1}], ["flag"]])
+        for name in ("method", "headers", "body", "meta", "cb_kwargs", "priority", "callback",
+                     "errback", "_class", "cookies", "flags", "encoding", "dont_filter",
+                     "dumps_kwargs")},
 )
 _pickled = st.tuples(_request, st.integers(0, 5)).map(lambda d: pickle.dumps(d[0], d[1]))
 _entry = st.one_of(

@@ -133,6 +133,18 @@ def test_no_dedup_enqueues_every_task_and_leaves_the_dedup_layer_alone(
     assert not sync_redis.exists(KeyLayout(namespace).seen("site_a"))
 
 
+@pytest.mark.parametrize("dedup", [True, False])
+def test_a_url_no_reader_could_canonicalise_is_refused_before_anything_is_sent(
+    redis_url: str, namespace: str, sync_redis: redis.Redis, dedup: bool
+) -> None:
+    # Deduplicated or not (a dont_filter request, a migrated one), the writer refuses what
+    # every reader would (ExecTask.from_message): by name, now, not as a dead letter later.
+    tasks = [task("https://example.com/1"), task("http://[")]
+    with pytest.raises(TaskError, match=r"^url: cannot be canonicalised"):
+        with_writer(redis_url, namespace, lambda w: w.add(tasks, dedup=dedup))
+    assert sync_redis.xlen(KeyLayout(namespace).stream) == 0
+
+
 def test_add_sends_one_script_call_per_chunk_in_order(
     redis_url: str, namespace: str, sync_redis: redis.Redis
 ) -> None:

@@ -8,9 +8,10 @@ the exact URL, body and headers scrapy-redis would have sent.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from scrapy import FormRequest
@@ -23,8 +24,8 @@ from meteorseed_scrapy.migrate.unpickle import (
 )
 from meteorseed_scrapy.task.exec_task import ExecTask
 from meteorseed_scrapy.task.json_depth import loads_bounded
-from meteorseed_scrapy.task.validation import TaskError
-from meteorseed_scrapy.worker.requests import PER_DOWNLOAD_META
+from meteorseed_scrapy.task.validation import REQUEST_ATTRIBUTES, TaskError
+from meteorseed_scrapy.worker.requests import PER_DOWNLOAD_META, task_to_request
 
 #: Request classes whose whole state is in url/method/headers/body: safe to send as a task.
 PLAIN_CLASSES = frozenset({
@@ -92,14 +93,17 @@ def _json_safe(value: Any) -> bool:
 
 
 def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
-    """An exec task from a ``Request.to_dict()``; raises :class:`RejectedPayload` when the
-    request cannot be carried by a JSON task without losing what it means."""
+    """An exec task from a ``Request.to_dict()``, carrying every field of it (a Scrapy request
+    subclass's own attributes too); raises :class:`RejectedPayload` when the request cannot
+    be carried by a JSON task without losing what it means."""
     cls = data.get("_class")
     if cls is not None and (not isinstance(cls, str) or cls not in PLAIN_CLASSES):
         raise RejectedPayload(f"_class: {cls!r} is not a plain Scrapy request class")
-    if data.get("cookies"):
-        # Exec tasks have no cookies field; dropping them would change what the site returns.
-        raise RejectedPayload("cookies: requests with their own cookies cannot be migrated")
+    attrs = {k: v for k, v in data.items() if k not in REQUEST_ATTRIBUTES and k != "_class"}
+    if attrs and cls is None:
+        # A plain Request has no other attribute: an unknown one would be dropped silently.
+        raise RejectedPayload(f"{sorted(map(str, attrs))[0][:100]}: is not a field of a "
+                              "request dict")
     cb_kwargs = data.get("cb_kwargs") or {}
     if not isinstance(cb_kwargs, Mapping) or not _json_safe(dict(cb_kwargs)):
         # The callback needs these arguments: a task without them would fail in the spider.
@@ -116,7 +120,8 @@ def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
             meta[key] = value
         else:
             dropped.append(key)
-    body = data.get("body") or b""
+    body, body_b64 = _body(data.get("body") or b"")
+    flags = data.get("flags") or []
     try:
         task = ExecTask.create(
             seed_id=origin.seed_id,
@@ -124,18 +129,39 @@ def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
             url=_text(data.get("url"), "url", "utf-8"),
             method=_method(data.get("method") or "GET"),
             headers=_headers(data.get("headers")),
-            body=_text(body, "body", "utf-8"),  # tasks carry text: a binary body is refused
+            body=body,
+            body_b64=body_b64,
+            cookies=data.get("cookies") or {},
+            encoding=data.get("encoding") or "utf-8",
+            flags=list(flags) if isinstance(flags, (list, tuple)) else flags,
+            dont_filter=data.get("dont_filter", False),
             callback=data.get("callback"),
             errback=data.get("errback"),
             meta=meta,
             cb_kwargs=dict(cb_kwargs),
             priority=data.get("priority", 0),
+            request_class=cls,
+            request_attrs=attrs,
             spider=origin.spider,
         )
         task.to_message()  # too large for a message: refuse this entry, not the whole batch
+        if cls is not None:  # a subclass that cannot be rebuilt is refused now, not dead later
+            task_to_request(replace(task, callback=None, errback=None), None)
     except TaskError as exc:
         raise RejectedPayload(str(exc)) from None
     return Converted(task, tuple(dropped))
+
+
+def _body(value: Any) -> tuple[str, str]:
+    """``(body, body_b64)`` of a task: UTF-8 text as it is, other bytes as base64."""
+    if isinstance(value, str):
+        return value, ""
+    if not isinstance(value, bytes):
+        raise RejectedPayload(f"body: expected bytes, got {type(value).__name__}")
+    try:
+        return value.decode("utf-8"), ""
+    except UnicodeDecodeError:
+        return "", base64.b64encode(value).decode("ascii")
 
 
 def start_url_to_task(payload: bytes | str, origin: Origin, priority: int = 0,
@@ -158,9 +184,10 @@ def start_url_to_task(payload: bytes | str, origin: Origin, priority: int = 0,
             meta = params.pop("meta", None) or {}
             if not isinstance(meta, dict):
                 raise RejectedPayload("start URL JSON: meta is not an object")
-            request = FormRequest(url, method=method, formdata=params, meta=meta)
+            request = FormRequest(url, dont_filter=True, method=method, formdata=params,
+                                  meta=meta)
         else:
-            request = FormRequest(text)
+            request = FormRequest(text, dont_filter=True)
     except RejectedPayload:
         raise
     except (ValueError, TypeError, AttributeError) as exc:

@@ -37,6 +37,7 @@ from meteorseed_scrapy.task.validation import TaskError
 
 if TYPE_CHECKING:
 
+    from meteorseed_scrapy.queue.enqueue.enqueue_calls import Encoded
     from meteorseed_scrapy.queue.enqueue.writer import TaskWriter
     from meteorseed_scrapy.queue.plumbing.connection import AsyncRedis
 
@@ -247,11 +248,13 @@ async def migrate(
         logger.info("migrating %s from %s (a %s)", what, key, kind)
         kept = [0]
         async for batch in _entries(client, key, kind, batch_size, move, from_head, kept):
-            converted: list[tuple[Any, Converted]] = []
+            converted: list[tuple[Any, Converted, Encoded]] = []
             for member, score, position in batch:
                 try:
                     item = _convert(member, score, what, origin, source.encoding)
-                    writer.encode(item.task)  # what add() would refuse for the whole batch
+                    # Encoded now, so a task the writer refuses is this entry's rejection; a
+                    # dont_filter request is not deduplicated, as scrapy-redis schedules it.
+                    encoded = writer.encode(item.task, not item.task.dont_filter)
                 except Exception as exc:
                     # One entry, never the migration: anything unforeseen is logged in full
                     # and the entry stays where it is, like every rejected one.
@@ -260,7 +263,7 @@ async def migrate(
                     kept[0] += 1
                     reject(RefusedEntry(key, position, _reason(exc)))
                     continue
-                converted.append((member, item))
+                converted.append((member, item, encoded))
                 summary.meta_dropped += bool(item.dropped_meta)
             if what == REQUESTS:
                 summary.requests += len(batch)
@@ -270,12 +273,12 @@ async def migrate(
                 continue
             if max_backlog is not None:
                 await writer.wait_for_room(max_backlog, on_wait)
-            result = await writer.add([item.task for _, item in converted], dedup=True)
+            result = await writer.enqueue([encoded for _, _, encoded in converted])
             summary.enqueued += result.enqueued
             summary.duplicates += result.duplicates
             if move:  # only now: the tasks of this batch are on the stream
                 removed = await _remove(client, key, kind, from_head,
-                                        [m for m, _ in converted])
+                                        [m for m, _, _ in converted])
                 # Fewer than asked when a scrapy-redis worker popped some meanwhile: fine.
                 summary.removed += removed
     return summary

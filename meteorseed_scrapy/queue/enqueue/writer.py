@@ -182,6 +182,13 @@ class TaskWriter:
             except ValueError as exc:  # e.g. a lone surrogate that UTF-8 cannot encode
                 raise TaskError("task", f"cannot be encoded as UTF-8 JSON ({exc})") from None
         if shared.root is None:
+            if canonical is None:
+                # Not deduplicated, so not canonicalised yet: a URL that every reader would
+                # refuse (ExecTask.from_message) is refused here, by name, not dead later.
+                try:
+                    each.canonical_url  # noqa: B018 (cached for the fingerprint)
+                except ValueError as exc:
+                    raise TaskError("url", f"cannot be canonicalised: {exc}") from None
             return Encoded(None, b"", "", payload, shared.stream, shared.owner)
         try:
             fp = fingerprint_bytes(each, canonical, self.fingerprinter)
