@@ -65,6 +65,13 @@ NASTY: dict[str, tuple[bytes, str]] = {
                       + b"]" * 100_000 + b"}", f"nested deeper than {MAX_DEPTH} levels"),
     "non_ascii_method": (pickle.dumps({"url": URL, "method": "G\u0130T"}, protocol=4),
                          "not an HTTP method"),
+    # (under the entry's cap, over a task message's: refused by the writer, for this entry)
+    "too_large_a_task": (pickle.dumps({"url": URL, "method": "POST", "body": b"x" * 300_000},
+                                      protocol=4), "task: encodes to more than 262144 bytes"),
+    "unknown_field": (pickle.dumps({"url": URL, "proxy": "http://p"}, protocol=4),
+                      "proxy: is not a field of a request dict"),
+    "dont_filter_not_a_flag": (pickle.dumps({"url": URL, "dont_filter": [None]}, protocol=4),
+                               "dont_filter: must be true or false"),
 }
 
 

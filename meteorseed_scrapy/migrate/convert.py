@@ -95,7 +95,9 @@ def _json_safe(value: Any) -> bool:
 def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
     """An exec task from a ``Request.to_dict()``, carrying every field of it (a Scrapy request
     subclass's own attributes too); raises :class:`RejectedPayload` when the request cannot
-    be carried by a JSON task without losing what it means."""
+    be carried by a JSON task without losing what it means. (Whether it fits in a message is
+    the writer's to say: :func:`~meteorseed_scrapy.migrate.scrapy_redis.migrate` encodes each
+    entry on its own.)"""
     cls = data.get("_class")
     if cls is not None and (not isinstance(cls, str) or cls not in PLAIN_CLASSES):
         raise RejectedPayload(f"_class: {cls!r} is not a plain Scrapy request class")
@@ -144,7 +146,6 @@ def request_dict_to_task(data: Mapping[str, Any], origin: Origin) -> Converted:
             request_attrs=attrs,
             spider=origin.spider,
         )
-        task.to_message()  # too large for a message: refuse this entry, not the whole batch
         if cls is not None:  # a subclass that cannot be rebuilt is refused now, not dead later
             task_to_request(replace(task, callback=None, errback=None), None)
     except TaskError as exc:

@@ -39,12 +39,6 @@ MAX_OPCODES = 100_000
 #: Deepest nesting of a decoded entry (a request dict with its meta needs a handful).
 MAX_DEPTH = 50
 TOO_DEEP = f"entry is nested deeper than {MAX_DEPTH} levels"
-
-
-def json_rejection(error: TaskError) -> str:
-    """Why an entry whose JSON :func:`loads_bounded` refused is rejected: a key twice in one
-    object (named), or nesting deeper than its limit, so than ours (the same on any Python)."""
-    return f"entry: {error}" if error.problem == REPEATED else TOO_DEEP
 #: Values reached walking a decoded entry, a shared one once per reference.
 MAX_VALUES = 100_000
 #: Bytes of text, bytes and integers reached walking a decoded entry, counted as for MAX_VALUES.
@@ -54,6 +48,12 @@ _MEMO_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 
 class RejectedPayload(ValueError):
     """A queue entry that cannot (or must not) be decoded; the message says why."""
+
+
+def json_rejection(error: TaskError) -> str:
+    """Why an entry whose JSON :func:`loads_bounded` refused is rejected: a key twice in one
+    object (named), or nesting deeper than its limit, so than ours (the same on any Python)."""
+    return f"entry: {error}" if error.problem == REPEATED else TOO_DEEP
 
 
 def _shown(text: str, limit: int = 80) -> str:
