@@ -221,6 +221,15 @@ def test_malformed_body_is_422_naming_the_body(client: Client, raw: bytes, probl
     assert body["errors"][0]["field"] in ("body", "seeds")
 
 
+def test_a_field_beside_seeds_is_422_naming_it_not_taken_for_a_seed(client: Client) -> None:
+    seed = {"seed_id": "a", "site_id": "news", "task_type": "url_list",
+            "payload": {"urls": ["https://news.example/1"]}}
+    status, _, body = client.call("POST", "/dispatch", {"seeds": [seed], "wait": True})
+    assert status == 422
+    assert body["errors"] == [{"field": "wait", "problem":
+                               'is not a field of {"seeds": [...]} (expected seeds)'}]
+
+
 def test_nothing_accepted_is_422_listing_every_error(client: Client) -> None:
     status, _, body = client.call("POST", "/dispatch", [
         {"seed_id": "a", "site_id": "news", "task_type": "nope", "payload": {}},

@@ -42,7 +42,7 @@ from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PUBLIC_ONLY, li
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.seed_urls import check_payload
 from meteorseed_scrapy.task.seed_task import SeedTask
-from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.task.validation import TaskError, unknown_keys
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,10 @@ LANE = "realtime"
 def parse_body(body: bytes) -> tuple[list[Any], bool]:
     """The seeds of a request body and whether they came as a list; raises InvalidInput."""
     data = json_body(body)
-    if isinstance(data, dict) and set(data) == {"seeds"}:
+    if isinstance(data, dict) and "seeds" in data:  # (no seed has a field of that name)
+        extra = unknown_keys(data, {"seeds"}, "", 'a field of {"seeds": [...]}')
+        if extra:
+            raise InvalidInput([FieldError(e.field, e.problem) for e in extra])
         data = data["seeds"]
         if not isinstance(data, list):
             raise InvalidInput([FieldError("seeds", "must be a list of seeds")])
