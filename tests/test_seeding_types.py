@@ -18,6 +18,7 @@ from meteorseed_scrapy.seeding.seed_lines import SeedLineError, parse_seed_line
 from meteorseed_scrapy.seeding.seed_urls import PAYLOAD_FIELDS, UrlError, expand
 from meteorseed_scrapy.seeding.templates import MAX_EXPANSION
 from meteorseed_scrapy.task.exec_task import ExecTask
+from meteorseed_scrapy.task.seed_task import TASK_TYPES
 
 
 def seed(task_type: str, payload: dict[str, Any], **extra: Any) -> str:
@@ -86,6 +87,12 @@ def test_a_payload_field_its_type_does_not_have_is_refused_by_name(
     with pytest.raises(SeedLineError) as info:
         parse_seed_line(seed(task_type, payload), 3)
     assert info.value.reason.startswith(f"{field}: is not a field of "), info.value.reason
+
+
+def test_every_seed_type_has_its_payload_fields_and_no_other_type_does() -> None:
+    # Two tables on two floors (task/ knows the types, seeding/ their fields): one of them
+    # changed alone would fail every seed of a new type with a KeyError, or name a dead one.
+    assert set(PAYLOAD_FIELDS) == TASK_TYPES
 
 
 @settings(max_examples=200, deadline=None)
