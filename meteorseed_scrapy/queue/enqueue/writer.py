@@ -186,7 +186,7 @@ class TaskWriter:
                 # Not deduplicated, so not canonicalised yet: a URL that every reader would
                 # refuse (ExecTask.from_message) is refused here, by name, not dead later.
                 try:
-                    each.canonical_url  # noqa: B018 (cached for the fingerprint)
+                    each.canonical_url  # noqa: B018 (a cached property: computed once)
                 except ValueError as exc:
                     raise TaskError("url", f"cannot be canonicalised: {exc}") from None
             return Encoded(None, b"", "", payload, shared.stream, shared.owner)
