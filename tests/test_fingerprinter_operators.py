@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import io
 import json
+import pickle
 import sys
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio as aioredis
+from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.python import global_object_name
 
@@ -269,8 +271,10 @@ def _migrate(redis_url: str, namespace: str, settings: dict[str, Any],
 def test_migration_keys_as_the_projects_workers(
         fingerprinter: str | None, summary: str, redis_url: str, namespace: str,
         sync_redis: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
-    # (the spider is named after the namespace, so the fixture cleans its keys up)
-    sync_redis.rpush(f"{namespace}:start_urls", FIRST, SECOND)
+    # (the spider is named after the namespace, so the fixture cleans its keys up). Queued
+    # requests, not start URLs: those are dont_filter in scrapy-redis, so never deduplicated.
+    queued = [pickle.dumps(Request(url).to_dict(), protocol=-1) for url in (FIRST, SECOND)]
+    sync_redis.rpush(f"{namespace}:requests", *queued)
     settings = {"REQUEST_FINGERPRINTER_CLASS": fingerprinter} if fingerprinter else {}
     code, out, err = _migrate(redis_url, namespace, settings, capsys)
     assert code == 0, err
