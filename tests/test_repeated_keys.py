@@ -155,12 +155,9 @@ def test_a_stream_message_that_is_no_object_is_named_so_whatever_it_repeats() ->
 
 
 def test_a_seed_line_with_a_key_twice_is_refused_naming_it() -> None:
+    assert parse_seed_line(SEED % "", 3).payload == {"urls": ["https://a.example/1"]}
     for line, field in ((SEED % ',"urls":["https://b.example/"]', "payload.urls"),
-                        (SEED % "" + "", "payload.urls"),
                         ((SEED % "")[:-1] + ',"site_id":"other"}', "site_id")):
-        if line == SEED % "":
-            assert parse_seed_line(line, 3).payload == {"urls": ["https://a.example/1"]}
-            continue
         with pytest.raises(SeedLineError) as info:
             parse_seed_line(line, 3)
         assert str(info.value) == f"line 3: {field}: {REPEATED}"
