@@ -178,7 +178,7 @@ def test_seed_expand_and_the_cli_name_a_misspelt_variable_too(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(("name", "value"), [
-    ("CONCURRENT_REQUESTS", "many"), ("CONCURRENT_REQUESTS", 0), ("RETRY_TIMES", "x"),
+    ("CONCURRENT_REQUESTS", "many"), ("CONCURRENT_REQUESTS", -1), ("RETRY_TIMES", "x"),
     ("RETRY_TIMES", -1), ("REDIRECT_MAX_TIMES", 2.5), ("RETRY_HTTP_CODES", "500,5xx"),
 ])
 def test_a_scrapy_count_the_addon_reads_is_checked_up_front_naming_it(name: str,
@@ -188,7 +188,9 @@ def test_a_scrapy_count_the_addon_reads_is_checked_up_front_naming_it(name: str,
     with pytest.raises(ConfigError) as info:
         check_settings(Settings({name: value}))
     assert info.value.name == name
-    check_settings(Settings({"RETRY_HTTP_CODES": "500,502", "RETRY_TIMES": "3"}))
+    # (0 is a value Scrapy's own suite gives CONCURRENT_REQUESTS: taken)
+    check_settings(Settings({"RETRY_HTTP_CODES": "500,502", "RETRY_TIMES": "3",
+                             "CONCURRENT_REQUESTS": 0}))
 
 
 def test_an_invalid_scrapy_setting_the_addon_reads_is_refused_the_same_way() -> None:

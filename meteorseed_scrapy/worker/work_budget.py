@@ -35,8 +35,8 @@ class WorkSizes:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> WorkSizes:
-        capacity = to_integer(settings.get("CONCURRENT_REQUESTS"), "CONCURRENT_REQUESTS",
-                              minimum=1)
+        # (0 is Scrapy's own "no limit" for some download handlers: taken, as Scrapy takes it)
+        capacity = to_integer(settings.get("CONCURRENT_REQUESTS"), "CONCURRENT_REQUESTS")
         settling = setting(settings, "METEORSEED_MAX_SETTLING")  # None: the capacity
         if settling is not None:
             settling = to_integer(settling, "METEORSEED_MAX_SETTLING", minimum=1)
