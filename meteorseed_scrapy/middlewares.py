@@ -47,11 +47,11 @@ from meteorseed_scrapy.politeness.robotstxt import RobotsTxtMiddleware
 from meteorseed_scrapy.politeness.runtime import CrawlRuntime
 from meteorseed_scrapy.politeness.site_errors import SITE_ERRORS, SiteFaults
 from meteorseed_scrapy.politeness.user_agents import UserAgentPoolMiddleware
+from meteorseed_scrapy.settings import retry_http_codes, scrapy_count
 from meteorseed_scrapy.sites.lookup import SiteConfigs, site_configs
 from meteorseed_scrapy.sites.render import RenderMiddleware
 from meteorseed_scrapy.task.context import LEASE_META_KEY, task_of
 from meteorseed_scrapy.task.exceptions import DeferReason, TaskDeferred
-from meteorseed_scrapy.validators import to_integer
 from meteorseed_scrapy.worker.requests import status_allowed
 
 if TYPE_CHECKING:
@@ -138,8 +138,7 @@ class BackoffMiddleware:
         self.max_retries = max_retries
         self.configs = configs  # a site's rule config may set its own limits.retries
         # Scrapy's own lists of what is worth retrying (the RetryMiddleware this replaces).
-        self.retry_codes = {to_integer(c, "RETRY_HTTP_CODES")
-                            for c in settings.getlist("RETRY_HTTP_CODES")} - PAUSE_CODES
+        self.retry_codes = retry_http_codes(settings) - PAUSE_CODES
         self.retry_exceptions = tuple(
             load_object(x) if isinstance(x, str) else x
             for x in settings.getlist("RETRY_EXCEPTIONS")
@@ -153,8 +152,7 @@ class BackoffMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> BackoffMiddleware:
         settings = crawler.settings
-        return cls(CrawlRuntime.of(crawler),
-                   to_integer(settings.get("RETRY_TIMES", 2), "RETRY_TIMES"),
+        return cls(CrawlRuntime.of(crawler), scrapy_count(settings, "RETRY_TIMES"),
                    crawler.stats, settings, site_configs(crawler), crawler)
 
     def retries_for(self, site: str, request: Request | None = None) -> int:

@@ -30,10 +30,12 @@ from meteorseed_scrapy.settings import (
     flag_setting,
     integer_setting,
     redis_url_from,
+    retry_http_codes,
+    scrapy_count,
     setting,
 )
 from meteorseed_scrapy.sites.page_cache import PageCacheConfig
-from meteorseed_scrapy.validators import ConfigError, to_integer
+from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
 from meteorseed_scrapy.worker.work_budget import WorkSizes
 
@@ -48,8 +50,9 @@ TEXT = frozenset({
     "METEORSEED_NOTIFY_SECRET",
 })
 #: Scrapy's own settings that the add-on's components read as whole numbers >= 0 (the
-#: retries, the redirects): refused here up front, naming the setting, where they would fail
-#: later, inside a half-built engine (CONCURRENT_REQUESTS: :class:`WorkSizes`).
+#: retries, the redirects), through :func:`~meteorseed_scrapy.settings.scrapy_count`: refused
+#: here up front, naming the setting, where they would fail later, inside a half-built engine
+#: (CONCURRENT_REQUESTS: :class:`WorkSizes`).
 SCRAPY_COUNTS = ("RETRY_TIMES", "REDIRECT_MAX_TIMES")
 FLAGS = ("METEORSEED_POLITENESS", "METEORSEED_SITES_REDIS", "METEORSEED_LOG_JSON",
          "METEORSEED_FETCH_PRIVATE_ADDRESSES", "METEORSEED_PAGE_CACHE",
@@ -94,10 +97,8 @@ def check_settings(settings: BaseSettings) -> None:
     for name in FLAGS:
         flag_setting(settings, name)
     for name in SCRAPY_COUNTS:
-        if settings.get(name) is not None:  # (None: settings without Scrapy's defaults)
-            to_integer(settings.get(name), name)
-    for code in settings.getlist("RETRY_HTTP_CODES"):
-        to_integer(code, "RETRY_HTTP_CODES")
+        scrapy_count(settings, name)
+    retry_http_codes(settings)
     port_range(setting(settings, METRICS_PORT))
     for name in ("METEORSEED_METRICS_INTERVAL", "METEORSEED_PROXY_COOLDOWN",
                  "METEORSEED_SITES_RELOAD_INTERVAL", "METEORSEED_CONSUMER_PRUNE_IDLE"):

@@ -312,6 +312,21 @@ def duration_setting(settings: SettingsSource, name: str, *, minimum: float = 0.
                           maximum=maximum)
 
 
+def scrapy_count(settings: BaseSettings, name: str) -> int:
+    """A count of Scrapy's own that the add-on reads (``RETRY_TIMES``, ``REDIRECT_MAX_TIMES``):
+    a whole number >= 0, Scrapy's default when unset; :class:`ConfigError` naming it
+    otherwise (where Scrapy's ``getint`` fails later with a bare ``ValueError``)."""
+    from scrapy.settings import default_settings  # (here only: the CLI imports this module)
+
+    value = settings.get(name)
+    return to_integer(getattr(default_settings, name) if value is None else value, name)
+
+
+def retry_http_codes(settings: BaseSettings) -> set[int]:
+    """Scrapy's ``RETRY_HTTP_CODES``, each a whole number; :class:`ConfigError` naming it."""
+    return {to_integer(code, "RETRY_HTTP_CODES") for code in settings.getlist("RETRY_HTTP_CODES")}
+
+
 def stream_shards(settings: SettingsSource) -> int:
     return integer_setting(settings, "METEORSEED_STREAM_SHARDS", minimum=1, maximum=MAX_SHARDS)
 

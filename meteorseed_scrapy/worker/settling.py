@@ -26,9 +26,9 @@ from scrapy.http import Response
 from twisted.python.failure import Failure
 
 from meteorseed_scrapy.politeness.breaker import Breaker
+from meteorseed_scrapy.settings import scrapy_count
 from meteorseed_scrapy.task.exceptions import DeferReason
 from meteorseed_scrapy.task.exec_task import ExecTask
-from meteorseed_scrapy.validators import to_integer
 from meteorseed_scrapy.worker.completions import Completions
 from meteorseed_scrapy.worker.fate import (
     Outcome,
@@ -62,8 +62,7 @@ class Settling:
         self._signals = crawler.signals
         self._settings = crawler.settings
         # (read once, as RedirectMiddleware does: settings are frozen by now)
-        self._max_redirects = to_integer(crawler.settings.get("REDIRECT_MAX_TIMES"),
-                                         "REDIRECT_MAX_TIMES")
+        self._max_redirects = scrapy_count(crawler.settings, "REDIRECT_MAX_TIMES")
         self._spider = spider
         self._on_settled = on_settled  # capacity came free
         self._on_parked = on_parked  # (task_id) will not start soon
