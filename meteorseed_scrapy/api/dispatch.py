@@ -35,14 +35,20 @@ from meteorseed_scrapy.api.expansion import (
     Progress,
     expand_seed,
 )
-from meteorseed_scrapy.api.problems import FieldError, InvalidInput, json_body, problem
+from meteorseed_scrapy.api.problems import (
+    FieldError,
+    InvalidInput,
+    json_body,
+    problem,
+    unknown_fields,
+)
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.observability.webhook import literal_refusal
 from meteorseed_scrapy.seeding.addresses import POLICY_META_KEY, PUBLIC_ONLY, literal_problem
 from meteorseed_scrapy.seeding.fetch import FetchPolicy
 from meteorseed_scrapy.seeding.seed_urls import check_payload
 from meteorseed_scrapy.task.seed_task import SeedTask
-from meteorseed_scrapy.task.validation import TaskError, unknown_keys
+from meteorseed_scrapy.task.validation import TaskError
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +66,9 @@ def parse_body(body: bytes) -> tuple[list[Any], bool]:
     """The seeds of a request body and whether they came as a list; raises InvalidInput."""
     data = json_body(body)
     if isinstance(data, dict) and "seeds" in data:  # (no seed has a field of that name)
-        extra = unknown_keys(data, {"seeds"}, "", 'a field of {"seeds": [...]}')
+        extra = unknown_fields(data, {"seeds"}, 'a field of {"seeds": [...]}')
         if extra:
-            raise InvalidInput([FieldError(e.field, e.problem) for e in extra])
+            raise InvalidInput(extra)
         data = data["seeds"]
         if not isinstance(data, list):
             raise InvalidInput([FieldError("seeds", "must be a list of seeds")])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from meteorseed_scrapy.api.config import CONFIG
 from meteorseed_scrapy.queue.plumbing.connection import REDIS_DOWN
 from meteorseed_scrapy.task.json_depth import loads_bounded
-from meteorseed_scrapy.task.validation import TaskError
+from meteorseed_scrapy.task.validation import TaskError, unknown_keys
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,13 @@ class FieldError:
 
     def to_json(self) -> dict[str, str]:
         return {"field": self.field, "problem": self.problem}
+
+
+def unknown_fields(body: Mapping[str, Any], known: Collection[str], what: str
+                   ) -> list[FieldError]:
+    """Each field of ``body`` outside ``known``, as every input refuses an unknown key
+    (:func:`~meteorseed_scrapy.task.validation.unknown_keys`), for a 422 that lists them."""
+    return [FieldError(e.field, e.problem) for e in unknown_keys(body, known, "", what)]
 
 
 class InvalidInput(Exception):

@@ -5,15 +5,13 @@ is recorded as ``api@<peer address>``: the API has one token, not users."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
 from typing import Any
 
 from aiohttp import web
 
-from meteorseed_scrapy.api.problems import FieldError, InvalidInput, json_body
+from meteorseed_scrapy.api.problems import FieldError, InvalidInput, json_body, unknown_fields
 from meteorseed_scrapy.api.state import STATE, ApiState
 from meteorseed_scrapy.politeness import control
-from meteorseed_scrapy.task.validation import unknown_keys
 from meteorseed_scrapy.validators import ConfigError, to_integer, to_number
 
 #: The body of ``limit`` and the fields it may hold.
@@ -44,14 +42,10 @@ async def body_of(request: web.Request) -> dict[str, Any]:
     return data
 
 
-def _unknown(body: dict[str, Any], known: Collection[str], what: str) -> list[FieldError]:
-    return [FieldError(e.field, e.problem) for e in unknown_keys(body, known, "", what)]
-
-
 async def pause_reason(request: web.Request) -> str:
     """The ``reason`` of a pause's body (a site's or a seed's), its only field."""
     body = await body_of(request)
-    errors = _unknown(body, {"reason"}, "a field of a pause")
+    errors = unknown_fields(body, {"reason"}, "a field of a pause")
     reason = body.get("reason", "")
     if not isinstance(reason, str) or len(reason) > 500:
         errors.append(FieldError("reason", "must be a string of at most 500 characters"))
@@ -82,7 +76,7 @@ async def limit(request: web.Request) -> web.Response:
     state = request.app[STATE]
     ref = await _ref(request, state)
     body = await body_of(request)
-    errors = _unknown(body, LIMIT_FIELDS, "a field of a limit")
+    errors = unknown_fields(body, LIMIT_FIELDS, "a field of a limit")
     if body.get("reset") is True:
         if set(body) != {"reset"}:
             errors.append(FieldError("reset", "goes alone (no rate, no concurrency)"))
