@@ -114,7 +114,7 @@ class ExecTask:
             value = getattr(self, name)
             if not isinstance(value, Mapping):
                 raise TaskError(name, "must be an object")
-            for key, item in value.items():  # (its keys are strings: _check_value)
+            for key, item in value.items():  # (its keys are strings: check_json_value)
                 check_json_safe(f"{name}.{key}", item)
         for name in ("priority", "retry_count"):
             value = getattr(self, name)
@@ -202,7 +202,7 @@ class ExecTask:
             raise TaskError("task", f"is larger than {MAX_MESSAGE_BYTES} bytes ({size})")
         body = _strict_text("t", raw)
         try:
-            # NaN and Infinity parse, and are then refused naming their field (_check_value).
+            # NaN and Infinity parse, and are then refused naming their field (check_json_value).
             data = json.loads(body, object_pairs_hook=unique_object)
         except (RecursionError, ValueError, RepeatedKey) as exc:
             # Refused as a Python whose json parses it refuses it (:func:`check_json_value` counts
