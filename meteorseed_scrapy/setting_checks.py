@@ -37,7 +37,7 @@ from meteorseed_scrapy.settings import (
 from meteorseed_scrapy.sites.page_cache import PageCacheConfig
 from meteorseed_scrapy.validators import ConfigError
 from meteorseed_scrapy.worker.interpreter import InterpreterTuning
-from meteorseed_scrapy.worker.work_budget import WorkSizes
+from meteorseed_scrapy.worker.work_budget import max_settling
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -50,10 +50,12 @@ TEXT = frozenset({
     "METEORSEED_NOTIFY_SECRET",
 })
 #: Scrapy's own settings that the add-on's components read as whole numbers >= 0 (the
-#: retries, the redirects), through :func:`~meteorseed_scrapy.settings.scrapy_count`: refused
-#: here up front, naming the setting, where they would fail later, inside a half-built engine
-#: (CONCURRENT_REQUESTS: :class:`WorkSizes`).
-SCRAPY_COUNTS = ("RETRY_TIMES", "REDIRECT_MAX_TIMES")
+#: retries, the redirects, the download capacity), through
+#: :func:`~meteorseed_scrapy.settings.scrapy_count`: refused here up front, naming the setting,
+#: where they would fail later, inside a half-built engine. (A worker crawl also refuses a
+#: ``CONCURRENT_REQUESTS`` of 0 when it opens:
+#: :class:`~meteorseed_scrapy.worker.work_budget.WorkSizes`.)
+SCRAPY_COUNTS = ("RETRY_TIMES", "REDIRECT_MAX_TIMES", "CONCURRENT_REQUESTS")
 FLAGS = ("METEORSEED_POLITENESS", "METEORSEED_SITES_REDIS", "METEORSEED_LOG_JSON",
          "METEORSEED_FETCH_PRIVATE_ADDRESSES", "METEORSEED_PAGE_CACHE",
          "METEORSEED_REPOSTS_ACROSS_SITES")
@@ -85,7 +87,7 @@ def check_settings(settings: BaseSettings) -> None:
     TaskHistory.settings_of(settings)
     LaneWeights.from_settings(settings)
     InterpreterTuning.from_settings(settings)
-    WorkSizes.from_settings(settings)
+    max_settling(settings)
     PageCacheConfig.from_settings(settings)
     NotifyConfig.from_settings(settings)
     try:

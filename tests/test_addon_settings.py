@@ -188,7 +188,8 @@ def test_a_scrapy_count_the_addon_reads_is_checked_up_front_naming_it(name: str,
     with pytest.raises(ConfigError) as info:
         check_settings(Settings({name: value}))
     assert info.value.name == name
-    # (0 is a value Scrapy's own suite gives CONCURRENT_REQUESTS: taken)
+    # (0, Scrapy's "no limit", passes here: a local crawl takes it as Scrapy does, and a worker
+    # crawl refuses it when it opens, test_scrapy_commands.py)
     check_settings(Settings({"RETRY_HTTP_CODES": "500,502", "RETRY_TIMES": "3",
                              "CONCURRENT_REQUESTS": 0}))
 

@@ -298,6 +298,29 @@ def test_a_local_command_runs_on_any_reactor(project: Project) -> None:
     project.assert_local(done, "fetch")
 
 
+def test_a_worker_with_no_download_limit_is_refused_naming_the_setting(project: Project) -> None:
+    # (Scrapy's CONCURRENT_REQUESTS = 0, "no limit", gave a worker that held one task at a time)
+    url = f"{project.site.url}/news/article/9"
+    spider_file = project.tmp / "spider_file.py"
+    spider_file.write_text(RUNSPIDER.format(url=url))
+    done = project.run("runspider", str(spider_file), cwd=project.tmp, CONCURRENT_REQUESTS=0,
+                       METEORSEED_IDLE_CLOSE=1)
+    assert done.returncode == 1, done.stderr[-3000:]
+    first_error = next(line for line in done.stderr.splitlines() if "] ERROR:" in line)
+    assert first_error.endswith(
+        "Invalid setting, the crawl cannot start: CONCURRENT_REQUESTS: 0 is Scrapy's \"no "
+        "limit\", but a MeteorSeed worker reads and holds tasks for that many downloads: set a "
+        "number (Scrapy's default is 16)"), first_error
+    assert project.added() == 0 and project.site.hits("/news/article/9") == 0
+
+
+def test_a_local_command_takes_no_download_limit_as_scrapy_does(project: Project) -> None:
+    done = project.run("fetch", f"{project.site.url}/news/article/10", CONCURRENT_REQUESTS=0)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Back to the news" in done.stdout
+    project.assert_local(done, "fetch")
+
+
 IDLE_SPIDER = '''
 import scrapy
 from scrapy import signals

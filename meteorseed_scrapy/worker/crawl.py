@@ -82,6 +82,7 @@ class WorkerCrawl:
     async def open(cls, crawler: Crawler, spider: Spider, config: WorkerSettings,
                    on_change: Callable[[], None]) -> WorkerCrawl:
         _check_event_loop(crawler)
+        _check_capacity(config.sizes)
         patch = ScraperPatch(crawler)  # (refuses a Scrapy it cannot work with)
         runtime = CrawlRuntime.of(crawler)
         runtime.open_worker()
@@ -151,6 +152,16 @@ def _check_event_loop(crawler: Crawler) -> None:
         raise ConfigError("TWISTED_REACTOR", (
             f"a MeteorSeed worker crawl needs asyncio, {ASYNCIO_REACTOR} (Scrapy's default), "
             f"got {crawler.settings.get('TWISTED_REACTOR')!r}")) from None
+
+
+def _check_capacity(sizes: WorkSizes) -> None:
+    """A worker reads and holds tasks for ``CONCURRENT_REQUESTS`` downloads: Scrapy's 0 ("no
+    limit") would have it take tasks without bound from the rest of the fleet. Refused, naming
+    the setting (a local crawl takes 0 as Scrapy does: it never gets here)."""
+    if sizes.capacity == 0:
+        raise ConfigError("CONCURRENT_REQUESTS", (
+            "0 is Scrapy's \"no limit\", but a MeteorSeed worker reads and holds tasks for that "
+            "many downloads: set a number (Scrapy's default is 16)"))
 
 
 __all__ = ["WorkerCrawl", "WorkerSettings"]

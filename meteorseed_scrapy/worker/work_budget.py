@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from meteorseed_scrapy.settings import setting
+from meteorseed_scrapy.settings import scrapy_count, setting
 from meteorseed_scrapy.validators import to_integer
 from meteorseed_scrapy.worker.ledger import TaskLedger
 
@@ -35,12 +35,16 @@ class WorkSizes:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> WorkSizes:
-        # (0 is Scrapy's own "no limit" for some download handlers: taken, as Scrapy takes it)
-        capacity = to_integer(settings.get("CONCURRENT_REQUESTS"), "CONCURRENT_REQUESTS")
-        settling = setting(settings, "METEORSEED_MAX_SETTLING")  # None: the capacity
-        if settling is not None:
-            settling = to_integer(settling, "METEORSEED_MAX_SETTLING", minimum=1)
-        return cls(capacity, max(2, capacity if settling is None else settling))
+        # (a capacity of 0, Scrapy's "no limit", is refused when a worker crawl opens:
+        # meteorseed_scrapy.worker.crawl; a local crawl takes it as Scrapy does)
+        capacity = scrapy_count(settings, "CONCURRENT_REQUESTS")
+        return cls(capacity, max(2, max_settling(settings) or capacity))
+
+
+def max_settling(settings: BaseSettings) -> int | None:
+    """``METEORSEED_MAX_SETTLING``: a whole number >= 1, or None (the worker's capacity)."""
+    value = setting(settings, "METEORSEED_MAX_SETTLING")
+    return None if value is None else to_integer(value, "METEORSEED_MAX_SETTLING", minimum=1)
 
 
 class WorkBudget:
@@ -83,4 +87,4 @@ class WorkBudget:
 
 
 
-__all__ = ["WorkBudget", "WorkSizes"]
+__all__ = ["WorkBudget", "WorkSizes", "max_settling"]
