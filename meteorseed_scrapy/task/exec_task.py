@@ -15,11 +15,9 @@ from meteorseed_scrapy.task.canonical import canonical_url
 from meteorseed_scrapy.task.ids import new_task_id
 from meteorseed_scrapy.task.json_depth import (
     MAX_DEPTH,
-    REPEATED,
     TOO_DEEP,
     RepeatedKey,
-    deep_text_path,
-    repeated_key_path,
+    refusal,
     unique_object,
 )
 from meteorseed_scrapy.task.lanes import DEFAULT_LANE
@@ -205,18 +203,14 @@ class ExecTask:
             # NaN and Infinity parse, and are then refused naming their field (check_json_value).
             data = json.loads(body, object_pairs_hook=unique_object)
         except (RecursionError, ValueError, RepeatedKey) as exc:
-            # Refused as a Python whose json parses it refuses it (:func:`check_json_value` counts
-            # from the task's fields): how deep json.loads goes depends on the Python. Nesting
-            # first, then a key twice in one object.
-            path = deep_text_path("", body, MAX_DEPTH + 1, exc)
-            repeated = path is None and isinstance(exc, RepeatedKey)
-            if repeated:
-                path = repeated_key_path("", body)
-            if path is not None and path.startswith("["):
+            # Refused as a Python whose json parses it refuses it (how deep json.loads goes
+            # depends on the Python), naming the path from the task's fields.
+            refused = refusal("", body, exc, fields=True, whole="t")
+            if refused is None:
+                raise TaskError("t", f"is not valid JSON ({exc})"[:300]) from None
+            if refused.field.startswith("["):
                 raise TaskError("task", "must be a JSON object") from None
-            if path is not None or isinstance(exc, RecursionError):
-                raise TaskError(path or "t", REPEATED if repeated else TOO_DEEP) from None
-            raise TaskError("t", f"is not valid JSON ({exc})"[:300]) from None
+            raise refused from None
         if type(data) is dict and body.count("[") + body.count("{") > MAX_DEPTH:
             # Nesting first, as where json.loads gives up: else a deep message that also
             # lacks a field names the field on one Python and the nesting on another.

@@ -58,19 +58,34 @@ def loads_bounded(name: str, text: str | bytes, limit: int = MAX_DEPTH, *,
         data = json.loads(text, object_pairs_hook=unique_object if unique else None)
     except (ValueError, RecursionError, RepeatedKey) as exc:
         shown = text if isinstance(text, str) else text.decode("utf-8", "replace")
-        path = deep_text_path(name, shown, limit, exc)
-        if path is not None:
-            raise TaskError(_shown(path), f"nests deeper than {limit} levels") from None
-        if isinstance(exc, RecursionError):  # (the scan finds what the parser met)
-            raise TaskError(name or "value", f"nests deeper than {limit} levels") from None
-        if isinstance(exc, RepeatedKey):
-            raise TaskError(repeated_key_path(name, shown), REPEATED) from None
-        raise
+        refused = refusal(name, shown, exc, limit)
+        if refused is None:
+            raise
+        raise refused from None
     opened = (text.count("[") + text.count("{") if isinstance(text, str)
               else text.count(b"[") + text.count(b"{"))
     if opened > limit:  # (else it cannot nest deeper: most texts are not walked)
         check_depth(name, data, limit)
     return data
+
+
+def refusal(name: str, text: str, error: BaseException, limit: int = MAX_DEPTH, *,
+            fields: bool = False, whole: str | None = None) -> TaskError | None:
+    """What ``json.loads``'s ``error`` on ``text`` (parsed with :func:`unique_object`) is
+    refused as: nesting deeper than ``limit``, first, as where ``json.loads`` gives up, then a
+    key twice in one object, each naming its path (``whole``, by default ``name`` or
+    ``"value"``: the text itself); None for any other malformed JSON. With ``fields``, the
+    text is an object of fields, each of which may nest ``limit`` levels (a task's, as
+    :func:`~meteorseed_scrapy.task.exec_task.check_json_value` counts)."""
+    levels = f"nests deeper than {limit} levels"
+    path = deep_text_path(name, text, limit + 1 if fields else limit, error)
+    if path is not None:
+        return TaskError(_shown(path), levels)
+    if isinstance(error, RecursionError):  # (the scan finds what the parser met)
+        return TaskError(whole or name or "value", levels)
+    if isinstance(error, RepeatedKey):
+        return TaskError(repeated_key_path(name, text), REPEATED)
+    return None
 
 
 class RepeatedKey(Exception):
@@ -249,5 +264,5 @@ def _string(token: str) -> str | None:
 
 
 __all__ = ["MAX_DEPTH", "MAX_RESPONSE_DEPTH", "REPEATED", "TOO_DEEP", "RepeatedKey",
-           "check_depth", "deep_text_path", "loads_bounded", "repeated_key_path",
+           "check_depth", "deep_text_path", "loads_bounded", "refusal", "repeated_key_path",
            "top_level_strings", "unique_object"]
