@@ -127,10 +127,11 @@ def as_worker(tmp_path: Path, spider: str, args: dict[str, str], redis_url: str,
             for doc in stored_docs(store).values()]
 
 
-def as_stock(tmp_path: Path, spider: str, args: dict[str, str]) -> list[dict[str, Any]]:
+def as_stock(tmp_path: Path, spider: str, args: dict[str, str],
+             **settings: Any) -> list[dict[str, Any]]:
     feed = tmp_path / "stock.jsonl"
     proc = crawl(tmp_path, spider, args, {"ADDONS": "{}", "FEEDS": json.dumps(
-        {str(feed): {"format": "jsonlines"}})}, "stock")
+        {str(feed): {"format": "jsonlines"}}), **settings}, "stock")
     assert proc.returncode == 0, (tmp_path / "stock.log").read_text()[-3000:]
     return [json.loads(line) for line in feed.read_text().splitlines()]
 
@@ -181,6 +182,23 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
         assert (tmp_path / "worker.log").read_text().count("Not an item, not stored") == 2
     if spider == "kinds_async":
         assert {"form": "q=na%C3%AFve", "class": "FormRequest", "flags": ["form"]} in worker
+
+
+@pytest.mark.parametrize(("depth_limit", "expected"), [
+    (1, 1),  # the home page; its categories (depth 1) are fetched, their items (2) are not
+    (2, 9),  # as with no limit: nothing on this site is deeper
+])
+def test_a_depth_limit_holds_across_tasks_as_on_stock(
+        tmp_path: Path, redis_url: str, namespace: str, site: KindsSite, depth_limit: int,
+        expected: int) -> None:
+    # (a request's depth travels in its task's meta: each child is another task, read by
+    # whichever worker, and Scrapy's DepthMiddleware there counts on from its parent's)
+    args = {"start_url": site.url + "/"}
+    worker = as_worker(tmp_path, "kinds_crawl", args, redis_url, namespace,
+                       DEPTH_LIMIT=depth_limit)
+    stock = as_stock(tmp_path, "kinds_crawl", args, DEPTH_LIMIT=depth_limit)
+    same_items(worker, stock)
+    assert len(worker) == expected
 
 
 def test_a_redelivered_task_upserts_the_same_keyless_documents(
