@@ -159,6 +159,8 @@ def same_items(worker: list[dict[str, Any]], stock: list[dict[str, Any]]) -> Non
     ("kinds_cookies", "/", 3),
     # scrapy-playwright's PageMethod in meta, rebuilt on the worker
     ("kinds_pagemethod", "/", 1),
+    # allowed_domains: the home page, an item, and the one other-host page allow_offsite lets go
+    ("kinds_offsite", "/", 3),
 ])
 def test_a_spider_class_gives_the_items_of_stock_scrapy(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
@@ -180,6 +182,10 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
         assert cookie["list"] >= {"tok=x", "jar=from-site"}
     if spider == "kinds_junk":
         assert (tmp_path / "worker.log").read_text().count("Not an item, not stored") == 2
+    if spider == "kinds_offsite":
+        assert {"host": "localhost", "path": "/cat/2"} in worker
+        hosts = [headers.get("Host", "") for path, headers in site.requests if path == "/cat/1"]
+        assert not [host for host in hosts if host.startswith("localhost")]  # neither fetched it
     if spider == "kinds_async":
         assert {"form": "q=na%C3%AFve", "class": "FormRequest", "flags": ["form"]} in worker
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 import scrapy
 from scrapy.linkextractors import LinkExtractor
@@ -185,6 +186,28 @@ class KindsPageMethodSpider(scrapy.Spider):
         [method] = response.meta["playwright_page_methods"]
         yield {"type": type(method).__name__, "method": method.method, "args": list(method.args),
                "kwargs": method.kwargs}
+
+
+class KindsOffsiteSpider(scrapy.Spider):
+    """``allowed_domains``: a request the home page yields to another host is dropped by
+    Scrapy's OffsiteMiddleware, unless its meta says ``allow_offsite``; a request on the site
+    goes."""
+
+    name = "kinds_offsite"
+    allowed_domains = ["127.0.0.1"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _start(self, kwargs)
+
+    def parse(self, response: Any) -> Any:
+        url = urlsplit(response.url)
+        yield {"host": url.hostname, "path": url.path}
+        if url.path == "/":
+            other = response.url.replace("//127.0.0.1:", "//localhost:")
+            yield scrapy.Request(other + "cat/1")
+            yield scrapy.Request(other + "cat/2", meta={"allow_offsite": True})
+            yield response.follow("/item/1-0")
 
 
 class KindsFlakySpider(scrapy.Spider):
