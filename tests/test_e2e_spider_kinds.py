@@ -166,7 +166,9 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
         site: KindsSite, spider: str, start: str, expected: int) -> None:
     args = {"start_url": site.url + start}
+    before = len(site.requests)
     worker = as_worker(tmp_path, spider, args, redis_url, namespace)
+    by_worker = site.requests[before:]
     stock = as_stock(tmp_path, spider, args)
     same_items(worker, stock)
     assert len(worker) == expected
@@ -175,6 +177,12 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
     if spider == "kinds_crawl":
         assert not [p for p, _ in site.requests if "skip" in p]  # process_links ran
         assert all(item["from_cat"] in ("1", "2") for item in worker if item["kind"] == "item")
+        # Scrapy's RefererMiddleware set each child's Referer where its parent was parsed; it
+        # travels with the task to whichever worker fetches it
+        referers = {path: headers.get("Referer") for path, headers in by_worker
+                    if path.startswith("/item/")}
+        assert len(referers) == 6 and all(
+            (referer or "").startswith(f"{site.url}/cat/") for referer in referers.values())
     if spider == "kinds_cookies":
         cookie = {item["page"]: set((item["cookie"] or "").split("; ")) for item in worker}
         # the request's own and, one worker having fetched them all, the jar's (as stock)
