@@ -80,6 +80,8 @@ class KindsSite(LoopbackSite):
                 set_cookie = {"Set-Cookie": "jar=from-site; Path=/"} if "set" in self.path \
                     else {}
                 self.send_page(200, "application/json", echo, set_cookie, head)
+            elif self.path.startswith("/moved"):
+                self.send_page(302, "text/plain", b"moved", {"Location": "/item/2-1"}, head)
             elif self.path in site.pages():
                 ctype, payload = site.pages()[self.path]
                 self.send_page(200, ctype, payload, {}, head)
@@ -161,6 +163,8 @@ def same_items(worker: list[dict[str, Any]], stock: list[dict[str, Any]]) -> Non
     ("kinds_pagemethod", "/", 1),
     # allowed_domains: the home page, an item, and the one other-host page allow_offsite lets go
     ("kinds_offsite", "/", 3),
+    # a 404 and a 302 the spider asked for, a redirect followed (a 404 not asked for: dropped)
+    ("kinds_status", "/", 3),
 ])
 def test_a_spider_class_gives_the_items_of_stock_scrapy(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
@@ -194,6 +198,9 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
         assert {"host": "localhost", "path": "/cat/2"} in worker
         hosts = [headers.get("Host", "") for path, headers in site.requests if path == "/cat/1"]
         assert not [host for host in hosts if host.startswith("localhost")]  # neither fetched it
+    if spider == "kinds_status":
+        assert {"page": "moved?kept", "status": 302, "location": "/item/2-1"} in worker
+        assert {"page": "item/2-1", "status": 200, "location": ""} in worker
     if spider == "kinds_async":
         assert {"form": "q=na%C3%AFve", "class": "FormRequest", "flags": ["form"]} in worker
 

@@ -210,6 +210,28 @@ class KindsOffsiteSpider(scrapy.Spider):
             yield response.follow("/item/1-0")
 
 
+class KindsStatusSpider(scrapy.Spider):
+    """Statuses the spider asks for (``handle_httpstatus_list``), a redirect it keeps
+    (``dont_redirect``) and one Scrapy follows; a 404 it did not ask for is dropped."""
+
+    name = "kinds_status"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _start(self, kwargs)
+
+    def parse(self, response: Any) -> Any:
+        yield response.follow("/gone/1", self.parse_status, meta={"handle_httpstatus_list": [404]})
+        yield response.follow("/gone/2", self.parse_status)
+        yield response.follow("/moved?kept", self.parse_status,
+                              meta={"dont_redirect": True, "handle_httpstatus_list": [302]})
+        yield response.follow("/moved?followed", self.parse_status)
+
+    def parse_status(self, response: Any) -> Any:
+        yield {"page": response.url.split("/", 3)[3], "status": response.status,
+               "location": response.headers.get("Location", b"").decode()}
+
+
 class KindsFlakySpider(scrapy.Spider):
     """Three keyless items, then an error that may pass (a connection error, not a bug in the
     spider): the task fails and is delivered again and again."""
