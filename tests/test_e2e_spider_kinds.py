@@ -165,6 +165,8 @@ def same_items(worker: list[dict[str, Any]], stock: list[dict[str, Any]]) -> Non
     ("kinds_offsite", "/", 3),
     # a 404 and a 302 the spider asked for, a redirect followed (a 404 not asked for: dropped)
     ("kinds_status", "/", 3),
+    # a Decimal, a set and a nested item, stored as Scrapy's JSON feed writes them
+    ("kinds_values", "/", 1),
 ])
 def test_a_spider_class_gives_the_items_of_stock_scrapy(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
@@ -201,6 +203,8 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
     if spider == "kinds_status":
         assert {"page": "moved?kept", "status": 302, "location": "/item/2-1"} in worker
         assert {"page": "item/2-1", "status": 200, "location": ""} in worker
+    if spider == "kinds_values":
+        assert worker[0]["price"] == "1299.00" and worker[0]["seller"]["rating"] == "4.80"
     if spider == "kinds_async":
         assert {"form": "q=na%C3%AFve", "class": "FormRequest", "flags": ["form"]} in worker
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import date, datetime, time, timezone
 from typing import Any
 
 from itemadapter import ItemAdapter
+from scrapy.utils.serialize import ScrapyJSONEncoder
 
 from meteorseed_scrapy.task.canonical import canonical_json, url_hash
 from meteorseed_scrapy.task.context import Output, Scrape
@@ -96,6 +97,11 @@ def check_unique_key(value: Any) -> str:
     return value
 
 
+#: Scrapy's own JSON conversions (those of its JSON feed exports): a ``Decimal`` becomes its
+#: text, a set a list, a nested item a dict.
+_SCRAPY_JSON = ScrapyJSONEncoder()
+
+
 def _plain(path: str, value: Any) -> Any:
     # Checked by hand rather than by json.dumps: one clear error naming the field, the same
     # for every store (json.dumps would quietly turn int keys into strings).
@@ -109,7 +115,15 @@ def _plain(path: str, value: Any) -> Any:
         return [_plain(f"{path}[{index}]", element) for index, element in enumerate(value)]
     if isinstance(value, Mapping):
         return {_check_key(path, key): _plain(f"{path}.{key}", v) for key, v in value.items()}
-    raise DocumentError(path, f"is not JSON-serialisable ({type(value).__name__})")
+    if isinstance(value, (date, time)):  # (a datetime is a date)
+        # ISO 8601, as Scrapy 2.19's feeds write it, whatever the Scrapy: an older one's
+        # encoder (2.14's) drops the microseconds and the time zone.
+        return value.isoformat()
+    try:  # what stock Scrapy's feeds write for it (a price-parser amount, a set)
+        converted = _SCRAPY_JSON.default(value)
+    except TypeError:
+        raise DocumentError(path, f"is not JSON-serialisable ({type(value).__name__})") from None
+    return _plain(path, converted)
 
 
 def _check_key(parent: str, key: Any) -> str:

@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
 import scrapy
+from price_parser import Price
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import CrawlSpider, CSVFeedSpider, Rule, SitemapSpider, XMLFeedSpider
 
@@ -230,6 +232,28 @@ class KindsStatusSpider(scrapy.Spider):
     def parse_status(self, response: Any) -> Any:
         yield {"page": response.url.split("/", 3)[3], "status": response.status,
                "location": response.headers.get("Location", b"").decode()}
+
+
+class Seller(scrapy.Item):
+    name = scrapy.Field()
+    rating = scrapy.Field()
+
+
+class KindsValuesSpider(scrapy.Spider):
+    """Item values beyond JSON's types, as spiders yield them: a price-parser amount (a
+    ``Decimal``), a set, a nested item."""
+
+    name = "kinds_values"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _start(self, kwargs)
+
+    def parse(self, response: Any) -> Any:
+        price = Price.fromstring("1 299,00 €")
+        yield {"title": response.css("title::text").get(), "price": price.amount,
+               "currency": price.currency, "tags": {"sale"},
+               "seller": Seller(name="shop", rating=Decimal("4.80"))}
 
 
 class KindsFlakySpider(scrapy.Spider):
