@@ -167,6 +167,8 @@ def same_items(worker: list[dict[str, Any]], stock: list[dict[str, Any]]) -> Non
     ("kinds_status", "/", 3),
     # a Decimal, a set and a nested item, stored as Scrapy's JSON feed writes them
     ("kinds_values", "/", 1),
+    # an item begun on one page and finished on the next, passed on in cb_kwargs
+    ("kinds_chain", "/", 2),
 ])
 def test_a_spider_class_gives_the_items_of_stock_scrapy(
         tmp_path: Path, redis_url: str, namespace: str, sync_redis: redis.Redis,
@@ -205,6 +207,8 @@ def test_a_spider_class_gives_the_items_of_stock_scrapy(
         assert {"page": "item/2-1", "status": 200, "location": ""} in worker
     if spider == "kinds_values":
         assert worker[0]["price"] == "1299.00" and worker[0]["seller"]["rating"] == "4.80"
+    if spider == "kinds_chain":
+        assert {item["total"] for item in worker} == {"1.15"}
     if spider == "kinds_async":
         assert {"form": "q=na%C3%AFve", "class": "FormRequest", "flags": ["form"]} in worker
 

@@ -196,7 +196,7 @@ def test_a_callable_page_method_is_refused_naming_the_key() -> None:
 
 @pytest.mark.parametrize(("meta", "field"), [
     ({"when": object()}, "meta.when"),
-    ({"deep": {"x": {1, 2}}}, "meta.deep"),
+    ({"deep": {"x": frozenset({1, 2})}}, "meta.deep"),
     ({"raw": b"bytes"}, "meta.raw"),
     ({"x": {"$meteorseed": "PageMethod"}}, "meta.x.$meteorseed"),
 ])

@@ -2,10 +2,10 @@
 
 Requests that a callback yields become tasks carrying every field of ``Request.to_dict()``:
 their callback and errback must be methods of the spider's class (stored by name), their
-``meta`` and ``cb_kwargs`` JSON-safe (scrapy-playwright's ``PageMethod`` travels tagged, see
-:mod:`meteorseed_scrapy.task.tagged`), a body that is not UTF-8 goes as base64, and a Request
-subclass is rebuilt from its path and attributes; otherwise a
-:class:`~meteorseed_scrapy.task.validation.TaskError` names the field.
+``meta`` and ``cb_kwargs`` JSON-safe (the project's items, ``Decimal``, dates, sets and
+scrapy-playwright's ``PageMethod`` travel tagged, see :mod:`meteorseed_scrapy.task.tagged`), a
+body that is not UTF-8 goes as base64, and a Request subclass is rebuilt from its path and
+attributes; otherwise a :class:`~meteorseed_scrapy.task.validation.TaskError` names the field.
 """
 
 from __future__ import annotations
@@ -79,7 +79,8 @@ def _method(spider: Spider | None, name: str | None, field: str) -> Any:
 def task_to_request(task: ExecTask, spider: Spider | None) -> Request:
     """The Request for a task, of the class it was yielded as; the task itself travels in
     ``meta["meteorseed_task"]``."""
-    meta = {key: decode_tagged(f"meta.{key}", value) for key, value in task.meta.items()}
+    home = _home(spider)
+    meta = {key: decode_tagged(f"meta.{key}", value, home) for key, value in task.meta.items()}
     meta[TASK_META_KEY] = task
     cls = _request_class(task.request_class)
     cookies = task.cookies
@@ -90,7 +91,8 @@ def task_to_request(task: ExecTask, spider: Spider | None) -> Request:
         cookies=dict(cookies) if isinstance(cookies, Mapping) else [dict(c) for c in cookies],
         callback=_method(spider, task.callback, "callback"),
         errback=_method(spider, task.errback, "errback"),
-        cb_kwargs=dict(task.cb_kwargs),
+        cb_kwargs={key: decode_tagged(f"cb_kwargs.{key}", value, home)
+                   for key, value in task.cb_kwargs.items()},
         meta=meta,
         encoding=task.encoding,
         priority=task.priority,
@@ -172,6 +174,13 @@ def _check_retry_meta(meta: dict[str, Any]) -> None:
                         [:300])
 
 
+def _home(spider: Spider | None) -> str | None:
+    """The spider's top-level package (the file's module for ``scrapy runspider``): the items
+    that travel in meta and cb_kwargs are of its classes (:mod:`~meteorseed_scrapy.task.tagged`).
+    """
+    return None if spider is None else type(spider).__module__.split(".")[0]
+
+
 def _own_spider(spider: Spider | None) -> str | None:
     """The task set of ``spider``'s own requests: its name, when it can name one."""
     try:
@@ -182,9 +191,12 @@ def _own_spider(spider: Spider | None) -> str | None:
 
 def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | None) -> ExecTask:
     """A new exec task for a request yielded by ``parent``'s callback (or by ``start()``)."""
-    meta = {k: encode_tagged(f"meta.{k}", v) for k, v in request.meta.items()
+    home = _home(spider)
+    meta = {k: encode_tagged(f"meta.{k}", v, home) for k, v in request.meta.items()
             if k not in PER_DOWNLOAD_META}
-    for name, mapping in (("meta", meta), ("cb_kwargs", request.cb_kwargs)):
+    cb_kwargs = {k: encode_tagged(f"cb_kwargs.{k}", v, home)
+                 for k, v in request.cb_kwargs.items()}
+    for name, mapping in (("meta", meta), ("cb_kwargs", cb_kwargs)):
         for key, value in mapping.items():
             check_json_safe(f"{name}.{key}", value)
     _check_retry_meta(meta)
@@ -221,7 +233,7 @@ def request_to_task(request: Request, spider: Spider | None, parent: ExecTask | 
         callback=_name_of(spider, request.callback, "callback"),
         errback=_name_of(spider, request.errback, "errback"),
         meta=meta,
-        cb_kwargs=dict(request.cb_kwargs),
+        cb_kwargs=cb_kwargs,
         priority=request.priority,
         cookies=dict(cookies) if isinstance(cookies, Mapping) else [
             dict(c) if isinstance(c, Mapping) else c for c in cookies],

@@ -256,6 +256,38 @@ class KindsValuesSpider(scrapy.Spider):
                "seller": Seller(name="shop", rating=Decimal("4.80"))}
 
 
+class Listing(scrapy.Item):
+    home = scrapy.Field()
+    category = scrapy.Field()
+    fee = scrapy.Field()
+    total = scrapy.Field()
+    seller = scrapy.Field()
+
+
+class KindsChainSpider(scrapy.Spider):
+    """An item begun on one page and finished on the next (Scrapy's docs' pattern): passed on
+    in ``cb_kwargs``, with a ``Decimal`` in ``meta``; each next page is another task."""
+
+    name = "kinds_chain"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _start(self, kwargs)
+
+    def parse(self, response: Any) -> Any:
+        for n, href in enumerate(response.css("a::attr(href)").getall()):
+            if "/cat/" in href:
+                listing = Listing(home=response.css("title::text").get(), fee=Decimal("1.10"),
+                                  seller=Seller(name="shop", rating=Decimal(n)))
+                yield response.follow(href, self.parse_category, cb_kwargs={"listing": listing},
+                                      meta={"extra": Decimal("0.05")})
+
+    def parse_category(self, response: Any, listing: Listing) -> Any:
+        listing["category"] = response.css("title::text").get()
+        listing["total"] = listing["fee"] + response.meta["extra"]  # (Decimals both)
+        yield listing
+
+
 class KindsFlakySpider(scrapy.Spider):
     """Three keyless items, then an error that may pass (a connection error, not a bug in the
     spider): the task fails and is delivered again and again."""
