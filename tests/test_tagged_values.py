@@ -160,6 +160,8 @@ HERE = __name__  # (how pytest imported this module: its top-level package is th
     ({ITEM_TAG: "Item", "class": 7, "fields": {}}, "meta.x.class", "module.Class"),
     ({ITEM_TAG: "Item", "class": f"{HERE}.Product", "fields": {},
       "init": "x"}, "meta.x.init", "is not an item field"),
+    ({ITEM_TAG: "Item", "class": f"{HERE}.Product", "fields": {
+        "price": {ITEM_TAG: "Decimal", "value": "ten"}}}, "meta.x.price.value", "not a Decimal"),
     ({ITEM_TAG: "Decimal", "value": "ten"}, "meta.x.value", "is not a Decimal"),
     ({ITEM_TAG: "Decimal", "value": 10}, "meta.x.value", "is not a Decimal"),
     ({ITEM_TAG: "datetime", "value": "2024-13-01"}, "meta.x.value", "is not a datetime"),

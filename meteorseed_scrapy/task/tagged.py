@@ -156,10 +156,11 @@ def _item(path: str, value: Mapping[str, Any], home: str | None) -> Any:
     if not isinstance(fields, Mapping):
         raise TaskError(f"{path}.fields", "must be an object")
     cls = _item_class(f"{path}.class", class_path, home)
+    values = {k: decode_tagged(f"{path}.{k}", v, home) for k, v in fields.items()}
     try:
-        return cls(**{k: decode_tagged(f"{path}.{k}", v, home) for k, v in fields.items()})
-    except (TypeError, ValueError, KeyError) as exc:  # a field the class does not take
-        raise TaskError(path, f"could not be rebuilt as {class_path}: {exc}"[:300]) from None
+        return cls(**values)
+    except Exception as exc:  # a field the class does not take; its own checks may raise anything
+        raise TaskError(path, f"could not be rebuilt as {class_path}: {exc!r}"[:300]) from None
 
 
 def _item_class_path(path: str, cls: type, home: str | None) -> str:
