@@ -133,7 +133,7 @@ def test_an_item_of_a_local_class_is_refused_at_yield() -> None:
         request_to_task(Request("https://shop.example/p", cb_kwargs={"item": Local(name="n")},
                                 callback=SPIDER.parse_detail), SPIDER, PARENT)
     assert info.value.field == "cb_kwargs.item"
-    assert "not at the top level of its module" in info.value.problem
+    assert "define it at the top level of its module" in info.value.problem
 
 
 ITEM_TAG = "$meteorseed"

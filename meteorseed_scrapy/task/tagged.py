@@ -165,27 +165,24 @@ def _item(path: str, value: Mapping[str, Any], home: str | None) -> Any:
 
 def _item_class_path(path: str, cls: type, home: str | None) -> str:
     """The path a worker finds ``cls`` again by, or :class:`TaskError` when it would not."""
-    class_path = f"{cls.__module__}.{cls.__qualname__}"
-    if "." in cls.__qualname__:
-        raise TaskError(path, f"is a {cls.__name__} item, whose class is not at the top level "
-                              f"of its module ({class_path[:200]!r})")
-    try:
-        found = _item_class(path, class_path, home)
-    except TaskError as exc:
-        raise TaskError(path, f"is a {cls.__name__} item, which {exc.problem}") from None
-    if found is not cls:
+    module_name, name = cls.__module__, cls.__qualname__
+    class_path = f"{module_name}.{name}"
+    _check_home(path, class_path, home)
+    module = sys.modules.get(module_name)
+    # (a class made inside a function: its qualname has a dot, or, made by an older Scrapy's
+    # ItemMeta, has none and names no class of the module)
+    if "." in name or module is None or inspect.getattr_static(module, name, None) is not cls:
         raise TaskError(path, f"is a {cls.__name__} item, whose class is not found again by "
-                              f"its path {class_path!r} (define it at a module's top level)")
+                              f"its path {class_path[:200]!r}: define it at the top level of "
+                              "its module")
     return class_path
 
 
 def _item_class(path: str, class_path: str, home: str | None) -> type:
     """The item class at ``class_path``, among the modules already imported, of the spider's
     own package ``home``."""
+    _check_home(path, class_path, home)
     module_name, _, name = class_path.rpartition(".")
-    if home is None or module_name.split(".")[0] != home:
-        raise TaskError(path, f"can travel with a request only when its class is the project's "
-                              f"own (a module of {home!r}), not {class_path[:200]!r}")
     module = sys.modules.get(module_name)
     if module is None:
         raise TaskError(path, f"needs module {module_name[:200]!r}, which is not imported in "
@@ -194,6 +191,12 @@ def _item_class(path: str, class_path: str, home: str | None) -> type:
     if not (isinstance(cls, type) and ItemAdapter.is_item_class(cls)) or issubclass(cls, dict):
         raise TaskError(path, f"{class_path[:200]!r} is not an item class")
     return cls
+
+
+def _check_home(path: str, class_path: str, home: str | None) -> None:
+    if home is None or class_path.split(".")[0] != home:
+        raise TaskError(path, f"can travel with a request only when its class is the project's "
+                              f"own (a module of {home!r}), not {class_path[:200]!r}")
 
 
 def _is_item_object(value: Any) -> bool:
